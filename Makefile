@@ -1,0 +1,59 @@
+# rotor: the two set-up commands are `make run` and `make test`.
+# Both install missing Debian packages first (as root; otherwise they print the command).
+
+BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+JOBS ?= $(shell nproc)
+MODEL ?= models/stories260K.gguf
+PROMPT ?= Once upon a time
+# Tests run under AddressSanitizer + UBSan (ctest label "asan").
+ASAN_TARGETS ?= gguf_test gguf_malformed_test
+
+DEB_PACKAGES := cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev \
+	nlohmann-json3-dev libcpp-httplib-dev libfmt-dev
+
+.PHONY: all deps build run test test-asan bench clean format
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = "0" ]; then \
+	    echo "rotor: installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	  else \
+	    echo "rotor: missing Debian packages:$$missing"; \
+	    echo "run:  sudo apt-get install -y$$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+
+$(BUILD_DIR)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	./$(BUILD_DIR)/rotor generate -m $(MODEL) -p "$(PROMPT)"
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	$(MAKE) --no-print-directory test-asan
+
+test-asan: deps
+	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DROTOR_SANITIZE=ON -DROTOR_BUILD_BENCH=OFF >/dev/null
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
+	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) -L asan --timeout 600
+
+bench: build
+	./$(BUILD_DIR)/rotor bench -m $(MODEL)
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)

@@ -1,0 +1,51 @@
+// Process memory accounting (Linux /proc) and aligned buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+namespace rotor {
+
+// Peak resident set size (VmHWM) in bytes; 0 if unknown.
+int64_t PeakRssBytes();
+// Current resident set size (VmRSS) in bytes; 0 if unknown.
+int64_t CurrentRssBytes();
+// Resets the kernel's peak RSS counter to the current RSS (writes /proc/self/clear_refs);
+// returns false where not permitted. Lets a benchmark measure the peak of one phase.
+bool ResetPeakRss();
+
+inline constexpr size_t kAlignment = 64;
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// A 64-byte aligned, uninitialised array of T. Sized once; never grows.
+template <typename T>
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t n) { Resize(n); }
+  void Resize(size_t n) {
+    size_t bytes = (n * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = bytes ? std::aligned_alloc(kAlignment, bytes) : nullptr;
+    if (bytes && !p) throw std::bad_alloc();
+    data_.reset(static_cast<T*>(p));
+    size_ = n;
+  }
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+  T& operator[](size_t i) { return data_.get()[i]; }
+  const T& operator[](size_t i) const { return data_.get()[i]; }
+
+ private:
+  std::unique_ptr<T, AlignedFree> data_;
+  size_t size_ = 0;
+};
+
+}  // namespace rotor
