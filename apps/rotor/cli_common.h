@@ -1,0 +1,31 @@
+// Pieces shared by the rotor subcommands: option groups, error reporting.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "base/status.h"
+#include "engine/engine.h"
+
+namespace rotor::cli {
+
+// Where the bundled model lives relative to the working directory (make run).
+inline constexpr const char* kDefaultModel = "models/stories260K.gguf";
+
+// Prints "rotor: <message>" to stderr and returns the exit code 1.
+int Fail(const Status& status);
+
+// -m, -t, -c on a subcommand.
+void AddEngineOptions(CLI::App* app, EngineOptions* o);
+// --temp, --top-k, ... on a subcommand.
+void AddSamplingOptions(CLI::App* app, SamplingParams* p);
+// --kv, --kv-size, --kv-keep, --kv-recent, --rope-k, --kv-positions.
+void AddKvOptions(CLI::App* app, KvConfig* kv);
+
+// Reads a whole file; error names the path.
+Result<std::string> ReadFile(const std::string& path);
+
+std::string HumanBytes(int64_t bytes);
+
+}  // namespace rotor::cli

@@ -1,0 +1,18 @@
+// The rotor subcommands. Each Register* adds its CLI11 subcommand; the run
+// function returns the process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace rotor::cli {
+
+using Runner = std::function<int()>;
+
+Runner RegisterGenerate(CLI::App& app);
+Runner RegisterTokenize(CLI::App& app);
+Runner RegisterInfo(CLI::App& app);
+Runner RegisterSynth(CLI::App& app);
+
+}  // namespace rotor::cli

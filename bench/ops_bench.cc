@@ -1,0 +1,127 @@
+// Kernel micro-benchmarks. Matmul on the stories110M (k=768, n=2048) and
+// Llama-3.2-1B (k=2048, n=8192) FFN shapes, per weight type, 1 and 2 threads:
+// m = 1 reports GB/s of weight bytes (decode is memory-bound; the benchmark
+// cycles through copies of the matrix totalling >= 256 MiB so each call reads
+// from DRAM, as in a real forward pass), m = 512 reports GFLOP/s (2 m n k).
+// ROTOR_ISA=avx2|scalar lowers the kernel path.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "base/cpu.h"
+#include "base/memory.h"
+#include "base/thread_pool.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "ops/quant.h"
+
+namespace rotor::ops {
+namespace {
+
+constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+constexpr int64_t kShapes[][2] = {{768, 2048}, {2048, 8192}};  // {k, n}
+
+struct Matrices {
+  std::vector<AlignedBuffer<uint8_t>> copies;  // each [n, RowBytes(type, k)]
+  size_t bytes = 0;
+};
+
+// Quantizes one random matrix and replicates it (m == 1 wants DRAM traffic).
+Matrices MakeMatrices(DType t, int64_t k, int64_t n, bool many) {
+  Matrices out;
+  out.bytes = static_cast<size_t>(RowBytes(t, k) * n);
+  const size_t n_copies = many ? std::max<size_t>(1, (256u << 20) / out.bytes + 1) : 1;
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> row(k);  // [k]
+  out.copies.resize(n_copies);
+  out.copies[0].Resize(out.bytes);
+  for (int64_t r = 0; r < n; ++r) {
+    for (auto& v : row) v = u(rng);
+    QuantizeRow(t, row.data(), out.copies[0].data() + r * RowBytes(t, k), k);
+  }
+  for (size_t c = 1; c < n_copies; ++c) {
+    out.copies[c].Resize(out.bytes);
+    std::copy(out.copies[0].data(), out.copies[0].data() + out.bytes, out.copies[c].data());
+  }
+  return out;
+}
+
+void BM_Matmul(benchmark::State& state) {
+  const DType t = kTypes[state.range(0)];
+  const int64_t k = kShapes[state.range(1)][0], n = kShapes[state.range(1)][1];
+  const int64_t m = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  ThreadPool pool(threads);
+  Matrices w = MakeMatrices(t, k, n, m == 1);
+  std::vector<float> x(m * k), y(m * n);  // [m, k], [m, n]
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (auto& v : x) v = u(rng);
+  MatmulScratch scratch(m, k, threads);
+  size_t c = 0;
+  for (auto _ : state) {
+    Matmul(pool, MakeWeight(t, k, n, w.copies[c].data()), x.data(), m, y.data(), n, scratch);
+    c = c + 1 == w.copies.size() ? 0 : c + 1;
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(DTypeName(t)) + " " + std::string(IsaName(ActiveIsa())));
+  const double iters = static_cast<double>(state.iterations());
+  if (m == 1) {
+    state.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(w.bytes) * 1e-9,
+                                                benchmark::Counter::kIsRate);
+  } else {
+    state.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * m * n * k * 1e-9, benchmark::Counter::kIsRate);
+  }
+}
+
+void MatmulArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "shape", "m", "threads"});
+  for (int64_t shape = 0; shape < 2; ++shape)
+    for (int64_t m : {1, 512})
+      for (int64_t type = 0; type < 5; ++type)
+        for (int64_t threads : {1, 2}) b->Args({type, shape, m, threads});
+}
+BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void BM_RmsNorm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> x(n, 0.5f), w(n, 1.f), out(n);  // [n]
+  for (auto _ : state) {
+    RmsNorm(x.data(), w.data(), out.data(), n, 1e-5f);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_RmsNorm)->Arg(2048);
+
+void BM_SwiGlu(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> g(n, 0.5f), u(n, 1.f), out(n);  // [n]
+  for (auto _ : state) {
+    SwiGlu(g.data(), u.data(), out.data(), n);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_SwiGlu)->Arg(8192);
+
+void BM_Softmax(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> x(n);  // [n]
+  for (auto _ : state) {
+    std::fill(x.begin(), x.end(), 0.25f);
+    Softmax(x.data(), n);
+    benchmark::DoNotOptimize(x.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_Softmax)->Arg(32000);
+
+}  // namespace
+}  // namespace rotor::ops
+
+BENCHMARK_MAIN();

@@ -1,0 +1,81 @@
+// The engine: a loaded model, its tokenizer, one thread pool and the forward
+// pass; generation of a single sequence with streaming output.
+//
+// Data path: text -> tokenizer -> tokens -> prefill in chunks (KV plan/commit)
+// -> logits -> sampler -> token -> stream decoder -> stop rules -> callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "kv/kv_config.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace rotor {
+
+struct EngineOptions {
+  std::string model_path;
+  int n_threads = 0;       // 0 = the machine's hardware threads
+  int n_ctx = 0;           // context per sequence; 0 = the model's trained context
+  int max_ubatch = 512;    // the most tokens one forward call processes
+};
+
+struct GenerateOptions {
+  std::string prompt;
+  bool add_bos = true;
+  int n_predict = 256;           // -1 = until end of generation or a full context
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int prefill_step = 512;        // prompt chunk size; 0 = the whole prompt at once
+  KvConfig kv;
+};
+
+enum class FinishReason { kEos, kLength, kStop, kContext, kCancelled };
+std::string_view FinishReasonName(FinishReason r);
+
+struct GenerateResult {
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> tokens;   // generated
+  std::string text;              // generated text (stop string excluded)
+  FinishReason finish = FinishReason::kLength;
+  int64_t prompt_ns = 0;         // prefill time
+  int64_t gen_ns = 0;            // decode time (first sampled token to last)
+  double prompt_tps() const { return prompt_ns ? prompt_tokens.size() * 1e9 / prompt_ns : 0; }
+  double gen_tps() const { return gen_ns ? tokens.size() * 1e9 / gen_ns : 0; }
+};
+
+// Receives text as it is generated; return false to stop.
+using TextCallback = std::function<bool(std::string_view text)>;
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+
+  const Model& model() const { return *model_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  ThreadPool& pool() { return *pool_; }
+  Forward& forward() { return *forward_; }
+  int n_ctx() const { return n_ctx_; }
+
+  Result<GenerateResult> Generate(const GenerateOptions& options, const TextCallback& on_text);
+
+ private:
+  Engine() = default;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Forward> forward_;
+  int n_ctx_ = 0;
+};
+
+}  // namespace rotor

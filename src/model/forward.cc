@@ -1,0 +1,162 @@
+#include "model/forward.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace rotor {
+
+Forward::Forward(const Model& model, ThreadPool& pool, int max_tokens)
+    : model_(model),
+      pool_(pool),
+      max_tokens_(max_tokens),
+      matmul_scratch_(max_tokens, std::max(model.config().n_ff, model.config().n_embd)),
+      attn_scratch_(pool.size(), model.config().n_head, model.config().n_head_kv,
+                    model.config().head_dim) {
+  CHECK_GT(max_tokens, 0);
+  const ModelConfig& c = model.config();
+  const size_t t = max_tokens;
+  x_.Resize(t * c.n_embd);
+  xn_.Resize(t * c.n_embd);
+  q_.Resize(t * c.n_head * c.head_dim);
+  k_.Resize(t * c.n_head_kv * c.head_dim);
+  v_.Resize(t * c.n_head_kv * c.head_dim);
+  att_.Resize(t * c.n_head * c.head_dim);
+  gate_.Resize(t * c.n_ff);
+  up_.Resize(t * c.n_ff);
+  out_.Resize(t * c.n_embd);
+}
+
+int64_t Forward::OutputRows(std::span<const SeqInput> seqs) {
+  int64_t rows = 0;
+  for (const SeqInput& s : seqs) {
+    if (s.logits == LogitsWanted::kAll) rows += static_cast<int64_t>(s.tokens.size());
+    if (s.logits == LogitsWanted::kLast && !s.tokens.empty()) rows += 1;
+  }
+  return rows;
+}
+
+Status Forward::Run(std::span<const SeqInput> seqs, float* logits) {
+  const ModelConfig& c = model_.config();
+  int64_t n_tokens = 0;
+  for (const SeqInput& s : seqs) n_tokens += static_cast<int64_t>(s.tokens.size());
+  if (n_tokens == 0) return Status::Ok();
+  if (n_tokens > max_tokens_)
+    return Errorf("forward: ubatch of {} tokens exceeds the buffers' {}", n_tokens, max_tokens_);
+  // Plan every sequence before anything mutates: a failure leaves all caches as they were.
+  if (plans_.size() < seqs.size()) plans_.resize(seqs.size());
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    for (int32_t tok : seqs[si].tokens)
+      if (tok < 0 || tok >= c.n_vocab)
+        return Errorf("forward: token id {} out of range [0, {})", tok, c.n_vocab);
+    CHECK(seqs[si].cache != nullptr);
+    RETURN_IF_ERROR(
+        seqs[si].cache->Plan(static_cast<int32_t>(seqs[si].tokens.size()), &plans_[si]));
+  }
+
+  // Embeddings. x: [n_tokens, n_embd]
+  const ops::Weight& embd = model_.token_embd();
+  int64_t row = 0;
+  for (const SeqInput& s : seqs)
+    for (int32_t tok : s.tokens)
+      ops::DequantizeRow(embd.type, static_cast<const uint8_t*>(embd.data) + tok * embd.row_bytes,
+                         x_.data() + (row++) * c.n_embd, c.n_embd);
+
+  for (int il = 0; il < c.n_layer; ++il) Layer(il, seqs, n_tokens);
+  for (size_t si = 0; si < seqs.size(); ++si) seqs[si].cache->Commit(plans_[si]);
+
+  // Final norm of the rows whose logits are wanted, gathered into xn: [n_out, n_embd].
+  int64_t n_out = 0;
+  row = 0;
+  for (const SeqInput& s : seqs) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    const int64_t first = s.logits == LogitsWanted::kAll ? 0 : s.logits == LogitsWanted::kLast ? n - 1 : n;
+    for (int64_t i = first; i < n; ++i)
+      ops::RmsNorm(x_.data() + (row + i) * c.n_embd, model_.output_norm(),
+                   xn_.data() + (n_out++) * c.n_embd, c.n_embd, c.rms_eps);
+    row += n;
+  }
+  if (n_out > 0)
+    ops::Matmul(pool_, model_.output(), xn_.data(), n_out, logits, c.n_vocab, matmul_scratch_);
+  return Status::Ok();
+}
+
+void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& w = model_.layer(il);
+  const int64_t E = c.n_embd;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  const ops::RopeConfig rope = c.rope();
+  auto norm_rows = [&](const float* weight) {
+    pool_.ParallelFor(n_tokens, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t r = b; r < e; ++r)
+        ops::RmsNorm(x_.data() + r * E, weight, xn_.data() + r * E, E, c.rms_eps);
+    });
+  };
+
+  // Attention block.
+  norm_rows(w.attn_norm);
+  ops::Matmul(pool_, w.wq, xn_.data(), n_tokens, q_.data(), q_dim, matmul_scratch_);
+  ops::Matmul(pool_, w.wk, xn_.data(), n_tokens, k_.data(), kv_dim, matmul_scratch_);
+  ops::Matmul(pool_, w.wv, xn_.data(), n_tokens, v_.data(), kv_dim, matmul_scratch_);
+  int64_t row = 0;
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const KvPlan& plan = plans_[si];
+    KvCache& cache = *seqs[si].cache;
+    const int64_t n = plan.n_tokens;
+    float* q = q_.data() + row * q_dim;
+    float* k = k_.data() + row * kv_dim;
+    float* v = v_.data() + row * kv_dim;
+    ops::Rope(rope, q, n, c.n_head, plan.pos.data());
+    ops::Rope(rope, k, n, c.n_head_kv, plan.pos.data());
+    const KvLayerView view = cache.View(il);
+    AttentionArgs args;
+    args.q = q;
+    args.k = k;
+    args.v = v;
+    args.q_stride = q_dim;
+    args.kv_stride = kv_dim;
+    args.n_head = c.n_head;
+    args.n_head_kv = c.n_head_kv;
+    args.head_dim = c.head_dim;
+    args.cache = &view;
+    args.plan = &plan;
+    args.out = att_.data() + row * q_dim;
+    args.out_stride = q_dim;
+    Attend(pool_, args, attn_scratch_);
+    cache.Write(il, plan, k, v, kv_dim);
+    row += n;
+  }
+  ops::Matmul(pool_, w.wo, att_.data(), n_tokens, out_.data(), E, matmul_scratch_);
+  ops::Add(x_.data(), out_.data(), n_tokens * E);
+
+  // Feed-forward block (SwiGLU).
+  norm_rows(w.ffn_norm);
+  ops::Matmul(pool_, w.w_gate, xn_.data(), n_tokens, gate_.data(), c.n_ff, matmul_scratch_);
+  ops::Matmul(pool_, w.w_up, xn_.data(), n_tokens, up_.data(), c.n_ff, matmul_scratch_);
+  ops::SwiGlu(gate_.data(), up_.data(), gate_.data(), n_tokens * c.n_ff);
+  ops::Matmul(pool_, w.w_down, gate_.data(), n_tokens, out_.data(), E, matmul_scratch_);
+  ops::Add(x_.data(), out_.data(), n_tokens * E);
+}
+
+Status Forward::Prefill(const SeqInput& seq, int step, float* logits) {
+  const int64_t n = static_cast<int64_t>(seq.tokens.size());
+  if (step <= 0 || step > max_tokens_) step = max_tokens_;
+  // Check the whole prompt fits before running any chunk.
+  const int64_t remaining = seq.cache->Remaining();
+  if (remaining >= 0 && n > remaining)
+    return Errorf("prompt of {} tokens does not fit: the context has room for {} more", n,
+                  remaining);
+  const int64_t n_vocab = model_.config().n_vocab;
+  for (int64_t b = 0; b < n; b += step) {
+    const int64_t e = std::min(n, b + step);
+    SeqInput chunk{seq.cache, seq.tokens.subspan(b, e - b), seq.logits};
+    if (seq.logits == LogitsWanted::kLast && e < n) chunk.logits = LogitsWanted::kNone;
+    float* out = seq.logits == LogitsWanted::kAll ? logits + b * n_vocab : logits;
+    RETURN_IF_ERROR(Run(std::span<const SeqInput>(&chunk, 1), out));
+  }
+  return Status::Ok();
+}
+
+}  // namespace rotor

@@ -1,0 +1,71 @@
+// The forward pass: tokens of one or more sequences in, logits out, each
+// sequence attending through its own KV cache. Activation buffers are sized
+// once for the largest ubatch and reused for every chunk and decode step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "attention/attention.h"
+#include "base/memory.h"
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "ops/ops.h"
+
+namespace rotor {
+
+// Which logits a sequence's tokens produce: the last token's (generation),
+// every token's (scoring a text), or none (a prompt chunk that is not the last).
+enum class LogitsWanted { kLast, kAll, kNone };
+
+// One sequence's share of a ubatch.
+struct SeqInput {
+  KvCache* cache = nullptr;
+  std::span<const int32_t> tokens;
+  LogitsWanted logits = LogitsWanted::kLast;
+};
+
+class Forward {
+ public:
+  // max_tokens: the most tokens one ubatch may hold, summed over its sequences.
+  Forward(const Model& model, ThreadPool& pool, int max_tokens);
+
+  int max_tokens() const { return max_tokens_; }
+  const Model& model() const { return model_; }
+  // Logit rows a ubatch produces, summed over its sequences.
+  static int64_t OutputRows(std::span<const SeqInput> seqs);
+
+  // Runs one ubatch. `logits` receives OutputRows(seqs) rows of n_vocab floats,
+  // sequence by sequence. Fails before touching any cache if a token id is out
+  // of range or a cache cannot take the tokens.
+  Status Run(std::span<const SeqInput> seqs, float* logits);
+
+  // A whole prompt of one sequence in chunks of at most `step` tokens
+  // (0 = max_tokens); `logits` receives the rows seq.logits asks for.
+  Status Prefill(const SeqInput& seq, int step, float* logits);
+
+ private:
+  void Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens);
+
+  const Model& model_;
+  ThreadPool& pool_;
+  int max_tokens_;
+  std::vector<KvPlan> plans_;
+  ops::MatmulScratch matmul_scratch_;
+  AttentionScratch attn_scratch_;
+  AlignedBuffer<float> x_;     // [max_tokens, n_embd] residual stream
+  AlignedBuffer<float> xn_;    // [max_tokens, n_embd] normed input of a block
+  AlignedBuffer<float> q_;     // [max_tokens, n_head * head_dim]
+  AlignedBuffer<float> k_;     // [max_tokens, n_head_kv * head_dim]
+  AlignedBuffer<float> v_;     // [max_tokens, n_head_kv * head_dim]
+  AlignedBuffer<float> att_;   // [max_tokens, n_head * head_dim]
+  AlignedBuffer<float> gate_;  // [max_tokens, n_ff]
+  AlignedBuffer<float> up_;    // [max_tokens, n_ff]
+  AlignedBuffer<float> out_;   // [max_tokens, n_embd] block output before the residual add
+};
+
+}  // namespace rotor

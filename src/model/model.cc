@@ -1,0 +1,140 @@
+#include "model/model.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+namespace rotor {
+
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  return FromGguf(std::move(file));
+}
+
+Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> file) {
+  std::unique_ptr<Model> model(new Model());
+  model->file_ = std::move(file);
+  RETURN_IF_ERROR(model->Init());
+  return model;
+}
+
+Status Model::LoadHyperParams() {
+  const GgufFile& f = *file_;
+  ModelConfig& c = config_;
+  ASSIGN_OR_RETURN(c.arch, f.GetString("general.architecture"));
+  if (c.arch != "llama")
+    return Errorf("architecture '{}' is not supported (rotor runs: llama)", c.arch);
+  ASSIGN_OR_RETURN(c.name, f.GetStringOr("general.name", ""));
+  const std::string p = c.arch + ".";
+  auto get_int = [&](const std::string& key, int64_t lo, int64_t hi, int* out,
+                     std::optional<int64_t> def = std::nullopt) -> Status {
+    Result<int64_t> v = def ? f.GetIntOr(key, *def) : f.GetInt(key);
+    if (!v.ok()) return v.status();
+    if (*v < lo || *v > hi) return Errorf("key '{}' = {} out of range [{}, {}]", key, *v, lo, hi);
+    *out = static_cast<int>(*v);
+    return Status::Ok();
+  };
+  constexpr int64_t kBig = 1 << 24;
+  RETURN_IF_ERROR(get_int(p + "embedding_length", 1, kBig, &c.n_embd));
+  RETURN_IF_ERROR(get_int(p + "block_count", 1, 4096, &c.n_layer));
+  RETURN_IF_ERROR(get_int(p + "attention.head_count", 1, 4096, &c.n_head));
+  RETURN_IF_ERROR(get_int(p + "attention.head_count_kv", 1, 4096, &c.n_head_kv, c.n_head));
+  RETURN_IF_ERROR(get_int(p + "feed_forward_length", 1, kBig, &c.n_ff));
+  RETURN_IF_ERROR(get_int(p + "context_length", 1, kBig, &c.n_ctx_train));
+  if (c.n_embd % c.n_head != 0)
+    return Errorf("embedding_length {} is not a multiple of head_count {}", c.n_embd, c.n_head);
+  if (c.n_head % c.n_head_kv != 0)
+    return Errorf("head_count {} is not a multiple of head_count_kv {}", c.n_head, c.n_head_kv);
+  c.head_dim = c.n_embd / c.n_head;
+  RETURN_IF_ERROR(get_int(p + "rope.dimension_count", 2, c.head_dim, &c.n_rot, c.head_dim));
+  if (c.n_rot % 2 != 0) return Errorf("rope.dimension_count {} must be even", c.n_rot);
+  ASSIGN_OR_RETURN(double base, f.GetFloatOr(p + "rope.freq_base", 10000.0));
+  if (!(base > 1.0)) return Errorf("key '{}rope.freq_base' = {} must be > 1", p, base);
+  c.rope_base = static_cast<float>(base);
+  ASSIGN_OR_RETURN(double eps, f.GetFloatOr(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  if (!(eps > 0.0 && eps < 1.0))
+    return Errorf("key '{}attention.layer_norm_rms_epsilon' = {} out of range (0, 1)", p, eps);
+  c.rms_eps = static_cast<float>(eps);
+  return Status::Ok();
+}
+
+Result<ops::Weight> Model::Matrix(const std::string& name, int64_t k, int64_t n) {
+  const GgufTensor* t = file_->FindTensor(name);
+  if (t == nullptr) return Errorf("missing tensor '{}'", name);
+  if (t->ne.size() != 2 || t->ne[0] != k || t->ne[1] != n)
+    return Errorf("tensor '{}' has shape [{}], expected [{}, {}]", name, fmt::join(t->ne, ", "), k,
+                  n);
+  if (!Traits(t->type).supported)
+    return Errorf("tensor '{}' has type {}, which rotor cannot run", name, DTypeName(t->type));
+  ops::Weight w{t->type, k, n, t->data, static_cast<size_t>(RowBytes(t->type, k))};
+  n_params_ += k * n;
+  return w;
+}
+
+Result<const float*> Model::Vector(const std::string& name, int64_t n) {
+  const GgufTensor* t = file_->FindTensor(name);
+  if (t == nullptr) return Errorf("missing tensor '{}'", name);
+  if (t->n_elements != n || t->ne[0] != n)
+    return Errorf("tensor '{}' has shape [{}], expected [{}]", name, fmt::join(t->ne, ", "), n);
+  n_params_ += n;
+  weight_bytes_ += static_cast<int64_t>(t->n_bytes);
+  if (t->type == DType::kF32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0)
+    return reinterpret_cast<const float*>(t->data);
+  if (!Traits(t->type).supported)
+    return Errorf("tensor '{}' has type {}, which rotor cannot run", name, DTypeName(t->type));
+  owned_vectors_.emplace_back(n);
+  ops::DequantizeRow(t->type, t->data, owned_vectors_.back().data(), n);
+  return static_cast<const float*>(owned_vectors_.back().data());
+}
+
+Status Model::Init() {
+  Status s = [&]() -> Status {
+    RETURN_IF_ERROR(LoadHyperParams());
+    ModelConfig& c = config_;
+    const GgufTensor* embd = file_->FindTensor("token_embd.weight");
+    if (embd == nullptr) return Status::Error("missing tensor 'token_embd.weight'");
+    if (embd->ne.size() != 2 || embd->ne[0] != c.n_embd)
+      return Errorf("tensor 'token_embd.weight' has shape [{}], expected [{}, n_vocab]",
+                    fmt::join(embd->ne, ", "), c.n_embd);
+    if (embd->ne[1] > (1 << 24))
+      return Errorf("tensor 'token_embd.weight' has {} rows, too many", embd->ne[1]);
+    c.n_vocab = static_cast<int>(embd->ne[1]);
+    ASSIGN_OR_RETURN(token_embd_, Matrix("token_embd.weight", c.n_embd, c.n_vocab));
+    ASSIGN_OR_RETURN(output_norm_, Vector("output_norm.weight", c.n_embd));
+    if (file_->FindTensor("output.weight") != nullptr) {
+      ASSIGN_OR_RETURN(output_, Matrix("output.weight", c.n_embd, c.n_vocab));
+    } else {
+      output_ = token_embd_;
+      tied_output_ = true;
+    }
+    weight_bytes_ += static_cast<int64_t>(output_.row_bytes) * output_.n;
+    const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+    std::map<std::string, int> type_count;
+    layers_.resize(c.n_layer);
+    for (int i = 0; i < c.n_layer; ++i) {
+      const std::string b = fmt::format("blk.{}.", i);
+      LayerWeights& l = layers_[i];
+      ASSIGN_OR_RETURN(l.attn_norm, Vector(b + "attn_norm.weight", c.n_embd));
+      ASSIGN_OR_RETURN(l.wq, Matrix(b + "attn_q.weight", c.n_embd, q_dim));
+      ASSIGN_OR_RETURN(l.wk, Matrix(b + "attn_k.weight", c.n_embd, kv_dim));
+      ASSIGN_OR_RETURN(l.wv, Matrix(b + "attn_v.weight", c.n_embd, kv_dim));
+      ASSIGN_OR_RETURN(l.wo, Matrix(b + "attn_output.weight", q_dim, c.n_embd));
+      ASSIGN_OR_RETURN(l.ffn_norm, Vector(b + "ffn_norm.weight", c.n_embd));
+      ASSIGN_OR_RETURN(l.w_gate, Matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff));
+      ASSIGN_OR_RETURN(l.w_up, Matrix(b + "ffn_up.weight", c.n_embd, c.n_ff));
+      ASSIGN_OR_RETURN(l.w_down, Matrix(b + "ffn_down.weight", c.n_ff, c.n_embd));
+      for (const ops::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+        weight_bytes_ += static_cast<int64_t>(w->row_bytes) * w->n;
+        type_count[std::string(DTypeName(w->type))] += 1;
+      }
+    }
+    int best = 0;
+    for (const auto& [name, count] : type_count)
+      if (count > best) best = count, type_name_ = name;
+    return Status::Ok();
+  }();
+  return s.WithContext("model: " + file_->path());
+}
+
+}  // namespace rotor

@@ -1,0 +1,91 @@
+// A Llama-architecture model: hyper-parameters from the GGUF `llama.*` keys and
+// weights as views into the mmap'd file (norm vectors converted to f32 once).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/gguf.h"
+#include "kv/kv_config.h"
+#include "ops/ops.h"
+
+namespace rotor {
+
+struct ModelConfig {
+  std::string arch;        // "llama"
+  std::string name;        // general.name, if any
+  int n_vocab = 0;
+  int n_embd = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int n_ff = 0;
+  int n_ctx_train = 0;
+  int n_rot = 0;           // dimensions of each head that RoPE rotates
+  float rope_base = 10000.f;
+  float rms_eps = 1e-5f;
+  ops::RopeLayout rope_layout = ops::RopeLayout::kNormal;
+
+  KvShape kv_shape(int n_ctx) const { return KvShape{n_layer, n_head_kv, head_dim, n_ctx}; }
+  ops::RopeConfig rope() const {
+    return ops::RopeConfig{head_dim, n_rot, rope_base, rope_layout, nullptr};
+  }
+};
+
+struct LayerWeights {
+  const float* attn_norm;  // [n_embd]
+  ops::Weight wq;          // [n_embd] -> [n_head * head_dim]
+  ops::Weight wk;          // [n_embd] -> [n_head_kv * head_dim]
+  ops::Weight wv;          // [n_embd] -> [n_head_kv * head_dim]
+  ops::Weight wo;          // [n_head * head_dim] -> [n_embd]
+  const float* ffn_norm;   // [n_embd]
+  ops::Weight w_gate;      // [n_embd] -> [n_ff]
+  ops::Weight w_up;        // [n_embd] -> [n_ff]
+  ops::Weight w_down;      // [n_ff] -> [n_embd]
+};
+
+class Model {
+ public:
+  // Opens and validates a GGUF model file. Errors name the file, key or tensor.
+  static Result<std::unique_ptr<Model>> Load(const std::string& path);
+  // Builds a model from an already opened file (takes ownership).
+  static Result<std::unique_ptr<Model>> FromGguf(std::unique_ptr<GgufFile> file);
+
+  const ModelConfig& config() const { return config_; }
+  const GgufFile& file() const { return *file_; }
+  const ops::Weight& token_embd() const { return token_embd_; }  // [n_vocab rows of n_embd]
+  const float* output_norm() const { return output_norm_; }      // [n_embd]
+  const ops::Weight& output() const { return output_; }          // [n_embd] -> [n_vocab]
+  bool tied_output() const { return tied_output_; }
+  const LayerWeights& layer(int i) const { return layers_[i]; }
+  // Bytes of weights a decode step reads (every matrix once; embeddings one row).
+  int64_t weight_bytes() const { return weight_bytes_; }
+  int64_t n_params() const { return n_params_; }
+  // The most common matrix type, e.g. "q8_0" (for reports).
+  std::string type_name() const { return type_name_; }
+
+ private:
+  Model() = default;
+  Status Init();
+  Status LoadHyperParams();
+  Result<ops::Weight> Matrix(const std::string& name, int64_t k, int64_t n);
+  Result<const float*> Vector(const std::string& name, int64_t n);
+
+  std::unique_ptr<GgufFile> file_;
+  ModelConfig config_;
+  ops::Weight token_embd_{};
+  const float* output_norm_ = nullptr;
+  ops::Weight output_{};
+  bool tied_output_ = false;
+  std::vector<LayerWeights> layers_;
+  std::vector<std::vector<float>> owned_vectors_;  // norms stored in a non-f32 type
+  int64_t weight_bytes_ = 0;
+  int64_t n_params_ = 0;
+  std::string type_name_;
+};
+
+}  // namespace rotor

@@ -1,0 +1,118 @@
+#include "ops/matmul.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "base/cpu.h"
+#include "ops/kernels.h"
+#include "ops/ref/ref.h"
+
+namespace rotor::ops {
+namespace {
+
+bool IsQuant(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+
+// The scalar path: ref math per output, threads over rows.
+void ScalarGemv(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t r0,
+                int64_t r1, float* y) {
+  for (int64_t r = r0; r < r1; ++r) y[r] = ref::MatmulDot(w, r, x, qx, dx);
+}
+
+void ScalarGemm(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t t0,
+                int64_t t1, int64_t r0, int64_t r1, float* y, int64_t ldy, uint8_t* /*panel*/) {
+  const int64_t nb = w.k / ref::kBlock;
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t r = r0; r < r1; ++r)
+      y[t * ldy + r] = ref::MatmulDot(w, r, x + t * w.k, qx ? qx + t * w.k : nullptr,
+                                      dx ? dx + t * nb : nullptr);
+}
+
+}  // namespace
+
+size_t MatmulScratch::PanelBytes(int64_t max_k) {
+  // Largest panel: kPanelRows rows of f32 (4 bytes per weight); the integer
+  // panels take 3 bytes per weight (int8 weights, int32 corrections per 4
+  // weights, f32 scales broadcast to 16 lanes per 64 weights).
+  return static_cast<size_t>(internal::kPanelRows) * 4 * static_cast<size_t>(max_k) + 4096;
+}
+
+void MatmulScratch::Reserve(int64_t max_m, int64_t max_k, int max_threads) {
+  CHECK_GE(max_m, 1);
+  CHECK_GE(max_k, 1);
+  max_m_ = max_m;
+  max_k_ = (max_k + ref::kBlock - 1) / ref::kBlock * ref::kBlock;
+  qx_.Resize(static_cast<size_t>(max_m_ * max_k_));
+  dx_.Resize(static_cast<size_t>(max_m_ * (max_k_ / ref::kBlock)));
+  panel_bytes_ = PanelBytes(max_k_);
+  n_threads_ = 0;
+  EnsureThreads(max_threads > 0 ? max_threads : HardwareThreads());
+}
+
+void MatmulScratch::EnsureThreads(int n_threads) {
+  if (n_threads <= n_threads_) return;
+  panels_.Resize(static_cast<size_t>(n_threads) * panel_bytes_);
+  n_threads_ = n_threads;
+}
+
+void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y, int64_t ldy,
+            MatmulScratch& scratch) {
+  CHECK_MSG(w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16 ||
+                IsQuant(w.type),
+            "ops: Matmul: unsupported weight type");
+  CHECK_GE(ldy, w.n);
+  CHECK_GE(w.row_bytes, static_cast<size_t>(RowBytes(w.type, w.k)));
+  if (m <= 0 || w.n <= 0) return;
+  const bool quant = IsQuant(w.type);
+  if (quant) CHECK_MSG(w.k % ref::kBlock == 0, "ops: Matmul: k not a multiple of 32");
+  CHECK_MSG(m <= scratch.max_m() && w.k <= scratch.max_k(), "ops: Matmul: scratch too small");
+  scratch.EnsureThreads(pool.size());
+
+  const Isa isa = ActiveIsa();
+  auto quantize = [&](const float* xr, int8_t* q, float* d) {
+    switch (isa) {
+      case Isa::kAvx512: return internal::avx512::QuantizeActivations(xr, q, d, w.k);
+      case Isa::kAvx2: return internal::avx2::QuantizeActivations(xr, q, d, w.k);
+      case Isa::kScalar: return ref::QuantizeActivations(xr, q, d, w.k);
+    }
+  };
+  const int64_t nb = w.k / ref::kBlock;
+  int8_t* qx = quant ? scratch.qx() : nullptr;  // [m, k]
+  float* dx = quant ? scratch.dx() : nullptr;   // [m, k / 32]
+
+  if (m == 1) {
+    if (quant) quantize(x, qx, dx);
+    auto gemv = isa == Isa::kAvx512 ? &internal::avx512::Gemv
+                : isa == Isa::kAvx2 ? &internal::avx2::Gemv
+                                    : &ScalarGemv;
+    pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
+      gemv(w, x, qx, dx, r0, r1, y);
+    });
+    return;
+  }
+
+  if (quant) {
+    pool.ParallelFor(m, 1, [&](int64_t t0, int64_t t1, int) {
+      for (int64_t t = t0; t < t1; ++t) quantize(x + t * w.k, qx + t * w.k, dx + t * nb);
+    });
+  }
+  auto gemm = isa == Isa::kAvx512 ? &internal::avx512::Gemm
+              : isa == Isa::kAvx2 ? &internal::avx2::Gemm
+                                  : &ScalarGemm;
+  // Tasks: row chunks (multiples of the panel) x token chunks sized so a
+  // chunk's activations stay in L2 while every panel of the chunk sweeps them.
+  const int64_t act_bytes = quant ? w.k + 4 * nb : 4 * w.k;  // per token
+  const int64_t tb = std::clamp<int64_t>((256 << 10) / act_bytes, 16, 256);
+  const int64_t n_tb = (m + tb - 1) / tb;
+  int64_t rb = 8 * internal::kPanelRows;
+  while (rb > internal::kPanelRows && (w.n + rb - 1) / rb * n_tb < 4 * pool.size()) rb /= 2;
+  const int64_t n_rb = (w.n + rb - 1) / rb;
+  const int64_t n_tasks = n_rb * n_tb;
+  CHECK_LE(n_tasks, int64_t{1} << 30);
+  pool.Run(static_cast<int>(n_tasks), [&](int task, int thread) {
+    const int64_t r0 = task % n_rb * rb, t0 = task / n_rb * tb;
+    gemm(w, x, qx, dx, t0, std::min(m, t0 + tb), r0, std::min(w.n, r0 + rb), y, ldy,
+         scratch.panel(thread));
+  });
+}
+
+}  // namespace rotor::ops

@@ -1,0 +1,70 @@
+// Y = X * W^T for every weight type: the projections of a Llama forward pass.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/memory.h"
+#include "base/thread_pool.h"
+#include "tensor/dtype.h"
+
+namespace rotor::ops {
+
+// A weight matrix in GGML order: ne[0] = k (input features, contiguous),
+// ne[1] = n (output rows). Row i starts at data + i * row_bytes.
+struct Weight {
+  DType type;
+  int64_t k;
+  int64_t n;
+  const void* data;
+  size_t row_bytes;  // >= RowBytes(type, k)
+};
+
+// A weight view over packed rows (row_bytes = RowBytes(type, k)).
+inline Weight MakeWeight(DType type, int64_t k, int64_t n, const void* data) {
+  return Weight{type, k, n, data, static_cast<size_t>(RowBytes(type, k))};
+}
+
+// Working memory of Matmul: the q8_0-quantized activations and per-thread
+// weight panels. Sized once (constructor or Reserve); Matmul never allocates
+// except once when first used with a pool larger than any before.
+class MatmulScratch {
+ public:
+  MatmulScratch() = default;
+  MatmulScratch(int64_t max_m, int64_t max_k, int max_threads = 0) {
+    Reserve(max_m, max_k, max_threads);
+  }
+  // max_threads 0: HardwareThreads().
+  void Reserve(int64_t max_m, int64_t max_k, int max_threads = 0);
+
+  int64_t max_m() const { return max_m_; }
+  int64_t max_k() const { return max_k_; }
+
+  // Internal to the kernels.
+  int8_t* qx() { return qx_.data(); }  // [max_m, max_k] activations quantized to q8_0
+  float* dx() { return dx_.data(); }   // [max_m, max_k / 32] their scales (f32, not f16)
+  void EnsureThreads(int n_threads);
+  // Per-thread panel of repacked weights: PanelBytes(max_k) bytes each.
+  uint8_t* panel(int thread) { return panels_.data() + static_cast<size_t>(thread) * panel_bytes_; }
+  static size_t PanelBytes(int64_t max_k);
+
+ private:
+  int64_t max_m_ = 0, max_k_ = 0;
+  int n_threads_ = 0;
+  size_t panel_bytes_ = 0;
+  AlignedBuffer<int8_t> qx_;
+  AlignedBuffer<float> dx_;
+  AlignedBuffer<uint8_t> panels_;  // [n_threads, panel_bytes_]
+};
+
+// Y[m, n] = X[m, k] * W^T; y's row stride is ldy floats (>= n).
+// f32: FMA in f32. f16/bf16: weights converted exactly to f32, then f32 FMA
+// (same error bound as f32: ~(k / 8 + 64) * 2^-24 * sum |w x| per output).
+// q8_0/q4_0: X quantized to q8_0 per block of 32 (f32 scale), exact integer
+// block dot products, f32 accumulation of the scaled block sums; the
+// quantization error per output is <= sum_j |w_j| * amax_block(x) / 254.
+// m == 1 is matrix-vector (memory-bound); m > 1 tiles weights across tokens.
+void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y, int64_t ldy,
+            MatmulScratch& scratch);
+
+}  // namespace rotor::ops

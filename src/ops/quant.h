@@ -1,0 +1,26 @@
+// Row conversions between f32 and the weight types rotor reads (f32, f16,
+// bf16, q8_0, q4_0), and dot products of one weight row with an f32 vector.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace rotor::ops {
+
+// True for the types these kernels read: f32, f16, bf16, q8_0, q4_0.
+bool IsSupported(DType t);
+
+// n elements of type t -> f32. For q8_0/q4_0 n is a multiple of 32.
+void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
+// f32 -> n elements of type t, GGML's choices: f16/bf16 round to nearest even;
+// q8_0 d = amax / 127, q = roundf(x / d); q4_0 d = max / -8 (max: the signed
+// value of largest magnitude), q = min(15, (int)(x / d + 8.5)).
+void QuantizeRow(DType t, const float* src, void* dst, int64_t n);
+// Dot product of one weight row (dequantized exactly) with f32 x, accumulated in
+// f32 lanes: |error| <= ~(n / 8 + 16) * 2^-24 * sum |w_i x_i|. x is not quantized.
+float DotRow(DType t, const void* w_row, const float* x, int64_t n);
+// y += a * dequantize(row): the value side of attention over a typed cache.
+void AxpyRow(DType t, float a, const void* row, float* y, int64_t n);
+
+}  // namespace rotor::ops

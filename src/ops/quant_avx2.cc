@@ -1,0 +1,155 @@
+// AVX2 row conversions, dot products and activation quantization.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/kernels.h"
+
+namespace rotor::ops::internal::avx2 {
+namespace {
+
+inline float HalfToFloat(const void* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256 Load8(DType t, const uint8_t* src, int64_t i) {
+  switch (t) {
+    case DType::kF16:
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
+    case DType::kBF16:
+      return _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))), 16));
+    default: return _mm256_loadu_ps(reinterpret_cast<const float*>(src) + i);
+  }
+}
+
+inline float LoadOne(DType t, const uint8_t* src, int64_t i) {
+  switch (t) {
+    case DType::kF16: return HalfToFloat(src + 2 * i);
+    case DType::kBF16: {
+      uint16_t b;
+      std::memcpy(&b, src + 2 * i, 2);
+      const uint32_t u = static_cast<uint32_t>(b) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    default: {
+      float f;
+      std::memcpy(&f, src + 4 * i, 4);
+      return f;
+    }
+  }
+}
+
+// Calls vec(i, v) for groups of 8 elements in f32 and one(i, f) for a tail.
+template <typename V, typename S>
+inline void ForEach8(DType t, const void* row, int64_t n, V&& vec, S&& one) {
+  const uint8_t* src = static_cast<const uint8_t*>(row);
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: {
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8) vec(i, Load8(t, src, i));
+      for (; i < n; ++i) one(i, LoadOne(t, src, i));
+      return;
+    }
+    case DType::kQ8_0:
+      for (int64_t b = 0; b < n / kQK8_0; ++b) {
+        const uint8_t* blk = src + b * sizeof(BlockQ8_0);
+        const __m256 d = _mm256_set1_ps(HalfToFloat(blk));
+        for (int j = 0; j < 4; ++j) {
+          const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * j));
+          vec(b * 32 + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+        }
+      }
+      return;
+    case DType::kQ4_0:
+      for (int64_t b = 0; b < n / kQK4_0; ++b) {
+        const uint8_t* blk = src + b * sizeof(BlockQ4_0);
+        const __m256 d = _mm256_set1_ps(HalfToFloat(blk));
+        const __m256i eight = _mm256_set1_epi32(8), low = _mm256_set1_epi32(15);
+        for (int j = 0; j < 2; ++j) {
+          const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * j)));
+          const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(q, low), eight);
+          const __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(q, 4), eight);
+          vec(b * 32 + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(lo)));
+          vec(b * 32 + 16 + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(hi)));
+        }
+      }
+      return;
+    default: UnsupportedType(t);
+  }
+}
+
+inline __m256i RoundHalfAway(__m256 v) {
+  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 frac = _mm256_andnot_ps(_mm256_set1_ps(-0.f), _mm256_sub_ps(v, t));
+  const __m256 one = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.f)), _mm256_set1_ps(1.f));
+  const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  return _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, one)));
+}
+
+}  // namespace
+
+void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
+  ForEach8(
+      t, src, n, [&](int64_t i, __m256 v) { _mm256_storeu_ps(dst + i, v); },
+      [&](int64_t i, float f) { dst[i] = f; });
+}
+
+float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  float tail = 0.f;
+  ForEach8(
+      t, w_row, n, [&](int64_t i, __m256 v) { acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + i), acc); },
+      [&](int64_t i, float f) { tail += f * x[i]; });
+  return HorizontalSum(acc) + tail;
+}
+
+void AxpyRow(DType t, float a, const void* row, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  ForEach8(
+      t, row, n,
+      [&](int64_t i, __m256 v) { _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, v, _mm256_loadu_ps(y + i))); },
+      [&](int64_t i, float f) { y[i] += a * f; });
+}
+
+// Same results as ref::QuantizeActivations, bit for bit.
+void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < k / 32; ++b) {
+    __m256 v[4];  // [4][8] the block
+    __m256 mx = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(x + b * 32 + 8 * j);
+      mx = _mm256_max_ps(mx, _mm256_and_ps(v[j], abs_mask));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float db = amax / 127.f;
+    const float id = db != 0.f ? 1.f / db : 0.f;
+    d[b] = db;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i i32[4];  // [4][8]
+    for (int j = 0; j < 4; ++j) i32[j] = RoundHalfAway(_mm256_mul_ps(v[j], vid));
+    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
+    const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), i8);
+  }
+}
+
+}  // namespace rotor::ops::internal::avx2

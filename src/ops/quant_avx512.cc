@@ -1,0 +1,120 @@
+// AVX-512 row conversions, dot products and activation quantization.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/kernels.h"
+
+namespace rotor::ops::internal::avx512 {
+namespace {
+
+inline __mmask16 TailMask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+}
+
+inline float HalfToFloat(const void* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Calls fn(i, v, mask) for each group of up to 16 elements of row, v holding
+// them in f32 (lanes outside mask are 0).
+template <typename F>
+inline void ForEach16(DType t, const void* row, int64_t n, F&& fn) {
+  const uint8_t* src = static_cast<const uint8_t*>(row);
+  switch (t) {
+    case DType::kF32:
+      for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 mk = TailMask(n - i);
+        fn(i, _mm512_maskz_loadu_ps(mk, reinterpret_cast<const float*>(src) + i), mk);
+      }
+      return;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 mk = TailMask(n - i);
+        const __m256i h = _mm256_maskz_loadu_epi16(mk, reinterpret_cast<const uint16_t*>(src) + i);
+        fn(i, _mm512_cvtph_ps(h), mk);
+      }
+      return;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 mk = TailMask(n - i);
+        const __m256i h = _mm256_maskz_loadu_epi16(mk, reinterpret_cast<const uint16_t*>(src) + i);
+        fn(i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)), mk);
+      }
+      return;
+    case DType::kQ8_0:
+      for (int64_t b = 0; b < n / kQK8_0; ++b) {
+        const uint8_t* blk = src + b * sizeof(BlockQ8_0);
+        const __m512 d = _mm512_set1_ps(HalfToFloat(blk));
+        const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+        const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
+        fn(b * 32, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))), __mmask16{0xffff});
+        fn(b * 32 + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))), __mmask16{0xffff});
+      }
+      return;
+    case DType::kQ4_0:
+      for (int64_t b = 0; b < n / kQK4_0; ++b) {
+        const uint8_t* blk = src + b * sizeof(BlockQ4_0);
+        const __m512 d = _mm512_set1_ps(HalfToFloat(blk));
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+        const __m512i eight = _mm512_set1_epi32(8), low = _mm512_set1_epi32(15);
+        const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, low), eight);
+        const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+        fn(b * 32, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)), __mmask16{0xffff});
+        fn(b * 32 + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)), __mmask16{0xffff});
+      }
+      return;
+    default: UnsupportedType(t);
+  }
+}
+
+// roundf (half away from zero) of each lane, as an int32.
+inline __m512i RoundHalfAway(__m512 v) {
+  const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_sub_ps(v, t);
+  const __m512 sign = _mm512_and_ps(v, _mm512_set1_ps(-0.f));
+  const __m512 one = _mm512_or_ps(sign, _mm512_set1_ps(1.f));
+  const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(frac), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  return _mm512_cvtps_epi32(_mm512_mask_add_ps(t, up, t, one));
+}
+
+}  // namespace
+
+void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
+  ForEach16(t, src, n, [&](int64_t i, __m512 v, __mmask16 mk) { _mm512_mask_storeu_ps(dst + i, mk, v); });
+}
+
+float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  ForEach16(t, w_row, n, [&](int64_t i, __m512 v, __mmask16 mk) {
+    acc = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(mk, x + i), acc);
+  });
+  return _mm512_reduce_add_ps(acc);
+}
+
+void AxpyRow(DType t, float a, const void* row, float* y, int64_t n) {
+  const __m512 va = _mm512_set1_ps(a);
+  ForEach16(t, row, n, [&](int64_t i, __m512 v, __mmask16 mk) {
+    _mm512_mask_storeu_ps(y + i, mk, _mm512_fmadd_ps(va, v, _mm512_maskz_loadu_ps(mk, y + i)));
+  });
+}
+
+// Same results as ref::QuantizeActivations, bit for bit.
+void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + b * 32), v1 = _mm512_loadu_ps(x + b * 32 + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
+    const float db = amax / 127.f;
+    const float id = db != 0.f ? 1.f / db : 0.f;
+    d[b] = db;
+    const __m512 vid = _mm512_set1_ps(id);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32), _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v0, vid))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32 + 16),
+                     _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v1, vid))));
+  }
+}
+
+}  // namespace rotor::ops::internal::avx512

@@ -1,0 +1,148 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "ops/ref/ref.h"
+#include "tensor/fp16.h"
+
+namespace rotor::ops::ref {
+namespace {
+
+void DequantizeQ8_0(const BlockQ8_0* b, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const float d = F16ToF32(b[i].d);
+    for (int j = 0; j < kQK8_0; ++j) dst[i * kQK8_0 + j] = d * static_cast<float>(b[i].qs[j]);
+  }
+}
+
+void DequantizeQ4_0(const BlockQ4_0* b, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const float d = F16ToF32(b[i].d);
+    float* out = dst + i * kQK4_0;
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      out[j] = d * static_cast<float>((b[i].qs[j] & 15) - 8);
+      out[j + kQK4_0 / 2] = d * static_cast<float>((b[i].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+void QuantizeQ8_0(const float* x, BlockQ8_0* b, int64_t n) {
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const float* xb = x + i * kQK8_0;
+    float amax = 0.f;
+    for (int j = 0; j < kQK8_0; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    b[i].d = F32ToF16(d);
+    for (int j = 0; j < kQK8_0; ++j) b[i].qs[j] = static_cast<int8_t>(std::roundf(xb[j] * id));
+  }
+}
+
+void QuantizeQ4_0(const float* x, BlockQ4_0* b, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const float* xb = x + i * kQK4_0;
+    float amax = 0.f, max = 0.f;
+    for (int j = 0; j < kQK4_0; ++j) {
+      if (std::fabs(xb[j]) > amax) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    const float d = max / -8.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    b[i].d = F32ToF16(d);
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      const int lo = std::min(15, static_cast<int>(xb[j] * id + 8.5f));
+      const int hi = std::min(15, static_cast<int>(xb[j + kQK4_0 / 2] * id + 8.5f));
+      b[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+void CheckBlocks(DType t, int64_t n) {
+  if (t == DType::kQ8_0 || t == DType::kQ4_0) CHECK_MSG(n % kBlock == 0, "ops: row not a multiple of 32");
+}
+
+}  // namespace
+
+void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
+  CheckBlocks(t, n);
+  switch (t) {
+    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case DType::kF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(s[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(s[i]);
+      return;
+    }
+    case DType::kQ8_0: DequantizeQ8_0(static_cast<const BlockQ8_0*>(src), dst, n); return;
+    case DType::kQ4_0: DequantizeQ4_0(static_cast<const BlockQ4_0*>(src), dst, n); return;
+    default: CHECK_MSG(false, "ops: DequantizeRow: unsupported type");
+  }
+}
+
+void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
+  CheckBlocks(t, n);
+  switch (t) {
+    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case DType::kF16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = F32ToF16(src[i]);
+      return;
+    }
+    case DType::kBF16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = F32ToBF16(src[i]);
+      return;
+    }
+    case DType::kQ8_0: QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n); return;
+    case DType::kQ4_0: QuantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), n); return;
+    default: CHECK_MSG(false, "ops: QuantizeRow: unsupported type");
+  }
+}
+
+float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
+  CheckBlocks(t, n);
+  const int64_t chunk = 256;
+  float buf[chunk];  // [chunk] dequantized weights
+  const int64_t bytes_per_chunk = RowBytes(t, chunk);
+  double sum = 0;
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t len = std::min(chunk, n - i);
+    DequantizeRow(t, static_cast<const uint8_t*>(w_row) + i / chunk * bytes_per_chunk, buf, len);
+    for (int64_t j = 0; j < len; ++j) sum += static_cast<double>(buf[j]) * x[i + j];
+  }
+  return static_cast<float>(sum);
+}
+
+void AxpyRow(DType t, float a, const void* row, float* y, int64_t n) {
+  CheckBlocks(t, n);
+  const int64_t chunk = 256;
+  float buf[chunk];  // [chunk] dequantized row
+  const int64_t bytes_per_chunk = RowBytes(t, chunk);
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t len = std::min(chunk, n - i);
+    DequantizeRow(t, static_cast<const uint8_t*>(row) + i / chunk * bytes_per_chunk, buf, len);
+    for (int64_t j = 0; j < len; ++j) y[i + j] += a * buf[j];
+  }
+}
+
+void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
+  CHECK_MSG(k % kBlock == 0, "ops: activation row not a multiple of 32");
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    float amax = 0.f;
+    for (int j = 0; j < kBlock; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    const float db = amax / 127.f;
+    const float id = db != 0.f ? 1.f / db : 0.f;
+    d[b] = db;
+    for (int j = 0; j < kBlock; ++j) q[b * kBlock + j] = static_cast<int8_t>(std::roundf(xb[j] * id));
+  }
+}
+
+}  // namespace rotor::ops::ref

@@ -1,0 +1,178 @@
+// Matmul on every ISA against ops/ref on seeded random data of odd sizes.
+//
+// Error bounds (per output y = sum_j w_j x_j; k terms, nb = k / 32 blocks):
+// - Fast vs ref, f32/f16/bf16: the weights convert exactly to f32, so both
+//   compute the same exact products; ref sums them in double, the fast paths
+//   in f32 lanes (each lane a chain of <= k / 8 FMAs, then a reduction tree of
+//   <= 16 adds, plus one add per k-chunk). Higham's bound for a chain of n
+//   roundings: |err| <= n * u * sum |w_j x_j|, u = 2^-24; we use n = k / 8 + 64.
+// - Fast vs ref, q8_0/q4_0: same quantized activations (checked bitwise in
+//   quant_test) and exact int32 block sums; both round s_b = d_w * d_x to f32
+//   identically; the fast paths accumulate s_b * (lane partial sums) in f32
+//   lanes: |err| <= (nb + 64) * u * sum_j |w_j| |qx_j| d_x.
+// - Fast vs exact f32 math (loose), q types: activation rounding moves each
+//   x_j by at most d_x(block) / 2 (plus a few ulps of x_j from the f32
+//   reciprocal), so |err| <= sum_j |w_j| d_x / 2 + 1e-6 sum |w_j x_j| + the
+//   bound above. That is about 1/254 of the block's largest |x| per element.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "ops/matmul.h"
+#include "ops/quant.h"
+#include "ops/ref/ref.h"
+#include "ops_test_util.h"
+
+namespace rotor::ops {
+namespace {
+
+using testing::kEps;
+
+struct Case {
+  DType type;
+  int64_t k, n;
+};
+
+bool IsQuant(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+
+// The weights as stored (type t) and their exact f32 values.
+struct TestWeight {
+  std::vector<uint8_t> bytes;  // [n, RowBytes(t, k)]
+  std::vector<float> deq;      // [n, k]
+  Weight view;
+};
+
+TestWeight MakeWeight(DType t, int64_t k, int64_t n, uint32_t seed) {
+  TestWeight w;
+  const int64_t rb = RowBytes(t, k);
+  w.bytes.resize(n * rb);
+  w.deq.resize(n * k);
+  std::vector<float> src = testing::RandomVector(n * k, seed, 0.5f);  // [n, k]
+  for (int64_t r = 0; r < n; ++r) {
+    QuantizeRow(t, src.data() + r * k, w.bytes.data() + r * rb, k);
+    ref::DequantizeRow(t, w.bytes.data() + r * rb, w.deq.data() + r * k, k);
+  }
+  w.view = ops::MakeWeight(t, k, n, w.bytes.data());
+  return w;
+}
+
+void CheckCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa) {
+  SCOPED_TRACE(::testing::Message() << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type)
+                                    << " k=" << c.k << " n=" << c.n << " m=" << m
+                                    << " threads=" << pool.size());
+  const TestWeight w = MakeWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 131 + c.n));
+  const std::vector<float> x = testing::RandomVector(m * c.k, static_cast<uint32_t>(m + 7));  // [m, k]
+  const int64_t ldy = c.n + 3;
+  std::vector<float> y(m * ldy, -12345.f);   // [m, ldy]
+  std::vector<float> yr(m * ldy, -12345.f);  // [m, ldy]
+  MatmulScratch scratch(m, c.k);
+  {
+    testing::ScopedIsa scoped(isa);
+    Matmul(pool, w.view, x.data(), m, y.data(), ldy, scratch);
+  }
+  ref::Matmul(w.view, x.data(), m, yr.data(), ldy);
+
+  const int64_t nb = (c.k + 31) / 32;
+  std::vector<int8_t> qx(c.k);    // [k]
+  std::vector<float> dx(nb);      // [nb]
+  int bad = 0;
+  for (int64_t t = 0; t < m; ++t) {
+    const float* xt = x.data() + t * c.k;
+    if (IsQuant(c.type)) ref::QuantizeActivations(xt, qx.data(), dx.data(), c.k);
+    for (int64_t r = 0; r < c.n; ++r) {
+      const float* wr = w.deq.data() + r * c.k;
+      double exact = 0, mag = 0, mag_q = 0, quant_err = 0;
+      for (int64_t j = 0; j < c.k; ++j) {
+        exact += static_cast<double>(wr[j]) * xt[j];
+        mag += std::fabs(static_cast<double>(wr[j]) * xt[j]);
+        if (IsQuant(c.type)) {
+          mag_q += std::fabs(static_cast<double>(wr[j]) * qx[j]) * dx[j / 32];
+          quant_err += std::fabs(wr[j]) * dx[j / 32] * 0.5;
+        }
+      }
+      const double got = y[t * ldy + r], want = yr[t * ldy + r];
+      const double tight = IsQuant(c.type) ? (nb + 64) * kEps * mag_q : (c.k / 8.0 + 64) * kEps * mag;
+      const double loose = quant_err + 1e-6 * mag + tight + 1e-30;
+      if (std::fabs(got - want) > tight + 1e-30 || std::fabs(got - exact) > loose) {
+        if (++bad <= 5)
+          ADD_FAILURE() << "t=" << t << " r=" << r << " got " << got << " ref " << want << " exact " << exact
+                        << " (tight " << tight << ", loose " << loose << ")";
+      }
+    }
+    for (int64_t r = c.n; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -12345.f) << "wrote past n";
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t k : {1, 7, 33, 4099})
+      for (int64_t n : {1, 7, 33}) cases.push_back({t, k, n});
+    cases.push_back({t, 64, 4099});
+    cases.push_back({t, 768, 37});
+  }
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    for (int64_t k : {32, 64, 96, 4096 + 32})
+      for (int64_t n : {1, 7, 33}) cases.push_back({t, k, n});
+    cases.push_back({t, 96, 4099});
+    cases.push_back({t, 768, 37});
+  }
+  return cases;
+}
+
+class MatmulTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(MatmulTest, MatchesReferenceOnEveryIsa) {
+  ThreadPool pool(GetParam());
+  for (Isa isa : testing::Isas())
+    for (const Case& c : Cases())
+      for (int64_t m : {1, 2, 3, 7, 16, 33}) {
+        if (c.n * c.k * m > 3'000'000 && m > 7) continue;  // the slow reference; m = 1..7 still run
+        CheckCase(pool, c, m, isa);
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, MatmulTest, ::testing::Values(1, 2, 3));
+
+// A large m exercises several token chunks and the full register tiles.
+TEST(MatmulLargeTest, ManyTokens) {
+  ThreadPool pool(2);
+  for (Isa isa : testing::Isas())
+    for (DType t : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) CheckCase(pool, {t, 256, 45}, 300, isa);
+}
+
+TEST(MatmulScratchTest, GrowsForLargerPools) {
+  MatmulScratch scratch(4, 64, 1);
+  ThreadPool pool(3);
+  TestWeight w = MakeWeight(DType::kQ8_0, 64, 40, 1);
+  std::vector<float> x = testing::RandomVector(4 * 64, 2);  // [4, 64]
+  std::vector<float> y(4 * 40), yr(4 * 40);                 // [4, 40]
+  Matmul(pool, w.view, x.data(), 4, y.data(), 40, scratch);
+  ref::Matmul(w.view, x.data(), 4, yr.data(), 40);
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], yr[i], 1e-4 * (1 + std::fabs(yr[i])));
+}
+
+// Rows with zero scale (all-zero blocks) and zero activations give exact zeros.
+TEST(MatmulEdgeTest, ZeroBlocks) {
+  ThreadPool pool(2);
+  for (Isa isa : testing::Isas()) {
+    testing::ScopedIsa scoped(isa);
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+      std::vector<float> wsrc(9 * 96, 0.f);  // [9, 96]
+      std::vector<uint8_t> bytes(9 * RowBytes(t, 96));
+      for (int r = 0; r < 9; ++r) QuantizeRow(t, wsrc.data() + r * 96, bytes.data() + r * RowBytes(t, 96), 96);
+      std::vector<float> x(3 * 96, 0.f), y(3 * 9, 1.f);  // [3, 96], [3, 9]
+      x[5] = 3.f;
+      MatmulScratch scratch(3, 96);
+      Matmul(pool, ops::MakeWeight(t, 96, 9, bytes.data()), x.data(), 3, y.data(), 9, scratch);
+      for (float v : y) EXPECT_EQ(v, 0.f) << DTypeName(t) << " " << IsaName(isa);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rotor::ops

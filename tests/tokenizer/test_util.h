@@ -1,0 +1,77 @@
+// Shared fixtures for the tokenizer tests: the real vocabularies (loaded once)
+// and a tiny in-memory SPM vocabulary.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace rotor::testing {
+
+inline std::string ReadFileBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Loads a tokenizer from a GGUF file once per process; nullptr (and a test
+// failure) if it cannot be read.
+inline const Tokenizer* LoadTokenizer(const std::string& path) {
+  static std::vector<std::pair<std::string, std::unique_ptr<Tokenizer>>> cache;
+  for (auto& [p, t] : cache) {
+    if (p == path) return t.get();
+  }
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+  if (!file.ok()) {
+    ADD_FAILURE() << file.message();
+    return nullptr;
+  }
+  Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(**file);
+  if (!tok.ok()) {
+    ADD_FAILURE() << tok.message();
+    return nullptr;
+  }
+  cache.emplace_back(path, std::move(tok).value());
+  return cache.back().second.get();
+}
+
+inline const Tokenizer* LlamaSpm() {
+  return LoadTokenizer(std::string(ROTOR_MODELS_DIR) + "/ggml-vocab-llama-spm.gguf");
+}
+inline const Tokenizer* Stories260K() {
+  return LoadTokenizer(std::string(ROTOR_MODELS_DIR) + "/stories260K.gguf");
+}
+
+// <unk> <s> </s>, the 256 byte tokens (ids 3..258, as in Llama-2), then the
+// given normal tokens with their scores.
+inline Vocab TinyVocab(const std::vector<std::pair<std::string, float>>& normal) {
+  Vocab v;
+  v.tokens = {"<unk>", "<s>", "</s>"};
+  v.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl};
+  v.scores = {0, 0, 0};
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    v.tokens.push_back(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
+    v.types.push_back(TokenType::kByte);
+    v.scores.push_back(0);
+  }
+  for (const auto& [text, score] : normal) {
+    v.tokens.push_back(text);
+    v.types.push_back(TokenType::kNormal);
+    v.scores.push_back(score);
+  }
+  return v;
+}
+
+inline constexpr int32_t kTinyFirstNormal = 259;
+
+}  // namespace rotor::testing
