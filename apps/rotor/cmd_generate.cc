@@ -26,6 +26,7 @@ int RunGenerate(GenerateArgs& a) {
   }
   Result<std::unique_ptr<Engine>> engine = Engine::Create(a.engine);
   if (!engine.ok()) return Fail(engine.status());
+  if (Status s = (*engine)->Validate(a.gen); !s.ok()) return Fail(s);
   if (!a.no_display_prompt) {
     std::fwrite(a.gen.prompt.data(), 1, a.gen.prompt.size(), stdout);
     std::fflush(stdout);

@@ -2,123 +2,210 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
+#include "attention/fold.h"
 #include "base/check.h"
+#include "base/cpu.h"
+#include "ops/rope.h"
 
 namespace rotor {
 
-AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int head_dim) {
-  int group = n_head / n_head_kv;
-  scores_per_thread_ = static_cast<size_t>(group) * (kBlock + 2);
-  acc_per_thread_ = static_cast<size_t>(group) * head_dim;
-  scores_.resize(scores_per_thread_ * n_threads);
-  acc_.resize(acc_per_thread_ * n_threads);
-  key_ptrs_.resize(static_cast<size_t>(kBlock) * n_threads);
-  value_ptrs_.resize(static_cast<size_t>(kBlock) * n_threads);
+using attn::kBlock;
+
+AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int head_dim)
+    : n_threads_(n_threads), n_head_(n_head), head_dim_(head_dim) {
+  per_thread_ = static_cast<size_t>(n_head) * kBlock + head_dim + n_head * head_dim +
+                kBlock * 2 * head_dim + 2 * n_head + n_head * head_dim;
+  per_thread_ = (per_thread_ + 15) / 16 * 16;
+  buf_.Resize(per_thread_ * n_threads);
+}
+
+AttentionScratch::Thread AttentionScratch::thread(int t) {
+  float* p = buf_.data() + per_thread_ * t;
+  Thread th;
+  th.scores = p, p += static_cast<size_t>(n_head_) * kBlock;
+  th.k_rot = p, p += head_dim_;
+  th.q_sink = p, p += static_cast<size_t>(n_head_) * head_dim_;
+  th.far = p, p += static_cast<size_t>(kBlock) * 2 * head_dim_;
+  th.m = p, p += n_head_;
+  th.l = p, p += n_head_;
+  th.acc = p;
+  return th;
+}
+
+float* AttentionScratch::Partials(int64_t n_tasks) {
+  const size_t need = static_cast<size_t>(n_tasks) * n_head_ * (head_dim_ + 2);
+  if (partials_.size() < need) partials_.Resize(need);  // grows to its bound once
+  return partials_.data();
 }
 
 namespace {
 
-float Dot(const float* a, const float* b, int n) {
-  float s = 0.f;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Online softmax state of one (token, kv head) group of query heads.
-struct GroupState {
-  const float* q;   // [group, head_dim] (rows q_head_stride apart)
-  int group, head_dim;
-  float scale;
-  float* scores;    // [group, kBlock]
-  float* max;       // [group]
-  float* sum;       // [group]
-  float* acc;       // [group, head_dim]
-};
-
-// Folds a block of n keys into the running softmax of every head in the group.
-void FoldBlock(GroupState& s, const float* const* keys, const float* const* values, int n) {
-  const int hd = s.head_dim;
-  for (int h = 0; h < s.group; ++h) {
-    const float* q = s.q + h * hd;
-    float* sc = s.scores + h * AttentionScratch::kBlock;
-    float block_max = -std::numeric_limits<float>::infinity();
-    for (int j = 0; j < n; ++j) {
-      sc[j] = Dot(q, keys[j], hd) * s.scale;
-      block_max = std::max(block_max, sc[j]);
-    }
-    float new_max = std::max(s.max[h], block_max);
-    float correction = std::exp(s.max[h] - new_max);  // exp(-inf) = 0 on the first block
-    float* acc = s.acc + h * hd;
-    for (int d = 0; d < hd; ++d) acc[d] *= correction;
-    float sum = s.sum[h] * correction;
-    for (int j = 0; j < n; ++j) {
-      float p = std::exp(sc[j] - new_max);
-      sum += p;
-      const float* v = values[j];
-      for (int d = 0; d < hd; ++d) acc[d] += p * v[d];
-    }
-    s.sum[h] = sum;
-    s.max[h] = new_max;
+// Builds key blocks for one (token, cell range) task and folds them.
+class TaskRunner {
+ public:
+  TaskRunner(const AttentionArgs& a, AttentionScratch::Thread th, bool avx512)
+      : a_(a), th_(th), avx512_(avx512), deferred_(a.cache->rope_k == RopeK::kDeferred) {
+    state_.n_head = a.n_head;
+    state_.n_head_kv = a.n_head_kv;
+    state_.head_dim = a.head_dim;
+    state_.scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+    state_.scores = th.scores;
+    state_.k_rot = th.k_rot;
+    state_.m = th.m;
+    state_.l = th.l;
+    state_.acc = th.acc;
+    if (a.rope != nullptr) state_.partner = a.rope->partner().data();
   }
-}
+
+  // Processes cells [c0, c1) (and the ubatch's own keys if `chunk`) for token i.
+  void Run(int i, int32_t c0, int32_t c1, bool chunk) {
+    const KvPlan& plan = *a_.plan;
+    const KvLayerView& cache = *a_.cache;
+    const TextIndex t = plan.first + i;
+    const int32_t pos_q = plan.pos[i];
+    const int32_t delta = plan.sink_delta[i];
+    const int hd = a_.head_dim, nh = a_.n_head;
+    const float* q = a_.q + i * a_.q_stride;
+    std::fill(state_.m, state_.m + nh, -std::numeric_limits<float>::infinity());
+    std::fill(state_.l, state_.l + nh, 0.f);
+    std::fill(state_.acc, state_.acc + static_cast<size_t>(nh) * hd, 0.f);
+    // Sinks seen at a shifted distance form their own blocks: with cached keys
+    // they need the query rotated back by the shift.
+    const bool shifted_sinks = delta != 0 && cache.keep > 0;
+    const float* q_sink = q;
+    if (shifted_sinks && !deferred_) {
+      std::memcpy(th_.q_sink, q, sizeof(float) * nh * hd);
+      ops::RopeShift(a_.rope->config(), th_.q_sink, nh, -delta);
+      q_sink = th_.q_sink;
+    }
+    const size_t row = static_cast<size_t>(a_.n_head_kv) * hd;
+    const bool two_pass = shifted_sinks && !deferred_;
+    for (int pass = 0; pass < (two_pass ? 2 : 1); ++pass) {
+      const bool sink_pass = pass == 1;
+      state_.q = sink_pass ? q_sink : q;
+      auto add = [&](const float* k, const float* v, int32_t pos_k, TextIndex idx) {
+        if (!plan.visibility.Visible(t, idx)) return;
+        const bool sink = idx < cache.keep;
+        if (two_pass && sink != sink_pass) return;
+        const int64_t shift = shifted_sinks && sink && deferred_ ? delta : 0;
+        Push(k, v, static_cast<int64_t>(pos_q) - pos_k - shift);
+      };
+      for (int32_t c = c0; c < c1; ++c) {
+        const TextIndex idx = cache.index[c];
+        if (idx >= 0) add(cache.k + c * row, cache.v + c * row, cache.pos[c], idx);
+      }
+      if (chunk)
+        for (int j = 0; j <= i; ++j)
+          add(a_.k + j * a_.kv_stride, a_.v + j * a_.kv_stride, plan.pos[j], plan.first + j);
+      Flush();
+    }
+  }
+
+  const attn::FoldState& state() const { return state_; }
+
+ private:
+  void Push(const float* k, const float* v, int64_t distance) {
+    const int n = block_.n;
+    block_.k[n] = k;
+    block_.v[n] = v;
+    block_.cos[n] = block_.sin[n] = nullptr;
+    if (deferred_) {
+      const RopeDistanceTable& table = *a_.rope;
+      if (distance >= 0 && distance < table.max_distance()) {
+        block_.cos[n] = table.Cos(distance);
+        block_.sin[n] = table.Sin(distance);
+      } else {  // a far sink (original positions): its rotation row, computed now
+        float* c = th_.far + static_cast<size_t>(far_used_++) * 2 * a_.head_dim;
+        table.Compute(distance, c, c + a_.head_dim);
+        block_.cos[n] = c;
+        block_.sin[n] = c + a_.head_dim;
+      }
+    }
+    if (++block_.n == kBlock) Flush();
+  }
+
+  void Flush() {
+    if (block_.n == 0) return;
+    if (avx512_) attn::FoldAvx512(state_, block_);
+    else attn::FoldScalar(state_, block_);
+    block_.n = 0;
+    far_used_ = 0;
+  }
+
+  const AttentionArgs& a_;
+  AttentionScratch::Thread th_;
+  bool avx512_;
+  bool deferred_;
+  attn::FoldState state_;
+  attn::KeyBlock block_;
+  int far_used_ = 0;
+};
 
 }  // namespace
 
 void Attend(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
   const KvPlan& plan = *a.plan;
-  const KvLayerView& cache = *a.cache;
-  const int group = a.n_head / a.n_head_kv;
-  const int hd = a.head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t n_tasks = static_cast<int64_t>(plan.n_tokens) * a.n_head_kv;
-  constexpr int kBlock = AttentionScratch::kBlock;
+  const int32_t n_cells = a.cache->n_cells;
+  const int n_tokens = plan.n_tokens;
+  const int hd = a.head_dim, nh = a.n_head;
+  CHECK(a.rope != nullptr);
+  CHECK_LE(pool.size(), scratch.n_threads());
+  const bool deferred = a.cache->rope_k == RopeK::kDeferred;
+  const bool normal = a.rope->config().layout == ops::RopeLayout::kNormal;
+  const bool avx512 = ActiveIsa() == Isa::kAvx512 && hd % 16 == 0 && hd <= 256 &&
+                      (!deferred || normal);
+  // Few tokens: split the cells so every thread has work (flash-decoding).
+  int splits = 1;
+  if (n_tokens < 2 * pool.size() && n_cells >= 256)
+    splits = std::min<int>((4 * pool.size() + n_tokens - 1) / n_tokens, n_cells / 128);
+  const int32_t per_split = (n_cells + splits - 1) / splits;
+  const int64_t n_tasks = static_cast<int64_t>(n_tokens) * splits;
+  float* partials = splits > 1 ? scratch.Partials(n_tasks) : nullptr;
+  const size_t part_stride = static_cast<size_t>(nh) * (hd + 2);
 
-  pool.ParallelFor(n_tasks, 1, [&](int64_t begin, int64_t end, int thread) {
-    const float** kp = scratch.KeyPtrs(thread);
-    const float** vp = scratch.ValuePtrs(thread);
-    float* scores = scratch.Scores(thread);
-    for (int64_t task = begin; task < end; ++task) {
-      const int i = static_cast<int>(task / a.n_head_kv);
-      const int g = static_cast<int>(task % a.n_head_kv);
-      const TextIndex t = plan.first + i;
-      GroupState s{a.q + i * a.q_stride + static_cast<int64_t>(g) * group * hd, group, hd, scale,
-                   scores, scores + group * kBlock, scores + group * kBlock + group,
-                   scratch.Acc(thread)};
-      std::fill(s.max, s.max + group, -std::numeric_limits<float>::infinity());
-      std::fill(s.sum, s.sum + group, 0.f);
-      std::fill(s.acc, s.acc + group * hd, 0.f);
-      int n = 0;
-      auto push = [&](const float* k, const float* v) {
-        kp[n] = k;
-        vp[n] = v;
-        if (++n == kBlock) {
-          FoldBlock(s, kp, vp, n);
-          n = 0;
-        }
-      };
-      // Keys already in the cache.
-      const float* ck = cache.k + static_cast<size_t>(g) * cache.cell_stride * hd;
-      const float* cv = cache.v + static_cast<size_t>(g) * cache.cell_stride * hd;
-      for (int32_t c = 0; c < cache.n_cells; ++c) {
-        TextIndex idx = cache.index[c];
-        if (idx < 0 || !plan.visibility.Visible(t, idx)) continue;
-        push(ck + static_cast<size_t>(c) * hd, cv + static_cast<size_t>(c) * hd);
+  pool.Run(static_cast<int>(n_tasks), [&](int task, int thread) {
+    const int i = task / splits, s = task % splits;
+    TaskRunner runner(a, scratch.thread(thread), avx512);
+    const int32_t c0 = std::min(n_cells, s * per_split), c1 = std::min(n_cells, c0 + per_split);
+    runner.Run(i, c0, c1, /*chunk=*/s == splits - 1);
+    const attn::FoldState& st = runner.state();
+    if (splits == 1) {
+      for (int h = 0; h < nh; ++h) {
+        float* out = a.out + i * a.out_stride + static_cast<int64_t>(h) * hd;
+        const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
+        for (int d = 0; d < hd; ++d) out[d] = st.acc[h * hd + d] * inv;
       }
-      // Keys of this ubatch, causally.
-      for (int j = 0; j <= i; ++j) {
-        if (!plan.visibility.Visible(t, plan.first + j)) continue;
-        push(a.k + j * a.kv_stride + g * hd, a.v + j * a.kv_stride + g * hd);
-      }
-      if (n > 0) FoldBlock(s, kp, vp, n);
-      for (int h = 0; h < group; ++h) {
-        float* out = a.out + i * a.out_stride + (static_cast<int64_t>(g) * group + h) * hd;
-        const float inv = s.sum[h] > 0.f ? 1.0f / s.sum[h] : 0.f;
-        for (int d = 0; d < hd; ++d) out[d] = s.acc[h * hd + d] * inv;
-      }
+    } else {
+      float* p = partials + task * part_stride;
+      std::memcpy(p, st.m, sizeof(float) * nh);
+      std::memcpy(p + nh, st.l, sizeof(float) * nh);
+      std::memcpy(p + 2 * nh, st.acc, sizeof(float) * nh * hd);
     }
   });
+  if (splits == 1) return;
+  // Merge the partial softmax states of each token's splits.
+  for (int i = 0; i < n_tokens; ++i) {
+    for (int h = 0; h < nh; ++h) {
+      float m = -std::numeric_limits<float>::infinity();
+      for (int s = 0; s < splits; ++s) m = std::max(m, partials[(i * splits + s) * part_stride + h]);
+      float* out = a.out + i * a.out_stride + static_cast<int64_t>(h) * hd;
+      std::fill(out, out + hd, 0.f);
+      float l = 0.f;
+      for (int s = 0; s < splits; ++s) {
+        const float* p = partials + (i * splits + s) * part_stride;
+        if (p[nh + h] == 0.f) continue;
+        const float w = std::exp(p[h] - m);
+        l += p[nh + h] * w;
+        const float* acc = p + 2 * nh + static_cast<size_t>(h) * hd;
+        for (int d = 0; d < hd; ++d) out[d] += acc[d] * w;
+      }
+      const float inv = l > 0.f ? 1.0f / l : 0.f;
+      for (int d = 0; d < hd; ++d) out[d] *= inv;
+    }
+  }
 }
 
 }  // namespace rotor

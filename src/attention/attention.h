@@ -1,14 +1,22 @@
 // Attention of a ubatch of one sequence over its KV cache plus the ubatch's own
 // keys and values (which the cache stores only after attention has read it, so
 // a ring can be overwritten by the chunk that evicts its old contents).
-// Online softmax in blocks of keys: no [n_tokens x n_cells] score matrix.
-// Query heads that share a KV head are processed together: each K/V row is
-// read once per group.
+//
+// One kernel for every policy and RoPE mode: online softmax in blocks of keys
+// (no [n_tokens x n_cells] score matrix); the query heads that share a KV head
+// are processed together (each K row is read, and with deferred RoPE rotated,
+// once per group); keys are chosen by the plan's visibility rule; with deferred
+// RoPE each key is rotated on the fly by its distance to the query, from a
+// cos/sin table, inside the score computation (no rotated copy of K). Decode
+// (few tokens) splits the cells across threads and merges the partial softmax
+// states (flash-decoding).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "attention/rope_distance.h"
+#include "base/memory.h"
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
 
@@ -25,25 +33,38 @@ struct AttentionArgs {
   int head_dim = 0;
   const KvLayerView* cache = nullptr;
   const KvPlan* plan = nullptr;
+  // Deferred RoPE (cache->rope_k == kDeferred): q and k are not rotated; keys
+  // are rotated by their distance to the query. Also used to rotate queries
+  // for shifted sinks in cached mode.
+  const RopeDistanceTable* rope = nullptr;
   float* out = nullptr;          // [n_tokens, n_head, head_dim], rows out_stride apart
   int64_t out_stride = 0;
 };
 
-// Per-thread working memory, sized once.
+// Working memory, sized once for a thread count, head layout and token count.
 class AttentionScratch {
  public:
   AttentionScratch(int n_threads, int n_head, int n_head_kv, int head_dim);
-  float* Scores(int thread) { return scores_.data() + thread * scores_per_thread_; }
-  float* Acc(int thread) { return acc_.data() + thread * acc_per_thread_; }
-  const float** KeyPtrs(int thread) { return key_ptrs_.data() + thread * kBlock; }
-  const float** ValuePtrs(int thread) { return value_ptrs_.data() + thread * kBlock; }
-  static constexpr int kBlock = 64;  // keys per online-softmax block
+  int n_threads() const { return n_threads_; }
+
+  struct Thread {
+    float* scores;    // [n_head, kBlock]
+    float* k_rot;     // [head_dim]
+    float* q_sink;    // [n_head, head_dim]
+    float* far;       // [kBlock, 2, head_dim] rotation rows computed on the fly
+    float* m;         // [n_head]
+    float* l;         // [n_head]
+    float* acc;       // [n_head, head_dim]
+  };
+  Thread thread(int t);
+  // Partial softmax states of split tasks: [n_tasks, n_head, head_dim + 2].
+  float* Partials(int64_t n_tasks);
 
  private:
-  size_t scores_per_thread_, acc_per_thread_;
-  std::vector<float> scores_;  // per thread [group, kBlock] scores, then [group] max and sum
-  std::vector<float> acc_;     // per thread [group, head_dim]
-  std::vector<const float*> key_ptrs_, value_ptrs_;  // per thread [kBlock]
+  int n_threads_, n_head_, head_dim_;
+  size_t per_thread_;
+  AlignedBuffer<float> buf_;
+  AlignedBuffer<float> partials_;
 };
 
 void Attend(ThreadPool& pool, const AttentionArgs& args, AttentionScratch& scratch);

@@ -32,15 +32,20 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   e->n_ctx_ = options.n_ctx > 0 ? options.n_ctx : e->model_->config().n_ctx_train;
   e->pool_ = std::make_unique<ThreadPool>(options.n_threads > 0 ? options.n_threads
                                                                 : HardwareThreads());
-  e->forward_ = std::make_unique<Forward>(*e->model_, *e->pool_, options.max_ubatch);
+  e->forward_ = std::make_unique<Forward>(*e->model_, *e->pool_, options.max_ubatch, e->n_ctx_);
   return e;
 }
 
-Result<GenerateResult> Engine::Generate(const GenerateOptions& o, const TextCallback& on_text) {
+Status Engine::Validate(const GenerateOptions& o) const {
   if (o.n_predict < -1) return Errorf("generate: -n {} must be >= 0, or -1 for no limit", o.n_predict);
   if (o.prefill_step < 0)
     return Errorf("generate: --prefill-step {} must be >= 0", o.prefill_step);
   RETURN_IF_ERROR(ValidateSamplingParams(o.sampling));
+  return ResolveKvConfig(o.kv, model_->config().kv_shape(n_ctx_)).status();
+}
+
+Result<GenerateResult> Engine::Generate(const GenerateOptions& o, const TextCallback& on_text) {
+  RETURN_IF_ERROR(Validate(o));
   const int n_vocab = model_->config().n_vocab;
   GenerateResult r;
   r.prompt_tokens = tokenizer_->Encode(o.prompt, o.add_bos);
@@ -55,7 +60,7 @@ Result<GenerateResult> Engine::Generate(const GenerateOptions& o, const TextCall
   // The activation buffers must hold one prefill step (0 = the whole prompt).
   const int64_t step = o.prefill_step == 0 ? n_prompt : o.prefill_step;
   if (step > forward_->max_tokens())
-    forward_ = std::make_unique<Forward>(*model_, *pool_, static_cast<int>(step));
+    forward_ = std::make_unique<Forward>(*model_, *pool_, static_cast<int>(step), n_ctx_);
   std::vector<float> logits(n_vocab);  // [n_vocab]
   Timer timer;
   RETURN_IF_ERROR(forward_->Prefill(SeqInput{cache.get(), r.prompt_tokens, LogitsWanted::kLast},

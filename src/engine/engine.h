@@ -67,6 +67,8 @@ class Engine {
   Forward& forward() { return *forward_; }
   int n_ctx() const { return n_ctx_; }
 
+  // Checks a request without running it (also done by Generate).
+  Status Validate(const GenerateOptions& options) const;
   Result<GenerateResult> Generate(const GenerateOptions& options, const TextCallback& on_text);
 
  private:

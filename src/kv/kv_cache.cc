@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "ops/rope.h"
 
 namespace rotor {
 
@@ -12,13 +13,13 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape, const KvC
     return Errorf("kv: bad cache shape: {} layers, {} kv heads, head dim {}", shape.n_layer,
                   shape.n_head_kv, shape.head_dim);
   ASSIGN_OR_RETURN(KvConfig resolved, ResolveKvConfig(config, shape));
-  if (resolved.policy != KvPolicy::kFull)
+  if (resolved.policy == KvPolicy::kH2o)
     return Errorf("kv: policy '{}' is not available in this build", KvPolicyName(resolved.policy));
   return std::unique_ptr<KvCache>(new KvCache(shape, resolved));
 }
 
 KvCache::KvCache(const KvShape& shape, const KvConfig& config) : shape_(shape), config_(config) {
-  size_t n = static_cast<size_t>(shape.n_layer) * shape.n_head_kv * config.size * shape.head_dim;
+  const size_t n = static_cast<size_t>(shape.n_layer) * config.size * RowFloats();
   k_.Resize(n);
   v_.Resize(n);
   // Touch the storage now: the cache is preallocated, its memory is paid up front.
@@ -28,6 +29,11 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config) : shape_(shape), 
   pos_.assign(config.size, 0);
 }
 
+size_t KvCache::memory_bytes() const {
+  return k_.bytes() + v_.bytes() + index_.size() * sizeof(TextIndex) +
+         pos_.size() * sizeof(int32_t);
+}
+
 int64_t KvCache::Remaining() const {
   if (config_.policy == KvPolicy::kFull) return config_.size - n_seen_;
   return -1;
@@ -35,52 +41,49 @@ int64_t KvCache::Remaining() const {
 
 Status KvCache::Plan(int32_t n_tokens, KvPlan* plan) const {
   CHECK(n_tokens >= 0);
-  if (config_.policy == KvPolicy::kFull && n_seen_ + n_tokens > config_.size)
-    return Errorf("kv: context full: {} tokens in the cache + {} new > context size {}", n_seen_,
-                  n_tokens, config_.size);
   plan->first = n_seen_;
   plan->n_tokens = n_tokens;
   plan->pos.resize(n_tokens);
+  plan->sink_delta.assign(n_tokens, 0);
   plan->slot.resize(n_tokens);
   plan->visibility = Visibility{};
-  for (int32_t i = 0; i < n_tokens; ++i) {
-    plan->pos[i] = static_cast<int32_t>(n_seen_ + i);
-    plan->slot[i] = Slot{static_cast<int32_t>(n_seen_ + i)};
+  plan->pos_shift = 0;
+  switch (config_.policy) {
+    case KvPolicy::kFull: return PlanFull(n_tokens, plan);
+    case KvPolicy::kSink:
+    case KvPolicy::kWindow: return PlanRing(n_tokens, plan);
+    case KvPolicy::kH2o: break;
   }
-  return Status::Ok();
+  return Errorf("kv: policy '{}' cannot plan", KvPolicyName(config_.policy));
 }
 
 KvLayerView KvCache::View(int layer) const {
   KvLayerView view;
-  view.k = k_.data() + LayerHeadOffset(layer, 0);
-  view.v = v_.data() + LayerHeadOffset(layer, 0);
+  view.k = k_.data() + Offset(layer, 0);
+  view.v = v_.data() + Offset(layer, 0);
   view.index = index_.data();
   view.pos = pos_.data();
   view.n_cells = hi_;
-  view.cell_stride = config_.size;
-  view.head_dim = shape_.head_dim;
+  view.keep = config_.keep;
+  view.rope_k = config_.rope_k;
   return view;
 }
 
 void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* v,
                     int64_t row_stride) {
-  const int hd = shape_.head_dim;
+  const size_t row = RowFloats();
   for (int32_t i = 0; i < plan.n_tokens; ++i) {
-    Slot s = plan.slot[i];
+    const Slot s = plan.slot[i];
     if (!s.valid()) continue;
-    for (int h = 0; h < shape_.n_head_kv; ++h) {
-      std::memcpy(KData(layer, h) + static_cast<size_t>(s.v) * hd, k + i * row_stride + h * hd,
-                  hd * sizeof(float));
-      std::memcpy(VData(layer, h) + static_cast<size_t>(s.v) * hd, v + i * row_stride + h * hd,
-                  hd * sizeof(float));
-    }
+    std::memcpy(k_.data() + Offset(layer, s.v), k + i * row_stride, row * sizeof(float));
+    std::memcpy(v_.data() + Offset(layer, s.v), v + i * row_stride, row * sizeof(float));
   }
 }
 
 void KvCache::Commit(const KvPlan& plan) {
   CHECK_EQ(plan.first, n_seen_);
   for (int32_t i = 0; i < plan.n_tokens; ++i) {
-    Slot s = plan.slot[i];
+    const Slot s = plan.slot[i];
     if (!s.valid()) continue;
     if (index_[s.v] < 0) ++n_used_;
     index_[s.v] = plan.first + i;
@@ -88,6 +91,20 @@ void KvCache::Commit(const KvPlan& plan) {
     hi_ = std::max(hi_, s.v + 1);
   }
   n_seen_ += plan.n_tokens;
+  if (plan.pos_shift != 0) RenumberWindow(plan.pos_shift);
+}
+
+// Compact positions: every non-sink cell moves `shift` positions down. Keys
+// stored after RoPE are re-rotated in place by the same delta, once.
+void KvCache::RenumberWindow(int32_t shift) {
+  const bool rotate = config_.rope_k == RopeK::kCached;
+  for (int32_t c = 0; c < hi_; ++c) {
+    if (index_[c] < config_.keep) continue;  // sinks (and empty cells, index -1)
+    pos_[c] -= shift;
+    if (!rotate) continue;
+    for (int l = 0; l < shape_.n_layer; ++l)
+      ops::RopeShift(shape_.rope, k_.data() + Offset(l, c), shape_.n_head_kv, -shift);
+  }
 }
 
 void KvCache::Clear() {

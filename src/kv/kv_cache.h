@@ -1,12 +1,22 @@
 // One sequence's KV cache: cell metadata (which token of the text each
-// physical slot holds, and at which RoPE position) kept apart from K/V storage.
+// physical cell holds, and at which RoPE position) kept apart from K/V storage.
 //
 // A ubatch goes through the cache in three steps, as in llama.cpp's memory
-// module: Plan (find a slot for every new token, decide evictions; mutates
-// nothing and fails cleanly), Write (per layer, after attention has read the
-// cache: store the ubatch's K/V in the planned slots) and Commit (the only
-// change of cell metadata). Logical token indices grow forever; physical
-// slots are bounded by the cache size: they are different types.
+// module: Plan (find a cell for every new token, decide evictions and
+// positions; mutates nothing and fails cleanly), Write (per layer, after
+// attention has read the cache: store the ubatch's K/V in the planned cells)
+// and Commit (the only change of cell metadata; renumbers positions in compact
+// mode, re-rotating cached keys). Text indices grow forever; cells are bounded
+// by the cache size: they are different types.
+//
+// Policies (kv_plan.cc):
+//   full   cell = text index; fails when the context is full.
+//   sink   cells [0, keep) hold the first `keep` tokens forever; the other
+//          size - keep cells are a ring of the most recent tokens. Token t sees
+//          the sinks and the tokens t - (size - keep) + 1 .. t: itself and at
+//          least size - 1 predecessors once that many exist.
+//   window sink with keep = 0.
+//   h2o    heavy hitters + a recent window (kv_h2o.cc).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +33,7 @@ namespace rotor {
 // Index of a token in its sequence's text (0 = first token, BOS). Grows forever.
 using TextIndex = int64_t;
 
-// Physical cell of the cache, in [0, n_cells).
+// Physical cell of the cache, in [0, size).
 struct Slot {
   int32_t v = -1;
   bool valid() const { return v >= 0; }
@@ -42,22 +52,27 @@ struct Visibility {
 
 // The plan for appending n_tokens to the sequence. Reused across ubatches.
 struct KvPlan {
-  TextIndex first = 0;          // text index of the ubatch's first token
+  TextIndex first = 0;             // text index of the ubatch's first token
   int32_t n_tokens = 0;
-  std::vector<int32_t> pos;      // [n_tokens] RoPE position of each new token (q and k)
-  std::vector<Slot> slot;        // [n_tokens] destination slot; invalid = not kept
+  std::vector<int32_t> pos;        // [n_tokens] RoPE position of each new token (q and k)
+  // [n_tokens] extra position of sink keys as seen by each query: compact
+  // positions renumber the window after evictions while sinks keep theirs, so
+  // a query t sees sink j at distance min(t, size - 1) - j. 0 otherwise.
+  std::vector<int32_t> sink_delta;
+  std::vector<Slot> slot;          // [n_tokens] destination cell; invalid = not kept
   Visibility visibility;
+  int32_t pos_shift = 0;           // at Commit, window positions decrease by this (compact)
 };
 
 // What attention reads for one layer. Cells whose index is -1 are empty.
 struct KvLayerView {
-  const float* k = nullptr;      // [n_head_kv, n_cells, head_dim]
-  const float* v = nullptr;      // [n_head_kv, n_cells, head_dim]
-  const TextIndex* index = nullptr;  // [n_cells] text index held by each cell, -1 = empty
-  const int32_t* pos = nullptr;  // [n_cells] RoPE position of each cell
-  int32_t n_cells = 0;           // cells to scan: every occupied cell is below this
-  int32_t cell_stride = 0;       // cells per head in k/v (the capacity)
-  int head_dim = 0;
+  const float* k = nullptr;           // [n_cells, n_head_kv, head_dim]
+  const float* v = nullptr;           // [n_cells, n_head_kv, head_dim]
+  const TextIndex* index = nullptr;   // [n_cells] text index held by each cell, -1 = empty
+  const int32_t* pos = nullptr;       // [n_cells] RoPE position of each cell
+  int32_t n_cells = 0;                // cells to scan: every occupied cell is below this
+  TextIndex keep = 0;                 // text indices below this are sinks
+  RopeK rope_k = RopeK::kCached;      // keys stored rotated (cached) or not (deferred)
 };
 
 class KvCache {
@@ -65,11 +80,12 @@ class KvCache {
   static Result<std::unique_ptr<KvCache>> Create(const KvShape& shape, const KvConfig& config);
 
   const KvShape& shape() const { return shape_; }
-  const KvConfig& config() const { return config_; }
-  int32_t n_cells() const { return config_.size; }  // capacity
-  int32_t n_used() const { return n_used_; }        // occupied cells
-  TextIndex n_seen() const { return n_seen_; }     // tokens committed: the next token's index
-  size_t storage_bytes() const { return k_.bytes() + v_.bytes(); }
+  const KvConfig& config() const { return config_; }  // resolved: size, keep, recent set
+  int32_t n_cells() const { return config_.size; }    // capacity
+  int32_t n_used() const { return n_used_; }          // occupied cells
+  TextIndex n_seen() const { return n_seen_; }        // tokens committed: the next token's index
+  // Bytes of K/V storage and cell metadata: allocated once, never grows.
+  size_t memory_bytes() const;
 
   // Tokens that can still be appended; -1 = unbounded (evicting policies).
   int64_t Remaining() const;
@@ -84,19 +100,27 @@ class KvCache {
   // Forgets every token (storage stays allocated).
   void Clear();
 
+  // Inspection (tests, metrics): the text index / position held by a cell.
+  TextIndex CellIndex(int32_t cell) const { return index_[cell]; }
+  int32_t CellPos(int32_t cell) const { return pos_[cell]; }
+  const float* CellK(int layer, int32_t cell) const { return k_.data() + Offset(layer, cell); }
+  const float* CellV(int layer, int32_t cell) const { return v_.data() + Offset(layer, cell); }
+
  private:
   KvCache(const KvShape& shape, const KvConfig& config);
-  float* KData(int layer, int head) { return k_.data() + LayerHeadOffset(layer, head); }
-  float* VData(int layer, int head) { return v_.data() + LayerHeadOffset(layer, head); }
-  size_t LayerHeadOffset(int layer, int head) const {
-    return (static_cast<size_t>(layer) * shape_.n_head_kv + head) * config_.size * shape_.head_dim;
+  size_t RowFloats() const { return static_cast<size_t>(shape_.n_head_kv) * shape_.head_dim; }
+  size_t Offset(int layer, int32_t cell) const {
+    return (static_cast<size_t>(layer) * config_.size + cell) * RowFloats();
   }
+  Status PlanFull(int32_t n_tokens, KvPlan* plan) const;
+  Status PlanRing(int32_t n_tokens, KvPlan* plan) const;
+  void RenumberWindow(int32_t shift);
 
   KvShape shape_;
   KvConfig config_;
-  AlignedBuffer<float> k_;           // [n_layer, n_head_kv, n_cells, head_dim]
-  AlignedBuffer<float> v_;           // [n_layer, n_head_kv, n_cells, head_dim]
-  std::vector<TextIndex> index_;    // [n_cells]
+  AlignedBuffer<float> k_;           // [n_layer, n_cells, n_head_kv, head_dim]
+  AlignedBuffer<float> v_;           // [n_layer, n_cells, n_head_kv, head_dim]
+  std::vector<TextIndex> index_;     // [n_cells]
   std::vector<int32_t> pos_;         // [n_cells]
   int32_t n_used_ = 0;
   int32_t hi_ = 0;                   // one past the highest occupied cell

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "ops/rope.h"
 
 namespace rotor {
 
@@ -21,6 +22,7 @@ struct KvShape {
   int n_head_kv = 0;
   int head_dim = 0;
   int n_ctx = 0;  // the largest number of tokens a sequence may have in its context
+  ops::RopeConfig rope{};  // how keys are rotated (re-rotation of cached K)
 };
 
 struct KvConfig {

@@ -6,13 +6,16 @@
 
 namespace rotor {
 
-Forward::Forward(const Model& model, ThreadPool& pool, int max_tokens)
+Forward::Forward(const Model& model, ThreadPool& pool, int max_tokens, int n_ctx)
     : model_(model),
       pool_(pool),
       max_tokens_(max_tokens),
       matmul_scratch_(max_tokens, std::max(model.config().n_ff, model.config().n_embd)),
       attn_scratch_(pool.size(), model.config().n_head, model.config().n_head_kv,
-                    model.config().head_dim) {
+                    model.config().head_dim),
+      rope_table_(model.config().rope(),
+                  static_cast<int64_t>(n_ctx > 0 ? n_ctx : model.config().n_ctx_train) +
+                      max_tokens) {
   CHECK_GT(max_tokens, 0);
   const ModelConfig& c = model.config();
   const size_t t = max_tokens;
@@ -108,9 +111,11 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
     float* q = q_.data() + row * q_dim;
     float* k = k_.data() + row * kv_dim;
     float* v = v_.data() + row * kv_dim;
-    ops::Rope(rope, q, n, c.n_head, plan.pos.data());
-    ops::Rope(rope, k, n, c.n_head_kv, plan.pos.data());
     const KvLayerView view = cache.View(il);
+    if (view.rope_k == RopeK::kCached) {  // deferred: attention rotates on the fly
+      ops::Rope(rope, q, n, c.n_head, plan.pos.data());
+      ops::Rope(rope, k, n, c.n_head_kv, plan.pos.data());
+    }
     AttentionArgs args;
     args.q = q;
     args.k = k;
@@ -122,6 +127,7 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
     args.head_dim = c.head_dim;
     args.cache = &view;
     args.plan = &plan;
+    args.rope = &rope_table_;
     args.out = att_.data() + row * q_dim;
     args.out_stride = q_dim;
     Attend(pool_, args, attn_scratch_);

@@ -32,7 +32,9 @@ struct SeqInput {
 class Forward {
  public:
   // max_tokens: the most tokens one ubatch may hold, summed over its sequences.
-  Forward(const Model& model, ThreadPool& pool, int max_tokens);
+  // n_ctx: the largest cache a sequence will use (0 = the model's context); it
+  // bounds the distances of the deferred-RoPE table.
+  Forward(const Model& model, ThreadPool& pool, int max_tokens, int n_ctx = 0);
 
   int max_tokens() const { return max_tokens_; }
   const Model& model() const { return model_; }
@@ -57,6 +59,7 @@ class Forward {
   std::vector<KvPlan> plans_;
   ops::MatmulScratch matmul_scratch_;
   AttentionScratch attn_scratch_;
+  RopeDistanceTable rope_table_;
   AlignedBuffer<float> x_;     // [max_tokens, n_embd] residual stream
   AlignedBuffer<float> xn_;    // [max_tokens, n_embd] normed input of a block
   AlignedBuffer<float> q_;     // [max_tokens, n_head * head_dim]

@@ -30,7 +30,7 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   ops::RopeLayout rope_layout = ops::RopeLayout::kNormal;
 
-  KvShape kv_shape(int n_ctx) const { return KvShape{n_layer, n_head_kv, head_dim, n_ctx}; }
+  KvShape kv_shape(int n_ctx) const { return KvShape{n_layer, n_head_kv, head_dim, n_ctx, rope()}; }
   ops::RopeConfig rope() const {
     return ops::RopeConfig{head_dim, n_rot, rope_base, rope_layout, nullptr};
   }

@@ -1,0 +1,37 @@
+// Internal: folding a block of keys into the online softmax of every query
+// head of one token. Per-ISA implementations; attention.cc dispatches.
+// ISA translation units include only this header (plain structs).
+#pragma once
+
+#include <cstdint>
+
+namespace rotor::attn {
+
+inline constexpr int kBlock = 64;  // keys per online-softmax block
+
+struct FoldState {
+  int n_head = 0, n_head_kv = 0, head_dim = 0;
+  float scale = 1.0f;
+  const float* q = nullptr;       // [n_head, head_dim]: rotated (cached) or not (deferred)
+  const int* partner = nullptr;   // [head_dim] rotation-pair partner of each lane (deferred)
+  bool normal_pairs = true;       // partner[l] == l ^ 1 for every rotated lane
+  float* scores = nullptr;        // scratch [n_head, kBlock]
+  float* k_rot = nullptr;         // scratch [head_dim]
+  float* m = nullptr;             // [n_head] running max of scaled scores
+  float* l = nullptr;             // [n_head] running sum of exp(score - m)
+  float* acc = nullptr;           // [n_head, head_dim] running sum of exp(score - m) * v
+};
+
+struct KeyBlock {
+  int n = 0;
+  const float* k[kBlock];     // each [n_head_kv, head_dim]
+  const float* v[kBlock];     // each [n_head_kv, head_dim]
+  const float* cos[kBlock];   // deferred: [head_dim] rotation rows; null when keys are rotated
+  const float* sin[kBlock];
+};
+
+void FoldScalar(FoldState& s, const KeyBlock& b);
+// head_dim % 16 == 0 and normal pairs (or cached keys).
+void FoldAvx512(FoldState& s, const KeyBlock& b);
+
+}  // namespace rotor::attn

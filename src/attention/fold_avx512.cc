@@ -1,0 +1,98 @@
+// AVX-512 online-softmax fold for head_dim % 16 == 0 (up to 256): keys rotated
+// in registers (deferred RoPE, adjacent pairs), vectorized exp.
+#include <immintrin.h>
+
+#include <cmath>
+#include <limits>
+
+#include "attention/fold.h"
+
+namespace rotor::attn {
+namespace {
+
+// exp(x) for x <= 0 (scores minus their max), Cephes' expf polynomial:
+// relative error ~1e-7; x below -87 flushes toward 0.
+inline __m512 Exp(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+constexpr int kMaxVecs = 16;  // head_dim <= 256
+
+}  // namespace
+
+void FoldAvx512(FoldState& s, const KeyBlock& b) {
+  const int hd = s.head_dim, nv = hd / 16, group = s.n_head / s.n_head_kv;
+  const __m512 scale = _mm512_set1_ps(s.scale);
+  __m512 k[kMaxVecs];
+  for (int j = 0; j < b.n; ++j) {
+    for (int g = 0; g < s.n_head_kv; ++g) {
+      const float* kr = b.k[j] + g * hd;
+      if (b.cos[j] != nullptr) {
+        for (int i = 0; i < nv; ++i) {
+          const __m512 x = _mm512_loadu_ps(kr + 16 * i);
+          const __m512 sw = _mm512_permute_ps(x, 0xB1);  // swap lanes of each pair
+          k[i] = _mm512_fmadd_ps(_mm512_loadu_ps(b.cos[j] + 16 * i), x,
+                                 _mm512_mul_ps(_mm512_loadu_ps(b.sin[j] + 16 * i), sw));
+        }
+      } else {
+        for (int i = 0; i < nv; ++i) k[i] = _mm512_loadu_ps(kr + 16 * i);
+      }
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const float* q = s.q + h * hd;
+        __m512 dot = _mm512_mul_ps(_mm512_loadu_ps(q), k[0]);
+        for (int i = 1; i < nv; ++i) dot = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * i), k[i], dot);
+        s.scores[h * kBlock + j] = _mm512_reduce_add_ps(dot);
+      }
+    }
+  }
+  alignas(64) float p[kBlock];
+  const int nvec = (b.n + 15) / 16;
+  for (int h = 0; h < s.n_head; ++h) {
+    float* sc = s.scores + h * kBlock;
+    __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int c = 0; c < nvec; ++c) {
+      const __mmask16 mask = static_cast<__mmask16>(b.n - 16 * c >= 16 ? 0xFFFF : (1u << (b.n - 16 * c)) - 1);
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, sc + 16 * c), scale);
+      _mm512_mask_storeu_ps(sc + 16 * c, mask, x);
+      vmax = _mm512_mask_max_ps(vmax, mask, vmax, x);
+    }
+    const float new_max = std::max(s.m[h], _mm512_reduce_max_ps(vmax));
+    const float corr = std::exp(s.m[h] - new_max);
+    const __m512 vm = _mm512_set1_ps(new_max);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int c = 0; c < nvec; ++c) {
+      const __mmask16 mask = static_cast<__mmask16>(b.n - 16 * c >= 16 ? 0xFFFF : (1u << (b.n - 16 * c)) - 1);
+      const __m512 e = _mm512_maskz_mov_ps(mask, Exp(_mm512_sub_ps(_mm512_loadu_ps(sc + 16 * c), vm)));
+      _mm512_store_ps(p + 16 * c, e);
+      vsum = _mm512_add_ps(vsum, e);
+    }
+    s.l[h] = s.l[h] * corr + _mm512_reduce_add_ps(vsum);
+    s.m[h] = new_max;
+    float* acc = s.acc + h * hd;
+    const __m512 vcorr = _mm512_set1_ps(corr);
+    __m512 a[kMaxVecs];
+    for (int i = 0; i < nv; ++i) a[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * i), vcorr);
+    const int off = (h / group) * hd;
+    for (int j = 0; j < b.n; ++j) {
+      const __m512 pj = _mm512_set1_ps(p[j]);
+      const float* v = b.v[j] + off;
+      for (int i = 0; i < nv; ++i) a[i] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * i), a[i]);
+    }
+    for (int i = 0; i < nv; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
+  }
+}
+
+}  // namespace rotor::attn

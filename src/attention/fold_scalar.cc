@@ -1,0 +1,50 @@
+// Scalar reference of the online-softmax fold: plain loops, any head size and
+// rotation layout.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attention/fold.h"
+
+namespace rotor::attn {
+
+void FoldScalar(FoldState& s, const KeyBlock& b) {
+  const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
+  for (int j = 0; j < b.n; ++j) {
+    for (int g = 0; g < s.n_head_kv; ++g) {
+      const float* k = b.k[j] + g * hd;
+      if (b.cos[j] != nullptr) {  // deferred: rotate the key by -distance
+        for (int d = 0; d < hd; ++d)
+          s.k_rot[d] = b.cos[j][d] * k[d] + b.sin[j][d] * k[s.partner[d]];
+        k = s.k_rot;
+      }
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const float* q = s.q + h * hd;
+        float dot = 0.f;
+        for (int d = 0; d < hd; ++d) dot += q[d] * k[d];
+        s.scores[h * kBlock + j] = dot * s.scale;
+      }
+    }
+  }
+  for (int h = 0; h < s.n_head; ++h) {
+    const float* sc = s.scores + h * kBlock;
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < b.n; ++j) block_max = std::max(block_max, sc[j]);
+    const float new_max = std::max(s.m[h], block_max);
+    const float corr = std::exp(s.m[h] - new_max);  // 0 on the first block (m = -inf)
+    float* acc = s.acc + h * hd;
+    for (int d = 0; d < hd; ++d) acc[d] *= corr;
+    float sum = s.l[h] * corr;
+    const int g = h / group;
+    for (int j = 0; j < b.n; ++j) {
+      const float p = std::exp(sc[j] - new_max);
+      sum += p;
+      const float* v = b.v[j] + g * hd;
+      for (int d = 0; d < hd; ++d) acc[d] += p * v[d];
+    }
+    s.l[h] = sum;
+    s.m[h] = new_max;
+  }
+}
+
+}  // namespace rotor::attn

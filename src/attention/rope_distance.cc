@@ -1,0 +1,36 @@
+#include "attention/rope_distance.h"
+
+#include <cmath>
+
+namespace rotor {
+
+RopeDistanceTable::RopeDistanceTable(const ops::RopeConfig& cfg, int64_t max_distance)
+    : cfg_(cfg), max_distance_(max_distance), partner_(cfg.head_dim) {
+  const int hd = cfg.head_dim, half = cfg.n_rot / 2;
+  for (int l = 0; l < hd; ++l) partner_[l] = l;
+  for (int i = 0; i < half; ++i) {
+    const int a = cfg.layout == ops::RopeLayout::kNormal ? 2 * i : i;
+    const int b = cfg.layout == ops::RopeLayout::kNormal ? 2 * i + 1 : i + half;
+    partner_[a] = b;
+    partner_[b] = a;
+  }
+  cos_.resize(static_cast<size_t>(max_distance) * hd);
+  sin_.resize(static_cast<size_t>(max_distance) * hd);
+  for (int64_t d = 0; d < max_distance; ++d) Compute(d, &cos_[d * hd], &sin_[d * hd]);
+}
+
+// Rotation by -theta of pair (a, b): a' = a cos + b sin, b' = b cos - a sin.
+void RopeDistanceTable::Compute(int64_t d, float* cos, float* sin) const {
+  const int hd = cfg_.head_dim, half = cfg_.n_rot / 2;
+  for (int l = 0; l < hd; ++l) cos[l] = 1.0f, sin[l] = 0.0f;
+  for (int i = 0; i < half; ++i) {
+    const float theta = ops::RopeTheta(cfg_, i, static_cast<double>(d));
+    const float c = std::cos(theta), s = std::sin(theta);
+    const int a = cfg_.layout == ops::RopeLayout::kNormal ? 2 * i : i;
+    const int b = partner_[a];
+    cos[a] = c, cos[b] = c;
+    sin[a] = s, sin[b] = -s;
+  }
+}
+
+}  // namespace rotor

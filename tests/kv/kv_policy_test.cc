@@ -1,0 +1,169 @@
+// The KV policies against the full cache, against a naive masked reference,
+// across prefill steps, RoPE modes and position modes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kv_test_util.h"
+#include "model/forward.h"
+#include "ops/rope.h"
+#include "reference_forward.h"
+
+namespace rotor::testing {
+namespace {
+
+struct Mode {
+  RopeK rope;
+  KvPositions positions;
+};
+const Mode kModes[] = {{RopeK::kCached, KvPositions::kOriginal},
+                       {RopeK::kDeferred, KvPositions::kOriginal},
+                       {RopeK::kCached, KvPositions::kCompact},
+                       {RopeK::kDeferred, KvPositions::kCompact}};
+
+std::string Name(KvPolicy p, Mode m) {
+  return std::string(KvPolicyName(p)) + "/" + std::string(RopeKName(m.rope)) + "/" +
+         std::string(KvPositionsName(m.positions));
+}
+
+class KvPolicies : public ::testing::TestWithParam<std::string> {
+ protected:
+  const Model& model() { return LoadModelCached(GetParam() == "gqa" ? GqaModelPath() : kStories); }
+};
+
+// Before the first eviction every policy and mode is the full cache.
+TEST_P(KvPolicies, EqualFullUntilFirstEviction) {
+  const Model& m = model();
+  std::vector<int32_t> prompt = Prompt(40, m.config().n_vocab);
+  std::vector<float> full = AllLogits(m, KvConfig{}, prompt, 0);
+  std::vector<float> full_deferred =
+      AllLogits(m, Kv(KvPolicy::kFull, 0, 0, RopeK::kDeferred), prompt, 7);
+  EXPECT_LT(MaxAbsDiff(full, full_deferred), 1e-5);
+  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
+    for (Mode mode : kModes) {
+      for (int step : {0, 7}) {
+        std::vector<float> got =
+            AllLogits(m, Kv(p, 64, 4, mode.rope, mode.positions), prompt, step);
+        EXPECT_LT(MaxAbsDiff(full, got), 1e-5) << Name(p, mode) << " step " << step;
+      }
+    }
+  }
+}
+
+// With evictions, each query sees exactly what the policy promises: the
+// reference masks keys by (query, key) index and places them at the promised
+// distance, with no KV code involved.
+TEST_P(KvPolicies, MatchMaskedReferenceAcrossEvictions) {
+  const Model& m = model();
+  const int n = 150, size = 48, keep = 4;
+  std::vector<int32_t> prompt = Prompt(n, m.config().n_vocab);
+  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
+    const int k = p == KvPolicy::kWindow ? 0 : keep, window = size - k;
+    for (bool compact : {false, true}) {
+      std::vector<float> ref = ReferenceLogits(m, prompt, [&](int64_t t, int64_t j) -> int64_t {
+        if (!(j < k || t - j < window)) return -1;
+        if (compact && j < k) return std::min<int64_t>(t, size - 1) - j;
+        return t - j;
+      });
+      for (Mode mode : kModes) {
+        if ((mode.positions == KvPositions::kCompact) != compact) continue;
+        std::vector<float> got = AllLogits(m, Kv(p, size, keep, mode.rope, mode.positions), prompt, 7);
+        EXPECT_LT(MaxAbsDiff(ref, got), 1e-4) << Name(p, mode);
+      }
+    }
+  }
+}
+
+// The same logits whatever the prefill step, for every policy and mode.
+TEST_P(KvPolicies, PrefillStepInvariant) {
+  const Model& m = model();
+  std::vector<int32_t> prompt = Prompt(150, m.config().n_vocab, 11);
+  std::vector<float> full1 = AllLogits(m, KvConfig{}, prompt, 1);
+  for (int step : {7, 64, 512, 0}) EXPECT_LT(MaxAbsDiff(full1, AllLogits(m, KvConfig{}, prompt, step)), 1e-4);
+  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
+    for (Mode mode : kModes) {
+      const KvConfig kv = Kv(p, 40, 4, mode.rope, mode.positions);
+      std::vector<float> one = AllLogits(m, kv, prompt, 1);
+      for (int step : {7, 64, 512, 0})
+        EXPECT_LT(MaxAbsDiff(one, AllLogits(m, kv, prompt, step)), 1e-4)
+            << Name(p, mode) << " step " << step;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, KvPolicies, ::testing::Values("stories260K", "gqa"));
+
+// Greedy decoding one token at a time for 5 x size tokens: the cache then
+// holds exactly the sinks and the size - keep most recent tokens, at the
+// positions the mode promises, with the keys and values those tokens had, and
+// its memory never changed.
+TEST(SinkCache, HoldsSinksAndRecentTokensAfterLongGeneration) {
+  const Model& m = LoadModelCached(kStories);
+  const int size = 32, keep = 4, n_ctx = 512;
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(Name(KvPolicy::kSink, mode));
+    ThreadPool pool(2);
+    Forward fwd(m, pool, 16, n_ctx);
+    auto cache = std::move(KvCache::Create(m.config().kv_shape(n_ctx),
+                                           Kv(KvPolicy::kSink, size, keep, mode.rope, mode.positions)))
+                     .value();
+    const size_t bytes = cache->memory_bytes();
+    std::vector<int32_t> text = {1, 403, 407, 261, 378};
+    std::vector<float> logits(m.config().n_vocab);
+    ASSERT_TRUE(fwd.Prefill(SeqInput{cache.get(), text}, 16, logits.data()).ok());
+    for (int i = 0; i < 5 * size; ++i) {
+      const int32_t tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      text.push_back(tok);
+      const int32_t one[1] = {tok};
+      SeqInput in{cache.get(), one};
+      ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), logits.data()).ok());
+      ASSERT_EQ(cache->memory_bytes(), bytes);
+    }
+    const int64_t n = static_cast<int64_t>(text.size());
+    ASSERT_EQ(cache->n_seen(), n);
+    ASSERT_EQ(cache->n_used(), size);
+    // Layer-0 keys depend only on the token and its position: compare with a full cache.
+    auto full = std::move(KvCache::Create(m.config().kv_shape(n_ctx),
+                                          Kv(KvPolicy::kFull, 0, 0, mode.rope))).value();
+    Forward fwd_full(m, pool, 256, n_ctx);
+    std::vector<float> unused(m.config().n_vocab);
+    ASSERT_TRUE(fwd_full.Prefill(SeqInput{full.get(), text}, 256, unused.data()).ok());
+    std::vector<int64_t> held;
+    const int row = m.config().n_head_kv * m.config().head_dim;
+    for (int32_t c = 0; c < size; ++c) {
+      const TextIndex idx = cache->CellIndex(c);
+      held.push_back(idx);
+      int64_t want_pos = idx;
+      if (mode.positions == KvPositions::kCompact && idx >= keep) want_pos = idx - (n - size);
+      EXPECT_EQ(cache->CellPos(c), want_pos) << "cell " << c << " index " << idx;
+      std::vector<float> want(full->CellK(0, static_cast<int32_t>(idx)), full->CellK(0, static_cast<int32_t>(idx)) + row);
+      if (mode.rope == RopeK::kCached && want_pos != idx)
+        ops::RopeShift(m.config().rope(), want.data(), m.config().n_head_kv,
+                       static_cast<int32_t>(want_pos - idx));
+      for (int e = 0; e < row; ++e) {
+        EXPECT_NEAR(cache->CellK(0, c)[e], want[e], 1e-4) << "cell " << c;
+        EXPECT_NEAR(cache->CellV(0, c)[e], full->CellV(0, static_cast<int32_t>(idx))[e], 1e-5);
+      }
+    }
+    std::sort(held.begin(), held.end());
+    for (int i = 0; i < keep; ++i) EXPECT_EQ(held[i], i);
+    for (int i = keep; i < size; ++i) EXPECT_EQ(held[i], n - size + i);
+  }
+}
+
+// Re-rotating cached keys on every eviction (compact, cached) gives what
+// rotating them on the fly gives (compact, deferred), decoding past several
+// wraps of the ring.
+TEST(SinkCache, CompactReRotationEqualsDeferredWhileDecoding) {
+  const Model& m = LoadModelCached(GqaModelPath());
+  std::vector<int32_t> prompt = Prompt(200, m.config().n_vocab, 3);
+  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
+    std::vector<float> cached = AllLogits(m, Kv(p, 24, 4, RopeK::kCached, KvPositions::kCompact), prompt, 1);
+    std::vector<float> deferred = AllLogits(m, Kv(p, 24, 4, RopeK::kDeferred, KvPositions::kCompact), prompt, 1);
+    EXPECT_LT(MaxAbsDiff(cached, deferred), 1e-4) << KvPolicyName(p);
+  }
+}
+
+}  // namespace
+}  // namespace rotor::testing

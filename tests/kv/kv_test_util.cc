@@ -1,0 +1,86 @@
+#include "kv_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "model/forward.h"
+#include "model/synth.h"
+
+namespace rotor::testing {
+
+const std::string& GqaModelPath() {
+  static const std::string path = [] {
+    std::string p = (std::filesystem::temp_directory_path() /
+                     ("rotor_kv_gqa_" + std::to_string(::getpid()) + ".gguf"))
+                        .string();
+    SynthSpec s;
+    s.n_embd = 128, s.n_ff = 256, s.n_layer = 2, s.n_head = 4, s.n_head_kv = 2;
+    s.n_vocab = 300, s.n_ctx = 512, s.seed = 5;
+    ThreadPool pool(2);
+    Status st = WriteSynthModel(s, nullptr, p, pool);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return p;
+  }();
+  return path;
+}
+
+const Model& LoadModelCached(const std::string& path) {
+  static std::map<std::string, std::unique_ptr<Model>> models;
+  auto& m = models[path];
+  if (!m) {
+    auto r = Model::Load(path);
+    EXPECT_TRUE(r.ok()) << r.message();
+    m = std::move(*r);
+  }
+  return *m;
+}
+
+std::vector<int32_t> Prompt(int n, int n_vocab, uint32_t seed) {
+  std::vector<int32_t> out = {1};
+  uint32_t s = seed;
+  while (static_cast<int>(out.size()) < n) {
+    s = s * 1664525u + 1013904223u;
+    out.push_back(3 + static_cast<int32_t>((s >> 8) % (n_vocab - 3)));
+  }
+  return out;
+}
+
+KvConfig Kv(KvPolicy policy, int size, int keep, RopeK rope, KvPositions positions, int recent) {
+  KvConfig c;
+  c.policy = policy;
+  c.size = size;
+  c.keep = policy == KvPolicy::kWindow ? 0 : keep;
+  c.rope_k = rope;
+  c.positions = positions;
+  c.recent = recent;
+  return c;
+}
+
+std::vector<float> AllLogits(const Model& model, const KvConfig& kv,
+                             const std::vector<int32_t>& tokens, int step, int n_ctx,
+                             std::unique_ptr<KvCache>* keep_cache) {
+  ThreadPool pool(2);
+  const int max_tokens = step > 0 ? step : static_cast<int>(tokens.size());
+  Forward fwd(model, pool, max_tokens, n_ctx);
+  auto cache = KvCache::Create(model.config().kv_shape(n_ctx), kv);
+  EXPECT_TRUE(cache.ok()) << cache.message();
+  if (!cache.ok()) return {};
+  std::vector<float> logits(tokens.size() * model.config().n_vocab);
+  Status s = fwd.Prefill(SeqInput{cache->get(), tokens, LogitsWanted::kAll}, step, logits.data());
+  EXPECT_TRUE(s.ok()) << s.message();
+  if (keep_cache) *keep_cache = std::move(*cache);
+  return logits;
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+}  // namespace rotor::testing

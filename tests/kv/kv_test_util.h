@@ -1,0 +1,36 @@
+// Shared fixtures of the KV tests: models, prompts and a forward under a policy.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace rotor::testing {
+
+inline const std::string kStories = ROTOR_MODELS_DIR "/stories260K.gguf";
+
+// A random grouped-query model (8 heads sharing 2 KV heads, head_dim 32, so the
+// AVX-512 attention path runs), written once per process.
+const std::string& GqaModelPath();
+
+const Model& LoadModelCached(const std::string& path);
+
+// A deterministic pseudo-text of n tokens (BOS first) for a vocabulary.
+std::vector<int32_t> Prompt(int n, int n_vocab, uint32_t seed = 7);
+
+KvConfig Kv(KvPolicy policy, int size, int keep = 4, RopeK rope = RopeK::kCached,
+            KvPositions positions = KvPositions::kOriginal, int recent = -1);
+
+// Every token's logits [n, n_vocab] after prefilling `tokens` in steps of
+// `step` under `kv` (context n_ctx). Fails the test on error.
+std::vector<float> AllLogits(const Model& model, const KvConfig& kv,
+                             const std::vector<int32_t>& tokens, int step, int n_ctx = 512,
+                             std::unique_ptr<KvCache>* keep_cache = nullptr);
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace rotor::testing

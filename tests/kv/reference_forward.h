@@ -1,0 +1,21 @@
+// An independent, naive Llama forward pass for tests: every token's logits,
+// with attention decided by a function of (query index, key index) alone, so
+// a KV policy can be checked against the mask it promises without any KV code.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "model/model.h"
+
+namespace rotor::testing {
+
+// Distance (RoPE position difference) at which query t sees key j, or -1 if
+// the key is masked out. Original positions: t - j.
+using DistanceFn = std::function<int64_t(int64_t t, int64_t j)>;
+
+// Logits [n_tokens, n_vocab]. Weights are dequantized and dotted in double.
+std::vector<float> ReferenceLogits(const Model& model, const std::vector<int32_t>& tokens,
+                                   const DistanceFn& distance);
+
+}  // namespace rotor::testing
