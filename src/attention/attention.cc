@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "attention/fold.h"
+#include "attention/attention_internal.h"
 #include "base/check.h"
 #include "base/cpu.h"
 #include "ops/rope.h"
@@ -20,6 +20,7 @@ AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int
                 kBlock * 2 * head_dim + 2 * n_head + n_head * head_dim;
   per_thread_ = (per_thread_ + 15) / 16 * 16;
   buf_.Resize(per_thread_ * n_threads);
+  h2o_.resize(n_threads);
 }
 
 AttentionScratch::Thread AttentionScratch::thread(int t) {
@@ -33,6 +34,22 @@ AttentionScratch::Thread AttentionScratch::thread(int t) {
   th.l = p, p += n_head_;
   th.acc = p;
   return th;
+}
+
+AttentionScratch::H2oBuffers& AttentionScratch::h2o(int thread, size_t max_keys, int group,
+                                                   int n_tokens) {
+  H2oBuffers& b = h2o_[thread];
+  if (b.stride < max_keys || b.scores.size() < max_keys * group) {
+    b.stride = std::max(b.stride, max_keys);
+    b.scores.resize(b.stride * group);
+    b.key_ids.resize(b.stride);
+  }
+  if (b.kept.size() < static_cast<size_t>(n_tokens)) {
+    b.kept.resize(n_tokens);
+    b.chunk_mass.resize(n_tokens);
+  }
+  std::fill(b.kept.begin(), b.kept.begin() + n_tokens, 0);
+  return b;
 }
 
 float* AttentionScratch::Partials(int64_t n_tasks) {
@@ -157,6 +174,7 @@ void Attend(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch)
   const bool normal = a.rope->config().layout == ops::RopeLayout::kNormal;
   const bool avx512 = ActiveIsa() == Isa::kAvx512 && hd % 16 == 0 && hd <= 256 &&
                       (!deferred || normal);
+  if (plan.per_lane) return AttendH2o(pool, a, *a.plan, scratch, avx512);
   // Few tokens: split the cells so every thread has work (flash-decoding).
   int splits = 1;
   if (n_tokens < 2 * pool.size() && n_cells >= 256)

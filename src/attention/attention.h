@@ -32,7 +32,7 @@ struct AttentionArgs {
   int n_head_kv = 0;
   int head_dim = 0;
   const KvLayerView* cache = nullptr;
-  const KvPlan* plan = nullptr;
+  KvPlan* plan = nullptr;          // h2o records its per-lane decisions in it
   // Deferred RoPE (cache->rope_k == kDeferred): q and k are not rotated; keys
   // are rotated by their distance to the query. Also used to rotate queries
   // for shifted sinks in cached mode.
@@ -59,12 +59,22 @@ class AttentionScratch {
   Thread thread(int t);
   // Partial softmax states of split tasks: [n_tasks, n_head, head_dim + 2].
   float* Partials(int64_t n_tasks);
+  // h2o working memory of a thread, grown to the largest request once.
+  struct H2oBuffers {
+    std::vector<float> scores;        // [group, stride] scaled scores of one query's keys
+    std::vector<int> key_ids;         // [stride] cell, or n_cells + chunk token
+    std::vector<float> chunk_mass;    // [n_tokens]
+    std::vector<uint8_t> kept;        // [n_tokens]
+    size_t stride = 0;
+  };
+  H2oBuffers& h2o(int thread, size_t max_keys, int group, int n_tokens);
 
  private:
   int n_threads_, n_head_, head_dim_;
   size_t per_thread_;
   AlignedBuffer<float> buf_;
   AlignedBuffer<float> partials_;
+  std::vector<H2oBuffers> h2o_;
 };
 
 void Attend(ThreadPool& pool, const AttentionArgs& args, AttentionScratch& scratch);

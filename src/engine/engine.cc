@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "base/timer.h"
-#include "engine/stop_matcher.h"
+#include "engine/scheduler.h"
 
 namespace rotor {
 
@@ -44,76 +44,28 @@ Status Engine::Validate(const GenerateOptions& o) const {
   return ResolveKvConfig(o.kv, model_->config().kv_shape(n_ctx_)).status();
 }
 
+// A single sequence runs through the same scheduler as a batch: one code path,
+// so a sequence's output is the same alone or batched.
 Result<GenerateResult> Engine::Generate(const GenerateOptions& o, const TextCallback& on_text) {
   RETURN_IF_ERROR(Validate(o));
-  const int n_vocab = model_->config().n_vocab;
-  GenerateResult r;
-  r.prompt_tokens = tokenizer_->Encode(o.prompt, o.add_bos);
-  if (r.prompt_tokens.empty()) return Status::Error("generate: the prompt is empty");
-  const int64_t n_prompt = static_cast<int64_t>(r.prompt_tokens.size());
-  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
-                   KvCache::Create(model_->config().kv_shape(n_ctx_), o.kv));
-  if (cache->Remaining() >= 0 && n_prompt > cache->Remaining())
-    return Errorf("generate: the prompt has {} tokens, more than the context size {} (raise -c)",
-                  n_prompt, n_ctx_);
-
-  // The activation buffers must hold one prefill step (0 = the whole prompt).
-  const int64_t step = o.prefill_step == 0 ? n_prompt : o.prefill_step;
-  if (step > forward_->max_tokens())
-    forward_ = std::make_unique<Forward>(*model_, *pool_, static_cast<int>(step), n_ctx_);
-  std::vector<float> logits(n_vocab);  // [n_vocab]
-  Timer timer;
-  RETURN_IF_ERROR(forward_->Prefill(SeqInput{cache.get(), r.prompt_tokens, LogitsWanted::kLast},
-                                    static_cast<int>(step), logits.data()));
-  r.prompt_ns = timer.ElapsedNs();
-
-  Sampler sampler(o.sampling, n_vocab);
-  for (int32_t t : r.prompt_tokens) sampler.Accept(t);
-  StreamDecoder decoder(*tokenizer_);
-  StopMatcher stops(o.stop);
-  auto emit = [&](const std::string& text) {
-    if (text.empty()) return true;
-    r.text += text;
-    return on_text ? on_text(text) : true;
-  };
-
-  timer.Reset();
-  for (;;) {
-    if (o.n_predict >= 0 && static_cast<int64_t>(r.tokens.size()) >= o.n_predict) {
-      r.finish = FinishReason::kLength;
-      break;
+  Scheduler::Options so;
+  so.max_seqs = 1;
+  so.prefill_step = o.prefill_step;
+  Scheduler scheduler(*this, so);
+  GenerateResult result;
+  bool stop_requested = false;
+  ASSIGN_OR_RETURN(SeqId id, scheduler.Add(SeqRequest{o.prompt, {}, o}, [&](const SeqEvent& e) {
+    if (e.finished) {
+      result = *e.result;
+    } else if (!e.text.empty() && on_text && !on_text(e.text)) {
+      stop_requested = true;
     }
-    const int32_t token = sampler.Sample(logits);
-    sampler.Accept(token);
-    if (!o.ignore_eos && tokenizer_->IsEndOfGeneration(token)) {
-      r.finish = FinishReason::kEos;
-      break;
-    }
-    r.tokens.push_back(token);
-    if (!emit(stops.Push(decoder.Push(token)))) {
-      r.finish = FinishReason::kCancelled;
-      break;
-    }
-    if (stops.stopped()) {
-      r.finish = FinishReason::kStop;
-      break;
-    }
-    if (o.n_predict >= 0 && static_cast<int64_t>(r.tokens.size()) >= o.n_predict) {
-      r.finish = FinishReason::kLength;
-      break;
-    }
-    if (cache->Remaining() == 0) {
-      r.finish = FinishReason::kContext;
-      break;
-    }
-    const int32_t next[1] = {token};
-    const SeqInput decode{cache.get(), next, LogitsWanted::kLast};
-    RETURN_IF_ERROR(forward_->Run(std::span<const SeqInput>(&decode, 1), logits.data()));
+  }));
+  while (!scheduler.Idle()) {
+    if (stop_requested) scheduler.Cancel(id);
+    RETURN_IF_ERROR(scheduler.Step());
   }
-  r.gen_ns = timer.ElapsedNs();
-  if (r.finish != FinishReason::kStop && r.finish != FinishReason::kCancelled)
-    emit(stops.Push(decoder.Flush()) + stops.Flush());
-  return r;
+  return result;
 }
 
 }  // namespace rotor

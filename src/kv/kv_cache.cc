@@ -13,8 +13,6 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape, const KvC
     return Errorf("kv: bad cache shape: {} layers, {} kv heads, head dim {}", shape.n_layer,
                   shape.n_head_kv, shape.head_dim);
   ASSIGN_OR_RETURN(KvConfig resolved, ResolveKvConfig(config, shape));
-  if (resolved.policy == KvPolicy::kH2o)
-    return Errorf("kv: policy '{}' is not available in this build", KvPolicyName(resolved.policy));
   return std::unique_ptr<KvCache>(new KvCache(shape, resolved));
 }
 
@@ -25,13 +23,17 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config) : shape_(shape), 
   // Touch the storage now: the cache is preallocated, its memory is paid up front.
   std::memset(k_.data(), 0, k_.bytes());
   std::memset(v_.data(), 0, v_.bytes());
-  index_.assign(config.size, -1);
-  pos_.assign(config.size, 0);
+  if (config.policy == KvPolicy::kH2o) {
+    n_lanes_ = shape.n_layer * shape.n_head_kv;
+    mass_.assign(static_cast<size_t>(n_lanes_) * config.size, 0.f);
+  }
+  index_.assign(static_cast<size_t>(n_lanes_) * config.size, -1);
+  pos_.assign(static_cast<size_t>(n_lanes_) * config.size, 0);
 }
 
 size_t KvCache::memory_bytes() const {
   return k_.bytes() + v_.bytes() + index_.size() * sizeof(TextIndex) +
-         pos_.size() * sizeof(int32_t);
+         pos_.size() * sizeof(int32_t) + mass_.size() * sizeof(float);
 }
 
 int64_t KvCache::Remaining() const {
@@ -48,11 +50,12 @@ Status KvCache::Plan(int32_t n_tokens, KvPlan* plan) const {
   plan->slot.resize(n_tokens);
   plan->visibility = Visibility{};
   plan->pos_shift = 0;
+  plan->per_lane = false;
   switch (config_.policy) {
     case KvPolicy::kFull: return PlanFull(n_tokens, plan);
     case KvPolicy::kSink:
     case KvPolicy::kWindow: return PlanRing(n_tokens, plan);
-    case KvPolicy::kH2o: break;
+    case KvPolicy::kH2o: return PlanH2o(n_tokens, plan);
   }
   return Errorf("kv: policy '{}' cannot plan", KvPolicyName(config_.policy));
 }
@@ -61,8 +64,10 @@ KvLayerView KvCache::View(int layer) const {
   KvLayerView view;
   view.k = k_.data() + Offset(layer, 0);
   view.v = v_.data() + Offset(layer, 0);
-  view.index = index_.data();
-  view.pos = pos_.data();
+  const size_t lane = n_lanes_ > 1 ? Lane(layer * shape_.n_head_kv) : 0;
+  view.index = index_.data() + lane;
+  view.pos = pos_.data() + lane;
+  view.layer = layer;
   view.n_cells = hi_;
   view.keep = config_.keep;
   view.rope_k = config_.rope_k;
@@ -71,6 +76,7 @@ KvLayerView KvCache::View(int layer) const {
 
 void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* v,
                     int64_t row_stride) {
+  if (plan.per_lane) return WriteLanes(layer, plan, k, v, row_stride);
   const size_t row = RowFloats();
   for (int32_t i = 0; i < plan.n_tokens; ++i) {
     const Slot s = plan.slot[i];
@@ -80,8 +86,9 @@ void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* 
   }
 }
 
-void KvCache::Commit(const KvPlan& plan) {
+void KvCache::Commit(KvPlan& plan) {
   CHECK_EQ(plan.first, n_seen_);
+  if (plan.per_lane) return CommitLanes(plan);
   for (int32_t i = 0; i < plan.n_tokens; ++i) {
     const Slot s = plan.slot[i];
     if (!s.valid()) continue;
@@ -109,6 +116,7 @@ void KvCache::RenumberWindow(int32_t shift) {
 
 void KvCache::Clear() {
   std::fill(index_.begin(), index_.end(), -1);
+  std::fill(mass_.begin(), mass_.end(), 0.f);
   n_used_ = 0;
   hi_ = 0;
   n_seen_ = 0;

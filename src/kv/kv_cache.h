@@ -62,6 +62,18 @@ struct KvPlan {
   std::vector<Slot> slot;          // [n_tokens] destination cell; invalid = not kept
   Visibility visibility;
   int32_t pos_shift = 0;           // at Commit, window positions decrease by this (compact)
+
+  // h2o: cells are chosen per lane (layer, kv head) by attention mass during
+  // attention itself. The plan starts from copies of the cache's lane state,
+  // attention evicts and admits tokens in them, and Commit swaps them in.
+  bool per_lane = false;
+  int32_t n_lanes = 0;
+  int32_t lane_cells = 0;             // cells per lane (the cache size)
+  std::vector<int32_t> lane_slot;     // [n_lanes, n_tokens] cell of each new token, -1 = not kept
+  std::vector<TextIndex> lane_index;  // [n_lanes, lane_cells] text index per cell after the ubatch
+  std::vector<int32_t> lane_pos;      // [n_lanes, lane_cells]
+  std::vector<float> lane_mass;       // [n_lanes, lane_cells] accumulated attention mass
+  int32_t recent = 0;                 // h2o: the most recent tokens are never evicted
 };
 
 // What attention reads for one layer. Cells whose index is -1 are empty.
@@ -71,6 +83,7 @@ struct KvLayerView {
   const TextIndex* index = nullptr;   // [n_cells] text index held by each cell, -1 = empty
   const int32_t* pos = nullptr;       // [n_cells] RoPE position of each cell
   int32_t n_cells = 0;                // cells to scan: every occupied cell is below this
+  int layer = 0;
   TextIndex keep = 0;                 // text indices below this are sinks
   RopeK rope_k = RopeK::kCached;      // keys stored rotated (cached) or not (deferred)
 };
@@ -96,13 +109,16 @@ class KvCache {
   // Stores the planned tokens' K and V for one layer.
   // k, v: [plan.n_tokens, n_head_kv * head_dim], rows `row_stride` floats apart.
   void Write(int layer, const KvPlan& plan, const float* k, const float* v, int64_t row_stride);
-  void Commit(const KvPlan& plan);
+  void Commit(KvPlan& plan);  // under h2o, takes the plan's lane state
   // Forgets every token (storage stays allocated).
   void Clear();
 
-  // Inspection (tests, metrics): the text index / position held by a cell.
-  TextIndex CellIndex(int32_t cell) const { return index_[cell]; }
-  int32_t CellPos(int32_t cell) const { return pos_[cell]; }
+  // Inspection (tests, metrics): the text index / position held by a cell
+  // (of lane 0, or of a lane = layer * n_head_kv + kv head under h2o).
+  TextIndex CellIndex(int32_t cell, int lane = 0) const { return index_[Lane(lane) + cell]; }
+  int32_t CellPos(int32_t cell, int lane = 0) const { return pos_[Lane(lane) + cell]; }
+  float CellMass(int32_t cell, int lane) const { return mass_.empty() ? 0.f : mass_[Lane(lane) + cell]; }
+  int n_lanes() const { return n_lanes_; }
   const float* CellK(int layer, int32_t cell) const { return k_.data() + Offset(layer, cell); }
   const float* CellV(int layer, int32_t cell) const { return v_.data() + Offset(layer, cell); }
 
@@ -112,16 +128,23 @@ class KvCache {
   size_t Offset(int layer, int32_t cell) const {
     return (static_cast<size_t>(layer) * config_.size + cell) * RowFloats();
   }
+  size_t Lane(int lane) const { return static_cast<size_t>(lane) * config_.size; }
   Status PlanFull(int32_t n_tokens, KvPlan* plan) const;
   Status PlanRing(int32_t n_tokens, KvPlan* plan) const;
+  Status PlanH2o(int32_t n_tokens, KvPlan* plan) const;
+  void WriteLanes(int layer, const KvPlan& plan, const float* k, const float* v, int64_t row_stride);
+  void CommitLanes(KvPlan& plan);
   void RenumberWindow(int32_t shift);
+  void RenumberLanesByRank();
 
   KvShape shape_;
   KvConfig config_;
   AlignedBuffer<float> k_;           // [n_layer, n_cells, n_head_kv, head_dim]
   AlignedBuffer<float> v_;           // [n_layer, n_cells, n_head_kv, head_dim]
-  std::vector<TextIndex> index_;     // [n_cells]
-  std::vector<int32_t> pos_;         // [n_cells]
+  int n_lanes_ = 1;                  // h2o: n_layer * n_head_kv; else every lane is the same
+  std::vector<TextIndex> index_;     // [n_lanes, n_cells]
+  std::vector<int32_t> pos_;         // [n_lanes, n_cells]
+  std::vector<float> mass_;          // [n_lanes, n_cells] h2o only
   int32_t n_used_ = 0;
   int32_t hi_ = 0;                   // one past the highest occupied cell
   TextIndex n_seen_ = 0;

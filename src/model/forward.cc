@@ -105,7 +105,7 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
   ops::Matmul(pool_, w.wv, xn_.data(), n_tokens, v_.data(), kv_dim, matmul_scratch_);
   int64_t row = 0;
   for (size_t si = 0; si < seqs.size(); ++si) {
-    const KvPlan& plan = plans_[si];
+    KvPlan& plan = plans_[si];
     KvCache& cache = *seqs[si].cache;
     const int64_t n = plan.n_tokens;
     float* q = q_.data() + row * q_dim;

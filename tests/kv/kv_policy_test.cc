@@ -40,7 +40,7 @@ TEST_P(KvPolicies, EqualFullUntilFirstEviction) {
   std::vector<float> full_deferred =
       AllLogits(m, Kv(KvPolicy::kFull, 0, 0, RopeK::kDeferred), prompt, 7);
   EXPECT_LT(MaxAbsDiff(full, full_deferred), 1e-5);
-  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
+  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow, KvPolicy::kH2o}) {
     for (Mode mode : kModes) {
       for (int step : {0, 7}) {
         std::vector<float> got =
@@ -81,8 +81,11 @@ TEST_P(KvPolicies, PrefillStepInvariant) {
   std::vector<int32_t> prompt = Prompt(150, m.config().n_vocab, 11);
   std::vector<float> full1 = AllLogits(m, KvConfig{}, prompt, 1);
   for (int step : {7, 64, 512, 0}) EXPECT_LT(MaxAbsDiff(full1, AllLogits(m, KvConfig{}, prompt, step)), 1e-4);
-  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
+  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow, KvPolicy::kH2o}) {
     for (Mode mode : kModes) {
+      // h2o renumbers compact positions between ubatches: only original
+      // positions are step-invariant there (see docs/ARCHITECTURE.md).
+      if (p == KvPolicy::kH2o && mode.positions == KvPositions::kCompact) continue;
       const KvConfig kv = Kv(p, 40, 4, mode.rope, mode.positions);
       std::vector<float> one = AllLogits(m, kv, prompt, 1);
       for (int step : {7, 64, 512, 0})
@@ -149,6 +152,19 @@ TEST(SinkCache, HoldsSinksAndRecentTokensAfterLongGeneration) {
     std::sort(held.begin(), held.end());
     for (int i = 0; i < keep; ++i) EXPECT_EQ(held[i], i);
     for (int i = keep; i < size; ++i) EXPECT_EQ(held[i], n - size + i);
+  }
+}
+
+// h2o: deferred RoPE equals cached, past many evictions, for both position modes.
+TEST(H2oCache, DeferredEqualsCached) {
+  const Model& m = LoadModelCached(GqaModelPath());
+  std::vector<int32_t> prompt = Prompt(160, m.config().n_vocab, 5);
+  for (KvPositions positions : {KvPositions::kOriginal, KvPositions::kCompact}) {
+    for (int step : {1, 16}) {
+      std::vector<float> cached = AllLogits(m, Kv(KvPolicy::kH2o, 32, 0, RopeK::kCached, positions), prompt, step);
+      std::vector<float> deferred = AllLogits(m, Kv(KvPolicy::kH2o, 32, 0, RopeK::kDeferred, positions), prompt, step);
+      EXPECT_LT(MaxAbsDiff(cached, deferred), 1e-4) << KvPositionsName(positions) << " step " << step;
+    }
   }
 }
 

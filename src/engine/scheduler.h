@@ -1,0 +1,82 @@
+// Continuous batching: many sequences, each with its own prompt, sampling,
+// stop rules and KV policy, decoded together. One Step runs one forward pass
+// over one token of every decoding sequence plus prompt chunks of joining
+// ones, so every weight is read once per step, not once per sequence.
+//
+// A sequence's prompt is cut into chunks of exactly `prefill_step` tokens from
+// its start, whatever else is in the batch, and each sequence samples from its
+// own logits with its own RNG: a sequence's output is the one it gets alone.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+
+namespace rotor {
+
+using SeqId = int64_t;
+
+struct SeqRequest {
+  std::string prompt;              // tokenized with options.add_bos, unless tokens is set
+  std::vector<int32_t> tokens;
+  GenerateOptions options;         // prefill_step is the scheduler's
+};
+
+// Reported from Step(): each new piece of text, then once the end.
+struct SeqEvent {
+  SeqId id = 0;
+  int32_t token = -1;              // -1 on the final event
+  std::string_view text;           // text released by this token (may be empty)
+  bool finished = false;
+  const GenerateResult* result = nullptr;  // on the final event
+};
+using SeqCallback = std::function<void(const SeqEvent&)>;
+
+class Scheduler {
+ public:
+  struct Options {
+    int max_seqs = 4;            // sequences decoding at once
+    int prefill_step = 512;      // prompt chunk size (0 = whole prompts)
+    int64_t kv_budget_bytes = 0; // KV memory all running sequences may hold; 0 = unlimited
+    int max_queue = 1024;        // waiting sequences beyond max_seqs
+  };
+  Scheduler(Engine& engine, const Options& options);
+  ~Scheduler();
+
+  // Validates and queues a sequence; it joins the batch at a later Step when a
+  // slot and its KV reservation are free (first come, first served).
+  Result<SeqId> Add(SeqRequest request, SeqCallback callback);
+  // The sequence leaves at the next Step, finishing with kCancelled.
+  void Cancel(SeqId id);
+  // Admits waiting sequences, runs one forward pass, samples, reports.
+  Status Step();
+  bool Idle() const { return running_.empty() && waiting_.empty(); }
+  size_t n_running() const { return running_.size(); }
+  size_t n_waiting() const { return waiting_.size(); }
+  int64_t kv_bytes_reserved() const { return kv_reserved_; }
+  int64_t kv_cells_used() const;
+
+ private:
+  struct Seq;
+  Status Admit();
+  void Finish(Seq& s, FinishReason reason);
+  // Samples the next token of a sequence from its logits; false when it ends.
+  bool Advance(Seq& s, const float* logits);
+
+  Engine& engine_;
+  Options options_;
+  std::unique_ptr<Forward> forward_;
+  std::vector<float> logits_;     // [max_seqs, n_vocab]
+  SeqId next_id_ = 1;
+  std::deque<std::unique_ptr<Seq>> waiting_;
+  std::vector<std::unique_ptr<Seq>> running_;
+  int64_t kv_reserved_ = 0;
+};
+
+}  // namespace rotor

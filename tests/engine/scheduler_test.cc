@@ -1,0 +1,151 @@
+// Batched generation: every sequence's output equals its output alone,
+// whatever else is in the batch, joins or leaves.
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "../kv/kv_test_util.h"
+
+namespace rotor {
+namespace {
+
+std::unique_ptr<Engine> MakeEngine(const std::string& path, int n_ctx = 512) {
+  EngineOptions o;
+  o.model_path = path;
+  o.n_threads = 2;
+  o.n_ctx = n_ctx;
+  auto e = Engine::Create(o);
+  EXPECT_TRUE(e.ok()) << e.message();
+  return std::move(*e);
+}
+
+struct Job {
+  std::vector<int32_t> prompt;
+  GenerateOptions options;
+};
+
+// Runs jobs through one scheduler; `add_at[i]` is the step at which job i is
+// added, `cancel_at` cancels job k at a step. Returns each job's tokens.
+std::vector<std::vector<int32_t>> RunBatch(Engine& e, const std::vector<Job>& jobs,
+                                           const std::vector<int>& add_at, int max_seqs,
+                                           int cancel_job = -1, int cancel_step = -1,
+                                           int prefill_step = 16) {
+  Scheduler::Options so;
+  so.max_seqs = max_seqs;
+  so.prefill_step = prefill_step;
+  Scheduler s(e, so);
+  std::vector<std::vector<int32_t>> out(jobs.size());
+  std::map<SeqId, size_t> owner;
+  std::vector<SeqId> ids(jobs.size(), -1);
+  for (int step = 0;; ++step) {
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (add_at[j] != step) continue;
+      auto id = s.Add(SeqRequest{"", jobs[j].prompt, jobs[j].options}, [&, j](const SeqEvent& ev) {
+        if (!ev.finished) out[j].push_back(ev.token);
+      });
+      EXPECT_TRUE(id.ok()) << id.message();
+      ids[j] = *id;
+    }
+    if (step == cancel_step) s.Cancel(ids[cancel_job]);
+    bool more = false;
+    for (int a : add_at) more |= a > step;
+    if (s.Idle() && !more) break;
+    Status st = s.Step();
+    EXPECT_TRUE(st.ok()) << st.message();
+    if (!st.ok()) break;
+  }
+  return out;
+}
+
+std::vector<Job> MixedJobs(int n_vocab) {
+  std::vector<Job> jobs;
+  const int lengths[] = {1, 5, 37, 300};
+  const int n_predict[] = {40, 25, 60, 33};
+  const KvPolicy policies[] = {KvPolicy::kFull, KvPolicy::kSink, KvPolicy::kH2o, KvPolicy::kSink};
+  const RopeK ropes[] = {RopeK::kCached, RopeK::kDeferred, RopeK::kCached, RopeK::kCached};
+  for (int i = 0; i < 4; ++i) {
+    Job j;
+    j.prompt = testing::Prompt(lengths[i], n_vocab, 100 + i);
+    j.options.sampling.temperature = 0;
+    j.options.n_predict = n_predict[i];
+    j.options.ignore_eos = true;
+    j.options.kv = testing::Kv(policies[i], policies[i] == KvPolicy::kFull ? 0 : 64, 4, ropes[i]);
+    jobs.push_back(j);
+  }
+  return jobs;
+}
+
+class Batching : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string Path() { return GetParam() == "gqa" ? testing::GqaModelPath() : testing::kStories; }
+};
+
+TEST_P(Batching, GreedyBatchEqualsEachAlone) {
+  auto e = MakeEngine(Path());
+  std::vector<Job> jobs = MixedJobs(e->model().config().n_vocab);
+  std::vector<std::vector<int32_t>> alone;
+  for (const Job& j : jobs) alone.push_back(RunBatch(*e, {j}, {0}, 1)[0]);
+  for (size_t i = 0; i < jobs.size(); ++i)
+    EXPECT_EQ(static_cast<int>(alone[i].size()), jobs[i].options.n_predict);
+  EXPECT_EQ(RunBatch(*e, jobs, {0, 0, 0, 0}, 4), alone);
+  // Joining mid-run, and fewer slots than sequences (some wait in the queue).
+  EXPECT_EQ(RunBatch(*e, jobs, {0, 3, 10, 11}, 4), alone);
+  EXPECT_EQ(RunBatch(*e, jobs, {0, 0, 0, 0}, 2), alone);
+}
+
+TEST_P(Batching, CancellingOneLeavesOthersUnchanged) {
+  auto e = MakeEngine(Path());
+  std::vector<Job> jobs = MixedJobs(e->model().config().n_vocab);
+  std::vector<std::vector<int32_t>> alone;
+  for (const Job& j : jobs) alone.push_back(RunBatch(*e, {j}, {0}, 1)[0]);
+  std::vector<std::vector<int32_t>> got = RunBatch(*e, jobs, {0, 0, 0, 0}, 4, 2, 8);
+  for (size_t i : {0u, 1u, 3u}) EXPECT_EQ(got[i], alone[i]) << i;
+  EXPECT_LT(got[2].size(), alone[2].size());
+  EXPECT_EQ(got[2], std::vector<int32_t>(alone[2].begin(), alone[2].begin() + got[2].size()));
+}
+
+TEST_P(Batching, SeededSamplingIndependentOfBatch) {
+  auto e = MakeEngine(Path());
+  std::vector<Job> jobs = MixedJobs(e->model().config().n_vocab);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].options.sampling.temperature = 0.9f;
+    jobs[i].options.sampling.seed = 42 + i;
+  }
+  std::vector<std::vector<int32_t>> alone;
+  for (const Job& j : jobs) alone.push_back(RunBatch(*e, {j}, {0}, 1)[0]);
+  EXPECT_EQ(RunBatch(*e, jobs, {0, 2, 0, 5}, 3), alone);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Batching, ::testing::Values("stories260K", "gqa"));
+
+TEST(Scheduler, KvBudgetMakesSequencesWaitNotFail) {
+  auto e = MakeEngine(testing::kStories);
+  Scheduler::Options so;
+  so.max_seqs = 4;
+  KvConfig kv = testing::Kv(KvPolicy::kSink, 64);
+  auto probe = std::move(KvCache::Create(e->model().config().kv_shape(512), kv)).value();
+  so.kv_budget_bytes = static_cast<int64_t>(probe->memory_bytes()) * 2;  // room for two
+  Scheduler s(*e, so);
+  int finished = 0;
+  for (int i = 0; i < 3; ++i) {
+    GenerateOptions o;
+    o.kv = kv;
+    o.n_predict = 5;
+    o.sampling.temperature = 0;
+    ASSERT_TRUE(s.Add(SeqRequest{"Once upon a time", {}, o}, [&](const SeqEvent& ev) {
+      finished += ev.finished;
+    }).ok());
+  }
+  ASSERT_TRUE(s.Step().ok());
+  EXPECT_EQ(s.n_running(), 2u);
+  EXPECT_EQ(s.n_waiting(), 1u);
+  EXPECT_LE(s.kv_bytes_reserved(), so.kv_budget_bytes);
+  while (!s.Idle()) ASSERT_TRUE(s.Step().ok());
+  EXPECT_EQ(finished, 3);
+  EXPECT_EQ(s.kv_bytes_reserved(), 0);
+}
+
+}  // namespace
+}  // namespace rotor
