@@ -183,3 +183,35 @@ TEST(SinkCache, CompactReRotationEqualsDeferredWhileDecoding) {
 
 }  // namespace
 }  // namespace rotor::testing
+
+namespace rotor::testing {
+namespace {
+
+// A prompt 10x longer than the cache, in chunks: after every chunk the cache
+// holds at most its size in tokens and its memory has not changed; the chunk's
+// own keys and values live only in the forward pass's step-sized buffers.
+TEST(ChunkedPrefill, CacheNeverExceedsItsSize) {
+  const Model& m = LoadModelCached(GqaModelPath());
+  std::vector<int32_t> prompt = Prompt(480, m.config().n_vocab, 9);
+  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow, KvPolicy::kH2o}) {
+    for (int step : {1, 7, 64}) {
+      ThreadPool pool(2);
+      Forward fwd(m, pool, step, 512);
+      auto cache = std::move(KvCache::Create(m.config().kv_shape(512), Kv(p, 48))).value();
+      const size_t bytes = cache->memory_bytes();
+      std::vector<float> logits(m.config().n_vocab);
+      for (size_t b = 0; b < prompt.size(); b += step) {
+        const size_t n = std::min<size_t>(step, prompt.size() - b);
+        SeqInput in{cache.get(), std::span<const int32_t>(prompt).subspan(b, n)};
+        ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), logits.data()).ok());
+        ASSERT_LE(cache->n_used(), 48) << KvPolicyName(p) << " step " << step;
+        ASSERT_EQ(cache->memory_bytes(), bytes);
+      }
+      EXPECT_EQ(cache->n_used(), 48);
+      EXPECT_EQ(cache->n_seen(), 480);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rotor::testing
