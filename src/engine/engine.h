@@ -38,6 +38,8 @@ struct GenerateOptions {
   bool ignore_eos = false;
   int prefill_step = 512;        // prompt chunk size; 0 = the whole prompt at once
   KvConfig kv;
+  // Called after every generated token with the count so far (progress reports).
+  std::function<void(int64_t n_generated)> on_token;
 };
 
 enum class FinishReason { kEos, kLength, kStop, kContext, kCancelled };

@@ -148,6 +148,7 @@ bool Scheduler::Advance(Seq& s, const float* logits) {
     return false;
   }
   s.result.tokens.push_back(token);
+  if (o.on_token) o.on_token(static_cast<int64_t>(s.result.tokens.size()));
   const std::string text = s.stops->Push(s.decoder->Push(token));
   s.result.text += text;
   if (s.callback) s.callback(SeqEvent{s.id, token, text, false, nullptr});

@@ -87,6 +87,26 @@ inline double MassAbove(const float* x, int32_t n, float t) {
   return sum;
 }
 
+// Sum of c[0, n).value in 4 interleaved chains (fixed order).
+template <typename C>
+double SumValues(const C* c, int32_t n) {
+  double s[4] = {};
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int32_t j = 0; j < 4; ++j) s[j] += c[i + j].value;
+  }
+  for (; i < n; ++i) s[0] += c[i].value;
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// The splitmix64 step: advances `state` and returns a well-mixed 64-bit value.
+inline uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 // A uniform double in [0, 1) from the top 53 bits (portable, unlike
 // std::uniform_real_distribution, whose algorithm the standard leaves open).
 inline double ToUnit(uint64_t r) { return static_cast<double>(r >> 11) * 0x1.0p-53; }
@@ -320,10 +340,12 @@ int32_t Sampler::TopPUnsorted(int32_t n, double mass, double* kept_mass) {
   const double target = static_cast<double>(params_.top_p) * mass;
   int32_t lo = 0, hi = n;  // the answer lies in [lo, hi); c[0, lo) are kept
   double before = 0;       // mass of c[0, lo)
+  uint64_t state = 0;      // pivot positions: pseudo-random but fixed, so no input is adversarial
+  auto pick = [&] { return &c[lo + static_cast<int32_t>(SplitMix64(state) % (hi - lo))]; };
   while (hi - lo > 32) {
-    const Candidate* a = &c[lo];
-    const Candidate* b = &c[lo + (hi - lo) / 2];
-    const Candidate* d = &c[hi - 1];
+    const Candidate* a = pick();
+    const Candidate* b = pick();
+    const Candidate* d = pick();
     if (Better(*b, *a)) std::swap(a, b);
     if (Better(*d, *b)) b = Better(*d, *a) ? a : d;
     const Candidate pivot = *b;  // the median of the three
@@ -336,8 +358,7 @@ int32_t Sampler::TopPUnsorted(int32_t n, double mass, double* kept_mass) {
       c[i] = x;
       i += better;
     }
-    double left = 0;
-    for (int32_t k = lo; k < i; ++k) left += c[k].value;
+    const double left = SumValues(c + lo, i - lo);
     if (i > lo && before + left >= target) {
       hi = i;
       continue;
@@ -365,11 +386,7 @@ int32_t Sampler::TopPUnsorted(int32_t n, double mass, double* kept_mass) {
   return hi;
 }
 
-double Sampler::Mass(int32_t n) const {
-  double sum = 0;
-  for (int32_t i = 0; i < n; ++i) sum += cand_[i].value;
-  return sum;
-}
+double Sampler::Mass(int32_t n) const { return SumValues(cand_.data(), n); }
 
 int32_t Sampler::Draw(uint64_t random, int32_t n, double total) const {
   const Candidate* c = cand_.data();
@@ -414,40 +431,34 @@ int32_t Sampler::Fallback(std::span<const float> logits) const {
   return 0;
 }
 
-int32_t Sampler::Sample(std::span<const float> logits) {
-  CHECK_MSG(logits.size() == static_cast<size_t>(n_vocab_), "sampling: logits size != n_vocab");
-  if (greedy_) {
-    return SelectTopK(logits, 1) == 1 ? cand_[0].id : Fallback(logits);
+int32_t Sampler::SampleTopK(std::span<const float> logits, uint64_t random) {
+  const int32_t n = SelectTopK(logits, params_.top_k);
+  if (n == 0) return Fallback(logits);
+  // Survivors are sorted, so min-p keeps a prefix and top-p needs no sorting.
+  const float max = cand_[0].value;
+  const float keep_from = params_.min_p > 0 ? params_.min_p : FLT_TRUE_MIN;
+  double mass = 0;
+  int32_t kept = n;
+  for (int32_t i = 0; i < n; ++i) {
+    const float q = ExpNonPositive((cand_[i].value - max) * inv_temperature_);
+    cand_[i].value = q;
+    mass += q;
+    if (kept == n && q < keep_from) kept = i;
   }
-  // Drawn up front so every non-greedy call consumes exactly one number.
-  const uint64_t random = rng_();
-  const bool top_p_on = params_.top_p < 1.0f;
+  kept = std::max(kept, 1);  // q[0] == 1 always passes; belt and braces
   double total = 0;
-  const int32_t k = params_.top_k;
-  if (k > 0 && k < n_vocab_) {
-    const int32_t n = SelectTopK(logits, k);
-    if (n == 0) return Fallback(logits);
-    // Survivors are sorted, so min-p keeps a prefix and top-p needs no sorting.
-    const float max = cand_[0].value;
-    const float keep_from = params_.min_p > 0 ? params_.min_p : FLT_TRUE_MIN;
-    double mass = 0;
-    int32_t kept = n;
-    for (int32_t i = 0; i < n; ++i) {
-      const float q = ExpNonPositive((cand_[i].value - max) * inv_temperature_);
-      cand_[i].value = q;
-      mass += q;
-      if (kept == n && q < keep_from) kept = i;
-    }
-    kept = std::max(kept, 1);
-    if (top_p_on) {
-      kept = TopPSorted(kept, mass, &total);
-    } else {
-      total = Mass(kept);
-    }
-    return Draw(random, kept, total);
+  if (params_.top_p < 1.0f) {
+    kept = TopPSorted(kept, mass, &total);
+  } else {
+    total = Mass(kept);
   }
+  return Draw(random, kept, total);
+}
+
+int32_t Sampler::SampleAll(std::span<const float> logits, uint64_t random) {
   double mass = 0;
   if (!ProbabilitiesDense(logits, &mass)) return Fallback(logits);
+  const bool top_p_on = params_.top_p < 1.0f;
   if (params_.min_p == 0 && !top_p_on) return DrawDense(random, mass);  // nothing to cut
   // Min-p is q >= min_p (q is relative to the max). Zero-probability tokens go
   // too: they can never be drawn.
@@ -465,12 +476,22 @@ int32_t Sampler::Sample(std::span<const float> logits) {
     }
   }
   int32_t n = Compact(keep_from);
+  double total = 0;
   if (top_p_on) {
     n = TopPUnsorted(n, mass, &total);
   } else {
     total = Mass(n);
   }
   return Draw(random, n, total);
+}
+
+int32_t Sampler::Sample(std::span<const float> logits) {
+  CHECK_MSG(logits.size() == static_cast<size_t>(n_vocab_), "sampling: logits size != n_vocab");
+  if (greedy_) return SelectTopK(logits, 1) == 1 ? cand_[0].id : Fallback(logits);
+  // Drawn up front so every non-greedy call consumes exactly one number.
+  const uint64_t random = rng_();
+  if (params_.top_k > 0 && params_.top_k < n_vocab_) return SampleTopK(logits, random);
+  return SampleAll(logits, random);
 }
 
 }  // namespace rotor

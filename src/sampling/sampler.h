@@ -98,6 +98,10 @@ class Sampler {
   template <typename F>
   void ForEachPenalized(F&& fn);
 
+  // The chain with top-k on (cand_ holds the survivors) and off (probs_ holds
+  // the whole vocabulary, cand_ what min-p and top-p may keep).
+  int32_t SampleTopK(std::span<const float> logits, uint64_t random);
+  int32_t SampleAll(std::span<const float> logits, uint64_t random);
   // Fills cand_[0, return) with the best `k` penalised candidates, best first.
   int32_t SelectTopK(std::span<const float> logits, int32_t k);
   // Fills probs_ with every token's unnormalised probability (the max maps to
@@ -120,14 +124,15 @@ class Sampler {
   int32_t n_vocab_;
   uint64_t seed_;
   std::mt19937_64 rng_;
-  bool greedy_;             // temperature 0 (or below ~3e-39, where 1 / T overflows)
+  bool greedy_;  // temperature 0 (or below ~3e-39, where 1 / T overflows)
   float inv_temperature_;
 
   std::vector<Candidate> cand_;  // [n_vocab], or [top_k] when top-k is on
   std::vector<float> probs_;     // [n_vocab] when top-k is off, by token id
   // Repetition history (only when the penalty is on). counts_[t]: occurrences of
   // t in the window ([n_vocab]). With a window, ring_ holds its last
-  // repeat_last_n tokens (growing to that size); with repeat_last_n == -1, distinct_ lists every token seen.
+  // repeat_last_n tokens (growing to that size); with repeat_last_n == -1, distinct_ lists every
+  // token seen.
   std::vector<int32_t> counts_;
   std::vector<int32_t> ring_;
   int32_t ring_pos_ = 0;  // oldest entry once ring_ is full

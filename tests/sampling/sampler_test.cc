@@ -3,13 +3,33 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
+#include <new>
 #include <numeric>
 #include <random>
 #include <set>
 #include <vector>
+
+// Counts heap allocations, to check that Sample() makes none. (GCC cannot tell
+// that these replacements pair malloc with free.)
+namespace {
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace rotor {
 namespace {
@@ -292,6 +312,69 @@ TEST_P(FilterTest, TopPAndMinPCombine) {
 INSTANTIATE_TEST_SUITE_P(Paths, FilterTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "TopK" : "Full"; });
 
+TEST(SamplerTest, FullVocabularyDrawDistribution) {
+  // 1000 tokens in four classes of weight 1:2:3:4, drawn with nothing cut (the
+  // dense draw, which skips whole blocks of the vocabulary).
+  const int n = 1000, draws = 20000;
+  std::vector<float> logits(n);
+  for (int i = 0; i < n; ++i) logits[i] = std::log(1.0f + i % 4);
+  Sampler s(Plain(1.0f, 4242), n);
+  std::map<int32_t, int> by_class;
+  for (const auto& [id, count] : Histogram(s, logits, draws)) by_class[id % 4] += count;
+  EXPECT_LT(ChiSquare(by_class, {0.1, 0.2, 0.3, 0.4}, draws), 25.0);  // 3 dof
+}
+
+TEST(SamplerTest, TopPWithHeavyTail) {
+  // One token with q = 1 and 50k tail tokens with q = 2^-17 each (mass ~0.38):
+  // the nucleus for top_p = 0.9 needs the top token and the first ~32k of the
+  // tail (ties go to lower ids), far below the 2^-8 and 2^-16 shortcuts.
+  const int n = 50001, draws = 2000;
+  std::vector<float> logits(n, -17.0f * std::log(2.0f));
+  logits[n / 2] = 0.0f;
+  const double tail_q = std::exp2(-17.0), total = 1.0 + (n - 1) * tail_q;
+  const double needed = (0.9 * total - 1.0) / tail_q;  // tail tokens in the nucleus
+  SamplingParams p = Plain(1.0f, 77);
+  p.top_p = 0.9f;
+  Sampler s(p, n);
+  std::map<int32_t, int> h = Histogram(s, logits, draws);
+  int32_t max_rank = 0;  // the highest tail rank drawn; rank = id, skipping the top token
+  for (const auto& [id, count] : h) {
+    if (id != n / 2) max_rank = std::max(max_rank, id < n / 2 ? id : id - 1);
+  }
+  // Float summation of 50k equal terms may move the boundary by a few tokens.
+  EXPECT_LE(max_rank, needed * 1.001 + 1);
+  EXPECT_GE(max_rank, needed * 0.97);  // ~390 tail draws: P(below) ~ 1e-5
+  EXPECT_NEAR(h[n / 2] / double(draws), 1.0 / (1.0 + needed * tail_q), 0.03);
+}
+
+TEST(SamplerTest, TinyTemperatureIsGreedy) {
+  SamplingParams p = Plain(1e-40f, 1);
+  ASSERT_TRUE(ValidateSamplingParams(p).ok());
+  Sampler s(p, 4099);
+  for (uint32_t trial = 0; trial < 5; ++trial) {
+    std::vector<float> logits = RandomLogits(4099, trial);
+    EXPECT_EQ(s.Sample(logits), Argmax(logits));
+  }
+}
+
+TEST(SamplerTest, SampleDoesNotAllocate) {
+  const int n = 50000;
+  std::vector<float> logits = RandomLogits(n, 3);
+  SamplingParams top_k{.temperature = 0.9f, .repeat_penalty = 1.2f, .seed = 1};
+  SamplingParams all = top_k, greedy = top_k, plain = Plain(1.0f);
+  all.top_k = 0;
+  greedy.temperature = 0;
+  SamplingParams whole = all;
+  whole.repeat_last_n = -1;
+  for (const SamplingParams& p : {top_k, all, greedy, plain, whole}) {
+    Sampler s(p, n);
+    for (int i = 0; i < 64; ++i) s.Accept(i * 31);
+    const int64_t before = g_allocations.load();
+    for (int i = 0; i < 20; ++i) s.Sample(logits);
+    EXPECT_EQ(g_allocations.load(), before);
+  }
+}
+
 TEST(SamplerTest, TemperatureShapesDistribution) {
   // Five tokens plus one that never wins, so top_k = 5 runs the top-k path.
   const std::vector<float> logits = {0.0f, 0.5f, 1.0f, 2.0f, -1.0f, -1e9f};
@@ -498,8 +581,7 @@ TEST(SamplingParamsTest, Validation) {
             std::string::npos);
   EXPECT_NE(error([](SamplingParams& p) { p.temperature = kInf; }).find("temperature inf"),
             std::string::npos);
-  EXPECT_NE(error([](SamplingParams& p) { p.top_p = kNaN; }).find("top_p nan"),
-            std::string::npos);
+  EXPECT_NE(error([](SamplingParams& p) { p.top_p = kNaN; }).find("top_p nan"), std::string::npos);
   EXPECT_NE(error([](SamplingParams& p) { p.repeat_penalty = -1.0f; }).find("repeat_penalty"),
             std::string::npos);
 }
