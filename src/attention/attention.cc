@@ -16,7 +16,7 @@ using attn::kBlock;
 
 AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int head_dim)
     : n_threads_(n_threads), n_head_(n_head), head_dim_(head_dim) {
-  per_thread_ = static_cast<size_t>(n_head) * kBlock + head_dim + n_head * head_dim +
+  per_thread_ = static_cast<size_t>(n_head) * kBlock + 3 * head_dim + n_head * head_dim +
                 kBlock * 2 * head_dim + 2 * n_head + n_head * head_dim;
   per_thread_ = (per_thread_ + 15) / 16 * 16;
   buf_.Resize(per_thread_ * n_threads);
@@ -28,6 +28,7 @@ AttentionScratch::Thread AttentionScratch::thread(int t) {
   Thread th;
   th.scores = p, p += static_cast<size_t>(n_head_) * kBlock;
   th.k_rot = p, p += head_dim_;
+  th.cs = p, p += 2 * head_dim_;
   th.q_sink = p, p += static_cast<size_t>(n_head_) * head_dim_;
   th.far = p, p += static_cast<size_t>(kBlock) * 2 * head_dim_;
   th.m = p, p += n_head_;
@@ -71,6 +72,7 @@ class TaskRunner {
     state_.scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
     state_.scores = th.scores;
     state_.k_rot = th.k_rot;
+    state_.cs = th.cs;
     state_.m = th.m;
     state_.l = th.l;
     state_.acc = th.acc;
@@ -128,12 +130,14 @@ class TaskRunner {
     const int n = block_.n;
     block_.k[n] = k;
     block_.v[n] = v;
-    block_.cos[n] = block_.sin[n] = nullptr;
+    block_.cos[n] = block_.sin[n] = block_.cos2[n] = block_.sin2[n] = nullptr;
     if (deferred_) {
       const RopeDistanceTable& table = *a_.rope;
       if (distance >= 0 && distance < table.max_distance()) {
-        block_.cos[n] = table.Cos(distance);
-        block_.sin[n] = table.Sin(distance);
+        block_.cos[n] = table.CoarseCos(distance);
+        block_.sin[n] = table.CoarseSin(distance);
+        block_.cos2[n] = table.FineCos(distance);
+        block_.sin2[n] = table.FineSin(distance);
       } else {  // a far sink (original positions): its rotation row, computed now
         float* c = th_.far + static_cast<size_t>(far_used_++) * 2 * a_.head_dim;
         table.Compute(distance, c, c + a_.head_dim);

@@ -50,6 +50,7 @@ class AttentionScratch {
   struct Thread {
     float* scores;    // [n_head, kBlock]
     float* k_rot;     // [head_dim]
+    float* cs;        // [2, head_dim]
     float* q_sink;    // [n_head, head_dim]
     float* far;       // [kBlock, 2, head_dim] rotation rows computed on the fly
     float* m;         // [n_head]

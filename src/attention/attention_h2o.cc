@@ -42,6 +42,7 @@ void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attention
     st.scale = scale;
     st.scores = th.scores;
     st.k_rot = th.k_rot;
+    st.cs = th.cs;
     st.m = th.m;
     st.l = th.l;
     st.acc = th.acc;
@@ -90,12 +91,14 @@ void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attention
         const int b = block.n;
         block.k[b] = k;
         block.v[b] = v;
-        block.cos[b] = block.sin[b] = nullptr;
+        block.cos[b] = block.sin[b] = block.cos2[b] = block.sin2[b] = nullptr;
         if (deferred) {
           const int64_t d = static_cast<int64_t>(plan.pos[i]) - pos_k;
           if (d >= 0 && d < a.rope->max_distance()) {
-            block.cos[b] = a.rope->Cos(d);
-            block.sin[b] = a.rope->Sin(d);
+            block.cos[b] = a.rope->CoarseCos(d);
+            block.sin[b] = a.rope->CoarseSin(d);
+            block.cos2[b] = a.rope->FineCos(d);
+            block.sin2[b] = a.rope->FineSin(d);
           } else {
             float* r = th.far + static_cast<size_t>(far_used++) * 2 * hd;
             a.rope->Compute(d, r, r + hd);

@@ -17,6 +17,7 @@ struct FoldState {
   bool normal_pairs = true;       // partner[l] == l ^ 1 for every rotated lane
   float* scores = nullptr;        // scratch [n_head, kBlock]
   float* k_rot = nullptr;         // scratch [head_dim]
+  float* cs = nullptr;            // scratch [2, head_dim] combined rotation row
   float* m = nullptr;             // [n_head] running max of scaled scores
   float* l = nullptr;             // [n_head] running sum of exp(score - m)
   float* acc = nullptr;           // [n_head, head_dim] running sum of exp(score - m) * v
@@ -28,6 +29,10 @@ struct KeyBlock {
   const float* v[kBlock];     // each [n_head_kv, head_dim]
   const float* cos[kBlock];   // deferred: [head_dim] rotation rows; null when keys are rotated
   const float* sin[kBlock];
+  // Deferred, two-level: the fine rows to combine with cos/sin by angle
+  // addition; null when cos/sin are the whole rotation.
+  const float* cos2[kBlock];
+  const float* sin2[kBlock];
 };
 
 void FoldScalar(FoldState& s, const KeyBlock& b);

@@ -37,15 +37,28 @@ void FoldAvx512(FoldState& s, const KeyBlock& b) {
   const int hd = s.head_dim, nv = hd / 16, group = s.n_head / s.n_head_kv;
   const __m512 scale = _mm512_set1_ps(s.scale);
   __m512 k[kMaxVecs];
+  __m512 cr[kMaxVecs], sr[kMaxVecs];
   for (int j = 0; j < b.n; ++j) {
+    const bool rotate = b.cos[j] != nullptr;
+    if (rotate) {  // this key's rotation row, once for every head
+      for (int i = 0; i < nv; ++i) {
+        const __m512 c1 = _mm512_loadu_ps(b.cos[j] + 16 * i), s1 = _mm512_loadu_ps(b.sin[j] + 16 * i);
+        if (b.cos2[j] != nullptr) {
+          const __m512 c2 = _mm512_loadu_ps(b.cos2[j] + 16 * i), s2 = _mm512_loadu_ps(b.sin2[j] + 16 * i);
+          cr[i] = _mm512_fnmadd_ps(s1, s2, _mm512_mul_ps(c1, c2));
+          sr[i] = _mm512_fmadd_ps(c1, s2, _mm512_mul_ps(s1, c2));
+        } else {
+          cr[i] = c1, sr[i] = s1;
+        }
+      }
+    }
     for (int g = 0; g < s.n_head_kv; ++g) {
       const float* kr = b.k[j] + g * hd;
-      if (b.cos[j] != nullptr) {
+      if (rotate) {
         for (int i = 0; i < nv; ++i) {
           const __m512 x = _mm512_loadu_ps(kr + 16 * i);
           const __m512 sw = _mm512_permute_ps(x, 0xB1);  // swap lanes of each pair
-          k[i] = _mm512_fmadd_ps(_mm512_loadu_ps(b.cos[j] + 16 * i), x,
-                                 _mm512_mul_ps(_mm512_loadu_ps(b.sin[j] + 16 * i), sw));
+          k[i] = _mm512_fmadd_ps(cr[i], x, _mm512_mul_ps(sr[i], sw));
         }
       } else {
         for (int i = 0; i < nv; ++i) k[i] = _mm512_loadu_ps(kr + 16 * i);

@@ -11,11 +11,21 @@ namespace rotor::attn {
 void FoldScalar(FoldState& s, const KeyBlock& b) {
   const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
   for (int j = 0; j < b.n; ++j) {
+    const float* cosr = b.cos[j];
+    const float* sinr = b.sin[j];
+    if (b.cos2[j] != nullptr) {  // angle addition of the two levels
+      float* c = s.cs;
+      float* sn = s.cs + hd;
+      for (int d = 0; d < hd; ++d) {
+        c[d] = cosr[d] * b.cos2[j][d] - sinr[d] * b.sin2[j][d];
+        sn[d] = sinr[d] * b.cos2[j][d] + cosr[d] * b.sin2[j][d];
+      }
+      cosr = c, sinr = sn;
+    }
     for (int g = 0; g < s.n_head_kv; ++g) {
       const float* k = b.k[j] + g * hd;
-      if (b.cos[j] != nullptr) {  // deferred: rotate the key by -distance
-        for (int d = 0; d < hd; ++d)
-          s.k_rot[d] = b.cos[j][d] * k[d] + b.sin[j][d] * k[s.partner[d]];
+      if (cosr != nullptr) {  // deferred: rotate the key by -distance
+        for (int d = 0; d < hd; ++d) s.k_rot[d] = cosr[d] * k[d] + sinr[d] * k[s.partner[d]];
         k = s.k_rot;
       }
       for (int h = g * group; h < (g + 1) * group; ++h) {

@@ -14,9 +14,14 @@ RopeDistanceTable::RopeDistanceTable(const ops::RopeConfig& cfg, int64_t max_dis
     partner_[a] = b;
     partner_[b] = a;
   }
-  cos_.resize(static_cast<size_t>(max_distance) * hd);
-  sin_.resize(static_cast<size_t>(max_distance) * hd);
-  for (int64_t d = 0; d < max_distance; ++d) Compute(d, &cos_[d * hd], &sin_[d * hd]);
+  const int64_t n_coarse = max_distance / kFine + 1;
+  coarse_cos_.resize(static_cast<size_t>(n_coarse) * hd);
+  coarse_sin_.resize(static_cast<size_t>(n_coarse) * hd);
+  for (int64_t i = 0; i < n_coarse; ++i)
+    Compute(i * kFine, &coarse_cos_[i * hd], &coarse_sin_[i * hd]);
+  fine_cos_.resize(static_cast<size_t>(kFine) * hd);
+  fine_sin_.resize(static_cast<size_t>(kFine) * hd);
+  for (int64_t d = 0; d < kFine; ++d) Compute(d, &fine_cos_[d * hd], &fine_sin_[d * hd]);
 }
 
 // Rotation by -theta of pair (a, b): a' = a cos + b sin, b' = b cos - a sin.

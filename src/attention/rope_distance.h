@@ -6,6 +6,12 @@
 // lanes past n_rot have c = 1, s = 0), so the kernel needs no per-pair logic.
 // Distances are bounded by the cache size plus a ubatch, whatever the text
 // position: the table's memory is fixed however long generation runs.
+//
+// The rows are stored in two levels, d = 64 hi + lo: a coarse row per 64
+// distances and 64 fine rows, combined by angle addition inside the kernel
+// (c = c1 c2 - s1 s2, s = s1 c2 + c1 s2 holds lane-wise with the sign folded
+// in). The two tables stay in cache (~100 KB at 8K distances) instead of
+// streaming a row per key from memory beside the keys themselves.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +27,13 @@ class RopeDistanceTable {
   int64_t max_distance() const { return max_distance_; }
   int head_dim() const { return cfg_.head_dim; }
   const ops::RopeConfig& config() const { return cfg_; }
-  // Rows of head_dim floats for distance d in [0, max_distance).
-  const float* Cos(int64_t d) const { return cos_.data() + d * cfg_.head_dim; }
-  const float* Sin(int64_t d) const { return sin_.data() + d * cfg_.head_dim; }
+  static constexpr int kFine = 64;
+  // Rows of head_dim floats: the coarse rows of distance 64 * (d / 64) and the
+  // fine rows of distance d % 64, for d in [0, max_distance).
+  const float* CoarseCos(int64_t d) const { return coarse_cos_.data() + (d / kFine) * cfg_.head_dim; }
+  const float* CoarseSin(int64_t d) const { return coarse_sin_.data() + (d / kFine) * cfg_.head_dim; }
+  const float* FineCos(int64_t d) const { return fine_cos_.data() + (d % kFine) * cfg_.head_dim; }
+  const float* FineSin(int64_t d) const { return fine_sin_.data() + (d % kFine) * cfg_.head_dim; }
   // The same rows for any distance (keys farther than the table: sinks in
   // original-position mode), computed into cos/sin [head_dim].
   void Compute(int64_t d, float* cos, float* sin) const;
@@ -34,8 +44,8 @@ class RopeDistanceTable {
   ops::RopeConfig cfg_;
   int64_t max_distance_;
   std::vector<int> partner_;   // [head_dim]
-  std::vector<float> cos_;     // [max_distance, head_dim]
-  std::vector<float> sin_;     // [max_distance, head_dim]
+  std::vector<float> coarse_cos_, coarse_sin_;  // [max_distance / 64 + 1, head_dim]
+  std::vector<float> fine_cos_, fine_sin_;      // [64, head_dim]
 };
 
 }  // namespace rotor
