@@ -64,7 +64,8 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k) {
     benchmark::DoNotOptimize(out.data());
   }
   const double bytes = 2.0 * depth * row * sizeof(float);
-  state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
 }
 
 void Args(benchmark::internal::Benchmark* b) {
@@ -73,8 +74,10 @@ void Args(benchmark::internal::Benchmark* b) {
   b->UseRealTime();
 }
 
-BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached, kStories110M, RopeK::kCached)->Apply(Args);
-BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred, kStories110M, RopeK::kDeferred)->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached, kStories110M, RopeK::kCached)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred, kStories110M, RopeK::kDeferred)
+    ->Apply(Args);
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached, kLlama1B, RopeK::kCached)->Apply(Args);
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred, kLlama1B, RopeK::kDeferred)->Apply(Args);
 

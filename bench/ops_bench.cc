@@ -74,7 +74,8 @@ void BM_Matmul(benchmark::State& state) {
     state.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(w.bytes) * 1e-9,
                                                 benchmark::Counter::kIsRate);
   } else {
-    state.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * m * n * k * 1e-9, benchmark::Counter::kIsRate);
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(iters * 2.0 * m * n * k * 1e-9, benchmark::Counter::kIsRate);
   }
 }
 

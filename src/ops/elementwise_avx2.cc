@@ -61,8 +61,10 @@ inline __m256 Exp(__m256 x) {
   // n in [-126, 128]: 2^n as 2^(n/2) * 2^(n - n/2) so 128 does not overflow the bits.
   const __m256i ni = _mm256_cvtps_epi32(n);
   const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
-  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+  const __m256 s1 =
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+  const __m256 s2 =
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
   __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
   e = _mm256_andnot_ps(under, e);
   return _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), over);
@@ -99,7 +101,8 @@ void Softmax(float* x, int64_t n) {
     StoreTail(x + i, n - i, e);
   }
   const __m256 inv = _mm256_set1_ps(1.f / HorizontalSum(sum));
-  for (int64_t i = 0; i < n; i += 8) StoreTail(x + i, n - i, _mm256_mul_ps(LoadTail(x + i, n - i, 0.f), inv));
+  for (int64_t i = 0; i < n; i += 8)
+    StoreTail(x + i, n - i, _mm256_mul_ps(LoadTail(x + i, n - i, 0.f), inv));
 }
 
 void SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
@@ -107,14 +110,16 @@ void SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; i += 8) {
     const __m256 g = LoadTail(gate + i, n - i, 0.f);
     const __m256 u = LoadTail(up + i, n - i, 0.f);
-    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, Exp(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    const __m256 silu =
+        _mm256_div_ps(g, _mm256_add_ps(one, Exp(_mm256_sub_ps(_mm256_setzero_ps(), g))));
     StoreTail(out + i, n - i, _mm256_mul_ps(silu, u));
   }
 }
 
 void Add(float* x, const float* y, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) x[i] += y[i];
 }
 

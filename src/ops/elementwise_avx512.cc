@@ -77,7 +77,8 @@ void SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
     const __mmask16 mk = TailMask(n - i);
     const __m512 g = _mm512_maskz_loadu_ps(mk, gate + i);
     const __m512 u = _mm512_maskz_loadu_ps(mk, up + i);
-    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, Exp(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    const __m512 silu =
+        _mm512_div_ps(g, _mm512_add_ps(one, Exp(_mm512_sub_ps(_mm512_setzero_ps(), g))));
     _mm512_mask_storeu_ps(out + i, mk, _mm512_mul_ps(silu, u));
   }
 }
@@ -85,8 +86,9 @@ void SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
 void Add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 mk = TailMask(n - i);
-    _mm512_mask_storeu_ps(x + i, mk,
-                          _mm512_add_ps(_mm512_maskz_loadu_ps(mk, x + i), _mm512_maskz_loadu_ps(mk, y + i)));
+    _mm512_mask_storeu_ps(
+        x + i, mk,
+        _mm512_add_ps(_mm512_maskz_loadu_ps(mk, x + i), _mm512_maskz_loadu_ps(mk, y + i)));
   }
 }
 

@@ -15,18 +15,40 @@ namespace rotor::ops::internal {
 // Rows a Gemm call repacks into one panel; Gemm row ranges are multiples of it
 // (except at the end of the matrix).
 inline constexpr int kPanelRows = 8;
+// f32 panels hold a k slice of kFloatKc per pass, rows padded to <= kFloatKpadMax.
+inline constexpr int kFloatKc = 512;
+inline constexpr int kFloatKpadMax = kFloatKc + 16;
+// AVX-512 integer panels: bytes per row per group of 512 weights.
+inline constexpr int kIntPanelGroupBytes = 640;
+
+// Activation layout of the m > 1 integer kernels: token t's quants start at
+// qx + t * PackedQxStride(k) and its scales at dx + t * PackedDxStride(k); the
+// ISA decides the order inside (QuantizeActivationsPacked). Groups of 16 blocks.
+inline constexpr int64_t PackedQxStride(int64_t k) { return (k + 511) / 512 * 512; }
+inline constexpr int64_t PackedDxStride(int64_t k) { return (k / 32 + 15) / 16 * 16; }
+
+// Small batches take the matrix-vector kernels when the ISA has them (the
+// weights are read once, no panel is packed): up to 16 tokens for f32 / f16 /
+// bf16, up to 8 for q8_0 / q4_0 (measured crossover with the panel kernels).
+inline constexpr int kGemvMaxTokensFloat = 16;
+inline constexpr int kGemvMaxTokensQuant = 8;
+inline constexpr int64_t GemvScratchBytes(int64_t k) {
+  return kGemvMaxTokensQuant * 192 * ((k / 32 + 1) / 2);
+}
 
 // Aborts: t is not one of f32, f16, bf16, q8_0, q4_0 (portable code).
 [[noreturn]] void UnsupportedType(DType t);
 
 #define ROTOR_OPS_KERNELS                                                                       \
-  /* y[r] for r in [r0, r1), one token (m == 1). qx/dx: the token quantized (q types only). */   \
+  /* y[r] for r in [r0, r1), one token (m == 1). qx/dx: the token quantized (q types only). */  \
   void Gemv(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t r0,     \
             int64_t r1, float* y);                                                              \
-  /* y[t * ldy + r] for t in [t0, t1), r in [r0, r1). x: [m, k], qx: [m, k], dx: [m, k/32]. */  \
+  /* y[t * ldy + r] for t in [t0, t1), r in [r0, r1). x: [m, k]; qx, dx: packed (see above). */ \
   void Gemm(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t t0,     \
             int64_t t1, int64_t r0, int64_t r1, float* y, int64_t ldy, uint8_t* panel);         \
   void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k);                     \
+  /* For Gemm: q [PackedQxStride(k)], d [PackedDxStride(k)] in the ISA's own order. */          \
+  void QuantizeActivationsPacked(const float* x, int8_t* q, float* d, int64_t k);               \
   void DequantizeRow(DType t, const void* src, float* dst, int64_t n);                          \
   float DotRow(DType t, const void* w_row, const float* x, int64_t n);                          \
   void AxpyRow(DType t, float a, const void* row, float* y, int64_t n);                         \
@@ -41,6 +63,11 @@ ROTOR_OPS_KERNELS
 }  // namespace avx2
 namespace avx512 {
 ROTOR_OPS_KERNELS
+// m in [2, kGemvMaxTokensFloat / Quant] tokens, each weight read once: x [m, k]; qx [m, k]
+// and dx [m, k / 32] in QuantizeActivations' order; y [m, ldy]. scratch:
+// GemvScratchBytes(k) bytes.
+void GemvMulti(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t m,
+               int64_t r0, int64_t r1, float* y, int64_t ldy, uint8_t* scratch);
 }  // namespace avx512
 
 #undef ROTOR_OPS_KERNELS

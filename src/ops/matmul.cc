@@ -18,22 +18,27 @@ void ScalarGemv(const Weight& w, const float* x, const int8_t* qx, const float* 
   for (int64_t r = r0; r < r1; ++r) y[r] = ref::MatmulDot(w, r, x, qx, dx);
 }
 
+// qx/dx in natural order at the packed strides.
 void ScalarGemm(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t t0,
                 int64_t t1, int64_t r0, int64_t r1, float* y, int64_t ldy, uint8_t* /*panel*/) {
-  const int64_t nb = w.k / ref::kBlock;
+  const int64_t qs = internal::PackedQxStride(w.k), ds = internal::PackedDxStride(w.k);
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t r = r0; r < r1; ++r)
-      y[t * ldy + r] = ref::MatmulDot(w, r, x + t * w.k, qx ? qx + t * w.k : nullptr,
-                                      dx ? dx + t * nb : nullptr);
+      y[t * ldy + r] =
+          ref::MatmulDot(w, r, x + t * w.k, qx ? qx + t * qs : nullptr, dx ? dx + t * ds : nullptr);
 }
 
 }  // namespace
 
 size_t MatmulScratch::PanelBytes(int64_t max_k) {
-  // Largest panel: kPanelRows rows of f32 (4 bytes per weight); the integer
-  // panels take 3 bytes per weight (int8 weights, int32 corrections per 4
-  // weights, f32 scales broadcast to 16 lanes per 64 weights).
-  return static_cast<size_t>(internal::kPanelRows) * 4 * static_cast<size_t>(max_k) + 4096;
+  // The larger of: an f32 panel of kPanelRows rows x a 512-wide k slice (row
+  // stride padded by up to 16 floats), and an integer panel of kPanelRows rows
+  // x 640 bytes per 512 weights (the AVX-512 layout; AVX2 packs nothing).
+  const size_t f32_panel = static_cast<size_t>(internal::kPanelRows) * 4 * internal::kFloatKpadMax;
+  const size_t int_panel = static_cast<size_t>(internal::kPanelRows) *
+                           internal::kIntPanelGroupBytes * static_cast<size_t>((max_k + 511) / 512);
+  const size_t gemv = static_cast<size_t>(internal::GemvScratchBytes(max_k));
+  return std::max({f32_panel, int_panel, gemv}) + 256;
 }
 
 void MatmulScratch::Reserve(int64_t max_m, int64_t max_k, int max_threads) {
@@ -41,8 +46,8 @@ void MatmulScratch::Reserve(int64_t max_m, int64_t max_k, int max_threads) {
   CHECK_GE(max_k, 1);
   max_m_ = max_m;
   max_k_ = (max_k + ref::kBlock - 1) / ref::kBlock * ref::kBlock;
-  qx_.Resize(static_cast<size_t>(max_m_ * max_k_));
-  dx_.Resize(static_cast<size_t>(max_m_ * (max_k_ / ref::kBlock)));
+  qx_.Resize(static_cast<size_t>(max_m_ * internal::PackedQxStride(max_k_)));
+  dx_.Resize(static_cast<size_t>(max_m_ * internal::PackedDxStride(max_k_)));
   panel_bytes_ = PanelBytes(max_k_);
   n_threads_ = 0;
   EnsureThreads(max_threads > 0 ? max_threads : HardwareThreads());
@@ -56,9 +61,9 @@ void MatmulScratch::EnsureThreads(int n_threads) {
 
 void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y, int64_t ldy,
             MatmulScratch& scratch) {
-  CHECK_MSG(w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16 ||
-                IsQuant(w.type),
-            "ops: Matmul: unsupported weight type");
+  CHECK_MSG(
+      w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16 || IsQuant(w.type),
+      "ops: Matmul: unsupported weight type");
   CHECK_GE(ldy, w.n);
   CHECK_GE(w.row_bytes, static_cast<size_t>(RowBytes(w.type, w.k)));
   if (m <= 0 || w.n <= 0) return;
@@ -70,38 +75,63 @@ void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float*
   const Isa isa = ActiveIsa();
   auto quantize = [&](const float* xr, int8_t* q, float* d) {
     switch (isa) {
-      case Isa::kAvx512: return internal::avx512::QuantizeActivations(xr, q, d, w.k);
-      case Isa::kAvx2: return internal::avx2::QuantizeActivations(xr, q, d, w.k);
-      case Isa::kScalar: return ref::QuantizeActivations(xr, q, d, w.k);
+      case Isa::kAvx512:
+        return internal::avx512::QuantizeActivations(xr, q, d, w.k);
+      case Isa::kAvx2:
+        return internal::avx2::QuantizeActivations(xr, q, d, w.k);
+      case Isa::kScalar:
+        return ref::QuantizeActivations(xr, q, d, w.k);
     }
   };
-  const int64_t nb = w.k / ref::kBlock;
-  int8_t* qx = quant ? scratch.qx() : nullptr;  // [m, k]
-  float* dx = quant ? scratch.dx() : nullptr;   // [m, k / 32]
+  int8_t* qx = quant ? scratch.qx() : nullptr;  // [m, PackedQxStride(k)]
+  float* dx = quant ? scratch.dx() : nullptr;   // [m, PackedDxStride(k)]
 
   if (m == 1) {
     if (quant) quantize(x, qx, dx);
     auto gemv = isa == Isa::kAvx512 ? &internal::avx512::Gemv
                 : isa == Isa::kAvx2 ? &internal::avx2::Gemv
                                     : &ScalarGemv;
-    pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
-      gemv(w, x, qx, dx, r0, r1, y);
-    });
+    pool.ParallelFor(w.n, internal::kPanelRows,
+                     [&](int64_t r0, int64_t r1, int) { gemv(w, x, qx, dx, r0, r1, y); });
     return;
   }
 
+  if (isa == Isa::kAvx512 &&
+      m <= (quant ? internal::kGemvMaxTokensQuant : internal::kGemvMaxTokensFloat)) {
+    const int64_t nb = w.k / ref::kBlock;
+    for (int64_t t = 0; quant && t < m; ++t) quantize(x + t * w.k, qx + t * w.k, dx + t * nb);
+    pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int thread) {
+      internal::avx512::GemvMulti(w, x, qx, dx, m, r0, r1, y, ldy, scratch.panel(thread));
+    });
+    return;
+  }
   if (quant) {
+    const int64_t qs = internal::PackedQxStride(w.k), ds = internal::PackedDxStride(w.k);
     pool.ParallelFor(m, 1, [&](int64_t t0, int64_t t1, int) {
-      for (int64_t t = t0; t < t1; ++t) quantize(x + t * w.k, qx + t * w.k, dx + t * nb);
+      for (int64_t t = t0; t < t1; ++t) {
+        switch (isa) {
+          case Isa::kAvx512:
+            internal::avx512::QuantizeActivationsPacked(x + t * w.k, qx + t * qs, dx + t * ds, w.k);
+            break;
+          case Isa::kAvx2:
+            internal::avx2::QuantizeActivationsPacked(x + t * w.k, qx + t * qs, dx + t * ds, w.k);
+            break;
+          case Isa::kScalar:
+            ref::QuantizeActivations(x + t * w.k, qx + t * qs, dx + t * ds, w.k);
+            break;
+        }
+      }
     });
   }
   auto gemm = isa == Isa::kAvx512 ? &internal::avx512::Gemm
               : isa == Isa::kAvx2 ? &internal::avx2::Gemm
                                   : &ScalarGemm;
-  // Tasks: row chunks (multiples of the panel) x token chunks sized so a
-  // chunk's activations stay in L2 while every panel of the chunk sweeps them.
-  const int64_t act_bytes = quant ? w.k + 4 * nb : 4 * w.k;  // per token
-  const int64_t tb = std::clamp<int64_t>((256 << 10) / act_bytes, 16, 256);
+  // Tasks: row chunks (multiples of the panel) x token chunks. The weights are
+  // re-read once per token chunk, so chunks are long; the float kernels sweep
+  // k in slices of 512 (2 KiB per token in L2), the integer kernels all of k
+  // (k + k / 8 bytes per token).
+  const int64_t act_bytes = quant ? w.k + w.k / 8 : 2048;  // per token, in L2
+  const int64_t tb = std::clamp<int64_t>((512 << 10) / act_bytes, 16, 256);
   const int64_t n_tb = (m + tb - 1) / tb;
   int64_t rb = 8 * internal::kPanelRows;
   while (rb > internal::kPanelRows && (w.n + rb - 1) / rb * n_tb < 4 * pool.size()) rb /= 2;

@@ -41,8 +41,9 @@ class MatmulScratch {
   int64_t max_k() const { return max_k_; }
 
   // Internal to the kernels.
-  int8_t* qx() { return qx_.data(); }  // [max_m, max_k] activations quantized to q8_0
-  float* dx() { return dx_.data(); }   // [max_m, max_k / 32] their scales (f32, not f16)
+  // Activations quantized to q8_0 (f32 scales, not f16), in the kernel's order:
+  int8_t* qx() { return qx_.data(); }  // [max_m, PackedQxStride(max_k)]
+  float* dx() { return dx_.data(); }   // [max_m, PackedDxStride(max_k)]
   void EnsureThreads(int n_threads);
   // Per-thread panel of repacked weights: PanelBytes(max_k) bytes each.
   uint8_t* panel(int thread) { return panels_.data() + static_cast<size_t>(thread) * panel_bytes_; }
@@ -63,7 +64,14 @@ class MatmulScratch {
 // q8_0/q4_0: X quantized to q8_0 per block of 32 (f32 scale), exact integer
 // block dot products, f32 accumulation of the scaled block sums; the
 // quantization error per output is <= sum_j |w_j| * amax_block(x) / 254.
-// m == 1 is matrix-vector (memory-bound); m > 1 tiles weights across tokens.
+// m == 1 is matrix-vector (memory-bound: each weight read once, 4 rows per
+// pass, software prefetch); small batches (AVX-512: m <= 16 for float types,
+// <= 8 for q types) use the same kernels with several tokens per weight load;
+// larger m packs 8-row weight panels once per chunk of <= 256 tokens and runs
+// register tiles (f32: 4 rows x 5 tokens; int8: 4 x 4 over a layout where each
+// int32 lane accumulates a whole block, so the f32 scaling runs once per 16
+// blocks). Threads split rows (and token chunks) through the pool. Not
+// reentrant for one scratch: concurrent calls need their own MatmulScratch.
 void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y, int64_t ldy,
             MatmulScratch& scratch);
 

@@ -27,14 +27,17 @@ inline __m256 Load8(DType t, const uint8_t* src, int64_t i) {
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
     case DType::kBF16:
       return _mm256_castsi256_ps(_mm256_slli_epi32(
-          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))), 16));
-    default: return _mm256_loadu_ps(reinterpret_cast<const float*>(src) + i);
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))),
+          16));
+    default:
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(src) + i);
   }
 }
 
 inline float LoadOne(DType t, const uint8_t* src, int64_t i) {
   switch (t) {
-    case DType::kF16: return HalfToFloat(src + 2 * i);
+    case DType::kF16:
+      return HalfToFloat(src + 2 * i);
     case DType::kBF16: {
       uint16_t b;
       std::memcpy(&b, src + 2 * i, 2);
@@ -80,7 +83,8 @@ inline void ForEach8(DType t, const void* row, int64_t n, V&& vec, S&& one) {
         const __m256 d = _mm256_set1_ps(HalfToFloat(blk));
         const __m256i eight = _mm256_set1_epi32(8), low = _mm256_set1_epi32(15);
         for (int j = 0; j < 2; ++j) {
-          const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * j)));
+          const __m256i q = _mm256_cvtepu8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * j)));
           const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(q, low), eight);
           const __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(q, 4), eight);
           vec(b * 32 + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(lo)));
@@ -88,7 +92,8 @@ inline void ForEach8(DType t, const void* row, int64_t n, V&& vec, S&& one) {
         }
       }
       return;
-    default: UnsupportedType(t);
+    default:
+      UnsupportedType(t);
   }
 }
 
@@ -112,7 +117,8 @@ float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   float tail = 0.f;
   ForEach8(
-      t, w_row, n, [&](int64_t i, __m256 v) { acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + i), acc); },
+      t, w_row, n,
+      [&](int64_t i, __m256 v) { acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + i), acc); },
       [&](int64_t i, float f) { tail += f * x[i]; });
   return HorizontalSum(acc) + tail;
 }
@@ -121,7 +127,9 @@ void AxpyRow(DType t, float a, const void* row, float* y, int64_t n) {
   const __m256 va = _mm256_set1_ps(a);
   ForEach8(
       t, row, n,
-      [&](int64_t i, __m256 v) { _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, v, _mm256_loadu_ps(y + i))); },
+      [&](int64_t i, __m256 v) {
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, v, _mm256_loadu_ps(y + i)));
+      },
       [&](int64_t i, float f) { y[i] += a * f; });
 }
 
@@ -146,10 +154,16 @@ void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
     const __m256 vid = _mm256_set1_ps(id);
     __m256i i32[4];  // [4][8]
     for (int j = 0; j < 4; ++j) i32[j] = RoundHalfAway(_mm256_mul_ps(v[j], vid));
-    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
+    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]),
+                  i16b = _mm256_packs_epi32(i32[2], i32[3]);
     const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), order);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), i8);
   }
+}
+
+// The AVX2 integer kernels read the natural order.
+void QuantizeActivationsPacked(const float* x, int8_t* q, float* d, int64_t k) {
+  QuantizeActivations(x, q, d, k);
 }
 
 }  // namespace rotor::ops::internal::avx2

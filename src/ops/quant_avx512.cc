@@ -50,15 +50,18 @@ inline void ForEach16(DType t, const void* row, int64_t n, F&& fn) {
         const __m512 d = _mm512_set1_ps(HalfToFloat(blk));
         const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
         const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
-        fn(b * 32, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))), __mmask16{0xffff});
-        fn(b * 32 + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))), __mmask16{0xffff});
+        fn(b * 32, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))),
+           __mmask16{0xffff});
+        fn(b * 32 + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))),
+           __mmask16{0xffff});
       }
       return;
     case DType::kQ4_0:
       for (int64_t b = 0; b < n / kQK4_0; ++b) {
         const uint8_t* blk = src + b * sizeof(BlockQ4_0);
         const __m512 d = _mm512_set1_ps(HalfToFloat(blk));
-        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+        const __m512i q =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
         const __m512i eight = _mm512_set1_epi32(8), low = _mm512_set1_epi32(15);
         const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, low), eight);
         const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
@@ -66,7 +69,8 @@ inline void ForEach16(DType t, const void* row, int64_t n, F&& fn) {
         fn(b * 32 + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)), __mmask16{0xffff});
       }
       return;
-    default: UnsupportedType(t);
+    default:
+      UnsupportedType(t);
   }
 }
 
@@ -83,7 +87,8 @@ inline __m512i RoundHalfAway(__m512 v) {
 }  // namespace
 
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
-  ForEach16(t, src, n, [&](int64_t i, __m512 v, __mmask16 mk) { _mm512_mask_storeu_ps(dst + i, mk, v); });
+  ForEach16(t, src, n,
+            [&](int64_t i, __m512 v, __mmask16 mk) { _mm512_mask_storeu_ps(dst + i, mk, v); });
 }
 
 float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
@@ -106,12 +111,14 @@ void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (int64_t b = 0; b < k / 32; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + b * 32), v1 = _mm512_loadu_ps(x + b * 32 + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
+    const float amax = _mm512_reduce_max_ps(
+        _mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
     const float db = amax / 127.f;
     const float id = db != 0.f ? 1.f / db : 0.f;
     d[b] = db;
     const __m512 vid = _mm512_set1_ps(id);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32), _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v0, vid))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32),
+                     _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v0, vid))));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32 + 16),
                      _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v1, vid))));
   }

@@ -18,7 +18,8 @@ void CheckConfig(const RopeConfig& cfg) {
 // cos/sin of the angles at position pos (a float, as llama2.c computes it).
 void Angles(const RopeConfig& cfg, float pos, float* cos, float* sin) {
   for (int i = 0; i < cfg.n_rot / 2; ++i) {
-    const float freq = 1.0f / std::pow(cfg.base, static_cast<float>(2 * i) / static_cast<float>(cfg.n_rot));
+    const float freq =
+        1.0f / std::pow(cfg.base, static_cast<float>(2 * i) / static_cast<float>(cfg.n_rot));
     float val = pos * freq;
     if (cfg.freq_factors != nullptr) val /= cfg.freq_factors[i];
     cos[i] = std::cos(val);
@@ -40,7 +41,8 @@ void WithAngles(const RopeConfig& cfg, F&& fn) {
 }  // namespace
 
 float RopeTheta(const RopeConfig& cfg, int i, double pos) {
-  const float freq = 1.0f / std::pow(cfg.base, static_cast<float>(2 * i) / static_cast<float>(cfg.n_rot));
+  const float freq =
+      1.0f / std::pow(cfg.base, static_cast<float>(2 * i) / static_cast<float>(cfg.n_rot));
   float val = static_cast<float>(pos) * freq;
   if (cfg.freq_factors != nullptr) val /= cfg.freq_factors[i];
   return val;
@@ -69,7 +71,8 @@ void Rope(const RopeConfig& cfg, float* x, int64_t n_tokens, int64_t n_heads,
   WithAngles(cfg, [&](float* cos, float* sin) {
     for (int64_t t = 0; t < n_tokens; ++t) {
       Angles(cfg, static_cast<float>(positions[t]), cos, sin);
-      for (int64_t h = 0; h < n_heads; ++h) RopeRotate(cfg, cos, sin, x + (t * n_heads + h) * cfg.head_dim);
+      for (int64_t h = 0; h < n_heads; ++h)
+        RopeRotate(cfg, cos, sin, x + (t * n_heads + h) * cfg.head_dim);
     }
   });
 }
@@ -90,10 +93,12 @@ void RopeWithTable(const RopeTable& t, float* x, int64_t n_tokens, int64_t n_hea
                    const int32_t* positions) {
   const int head_dim = t.config().head_dim;
   for (int64_t i = 0; i < n_tokens; ++i) {
-    CHECK_MSG(positions[i] >= 0 && positions[i] < t.max_pos(), "ops: rope: position outside the table");
+    CHECK_MSG(positions[i] >= 0 && positions[i] < t.max_pos(),
+              "ops: rope: position outside the table");
     const float* cos = t.Cos(positions[i]);
     const float* sin = t.Sin(positions[i]);
-    for (int64_t h = 0; h < n_heads; ++h) RopeRotate(t.config(), cos, sin, x + (i * n_heads + h) * head_dim);
+    for (int64_t h = 0; h < n_heads; ++h)
+      RopeRotate(t.config(), cos, sin, x + (i * n_heads + h) * head_dim);
   }
 }
 

@@ -29,8 +29,11 @@ Result<std::unique_ptr<Model>> LoadEdited(const std::function<void(GgufWriter&)>
   GgufWriter w;
   w.CopyMetadata(**src);
   edit(w);
-  for (const GgufTensor& t : (*src)->tensors())
-    if (t.name != drop) EXPECT_TRUE(w.AddTensorView(t.name, t.type, t.ne, t.data, t.n_bytes).ok());
+  for (const GgufTensor& t : (*src)->tensors()) {
+    if (t.name != drop) {
+      EXPECT_TRUE(w.AddTensorView(t.name, t.type, t.ne, t.data, t.n_bytes).ok());
+    }
+  }
   auto bytes = w.WriteToBytes();
   EXPECT_TRUE(bytes.ok());
   auto file = GgufFile::FromBytes(std::move(*bytes), "edited.gguf");

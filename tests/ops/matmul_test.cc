@@ -14,6 +14,8 @@
 //   x_j by at most d_x(block) / 2 (plus a few ulps of x_j from the f32
 //   reciprocal), so |err| <= sum_j |w_j| d_x / 2 + 1e-6 sum |w_j x_j| + the
 //   bound above. That is about 1/254 of the block's largest |x| per element.
+#include "ops/matmul.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,7 +23,6 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "ops/matmul.h"
 #include "ops/quant.h"
 #include "ops/ref/ref.h"
 #include "ops_test_util.h"
@@ -60,11 +61,12 @@ TestWeight MakeWeight(DType t, int64_t k, int64_t n, uint32_t seed) {
 }
 
 void CheckCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa) {
-  SCOPED_TRACE(::testing::Message() << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type)
-                                    << " k=" << c.k << " n=" << c.n << " m=" << m
-                                    << " threads=" << pool.size());
+  SCOPED_TRACE(::testing::Message()
+               << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type) << " k=" << c.k
+               << " n=" << c.n << " m=" << m << " threads=" << pool.size());
   const TestWeight w = MakeWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 131 + c.n));
-  const std::vector<float> x = testing::RandomVector(m * c.k, static_cast<uint32_t>(m + 7));  // [m, k]
+  const std::vector<float> x =
+      testing::RandomVector(m * c.k, static_cast<uint32_t>(m + 7));  // [m, k]
   const int64_t ldy = c.n + 3;
   std::vector<float> y(m * ldy, -12345.f);   // [m, ldy]
   std::vector<float> yr(m * ldy, -12345.f);  // [m, ldy]
@@ -76,8 +78,8 @@ void CheckCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa) {
   ref::Matmul(w.view, x.data(), m, yr.data(), ldy);
 
   const int64_t nb = (c.k + 31) / 32;
-  std::vector<int8_t> qx(c.k);    // [k]
-  std::vector<float> dx(nb);      // [nb]
+  std::vector<int8_t> qx(c.k);  // [k]
+  std::vector<float> dx(nb);    // [nb]
   int bad = 0;
   for (int64_t t = 0; t < m; ++t) {
     const float* xt = x.data() + t * c.k;
@@ -94,12 +96,13 @@ void CheckCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa) {
         }
       }
       const double got = y[t * ldy + r], want = yr[t * ldy + r];
-      const double tight = IsQuant(c.type) ? (nb + 64) * kEps * mag_q : (c.k / 8.0 + 64) * kEps * mag;
+      const double tight =
+          IsQuant(c.type) ? (nb + 64) * kEps * mag_q : (c.k / 8.0 + 64) * kEps * mag;
       const double loose = quant_err + 1e-6 * mag + tight + 1e-30;
       if (std::fabs(got - want) > tight + 1e-30 || std::fabs(got - exact) > loose) {
         if (++bad <= 5)
-          ADD_FAILURE() << "t=" << t << " r=" << r << " got " << got << " ref " << want << " exact " << exact
-                        << " (tight " << tight << ", loose " << loose << ")";
+          ADD_FAILURE() << "t=" << t << " r=" << r << " got " << got << " ref " << want << " exact "
+                        << exact << " (tight " << tight << ", loose " << loose << ")";
       }
     }
     for (int64_t r = c.n; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -12345.f) << "wrote past n";
@@ -142,7 +145,8 @@ INSTANTIATE_TEST_SUITE_P(Threads, MatmulTest, ::testing::Values(1, 2, 3));
 TEST(MatmulLargeTest, ManyTokens) {
   ThreadPool pool(2);
   for (Isa isa : testing::Isas())
-    for (DType t : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) CheckCase(pool, {t, 256, 45}, 300, isa);
+    for (DType t : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0})
+      CheckCase(pool, {t, 256, 45}, 300, isa);
 }
 
 TEST(MatmulScratchTest, GrowsForLargerPools) {
@@ -164,7 +168,8 @@ TEST(MatmulEdgeTest, ZeroBlocks) {
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
       std::vector<float> wsrc(9 * 96, 0.f);  // [9, 96]
       std::vector<uint8_t> bytes(9 * RowBytes(t, 96));
-      for (int r = 0; r < 9; ++r) QuantizeRow(t, wsrc.data() + r * 96, bytes.data() + r * RowBytes(t, 96), 96);
+      for (int r = 0; r < 9; ++r)
+        QuantizeRow(t, wsrc.data() + r * 96, bytes.data() + r * RowBytes(t, 96), 96);
       std::vector<float> x(3 * 96, 0.f), y(3 * 9, 1.f);  // [3, 96], [3, 9]
       x[5] = 3.f;
       MatmulScratch scratch(3, 96);

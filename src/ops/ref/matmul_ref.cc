@@ -57,7 +57,8 @@ float MatmulDot(const Weight& w, int64_t r, const float* x, const int8_t* qx, co
       }
       break;
     }
-    default: CHECK_MSG(false, "ops: Matmul: unsupported weight type");
+    default:
+      CHECK_MSG(false, "ops: Matmul: unsupported weight type");
   }
   return static_cast<float>(sum);
 }
@@ -65,7 +66,7 @@ float MatmulDot(const Weight& w, int64_t r, const float* x, const int8_t* qx, co
 void Matmul(const Weight& w, const float* x, int64_t m, float* y, int64_t ldy) {
   CHECK_GE(ldy, w.n);
   const bool quant = w.type == DType::kQ8_0 || w.type == DType::kQ4_0;
-  std::vector<int8_t> qx(quant ? w.k : 0);         // [k]
+  std::vector<int8_t> qx(quant ? w.k : 0);          // [k]
   std::vector<float> dx(quant ? w.k / kBlock : 0);  // [k / 32]
   for (int64_t t = 0; t < m; ++t) {
     const float* xt = x + t * w.k;

@@ -61,7 +61,8 @@ void QuantizeQ4_0(const float* x, BlockQ4_0* b, int64_t n) {
 }
 
 void CheckBlocks(DType t, int64_t n) {
-  if (t == DType::kQ8_0 || t == DType::kQ4_0) CHECK_MSG(n % kBlock == 0, "ops: row not a multiple of 32");
+  if (t == DType::kQ8_0 || t == DType::kQ4_0)
+    CHECK_MSG(n % kBlock == 0, "ops: row not a multiple of 32");
 }
 
 }  // namespace
@@ -69,7 +70,9 @@ void CheckBlocks(DType t, int64_t n) {
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
   CheckBlocks(t, n);
   switch (t) {
-    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
     case DType::kF16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(s[i]);
@@ -80,16 +83,23 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(s[i]);
       return;
     }
-    case DType::kQ8_0: DequantizeQ8_0(static_cast<const BlockQ8_0*>(src), dst, n); return;
-    case DType::kQ4_0: DequantizeQ4_0(static_cast<const BlockQ4_0*>(src), dst, n); return;
-    default: CHECK_MSG(false, "ops: DequantizeRow: unsupported type");
+    case DType::kQ8_0:
+      DequantizeQ8_0(static_cast<const BlockQ8_0*>(src), dst, n);
+      return;
+    case DType::kQ4_0:
+      DequantizeQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
+      return;
+    default:
+      CHECK_MSG(false, "ops: DequantizeRow: unsupported type");
   }
 }
 
 void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
   CheckBlocks(t, n);
   switch (t) {
-    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
     case DType::kF16: {
       uint16_t* d = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) d[i] = F32ToF16(src[i]);
@@ -100,9 +110,14 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) d[i] = F32ToBF16(src[i]);
       return;
     }
-    case DType::kQ8_0: QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n); return;
-    case DType::kQ4_0: QuantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), n); return;
-    default: CHECK_MSG(false, "ops: QuantizeRow: unsupported type");
+    case DType::kQ8_0:
+      QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n);
+      return;
+    case DType::kQ4_0:
+      QuantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), n);
+      return;
+    default:
+      CHECK_MSG(false, "ops: QuantizeRow: unsupported type");
   }
 }
 
@@ -141,7 +156,8 @@ void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
     const float db = amax / 127.f;
     const float id = db != 0.f ? 1.f / db : 0.f;
     d[b] = db;
-    for (int j = 0; j < kBlock; ++j) q[b * kBlock + j] = static_cast<int8_t>(std::roundf(xb[j] * id));
+    for (int j = 0; j < kBlock; ++j)
+      q[b * kBlock + j] = static_cast<int8_t>(std::roundf(xb[j] * id));
   }
 }
 

@@ -1,0 +1,250 @@
+// Row conversions and row dot products on every ISA, against ops/ref, the
+// GGML test vectors and round-trip error bounds.
+#include "ops/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "ops/kernels.h"
+#include "ops/ref/ref.h"
+#include "ops_test_util.h"
+#include "tensor/fp16.h"
+
+namespace rotor::ops {
+namespace {
+
+using testing::kEps;
+
+constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+
+bool IsQuant(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+
+std::vector<int64_t> Sizes(DType t) {
+  if (IsQuant(t)) return {32, 64, 96, 4096 + 32};
+  return {1, 7, 33, 4099};
+}
+
+std::vector<uint8_t> Quantized(DType t, const std::vector<float>& x) {
+  std::vector<uint8_t> q(RowBytes(t, static_cast<int64_t>(x.size())));
+  QuantizeRow(t, x.data(), q.data(), static_cast<int64_t>(x.size()));
+  return q;
+}
+
+// Units in the last place between two floats of the same sign (0 if equal).
+int64_t UlpDistance(float a, float b) {
+  if (a == b) return 0;
+  if (std::isnan(a) || std::isnan(b) || (a < 0) != (b < 0)) return INT64_MAX;
+  return std::llabs(static_cast<int64_t>(FloatToBits(a)) - static_cast<int64_t>(FloatToBits(b)));
+}
+
+// The fast paths convert with the same single f32 multiply d * q (or an exact
+// widening), so they must equal the scalar reference bit for bit.
+TEST(QuantTest, DequantizeMatchesReferenceExactly) {
+  for (Isa isa : testing::Isas()) {
+    testing::ScopedIsa scoped(isa);
+    for (DType t : kAll)
+      for (int64_t n : Sizes(t)) {
+        const std::vector<uint8_t> q =
+            Quantized(t, testing::RandomVector(n, static_cast<uint32_t>(n)));
+        std::vector<float> got(n), want(n);
+        DequantizeRow(t, q.data(), got.data(), n);
+        ref::DequantizeRow(t, q.data(), want.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(FloatToBits(got[i]), FloatToBits(want[i]))
+              << IsaName(isa) << " " << DTypeName(t) << " i=" << i;
+      }
+  }
+}
+
+// Round trip bounds: f16 and bf16 round to nearest (relative 2^-11, 2^-8 for
+// normal values); q8_0 |x - d16 q| <= d / 2 + |d - d16| * 127 <= amax / 254 +
+// amax * 2^-11 (d16 is d rounded to f16); q4_0 |x - d16 q'| <= |d| + |d - d16| * 8,
+// |d| = amax / 8: half a step, except values of the opposite sign to the
+// largest one, which clamp at 7 d while reaching up to 8 d (GGML's asymmetry).
+TEST(QuantTest, RoundTripWithinBounds) {
+  for (DType t : kAll)
+    for (int64_t n : Sizes(t)) {
+      const std::vector<float> x = testing::RandomVector(n, static_cast<uint32_t>(3 * n));
+      const std::vector<uint8_t> q = Quantized(t, x);
+      std::vector<float> back(n);
+      DequantizeRow(t, q.data(), back.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        double bound = 0;
+        const int64_t b0 = i / 32 * 32;
+        float amax = 0;
+        for (int64_t j = b0; IsQuant(t) && j < b0 + 32; ++j)
+          amax = std::fmax(amax, std::fabs(x[j]));
+        switch (t) {
+          case DType::kF32:
+            bound = 0;
+            break;
+          case DType::kF16:
+            bound = std::fabs(x[i]) * std::ldexp(1.0, -11);
+            break;
+          case DType::kBF16:
+            bound = std::fabs(x[i]) * std::ldexp(1.0, -8);
+            break;
+          case DType::kQ8_0:
+            bound = amax / 254.0 + amax * std::ldexp(1.0, -11);
+            break;
+          default:
+            bound = amax / 8.0 + amax * std::ldexp(1.0, -11);
+            break;
+        }
+        ASSERT_LE(std::fabs(back[i] - x[i]), bound * (1 + 1e-6))
+            << DTypeName(t) << " n=" << n << " i=" << i;
+      }
+    }
+}
+
+TEST(QuantTest, GgmlScaleChoice) {
+  std::vector<float> x(32);  // [32]
+  for (int i = 0; i < 32; ++i)
+    x[i] = 0.1f * static_cast<float>(i - 20);  // amax 2.0 at i = 0 (negative)
+  BlockQ8_0 b8;
+  QuantizeRow(DType::kQ8_0, x.data(), &b8, 32);
+  EXPECT_EQ(b8.d, F32ToF16(2.0f / 127.f));
+  EXPECT_EQ(b8.qs[0], -127);
+  EXPECT_EQ(b8.qs[20], 0);
+  EXPECT_EQ(b8.qs[21], static_cast<int8_t>(std::roundf(0.1f * (127.f / 2.0f))));
+  // q4_0: d = max / -8 with max the signed value of largest magnitude (-2.0):
+  // d = 0.25 and x = -2.0 maps to nibble 0; x = 0 maps to 8.
+  BlockQ4_0 b4;
+  QuantizeRow(DType::kQ4_0, x.data(), &b4, 32);
+  EXPECT_EQ(b4.d, F32ToF16(0.25f));
+  EXPECT_EQ(b4.qs[0] & 15, 0);
+  EXPECT_EQ(b4.qs[4] >> 4, 8);  // x[20] = 0
+  // Zero blocks: d = 0, every quant 0 (q8_0) or 8 (q4_0), dequantizing to 0.
+  std::vector<float> zero(32, 0.f), back(32);
+  QuantizeRow(DType::kQ8_0, zero.data(), &b8, 32);
+  DequantizeRow(DType::kQ8_0, &b8, back.data(), 32);
+  for (float v : back) EXPECT_EQ(v, 0.f);
+  QuantizeRow(DType::kQ4_0, zero.data(), &b4, 32);
+  DequantizeRow(DType::kQ4_0, &b4, back.data(), 32);
+  for (float v : back) EXPECT_EQ(v, 0.f);
+}
+
+// |fast - ref| <= (n / 8 + 16) u sum |w x|: f32 lanes (chains of <= n / 8)
+// against the double-accumulated reference; the products are exact in both.
+TEST(QuantTest, DotRowMatchesReference) {
+  for (Isa isa : testing::Isas()) {
+    testing::ScopedIsa scoped(isa);
+    for (DType t : kAll)
+      for (int64_t n : Sizes(t)) {
+        const std::vector<uint8_t> q =
+            Quantized(t, testing::RandomVector(n, static_cast<uint32_t>(n + 1)));
+        const std::vector<float> x = testing::RandomVector(n, static_cast<uint32_t>(n + 2));
+        std::vector<float> w(n);
+        ref::DequantizeRow(t, q.data(), w.data(), n);
+        double mag = 0;
+        for (int64_t i = 0; i < n; ++i) mag += std::fabs(static_cast<double>(w[i]) * x[i]);
+        const float got = DotRow(t, q.data(), x.data(), n);
+        const float want = ref::DotRow(t, q.data(), x.data(), n);
+        EXPECT_LE(std::fabs(got - want), (n / 8.0 + 16) * kEps * mag + 1e-30)
+            << IsaName(isa) << " " << DTypeName(t) << " n=" << n;
+      }
+  }
+}
+
+// y += a w: FMA (one rounding) or multiply-add (two): <= 2 u (|y| + |a w|) apart.
+TEST(QuantTest, AxpyRowMatchesReference) {
+  for (Isa isa : testing::Isas()) {
+    testing::ScopedIsa scoped(isa);
+    for (DType t : kAll)
+      for (int64_t n : Sizes(t)) {
+        const std::vector<uint8_t> q =
+            Quantized(t, testing::RandomVector(n, static_cast<uint32_t>(n + 5)));
+        std::vector<float> y = testing::RandomVector(n, static_cast<uint32_t>(n + 6)), y_ref = y,
+                           w(n);
+        ref::DequantizeRow(t, q.data(), w.data(), n);
+        AxpyRow(t, 0.75f, q.data(), y.data(), n);
+        ref::AxpyRow(t, 0.75f, q.data(), y_ref.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_LE(std::fabs(y[i] - y_ref[i]),
+                    2 * kEps * (std::fabs(y_ref[i]) + std::fabs(0.75f * w[i])) + 1e-30)
+              << IsaName(isa) << " " << DTypeName(t) << " i=" << i;
+      }
+  }
+}
+
+// The integer kernels' activation quantizer must equal the reference bit for
+// bit, including round-half-away ties (x / d = 2.5 rounds to 3, not 2).
+TEST(QuantTest, ActivationQuantizationIsExact) {
+  for (int64_t k : {32, 64, 96, 4096 + 32}) {
+    std::vector<float> x = testing::RandomVector(k, static_cast<uint32_t>(k + 9));
+    x[0] = 127.f;  // block 0: d = 1, ties below
+    x[1] = 2.5f;
+    x[2] = -2.5f;
+    x[3] = 0.5f;
+    x[4] = -0.49999997f;
+    for (int j = 32; j < 64 && j < k; ++j) x[j] = 0.f;  // a zero block
+    std::vector<int8_t> q_ref(k);
+    std::vector<float> d_ref(k / 32);
+    ref::QuantizeActivations(x.data(), q_ref.data(), d_ref.data(), k);
+    EXPECT_EQ(q_ref[1], 3);
+    EXPECT_EQ(q_ref[2], -3);
+    EXPECT_EQ(q_ref[3], 1);
+    EXPECT_EQ(q_ref[4], 0);
+    std::vector<void (*)(const float*, int8_t*, float*, int64_t)> fast;
+    if (BestIsa() >= Isa::kAvx2) fast.push_back(&internal::avx2::QuantizeActivations);
+    if (BestIsa() >= Isa::kAvx512) fast.push_back(&internal::avx512::QuantizeActivations);
+    for (auto fn : fast) {
+      std::vector<int8_t> q(k);
+      std::vector<float> d(k / 32);
+      fn(x.data(), q.data(), d.data(), k);
+      EXPECT_EQ(q, q_ref) << "k=" << k;
+      for (int64_t b = 0; b < k / 32; ++b) EXPECT_EQ(FloatToBits(d[b]), FloatToBits(d_ref[b]));
+    }
+  }
+}
+
+// GGML test vectors: T.q as llama-quantize wrote it, T.deq its dequantization
+// by gguf-py (numpy), T.src the values before quantization.
+TEST(QuantTest, GgmlTestVectors) {
+  auto file = GgufFile::Open(std::string(ROTOR_TESTDATA_DIR) + "/quant-vectors.gguf");
+  ASSERT_TRUE(file.ok()) << file.message();
+  for (const char* name : {"Q8_0", "Q4_0"}) {
+    SCOPED_TRACE(name);
+    const GgufTensor* q = (*file)->FindTensor(std::string(name) + ".q");
+    const GgufTensor* deq = (*file)->FindTensor(std::string(name) + ".deq");
+    const GgufTensor* src = (*file)->FindTensor(std::string(name) + ".src");
+    ASSERT_TRUE(q && deq);
+    ASSERT_EQ(deq->type, DType::kF32);
+    ASSERT_EQ(q->ne, deq->ne);
+    const int64_t k = q->ne[0], rows = q->rows();
+    EXPECT_EQ(rows, 8);
+    const int64_t rb = RowBytes(q->type, k);
+    for (Isa isa : testing::Isas()) {
+      testing::ScopedIsa scoped(isa);
+      std::vector<float> got(k);
+      for (int64_t r = 0; r < rows; ++r) {
+        DequantizeRow(q->type, q->data + r * rb, got.data(), k);
+        for (int64_t i = 0; i < k; ++i) {
+          float want;
+          std::memcpy(&want, deq->data + (r * k + i) * 4, 4);
+          ASSERT_LE(UlpDistance(got[i], want), 4)
+              << IsaName(isa) << " row " << r << " i " << i << ": " << got[i] << " vs " << want;
+        }
+      }
+    }
+    // Our quantizer reproduces llama-quantize's bytes from the source values.
+    if (src != nullptr) {
+      int64_t same = 0;
+      std::vector<float> row(k);
+      std::vector<uint8_t> mine(rb);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(row.data(), src->data + r * k * 4, k * 4);
+        QuantizeRow(q->type, row.data(), mine.data(), k);
+        same += std::memcmp(mine.data(), q->data + r * rb, rb) == 0;
+      }
+      EXPECT_EQ(same, rows) << "rows re-quantized identically";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rotor::ops
