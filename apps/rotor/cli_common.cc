@@ -21,9 +21,6 @@ void AddEngineOptions(CLI::App* app, EngineOptions* o) {
       ->check(CLI::Range(1, 1024));
   app->add_option("-c,--ctx-size", o->n_ctx, "context size per sequence (0 = the model's)")
       ->check(CLI::Range(0, 1 << 24));
-  app->add_option("-b,--ubatch", o->max_ubatch, "most tokens per forward pass")
-      ->check(CLI::Range(1, 1 << 16))
-      ->capture_default_str();
 }
 
 void AddSamplingOptions(CLI::App* app, SamplingParams* p) {

@@ -5,7 +5,9 @@
 #include <memory>
 
 #include "base/memory.h"
+#include "base/timer.h"
 #include "cli_common.h"
+#include "cmd_generate_batch.h"
 #include "commands.h"
 
 namespace rotor::cli {
@@ -16,9 +18,13 @@ struct GenerateArgs {
   GenerateOptions gen;
   std::string prompt_file;
   bool no_display_prompt = false;
+  std::string prompts_file;
+  int64_t progress = 0;
+  int parallel = 4;
 };
 
 int RunGenerate(GenerateArgs& a) {
+  if (!a.prompts_file.empty()) return RunGenerateBatch(a.engine, a.gen, a.prompts_file, a.parallel);
   if (!a.prompt_file.empty()) {
     Result<std::string> text = ReadFile(a.prompt_file);
     if (!text.ok()) return Fail(text.status().WithContext("generate: -f"));
@@ -27,10 +33,23 @@ int RunGenerate(GenerateArgs& a) {
   Result<std::unique_ptr<Engine>> engine = Engine::Create(a.engine);
   if (!engine.ok()) return Fail(engine.status());
   if (Status s = (*engine)->Validate(a.gen); !s.ok()) return Fail(s);
+  int64_t window_start = NowNs();
+  if (a.progress > 0) {
+    a.gen.on_token = [&](int64_t n) {
+      if (n % a.progress != 0) return;
+      const int64_t now = NowNs();
+      fmt::print(stderr,
+                 "rotor: {} tokens | {:.1f} tok/s over the last {} | RSS {} | peak RSS {}\n", n,
+                 a.progress * 1e9 / std::max<int64_t>(1, now - window_start), a.progress,
+                 HumanBytes(CurrentRssBytes()), HumanBytes(PeakRssBytes()));
+      window_start = now;
+    };
+  }
   if (!a.no_display_prompt) {
     std::fwrite(a.gen.prompt.data(), 1, a.gen.prompt.size(), stdout);
     std::fflush(stdout);
   }
+  a.gen.collect_output = false;  // streamed to stdout: nothing to keep
   Result<GenerateResult> r = (*engine)->Generate(a.gen, [](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
@@ -42,7 +61,7 @@ int RunGenerate(GenerateArgs& a) {
   fmt::print(stderr,
              "rotor: prompt {} tokens, {:.1f} tok/s | generated {} tokens, {:.1f} tok/s | "
              "finish: {}{} | peak RSS {}\n",
-             r->prompt_tokens.size(), r->prompt_tps(), r->tokens.size(), r->gen_tps(),
+             r->prompt_tokens.size(), r->prompt_tps(), r->n_generated, r->gen_tps(),
              FinishReasonName(r->finish),
              r->finish == FinishReason::kContext
                  ? fmt::format(" (context of {} tokens is full)", (*engine)->n_ctx())
@@ -61,7 +80,15 @@ Runner RegisterGenerate(CLI::App& app) {
   AddKvOptions(sub, &a->gen.kv);
   auto* p = sub->add_option("-p,--prompt", a->gen.prompt, "prompt text");
   auto* f = sub->add_option("-f,--file", a->prompt_file, "read the prompt from a file");
+  auto* pf = sub->add_option("--prompts", a->prompts_file,
+                             "many prompts: one per line, or JSONL with per-prompt options; "
+                             "writes one JSON line per prompt");
   p->excludes(f);
+  pf->excludes(p);
+  pf->excludes(f);
+  sub->add_option("--parallel", a->parallel, "sequences decoded together (with --prompts)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   sub->add_option("-n,--n-predict", a->gen.n_predict,
                   "tokens to generate (-1 = until end of text or a full context)")
       ->check(CLI::Range(-1, 1 << 30))
@@ -73,6 +100,9 @@ Runner RegisterGenerate(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   sub->add_flag("!--no-bos", a->gen.add_bos, "do not add the BOS token");
+  sub->add_option("--progress", a->progress,
+                  "every N generated tokens, print tok/s and resident memory to stderr")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   sub->add_flag("--no-display-prompt", a->no_display_prompt, "do not echo the prompt");
   return [a] { return RunGenerate(*a); };
 }

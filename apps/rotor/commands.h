@@ -14,5 +14,8 @@ Runner RegisterGenerate(CLI::App& app);
 Runner RegisterTokenize(CLI::App& app);
 Runner RegisterInfo(CLI::App& app);
 Runner RegisterSynth(CLI::App& app);
+Runner RegisterBench(CLI::App& app);
+Runner RegisterServe(CLI::App& app);
+Runner RegisterPerplexity(CLI::App& app);
 
 }  // namespace rotor::cli

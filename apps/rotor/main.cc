@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   add(rotor::cli::RegisterTokenize);
   add(rotor::cli::RegisterInfo);
   add(rotor::cli::RegisterSynth);
+  add(rotor::cli::RegisterBench);
+  add(rotor::cli::RegisterServe);
+  add(rotor::cli::RegisterPerplexity);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

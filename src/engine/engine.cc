@@ -21,8 +21,6 @@ std::string_view FinishReasonName(FinishReason r) {
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (options.n_threads < 0) return Errorf("engine: -t {} must be positive", options.n_threads);
   if (options.n_ctx < 0) return Errorf("engine: -c {} must not be negative", options.n_ctx);
-  if (options.max_ubatch <= 0)
-    return Errorf("engine: ubatch size {} must be positive", options.max_ubatch);
   std::unique_ptr<Engine> e(new Engine());
   ASSIGN_OR_RETURN(e->model_, Model::Load(options.model_path));
   ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::FromGguf(e->model_->file()));
@@ -32,7 +30,6 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   e->n_ctx_ = options.n_ctx > 0 ? options.n_ctx : e->model_->config().n_ctx_train;
   e->pool_ = std::make_unique<ThreadPool>(options.n_threads > 0 ? options.n_threads
                                                                 : HardwareThreads());
-  e->forward_ = std::make_unique<Forward>(*e->model_, *e->pool_, options.max_ubatch, e->n_ctx_);
   return e;
 }
 

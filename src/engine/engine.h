@@ -26,7 +26,6 @@ struct EngineOptions {
   std::string model_path;
   int n_threads = 0;       // 0 = the machine's hardware threads
   int n_ctx = 0;           // context per sequence; 0 = the model's trained context
-  int max_ubatch = 512;    // the most tokens one forward call processes
 };
 
 struct GenerateOptions {
@@ -38,6 +37,9 @@ struct GenerateOptions {
   bool ignore_eos = false;
   int prefill_step = 512;        // prompt chunk size; 0 = the whole prompt at once
   KvConfig kv;
+  // Keep the generated tokens and text in the result. Streaming callers that
+  // generate without end turn it off so memory stays flat.
+  bool collect_output = true;
   // Called after every generated token with the count so far (progress reports).
   std::function<void(int64_t n_generated)> on_token;
 };
@@ -47,13 +49,14 @@ std::string_view FinishReasonName(FinishReason r);
 
 struct GenerateResult {
   std::vector<int32_t> prompt_tokens;
-  std::vector<int32_t> tokens;   // generated
-  std::string text;              // generated text (stop string excluded)
+  std::vector<int32_t> tokens;   // generated (if collect_output)
+  std::string text;              // generated text, stop string excluded (if collect_output)
+  int64_t n_generated = 0;
   FinishReason finish = FinishReason::kLength;
   int64_t prompt_ns = 0;         // prefill time
   int64_t gen_ns = 0;            // decode time (first sampled token to last)
   double prompt_tps() const { return prompt_ns ? prompt_tokens.size() * 1e9 / prompt_ns : 0; }
-  double gen_tps() const { return gen_ns ? tokens.size() * 1e9 / gen_ns : 0; }
+  double gen_tps() const { return gen_ns ? n_generated * 1e9 / gen_ns : 0; }
 };
 
 // Receives text as it is generated; return false to stop.
@@ -66,7 +69,6 @@ class Engine {
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   ThreadPool& pool() { return *pool_; }
-  Forward& forward() { return *forward_; }
   int n_ctx() const { return n_ctx_; }
 
   // Checks a request without running it (also done by Generate).
@@ -78,7 +80,6 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<Forward> forward_;
   int n_ctx_ = 0;
 };
 

@@ -122,7 +122,7 @@ void Scheduler::Finish(Seq& s, FinishReason reason) {
   if (reason != FinishReason::kStop && reason != FinishReason::kCancelled && s.decoder) {
     std::string tail = s.stops->Push(s.decoder->Flush()) + s.stops->Flush();
     if (!tail.empty()) {
-      s.result.text += tail;
+      if (s.options.collect_output) s.result.text += tail;
       if (s.callback) s.callback(SeqEvent{s.id, -1, tail, false, nullptr});
     }
   }
@@ -136,7 +136,7 @@ void Scheduler::Finish(Seq& s, FinishReason reason) {
 bool Scheduler::Advance(Seq& s, const float* logits) {
   const GenerateOptions& o = s.options;
   const int n_vocab = engine_.model().config().n_vocab;
-  if (o.n_predict >= 0 && static_cast<int64_t>(s.result.tokens.size()) >= o.n_predict) {
+  if (o.n_predict >= 0 && s.result.n_generated >= o.n_predict) {
     Finish(s, FinishReason::kLength);
     return false;
   }
@@ -147,16 +147,17 @@ bool Scheduler::Advance(Seq& s, const float* logits) {
     Finish(s, FinishReason::kEos);
     return false;
   }
-  s.result.tokens.push_back(token);
-  if (o.on_token) o.on_token(static_cast<int64_t>(s.result.tokens.size()));
+  ++s.result.n_generated;
+  if (o.collect_output) s.result.tokens.push_back(token);
+  if (o.on_token) o.on_token(s.result.n_generated);
   const std::string text = s.stops->Push(s.decoder->Push(token));
-  s.result.text += text;
+  if (o.collect_output) s.result.text += text;
   if (s.callback) s.callback(SeqEvent{s.id, token, text, false, nullptr});
   if (s.stops->stopped()) {
     Finish(s, FinishReason::kStop);
     return false;
   }
-  if (o.n_predict >= 0 && static_cast<int64_t>(s.result.tokens.size()) >= o.n_predict) {
+  if (o.n_predict >= 0 && s.result.n_generated >= o.n_predict) {
     Finish(s, FinishReason::kLength);
     return false;
   }

@@ -1,0 +1,195 @@
+#include "bench_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+namespace rotor::cli {
+namespace {
+
+// "260K", "134M", "1.2B".
+std::string ParamsLabel(int64_t n) {
+  if (n < 1'000'000) return fmt::format("{}K", (n + 500) / 1000);
+  if (n < 1'000'000'000) return fmt::format("{}M", (n + 500'000) / 1'000'000);
+  return fmt::format("{:.1f}B", n / 1e9);
+}
+
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Reads a decimal number at s[*i]; false if there is none or it is too large.
+bool ReadNumber(const std::string& s, size_t* i, int* out) {
+  const size_t start = *i;
+  int64_t v = 0;
+  while (*i < s.size() && std::isdigit(static_cast<unsigned char>(s[*i]))) {
+    v = v * 10 + (s[*i] - '0');
+    if (v > (1 << 24)) return false;
+    ++*i;
+  }
+  *out = static_cast<int>(v);
+  return *i > start;
+}
+
+void SkipSpaces(const std::string& s, size_t* i) {
+  while (*i < s.size() && s[*i] == ' ') ++*i;
+}
+
+Result<std::vector<BenchTest>> ExpandTests(const BenchArgs& a) {
+  std::vector<BenchTest> tests;
+  if (!a.tests.empty()) {
+    for (const std::string& spec : a.tests) {
+      ASSIGN_OR_RETURN(BenchTest t, ParseBenchTest(spec));
+      tests.push_back(t);
+    }
+    return tests;
+  }
+  for (int d : a.n_depth) {
+    for (int p : a.n_prompt)
+      if (p > 0) tests.push_back(BenchTest{.n_prompt = p, .n_depth = d});
+    for (int n : a.n_gen)
+      if (n > 0) tests.push_back(BenchTest{.n_gen = n, .n_depth = d});
+  }
+  if (tests.empty()) return Status::Error("bench: no tests: every -p and -n is 0");
+  return tests;
+}
+
+}  // namespace
+
+std::string BenchTest::Name() const {
+  std::string name = n_prompt > 0 ? fmt::format("pp{}", n_prompt) : fmt::format("tg{}", n_gen);
+  if (n_depth > 0) name += fmt::format(" @ d{}", n_depth);
+  return name;
+}
+
+Result<BenchTest> ParseBenchTest(const std::string& spec) {
+  auto bad = [&] {
+    return Errorf("bench: --tests '{}' is not a test like pp512, tg128 or tg128@d4096", spec);
+  };
+  BenchTest t;
+  size_t i = 2;
+  int n = 0;
+  if (spec.size() < 3 || (spec.compare(0, 2, "pp") != 0 && spec.compare(0, 2, "tg") != 0) ||
+      !ReadNumber(spec, &i, &n) || n <= 0)
+    return bad();
+  (spec[0] == 'p' ? t.n_prompt : t.n_gen) = n;
+  SkipSpaces(spec, &i);
+  if (i < spec.size()) {
+    if (spec[i] != '@') return bad();
+    ++i;
+    SkipSpaces(spec, &i);
+    if (i < spec.size() && spec[i] == 'd') ++i;
+    if (!ReadNumber(spec, &i, &t.n_depth) || i != spec.size()) return bad();
+  }
+  return t;
+}
+
+Result<BenchModel> LoadBenchModel(const std::string& path) {
+  BenchModel m;
+  m.path = path;
+  ASSIGN_OR_RETURN(m.model, Model::Load(path));
+  const Model& model = *m.model;
+  const ModelConfig& c = model.config();
+  for (const GgufTensor& t : model.file().tensors())
+    m.size_bytes += static_cast<int64_t>(t.n_bytes);
+  m.n_params = model.n_params();
+  for (int il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& l = model.layer(il);
+    for (const ops::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      m.layer_matmul_params += w->k * w->n;
+  }
+  m.output_matmul_params = model.output().k * model.output().n;
+  m.int8_matmul = model.type_name() == "q8_0" || model.type_name() == "q4_0";
+  m.type = fmt::format("{} {} {}", c.arch.empty() ? "llama" : c.arch, ParamsLabel(m.n_params),
+                       Upper(model.type_name()));
+  return m;
+}
+
+Result<int> ResolveContext(int asked, const BenchTest& test, int kv_size) {
+  const int64_t need = test.Tokens();
+  if (asked > 0) {
+    if (need > asked)
+      return Errorf(
+          "bench: {} needs a context of {} tokens (depth {} + {} test tokens), more than -c {} "
+          "(raise -c or lower -d)",
+          test.Name(), need, test.n_depth, need - test.n_depth, asked);
+    return asked;
+  }
+  return static_cast<int>(std::max<int64_t>({need, kv_size, 1}));
+}
+
+Result<BenchFormat> ParseBenchFormat(const std::string& s) {
+  static const std::map<std::string, BenchFormat> kFormats = {{"md", BenchFormat::kMarkdown},
+                                                              {"json", BenchFormat::kJson},
+                                                              {"jsonl", BenchFormat::kJsonl},
+                                                              {"csv", BenchFormat::kCsv}};
+  auto it = kFormats.find(s);
+  if (it == kFormats.end()) return Errorf("bench: -o '{}' is not one of md, json, jsonl, csv", s);
+  return it->second;
+}
+
+Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
+                                                const std::vector<BenchModel>& models) {
+  if (models.empty()) return Status::Error("bench: no model (-m)");
+  if (a.repetitions < 1)
+    return Errorf("bench: -r {}: repetitions must be at least 1", a.repetitions);
+  if (a.threads.empty()) return Status::Error("bench: no thread count (-t)");
+  for (int t : a.threads)
+    if (t < 1) return Errorf("bench: -t {} must be at least 1", t);
+  for (const auto& [flag, list] :
+       {std::pair{"-p", &a.n_prompt}, std::pair{"-n", &a.n_gen}, std::pair{"-d", &a.n_depth},
+        std::pair{"--kv-size", &a.kv_size}, std::pair{"--prefill-step", &a.prefill_step},
+        std::pair{"-c", &a.n_ctx}})
+    for (int v : *list)
+      if (v < 0) return Errorf("bench: {} {} must not be negative", flag, v);
+  std::vector<KvPolicy> policies;
+  for (const std::string& s : a.kv) {
+    std::optional<KvPolicy> p = ParseKvPolicy(s);
+    if (!p) return Errorf("bench: --kv '{}' is not one of full, sink, window, h2o", s);
+    policies.push_back(*p);
+  }
+  std::vector<RopeK> ropes;
+  for (const std::string& s : a.rope_k) {
+    std::optional<RopeK> r = ParseRopeK(s);
+    if (!r) return Errorf("bench: --rope-k '{}' is not one of cached, deferred", s);
+    ropes.push_back(*r);
+  }
+  ASSIGN_OR_RETURN(std::vector<BenchTest> tests, ExpandTests(a));
+
+  std::vector<BenchCase> cases;
+  for (int mi = 0; mi < static_cast<int>(models.size()); ++mi) {
+    const ModelConfig& mc = models[mi].model->config();
+    for (int threads : a.threads)
+      for (KvPolicy policy : policies)
+        for (size_t si = 0; si < a.kv_size.size(); ++si) {
+          // --kv-size sizes the evicting policies; full always holds the whole context.
+          if (policy == KvPolicy::kFull && si > 0) continue;
+          const int kv_size = policy == KvPolicy::kFull ? 0 : a.kv_size[si];
+          for (RopeK rope : ropes)
+            for (int step : a.prefill_step)
+              for (int ctx : a.n_ctx)
+                for (const BenchTest& test : tests) {
+                  BenchCase c;
+                  c.model = mi;
+                  c.threads = threads;
+                  c.kv.policy = policy;
+                  c.kv.size = kv_size;
+                  c.kv.rope_k = rope;
+                  c.prefill_step = step;
+                  c.test = test;
+                  ASSIGN_OR_RETURN(c.n_ctx, ResolveContext(ctx, test, kv_size));
+                  Result<KvConfig> resolved = ResolveKvConfig(c.kv, mc.kv_shape(c.n_ctx));
+                  if (!resolved.ok())
+                    return resolved.status().WithContext(
+                        fmt::format("bench: {} {} (-c {})", models[mi].path, test.Name(), c.n_ctx));
+                  cases.push_back(c);
+                }
+        }
+  }
+  return cases;
+}
+
+}  // namespace rotor::cli

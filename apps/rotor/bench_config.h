@@ -1,0 +1,91 @@
+// rotor bench: the flags, and their expansion into test cases. Every list flag
+// is a sweep dimension; the cases are the cartesian product, in the order
+// model > threads > kv > kv-size > rope-k > prefill-step > ctx > depth > test
+// (pp tests before tg tests), as llama-bench orders its instances.
+// --kv-size sizes the evicting policies only: `full` always holds the whole
+// context, so it is run once whatever the --kv-size list says.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/kv_config.h"
+#include "model/model.h"
+
+namespace rotor::cli {
+
+enum class BenchFormat { kMarkdown, kJson, kJsonl, kCsv };
+
+// The flags as given (lists keep the user's order; duplicates are kept).
+struct BenchArgs {
+  std::vector<std::string> models;
+  std::vector<int> n_prompt = {512};
+  std::vector<int> n_gen = {128};
+  std::vector<int> n_depth = {0};
+  std::vector<std::string> tests;  // explicit "pp512", "tg128@d4096": replaces -p/-n/-d
+  int repetitions = 5;
+  std::vector<int> threads;  // empty: HardwareThreads()
+  std::vector<std::string> kv = {"full"};
+  std::vector<int> kv_size = {0};
+  std::vector<std::string> rope_k = {"cached"};
+  std::vector<int> prefill_step = {512};
+  std::vector<int> n_ctx = {0};  // 0: what the test needs (see ResolveContext)
+  std::string output = "md";
+  bool roofline = false;
+  int roofline_mib = 1024;
+  uint64_t seed = 1234;
+};
+
+// One measurement: n_prompt tokens prefilled (pp) or n_gen tokens decoded one
+// at a time (tg), after n_depth tokens were put in the cache untimed.
+struct BenchTest {
+  int n_prompt = 0;
+  int n_gen = 0;
+  int n_depth = 0;
+  // "pp512", "tg128", "tg128 @ d4096".
+  std::string Name() const;
+  // Tokens the cache must hold at the end: depth + the test's tokens.
+  int64_t Tokens() const { return int64_t{n_depth} + n_prompt + n_gen; }
+};
+
+// Parses "pp512", "tg128", "tg128@d4096" (also "tg128 @ d4096").
+Result<BenchTest> ParseBenchTest(const std::string& spec);
+
+// A loaded model with what the reports need.
+struct BenchModel {
+  std::string path;
+  std::unique_ptr<Model> model;
+  std::string type;        // "llama 110M Q8_0": architecture, parameter count, main weight type
+  int64_t size_bytes = 0;  // bytes of all tensors
+  int64_t n_params = 0;
+  int64_t layer_matmul_params = 0;   // elements of every block's projection matrices
+  int64_t output_matmul_params = 0;  // elements of the output (logits) matrix
+  bool int8_matmul = false;          // main weight type q8_0/q4_0: matmuls run as int8 dot products
+};
+
+Result<BenchModel> LoadBenchModel(const std::string& path);
+
+struct BenchCase {
+  int model = 0;  // index into the loaded models
+  int threads = 1;
+  KvConfig kv;             // policy, size (0 = the context) and rope_k as asked
+  int n_ctx = 0;           // resolved
+  int prefill_step = 512;  // 0 = the whole prompt (and the whole depth fill) in one pass
+  BenchTest test;
+};
+
+// The context of one case: -c when given (an error if the test needs more),
+// otherwise exactly what the test needs (depth + its tokens), at least --kv-size.
+Result<int> ResolveContext(int asked, const BenchTest& test, int kv_size);
+
+// Validates the flags and expands them into cases; checks every case's KV
+// configuration against its model before anything runs.
+Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& args,
+                                                const std::vector<BenchModel>& models);
+
+Result<BenchFormat> ParseBenchFormat(const std::string& s);
+
+}  // namespace rotor::cli

@@ -1,0 +1,287 @@
+#include "bench_output.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "base/cpu.h"
+
+namespace rotor::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// llama-bench's size and parameter formats.
+std::string SizeLabel(int64_t bytes) {
+  if (bytes < (int64_t{1} << 30)) return fmt::format("{:.2f} MiB", bytes / double(1 << 20));
+  return fmt::format("{:.2f} GiB", bytes / double(1 << 30));
+}
+
+std::string ParamsLabel(int64_t n) {
+  if (n < 1'000'000) return fmt::format("{:.2f} K", n / 1e3);
+  if (n < 1'000'000'000) return fmt::format("{:.2f} M", n / 1e6);
+  return fmt::format("{:.2f} B", n / 1e9);
+}
+
+Json OrNull(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
+
+void Flush(std::FILE* out) { std::fflush(out); }
+
+class MarkdownWriter : public BenchWriter {
+ public:
+  MarkdownWriter(const BenchColumns& columns, std::FILE* out) : cols_(columns), out_(out) {}
+
+  void Begin(const std::vector<Roofline>& rooflines) override {
+    for (const Roofline& r : rooflines) fmt::print(out_, "{}\n", RooflineSummary(r));
+    if (!rooflines.empty()) fmt::print(out_, "\n");
+    std::vector<std::string> head = {"model", "size", "params", "threads", "kv"};
+    std::vector<bool> right = {false, true, true, true, false};
+    auto add = [&](bool on, const char* name, bool r) {
+      if (on) head.push_back(name), right.push_back(r);
+    };
+    add(cols_.kv_size, "kv_size", true);
+    add(cols_.rope_k, "rope_k", false);
+    add(cols_.prefill_step, "step", true);
+    add(cols_.n_ctx, "n_ctx", true);
+    add(true, "test", true);
+    add(true, "t/s", true);
+    add(true, "GB/s", true);
+    add(true, "GFLOP/s", true);
+    add(cols_.roofline, "roofline", true);
+    add(true, "peak RSS", true);
+    fmt::print(out_, "| {} |\n", fmt::join(head, " | "));
+    std::vector<std::string> rule;
+    for (size_t i = 0; i < head.size(); ++i) {
+      const std::string dashes(std::max<size_t>(head[i].size(), 3) - 1, '-');
+      rule.push_back(right[i] ? fmt::format("{}:", dashes) : fmt::format(":{}", dashes));
+    }
+    fmt::print(out_, "| {} |\n", fmt::join(rule, " | "));
+    Flush(out_);
+  }
+
+  void Row(const BenchRow& row) override {
+    const BenchCase& c = *row.c;
+    const KvConfig& kv = row.result->kv;
+    std::vector<std::string> cells = {
+        row.model->type, SizeLabel(row.model->size_bytes), ParamsLabel(row.model->n_params),
+        fmt::format("{}", c.threads), std::string(KvPolicyName(kv.policy))};
+    if (cols_.kv_size) cells.push_back(fmt::format("{}", kv.size));
+    if (cols_.rope_k) cells.push_back(std::string(RopeKName(kv.rope_k)));
+    if (cols_.prefill_step)
+      cells.push_back(c.prefill_step > 0 ? fmt::format("{}", c.prefill_step) : "whole");
+    if (cols_.n_ctx) cells.push_back(fmt::format("{}", c.n_ctx));
+    cells.push_back(c.test.Name());
+    cells.push_back(fmt::format("{:.2f} ± {:.2f}", row.stats.avg_ts, row.stats.stddev_ts));
+    cells.push_back(fmt::format("{:.1f}", row.gbps));
+    cells.push_back(fmt::format("{:.1f}", row.gflops));
+    if (cols_.roofline)
+      cells.push_back(row.roofline_pct
+                          ? fmt::format("{:.1f}% {}", *row.roofline_pct, row.roofline_bound)
+                          : "-");
+    cells.push_back(fmt::format("{:.0f} MiB", row.result->peak_rss_bytes / double(1 << 20)));
+    fmt::print(out_, "| {} |\n", fmt::join(cells, " | "));
+    Flush(out_);
+  }
+
+  void End() override {}
+
+ private:
+  BenchColumns cols_;
+  std::FILE* out_;
+};
+
+void PrintRooflinesToStderr(const std::vector<Roofline>& rooflines) {
+  for (const Roofline& r : rooflines) fmt::print(stderr, "rotor: bench: {}\n", RooflineSummary(r));
+}
+
+class JsonWriter : public BenchWriter {
+ public:
+  JsonWriter(bool lines, std::FILE* out) : lines_(lines), out_(out) {}
+  void Begin(const std::vector<Roofline>& rooflines) override {
+    PrintRooflinesToStderr(rooflines);
+    if (!lines_) fmt::print(out_, "[");
+    Flush(out_);
+  }
+  void Row(const BenchRow& row) override {
+    const Json j = BenchRowJson(row);
+    if (lines_) {
+      fmt::print(out_, "{}\n", j.dump());
+    } else {
+      // Indented like llama-bench's JSON: one object per test.
+      fmt::print(out_, "{}\n{}", n_rows_ > 0 ? "," : "", j.dump(2));
+    }
+    ++n_rows_;
+    Flush(out_);
+  }
+  void End() override {
+    if (!lines_) fmt::print(out_, "\n]\n");
+    Flush(out_);
+  }
+
+ private:
+  bool lines_;
+  std::FILE* out_;
+  int n_rows_ = 0;
+};
+
+std::string CsvCell(const Json& v) {
+  if (v.is_null()) return "";
+  std::string s;
+  if (v.is_string()) {
+    s = v.get<std::string>();
+  } else if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) s.push_back(';');
+      s.append(v[i].dump());
+    }
+  } else {
+    return v.dump();
+  }
+  std::string quoted(1, '"');
+  for (char ch : s) {
+    quoted.push_back(ch);
+    if (ch == '"') quoted.push_back('"');
+  }
+  quoted.push_back('"');
+  return quoted;
+}
+
+class CsvWriter : public BenchWriter {
+ public:
+  explicit CsvWriter(std::FILE* out) : out_(out) {}
+  void Begin(const std::vector<Roofline>& rooflines) override {
+    PrintRooflinesToStderr(rooflines);
+    fmt::print(out_, "{}\n", fmt::join(BenchFieldNames(), ","));
+    Flush(out_);
+  }
+  void Row(const BenchRow& row) override {
+    const Json j = BenchRowJson(row);
+    std::vector<std::string> cells;
+    for (const std::string& name : BenchFieldNames()) cells.push_back(CsvCell(j.at(name)));
+    fmt::print(out_, "{}\n", fmt::join(cells, ","));
+    Flush(out_);
+  }
+  void End() override {}
+
+ private:
+  std::FILE* out_;
+};
+
+}  // namespace
+
+BenchRow MakeBenchRow(const BenchModel& model, const BenchCase& c, const BenchResult& result,
+                      const Roofline* roofline) {
+  BenchRow row;
+  row.model = &model;
+  row.c = &c;
+  row.result = &result;
+  row.roofline = roofline;
+  row.stats = ComputeStats(result, c.test.n_prompt + c.test.n_gen);
+  const double seconds = row.stats.avg_ns * 1e-9;
+  if (seconds > 0) {
+    row.gbps = result.work.bytes / seconds / 1e9;
+    row.gflops = result.work.flops / seconds / 1e9;
+  }
+  if (roofline != nullptr) {
+    double peak = roofline->read_gbps, got = row.gbps;
+    row.roofline_bound = "memory";
+    if (c.test.n_prompt > 0) {
+      const bool int8 = model.int8_matmul && roofline->int8_gops > 0;
+      peak = int8 ? roofline->int8_gops : roofline->fma_gflops;
+      got = row.gflops;
+      row.roofline_bound = int8 ? "int8" : "f32";
+    }
+    if (peak > 0) row.roofline_pct = 100.0 * got / peak;
+  }
+  return row;
+}
+
+const std::vector<std::string>& BenchFieldNames() {
+  // llama-bench's names where the meaning is the same, then rotor's own.
+  // clang-format off
+  static const std::vector<std::string> kNames = {
+      "cpu_info", "cpu_isa",
+      "model_filename", "model_type", "model_size", "model_n_params",
+      "n_threads", "n_ctx", "n_seq", "kv", "kv_size", "rope_k", "prefill_step",
+      "n_prompt", "n_gen", "n_depth", "test", "test_time",
+      "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts",
+      "gbps", "gflops", "roofline_pct", "roofline_bound",
+      "roofline_read_gbps", "roofline_fma_gflops", "roofline_int8_gops", "roofline_matmul_gflops",
+      "peak_rss_bytes", "peak_rss_scope"};
+  // clang-format on
+  return kNames;
+}
+
+Json BenchRowJson(const BenchRow& row) {
+  static const std::string kCpu = CpuModelName();
+  const BenchCase& c = *row.c;
+  const BenchResult& r = *row.result;
+  const Roofline* roof = row.roofline;
+  Json j;
+  j["cpu_info"] = kCpu;
+  j["cpu_isa"] = std::string(IsaName(ActiveIsa()));
+  j["model_filename"] = row.model->path;
+  j["model_type"] = row.model->type;
+  j["model_size"] = row.model->size_bytes;
+  j["model_n_params"] = row.model->n_params;
+  j["n_threads"] = c.threads;
+  j["n_ctx"] = c.n_ctx;
+  j["n_seq"] = 1;
+  j["kv"] = std::string(KvPolicyName(r.kv.policy));
+  j["kv_size"] = r.kv.size;
+  j["rope_k"] = std::string(RopeKName(r.kv.rope_k));
+  j["prefill_step"] = c.prefill_step;
+  j["n_prompt"] = c.test.n_prompt;
+  j["n_gen"] = c.test.n_gen;
+  j["n_depth"] = c.test.n_depth;
+  j["test"] = c.test.Name();
+  j["test_time"] = r.test_time;
+  j["avg_ns"] = static_cast<uint64_t>(std::llround(row.stats.avg_ns));
+  j["stddev_ns"] = static_cast<uint64_t>(std::llround(row.stats.stddev_ns));
+  j["avg_ts"] = row.stats.avg_ts;
+  j["stddev_ts"] = row.stats.stddev_ts;
+  j["samples_ns"] = r.samples_ns;
+  j["samples_ts"] = row.stats.samples_ts;
+  j["gbps"] = row.gbps;
+  j["gflops"] = row.gflops;
+  j["roofline_pct"] = OrNull(row.roofline_pct);
+  j["roofline_bound"] = row.roofline_bound ? Json(row.roofline_bound) : Json(nullptr);
+  j["roofline_read_gbps"] = roof ? Json(roof->read_gbps) : Json(nullptr);
+  j["roofline_fma_gflops"] = roof ? Json(roof->fma_gflops) : Json(nullptr);
+  j["roofline_int8_gops"] = roof && roof->int8_gops > 0 ? Json(roof->int8_gops) : Json(nullptr);
+  j["roofline_matmul_gflops"] = roof ? Json(roof->matmul_gflops) : Json(nullptr);
+  j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["peak_rss_scope"] = r.peak_rss_scoped ? "test" : "process";
+  return j;
+}
+
+std::unique_ptr<BenchWriter> MakeBenchWriter(BenchFormat format, const BenchColumns& columns,
+                                             std::FILE* out) {
+  switch (format) {
+    case BenchFormat::kMarkdown:
+      return std::make_unique<MarkdownWriter>(columns, out);
+    case BenchFormat::kJson:
+      return std::make_unique<JsonWriter>(false, out);
+    case BenchFormat::kJsonl:
+      return std::make_unique<JsonWriter>(true, out);
+    case BenchFormat::kCsv:
+      return std::make_unique<CsvWriter>(out);
+  }
+  return nullptr;
+}
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    size_t b = line.find_first_not_of(" \t", colon + 1);
+    return b == std::string::npos ? "unknown" : line.substr(b);
+  }
+  return "unknown";
+}
+
+}  // namespace rotor::cli

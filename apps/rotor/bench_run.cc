@@ -1,0 +1,145 @@
+#include "bench_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <memory>
+#include <random>
+#include <span>
+
+#include "base/memory.h"
+#include "base/thread_pool.h"
+#include "base/timer.h"
+#include "kv/kv_cache.h"
+#include "model/forward.h"
+
+namespace rotor::cli {
+namespace {
+
+std::string IsoNow() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int n, int n_vocab) {
+  std::uniform_int_distribution<int32_t> dist(0, n_vocab - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& t : v) t = dist(rng);
+  return v;
+}
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
+}
+
+double StdDev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = Mean(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / (v.size() - 1));
+}
+
+}  // namespace
+
+BenchWork EstimateWork(const BenchModel& bm, const BenchCase& c, int kv_cells) {
+  const ModelConfig& mc = bm.model->config();
+  const double attn_flops_per_key = 4.0 * mc.n_layer * mc.n_head * mc.head_dim;
+  const double kv_bytes_per_token = 2.0 * mc.n_layer * mc.n_head_kv * mc.head_dim * sizeof(float);
+  const int64_t cap = std::max(kv_cells, 1);
+  const BenchTest& t = c.test;
+  BenchWork w;
+  const int64_t n = t.n_prompt > 0 ? t.n_prompt : t.n_gen;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t index = t.n_depth + i;  // text index of the token
+    w.flops += attn_flops_per_key * static_cast<double>(std::min(index + 1, cap));
+  }
+  w.flops += 2.0 * static_cast<double>(bm.layer_matmul_params) * n;
+  const double weight_bytes = static_cast<double>(bm.model->weight_bytes());
+  if (t.n_prompt > 0) {
+    w.flops += 2.0 * static_cast<double>(bm.output_matmul_params);
+    const int64_t step = c.prefill_step > 0 ? c.prefill_step : n;
+    for (int64_t b = 0; b < n; b += step)  // per chunk: the weights, and the cache before it
+      w.bytes += weight_bytes + kv_bytes_per_token * std::min(t.n_depth + b, cap);
+  } else {
+    w.flops += 2.0 * static_cast<double>(bm.output_matmul_params) * n;
+    for (int64_t i = 0; i < n; ++i)
+      w.bytes += weight_bytes + kv_bytes_per_token * std::min(t.n_depth + i, cap);
+  }
+  return w;
+}
+
+BenchStats ComputeStats(const BenchResult& r, int64_t n_tokens) {
+  BenchStats s;
+  std::vector<double> ns(r.samples_ns.begin(), r.samples_ns.end());
+  for (double x : ns) s.samples_ts.push_back(x > 0 ? n_tokens * 1e9 / x : 0);
+  s.avg_ns = Mean(ns);
+  s.stddev_ns = StdDev(ns);
+  s.avg_ts = Mean(s.samples_ts);
+  s.stddev_ts = StdDev(s.samples_ts);
+  return s;
+}
+
+Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int repetitions,
+                                 uint64_t seed, const BenchProgress& progress) {
+  BenchResult r;
+  r.test_time = IsoNow();
+  // The peak of this case: cache, activations and the weights it touches.
+  r.peak_rss_scoped = ResetPeakRss();
+  const Model& model = *bm.model;
+  const ModelConfig& mc = model.config();
+  const BenchTest& t = c.test;
+  ThreadPool pool(c.threads);
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(mc.kv_shape(c.n_ctx), c.kv));
+  r.kv = cache->config();
+  r.work = EstimateWork(bm, c, r.kv.size);
+  const int step = c.prefill_step;
+  Forward forward(model, pool, step > 0 ? step : std::max({t.n_prompt, t.n_depth, 1}), c.n_ctx);
+
+  std::mt19937_64 rng(seed);
+  const std::vector<int32_t> depth_tokens = RandomTokens(rng, t.n_depth, mc.n_vocab);
+  const std::vector<int32_t> test_tokens =
+      RandomTokens(rng, std::max(t.n_prompt, t.n_gen), mc.n_vocab);
+  std::vector<float> logits(mc.n_vocab);  // [n_vocab]: only the last token's row is asked for
+
+  auto run_test = [&]() -> Result<int64_t> {
+    if (t.n_prompt > 0) {
+      const SeqInput in{cache.get(), test_tokens, LogitsWanted::kLast};
+      Timer timer;
+      RETURN_IF_ERROR(forward.Prefill(in, step, logits.data()));
+      return timer.ElapsedNs();
+    }
+    Timer timer;
+    for (int i = 0; i < t.n_gen; ++i) {
+      const SeqInput in{cache.get(), std::span<const int32_t>(&test_tokens[i], 1),
+                        LogitsWanted::kLast};
+      RETURN_IF_ERROR(forward.Run(std::span<const SeqInput>(&in, 1), logits.data()));
+    }
+    return timer.ElapsedNs();
+  };
+
+  if (progress) progress("warm-up", 0);
+  cache->Clear();
+  RETURN_IF_ERROR(run_test());
+  for (int rep = 1; rep <= repetitions; ++rep) {
+    cache->Clear();
+    if (t.n_depth > 0) {
+      if (progress) progress("fill", rep);
+      const SeqInput fill{cache.get(), depth_tokens, LogitsWanted::kNone};
+      RETURN_IF_ERROR(forward.Prefill(fill, step, logits.data()));
+    }
+    if (progress) progress("run", rep);
+    ASSIGN_OR_RETURN(int64_t ns, run_test());
+    r.samples_ns.push_back(ns);
+  }
+  r.peak_rss_bytes = PeakRssBytes();
+  return r;
+}
+
+}  // namespace rotor::cli

@@ -1,0 +1,64 @@
+// rotor bench: running one case, and the work it represents.
+//
+// pp: Forward::Prefill of n_prompt random token ids in chunks of
+//     prefill_step, logits for the last token only; the timed region is that call.
+// tg: n_gen calls of Forward::Run with one random token each (ids drawn before
+//     the timer starts, so no sampling is timed; the logits of every step are
+//     computed, as in generation).
+// Before every repetition the cache is cleared and n_depth random tokens are
+// prefilled in chunks of prefill_step (not timed). One untimed warm-up run of
+// the test at depth 0 precedes the repetitions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "bench_config.h"
+
+namespace rotor::cli {
+
+// What one run of a test does, counted from the model's shape.
+//   matmul FLOPs: 2 * layer_matmul_params per token + 2 * output_matmul_params
+//     per logits row (pp: 1 row; tg: 1 per step);
+//   attention FLOPs: 4 * n_layer * n_head * head_dim per (query, visible key)
+//     pair (QK^T and PV), a query at text index t seeing min(t + 1, kv_size) keys;
+//   bytes read: weight_bytes per forward pass (pp: per chunk, a lower bound;
+//     tg: per step) + the K and V of every cached token read by attention
+//     (2 * n_layer * n_head_kv * head_dim * 4 bytes per token, f32 storage).
+struct BenchWork {
+  double flops = 0;
+  double bytes = 0;
+};
+
+BenchWork EstimateWork(const BenchModel& model, const BenchCase& c, int kv_cells);
+
+struct BenchResult {
+  std::string test_time;            // ISO-8601 UTC, when the case started
+  std::vector<int64_t> samples_ns;  // one per repetition
+  int64_t peak_rss_bytes = 0;
+  bool peak_rss_scoped = false;  // false: the process's peak (the reset was not permitted)
+  KvConfig kv;                   // as resolved by the cache (size filled in)
+  BenchWork work;
+};
+
+// Statistics of a result: llama-bench's definitions (sample standard deviation;
+// t/s per sample = tokens / seconds, then averaged).
+struct BenchStats {
+  double avg_ns = 0, stddev_ns = 0;
+  double avg_ts = 0, stddev_ts = 0;
+  std::vector<double> samples_ts;
+};
+BenchStats ComputeStats(const BenchResult& r, int64_t n_tokens);
+
+// Progress of a running case: phase is "warm-up", "fill" or "run", rep counts from 1.
+using BenchProgress = std::function<void(const char* phase, int rep)>;
+
+// Runs one case. Errors (e.g. a KV policy this build does not have) leave
+// nothing behind; the caller decides whether the sweep goes on.
+Result<BenchResult> RunBenchCase(const BenchModel& model, const BenchCase& c, int repetitions,
+                                 uint64_t seed, const BenchProgress& progress);
+
+}  // namespace rotor::cli

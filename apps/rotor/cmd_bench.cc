@@ -1,0 +1,220 @@
+// rotor bench: end-to-end prompt processing (pp) and generation (tg) speed in
+// llama-bench's style, with the machine's roofline beside it. Only the
+// table/data goes to stdout; progress and errors go to stderr.
+//
+// A case that fails while running (for example a KV policy this build does
+// not have) is reported on stderr and skipped; the sweep goes on and the exit
+// code is 1. Errors in the flags, models or contexts stop before anything runs.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <set>
+
+#include "base/thread_pool.h"
+#include "bench_config.h"
+#include "bench_output.h"
+#include "bench_run.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "roofline.h"
+
+namespace rotor::cli {
+namespace {
+
+// Progress on stderr: one line per case, rewritten in place on a terminal.
+class Progress {
+ public:
+  Progress() : tty_(isatty(fileno(stderr)) != 0) {}
+  void Start(const std::string& what) {
+    what_ = what;
+    if (tty_) {
+      Show("starting");
+    } else {
+      fmt::print(stderr, "rotor: bench {}\n", what_);
+    }
+  }
+  void Update(const char* phase, int rep, int reps) {
+    if (!tty_) return;
+    Show(rep > 0 ? fmt::format("{} {}/{}", phase, rep, reps) : std::string(phase));
+  }
+  // Clears the live line so that stdout rows and stderr messages start clean.
+  void Clear() {
+    if (tty_) fmt::print(stderr, "\r\033[K");
+  }
+
+ private:
+  void Show(const std::string& state) {
+    fmt::print(stderr, "\r\033[Krotor: bench {}: {}", what_, state);
+  }
+  bool tty_;
+  std::string what_;
+};
+
+BenchColumns ColumnsFor(const BenchArgs& a, const std::vector<BenchCase>& cases) {
+  BenchColumns cols;
+  for (const BenchCase& c : cases) {
+    cols.kv_size |= c.kv.policy != KvPolicy::kFull;
+    cols.rope_k |= c.kv.rope_k != RopeK::kCached;
+    cols.prefill_step |= c.prefill_step != 512;
+  }
+  cols.n_ctx = std::any_of(a.n_ctx.begin(), a.n_ctx.end(), [](int c) { return c > 0; });
+  cols.roofline = a.roofline;
+  return cols;
+}
+
+int RunBench(BenchArgs a) {
+  if (a.models.empty()) a.models = {kDefaultModel};
+  if (a.threads.empty()) a.threads = {HardwareThreads()};
+  Result<BenchFormat> format = ParseBenchFormat(a.output);
+  if (!format.ok()) return Fail(format.status());
+
+  std::vector<BenchModel> models;
+  for (const std::string& path : a.models) {
+    Result<BenchModel> m = LoadBenchModel(path);
+    if (!m.ok()) return Fail(m.status().WithContext("bench: -m"));
+    models.push_back(std::move(*m));
+  }
+  Result<std::vector<BenchCase>> cases = ExpandBenchCases(a, models);
+  if (!cases.ok()) return Fail(cases.status());
+
+  // One roofline per thread count, before any case (so a table is not interrupted).
+  std::vector<Roofline> rooflines;
+  if (a.roofline) {
+    std::vector<int> counts;
+    for (int t : a.threads)
+      if (std::find(counts.begin(), counts.end(), t) == counts.end()) counts.push_back(t);
+    for (int t : counts) {
+      fmt::print(stderr, "rotor: bench: measuring the roofline on {} thread{}\n", t,
+                 t == 1 ? "" : "s");
+      ThreadPool pool(t);
+      Result<Roofline> r = MeasureRoofline(
+          pool, RooflineOptions{.buffer_bytes = static_cast<size_t>(a.roofline_mib) << 20});
+      if (!r.ok()) return Fail(r.status().WithContext("bench: --roofline"));
+      rooflines.push_back(*r);
+    }
+  }
+  auto roofline_for = [&](int threads) -> const Roofline* {
+    for (const Roofline& r : rooflines)
+      if (r.threads == threads) return &r;
+    return nullptr;
+  };
+
+  std::unique_ptr<BenchWriter> writer = MakeBenchWriter(*format, ColumnsFor(a, *cases), stdout);
+  writer->Begin(rooflines);
+  Progress progress;
+  const int n_cases = static_cast<int>(cases->size());
+  // Cases run model by model; a model is unmapped after its last case, so its
+  // pages do not count in the next model's peak RSS.
+  std::vector<int> last_case(models.size(), -1);
+  for (int i = 0; i < n_cases; ++i) last_case[(*cases)[i].model] = i;
+  int failed = 0;
+  bool warned_rss = false;
+  for (int i = 0; i < n_cases; ++i) {
+    const BenchCase& c = (*cases)[i];
+    const BenchModel& m = models[c.model];
+    const std::string what = fmt::format("[{}/{}] {} {} (t={}, kv={}{})", i + 1, n_cases, m.path,
+                                         c.test.Name(), c.threads, KvPolicyName(c.kv.policy),
+                                         c.kv.size > 0 ? fmt::format(" {}", c.kv.size) : "");
+    progress.Start(what);
+    Result<BenchResult> r = RunBenchCase(
+        m, c, a.repetitions, a.seed,
+        [&](const char* phase, int rep) { progress.Update(phase, rep, a.repetitions); });
+    progress.Clear();
+    if (last_case[c.model] == i) models[c.model].model.reset();  // rows need only its numbers
+    if (!r.ok()) {
+      ++failed;
+      fmt::print(stderr, "rotor: bench {}: error: {} (skipped)\n", what, r.status().message());
+      continue;
+    }
+    if (!r->peak_rss_scoped && !warned_rss) {
+      warned_rss = true;
+      fmt::print(stderr,
+                 "rotor: bench: cannot reset the peak RSS counter (/proc/self/clear_refs); "
+                 "peak_rss_bytes is the process's peak so far\n");
+    }
+    writer->Row(MakeBenchRow(m, c, *r, roofline_for(c.threads)));
+  }
+  writer->End();
+  if (failed > 0) {
+    fmt::print(stderr, "rotor: bench: {} of {} tests failed\n", failed, n_cases);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner RegisterBench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "bench", "measure prompt processing (pp) and generation (tg) speed, llama-bench style");
+  sub->add_option("-m,--model", a->models, "GGUF model file(s): repeat -m or separate with ','")
+      ->delimiter(',')
+      ->default_str(kDefaultModel);
+  CLI::Option* p =
+      sub->add_option("-p,--n-prompt", a->n_prompt, "prompt-processing test sizes (0 = none)")
+          ->delimiter(',')
+          ->check(CLI::Range(0, 1 << 24))
+          ->capture_default_str();
+  CLI::Option* n = sub->add_option("-n,--n-gen", a->n_gen, "generation test sizes (0 = none)")
+                       ->delimiter(',')
+                       ->check(CLI::Range(0, 1 << 24))
+                       ->capture_default_str();
+  CLI::Option* d =
+      sub->add_option("-d,--n-depth", a->n_depth,
+                      "tokens already in the cache before each test (random ids, not timed)")
+          ->delimiter(',')
+          ->check(CLI::Range(0, 1 << 24))
+          ->capture_default_str();
+  sub->add_option("--tests", a->tests,
+                  "explicit tests instead of -p/-n/-d, e.g. pp512,tg128,tg128@d4096")
+      ->delimiter(',')
+      ->excludes(p)
+      ->excludes(n)
+      ->excludes(d);
+  sub->add_option("-r,--repetitions", a->repetitions, "timed runs per test (after one warm-up)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  sub->add_option("-t,--threads", a->threads, "thread counts (default: all hardware threads)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--kv", a->kv, "KV cache policies: full|sink|window|h2o")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"full", "sink", "window", "h2o"}))
+      ->capture_default_str();
+  sub->add_option("--kv-size", a->kv_size,
+                  "cells of the evicting policies (0 = the context; full holds the whole context)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--rope-k", a->rope_k, "keys stored after RoPE (cached) or before (deferred)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"cached", "deferred"}))
+      ->capture_default_str();
+  sub->add_option("--prefill-step", a->prefill_step,
+                  "tokens per forward pass for pp tests and the depth fill (0 = all at once)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("-c,--ctx-size", a->n_ctx,
+                  "context sizes (0 = what each test needs: depth + its tokens, at least "
+                  "--kv-size)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("-o,--output", a->output, "output format: md|json|jsonl|csv")
+      ->check(CLI::IsMember({"md", "json", "jsonl", "csv"}))
+      ->capture_default_str();
+  sub->add_flag("--roofline", a->roofline,
+                "measure memory read bandwidth and the f32 FLOP peak; give each test's % of it");
+  sub->add_option("--roofline-mib", a->roofline_mib, "buffer streamed by the bandwidth test")
+      ->check(CLI::Range(64, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--seed", a->seed, "seed of the random token ids")->capture_default_str();
+  return [a] { return RunBench(*a); };
+}
+
+}  // namespace rotor::cli

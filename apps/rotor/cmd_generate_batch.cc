@@ -1,0 +1,151 @@
+// rotor generate --prompts FILE --parallel P: many prompts decoded together,
+// one JSON line per prompt on stdout as each finishes.
+#include "cmd_generate_batch.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/memory.h"
+#include "base/timer.h"
+#include "cli_common.h"
+#include "engine/scheduler.h"
+
+namespace rotor::cli {
+namespace {
+
+using nlohmann::json;
+
+// A line of the prompts file: plain text, or a JSON object with "prompt" and
+// per-prompt options overriding the command line's.
+Result<SeqRequest> ParseLine(const std::string& line, int line_no,
+                             const GenerateOptions& defaults) {
+  SeqRequest r;
+  r.options = defaults;
+  if (line.empty() || line[0] != '{') {
+    r.prompt = line;
+    return r;
+  }
+  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return Errorf("--prompts line {}: invalid JSON object", line_no);
+  try {
+    if (!j.contains("prompt") || !j["prompt"].is_string())
+      return Errorf("--prompts line {}: missing string field \"prompt\"", line_no);
+    r.prompt = j["prompt"].get<std::string>();
+    GenerateOptions& o = r.options;
+    SamplingParams& p = o.sampling;
+    for (auto& [key, v] : j.items()) {
+      if (key == "prompt" || key == "id") continue;
+      if (key == "n_predict" || key == "max_tokens")
+        o.n_predict = v.get<int>();
+      else if (key == "temperature" || key == "temp")
+        p.temperature = v.get<float>();
+      else if (key == "top_k")
+        p.top_k = v.get<int>();
+      else if (key == "top_p")
+        p.top_p = v.get<float>();
+      else if (key == "min_p")
+        p.min_p = v.get<float>();
+      else if (key == "repeat_penalty")
+        p.repeat_penalty = v.get<float>();
+      else if (key == "seed")
+        p.seed = v.get<uint64_t>();
+      else if (key == "stop")
+        o.stop = v.is_string() ? std::vector<std::string>{v.get<std::string>()}
+                               : v.get<std::vector<std::string>>();
+      else if (key == "ignore_eos")
+        o.ignore_eos = v.get<bool>();
+      else if (key == "kv") {
+        auto pol = ParseKvPolicy(v.get<std::string>());
+        if (!pol)
+          return Errorf("--prompts line {}: unknown kv policy '{}'", line_no, v.get<std::string>());
+        o.kv.policy = *pol;
+      } else if (key == "kv_size")
+        o.kv.size = v.get<int>();
+      else if (key == "kv_keep")
+        o.kv.keep = v.get<int>();
+      else if (key == "kv_recent")
+        o.kv.recent = v.get<int>();
+      else if (key == "rope_k") {
+        auto rk = ParseRopeK(v.get<std::string>());
+        if (!rk)
+          return Errorf("--prompts line {}: unknown rope_k '{}'", line_no, v.get<std::string>());
+        o.kv.rope_k = *rk;
+      } else if (key == "kv_positions") {
+        auto kp = ParseKvPositions(v.get<std::string>());
+        if (!kp)
+          return Errorf("--prompts line {}: unknown kv_positions '{}'", line_no,
+                        v.get<std::string>());
+        o.kv.positions = *kp;
+      } else {
+        return Errorf("--prompts line {}: unknown field \"{}\"", line_no, key);
+      }
+    }
+  } catch (const json::exception& e) {
+    return Errorf("--prompts line {}: wrong field type: {}", line_no, e.what());
+  }
+  return r;
+}
+
+}  // namespace
+
+int RunGenerateBatch(const EngineOptions& engine_options, const GenerateOptions& defaults,
+                     const std::string& prompts_file, int parallel) {
+  Result<std::string> text = ReadFile(prompts_file);
+  if (!text.ok()) return Fail(text.status().WithContext("generate: --prompts"));
+  std::vector<SeqRequest> requests;
+  std::istringstream in(*text);
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    Result<SeqRequest> r = ParseLine(line, line_no, defaults);
+    if (!r.ok()) return Fail(r.status());
+    requests.push_back(std::move(*r));
+  }
+  if (requests.empty()) return Fail(Errorf("generate: --prompts {} holds no prompt", prompts_file));
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(engine_options);
+  if (!engine.ok()) return Fail(engine.status());
+  Scheduler::Options so;
+  so.max_seqs = parallel;
+  so.prefill_step = defaults.prefill_step;
+  so.max_queue = static_cast<int>(requests.size());
+  Scheduler scheduler(**engine, so);
+  const int64_t t0 = NowNs();
+  int64_t total_tokens = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Result<SeqId> id = scheduler.Add(std::move(requests[i]), [&, i](const SeqEvent& e) {
+      if (!e.finished) return;
+      const GenerateResult& r = *e.result;
+      total_tokens += static_cast<int64_t>(r.tokens.size());
+      json out = {{"id", i},
+                  {"text", r.text},
+                  {"tokens", r.tokens},
+                  {"prompt_tokens", r.prompt_tokens.size()},
+                  {"finish_reason", FinishReasonName(r.finish)},
+                  {"timings",
+                   {{"prompt_ms", r.prompt_ns / 1e6},
+                    {"gen_ms", r.gen_ns / 1e6},
+                    {"gen_tps", r.gen_tps()}}}};
+      fmt::print("{}\n", out.dump(-1, ' ', false, json::error_handler_t::replace));
+      std::fflush(stdout);
+    });
+    if (!id.ok()) return Fail(id.status().WithContext(fmt::format("prompt {}", i)));
+  }
+  while (!scheduler.Idle()) {
+    Status s = scheduler.Step();
+    if (!s.ok()) return Fail(s);
+  }
+  const double secs = (NowNs() - t0) * 1e-9;
+  fmt::print(stderr,
+             "rotor: {} prompts, {} generated tokens in {:.2f} s ({:.1f} tok/s), {} in parallel | "
+             "peak RSS {}\n",
+             requests.size(), total_tokens, secs, total_tokens / secs, parallel,
+             HumanBytes(PeakRssBytes()));
+  return 0;
+}
+
+}  // namespace rotor::cli

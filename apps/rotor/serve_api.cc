@@ -1,0 +1,391 @@
+#include "serve_api.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace rotor::serve {
+namespace {
+
+using nlohmann::json;
+
+ApiError Bad(std::string param, std::string message) {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), ""};
+}
+
+const char* TypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::number_float:
+      return "a non-integer number";
+    default:
+      return "a number";
+  }
+}
+
+// Reads the fields of one request object; the first problem wins. Absent and
+// null fields leave the output untouched (the server's default).
+class Fields {
+ public:
+  explicit Fields(const json& j) : j_(j) {}
+  const std::optional<ApiError>& error() const { return error_; }
+
+  const json* Find(const char* key) const {
+    auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  template <typename T>
+  void Int(const char* key, int64_t lo, int64_t hi, T* out) {
+    const json* v = Find(key);
+    if (!v || error_) return;
+    if (!v->is_number_integer())
+      return Fail(key, fmt::format("must be an integer, not {}", TypeName(*v)));
+    const bool in_range = v->is_number_unsigned()
+                              ? v->get<uint64_t>() <= static_cast<uint64_t>(hi)
+                              : v->get<int64_t>() >= lo && v->get<int64_t>() <= hi;
+    if (!in_range) return Fail(key, fmt::format("{} is out of range [{}, {}]", v->dump(), lo, hi));
+    *out = static_cast<T>(v->get<int64_t>());
+  }
+
+  void Number(const char* key, double lo, double hi, float* out) {
+    const json* v = Find(key);
+    if (!v || error_) return;
+    if (!v->is_number()) return Fail(key, fmt::format("must be a number, not {}", TypeName(*v)));
+    const double d = v->get<double>();
+    if (!(d >= lo && d <= hi))
+      return Fail(key, fmt::format("{} is out of range [{}, {}]", d, lo, hi));
+    *out = static_cast<float>(d);
+  }
+
+  void Bool(const char* key, bool* out) {
+    const json* v = Find(key);
+    if (!v || error_) return;
+    if (!v->is_boolean()) return Fail(key, fmt::format("must be a boolean, not {}", TypeName(*v)));
+    *out = v->get<bool>();
+  }
+
+  // A string field parsed by `parse` (one of `choices` on failure).
+  template <typename T, typename Parse>
+  bool Enum(const char* key, Parse parse, const char* choices, T* out) {
+    const json* v = Find(key);
+    if (!v || error_) return false;
+    if (!v->is_string()) {
+      Fail(key, fmt::format("must be a string ({}), not {}", choices, TypeName(*v)));
+      return false;
+    }
+    auto parsed = parse(v->get<std::string>());
+    if (!parsed) {
+      Fail(key, fmt::format("unknown value '{}' (expected {})", v->get<std::string>(), choices));
+      return false;
+    }
+    *out = *parsed;
+    return true;
+  }
+
+  void Fail(const std::string& key, const std::string& message) {
+    if (!error_) error_ = Bad(key, fmt::format("'{}' {}", key, message));
+  }
+
+ private:
+  const json& j_;
+  std::optional<ApiError> error_;
+};
+
+std::optional<ApiError> ParsePrompt(const json& j, ApiRequest* out) {
+  auto it = j.find("prompt");
+  if (it == j.end() || it->is_null()) return Bad("prompt", "'prompt' is required");
+  const json& p = *it;
+  if (p.is_string()) {
+    out->prompt = p.get<std::string>();
+    return std::nullopt;
+  }
+  if (!p.is_array())
+    return Bad("prompt", fmt::format("'prompt' must be a string or an array, not {}", TypeName(p)));
+  if (p.size() == 1 && p[0].is_string()) {
+    out->prompt = p[0].get<std::string>();
+    return std::nullopt;
+  }
+  const json& ids = p.size() == 1 && p[0].is_array() ? p[0] : p;
+  for (const json& t : ids) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return Bad("prompt",
+                 "'prompt' must be a string, one string in an array, or token ids (one prompt per "
+                 "request)");
+    }
+    out->prompt_tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  if (out->prompt_tokens.empty()) return Bad("prompt", "'prompt' is empty");
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessages(const json& j, ApiRequest* out) {
+  auto it = j.find("messages");
+  if (it == j.end() || it->is_null()) return Bad("messages", "'messages' is required");
+  if (!it->is_array() || it->empty())
+    return Bad("messages", "'messages' must be a non-empty array of {role, content} objects");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) return Bad(where, fmt::format("'{}' must be an object", where));
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      return Bad(where + ".role", fmt::format("'{}.role' must be a string", where));
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    if (msg.role == "developer") msg.role = "system";
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+      return Bad(where + ".role",
+                 fmt::format("'{}.role' '{}' is not supported (system, user or assistant)", where,
+                             msg.role));
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (msg.role != "assistant")
+        return Bad(where + ".content", fmt::format("'{}.content' is required", where));
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      // Content parts: only text, joined by newlines.
+      for (const json& part : *content) {
+        auto text = part.is_object() ? part.find("text") : part.end();
+        if (!part.is_object() || part.value("type", "") != "text" || text == part.end() ||
+            !text->is_string())
+          return Bad(where + ".content",
+                     fmt::format("'{}.content': only parts of type \"text\" are supported", where));
+        if (!msg.content.empty()) msg.content += "\n";
+        msg.content += text->get<std::string>();
+      }
+    } else {
+      return Bad(where + ".content",
+                 fmt::format("'{}.content' must be a string or an array of text parts", where));
+    }
+    out->messages.push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseStop(const json& j, std::vector<std::string>* stop) {
+  auto it = j.find("stop");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) {
+    *stop = {it->get<std::string>()};
+    return std::nullopt;
+  }
+  constexpr size_t kMaxStops = 16;
+  if (!it->is_array() || it->size() > kMaxStops)
+    return Bad("stop",
+               fmt::format("'stop' must be a string or an array of at most {} strings", kMaxStops));
+  stop->clear();
+  for (const json& s : *it) {
+    if (!s.is_string()) return Bad("stop", "'stop' must be a string or an array of strings");
+    stop->push_back(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+// Fields that would change the shape of the answer are refused rather than ignored.
+std::optional<ApiError> RejectUnsupported(const json& j) {
+  auto is = [&](const char* key) {
+    auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  };
+  if (const json* n = is("n"); n && !n->is_null() && *n != 1)
+    return Bad("n", "'n' must be 1 (one choice per request)");
+  if (const json* b = is("best_of"); b && !b->is_null() && *b != 1)
+    return Bad("best_of", "'best_of' must be 1");
+  if (const json* e = is("echo"); e && *e == true) return Bad("echo", "'echo' is not supported");
+  if (const json* l = is("logprobs"); l && !l->is_null() && *l != false && *l != 0)
+    return Bad("logprobs", "'logprobs' is not supported");
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseKv(Fields& f, const KvConfig& server, KvConfig* kv) {
+  KvPolicy policy = server.policy;
+  if (f.Enum("kv", ParseKvPolicy, "full, sink, window or h2o", &policy) &&
+      policy != server.policy) {
+    const KvConfig fresh;
+    *kv = fresh;
+    kv->policy = policy;
+    kv->rope_k = server.rope_k;
+  }
+  f.Int("kv_size", 0, 1 << 24, &kv->size);
+  f.Int("kv_keep", 0, 1 << 24, &kv->keep);
+  f.Int("kv_recent", -1, 1 << 24, &kv->recent);
+  f.Enum("rope_k", ParseRopeK, "cached or deferred", &kv->rope_k);
+  f.Enum("kv_positions", ParseKvPositions, "original or compact", &kv->positions);
+  return f.error();
+}
+
+}  // namespace
+
+json ErrorBody(const ApiError& e) {
+  auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  return {{"error",
+           {{"message", e.message},
+            {"type", e.type},
+            {"param", or_null(e.param)},
+            {"code", or_null(e.code)}}}};
+}
+
+ApiError ErrorForStatus(int status, std::string_view method, std::string_view path) {
+  ApiError e;
+  e.status = status;
+  switch (status) {
+    case 404:
+      e.message = fmt::format("unknown endpoint {} {}", method, path);
+      e.code = "not_found";
+      break;
+    case 405:
+      e.message = fmt::format("method {} is not allowed for {}", method, path);
+      e.code = "method_not_allowed";
+      break;
+    case 413:
+      // httplib caps form-encoded bodies at 8 KiB whatever the limit.
+      e.message =
+          "the request body is larger than the server's limit (--max-body; 8 KiB when it is "
+          "sent as application/x-www-form-urlencoded rather than application/json)";
+      e.code = "request_too_large";
+      break;
+    case 414:
+      e.message = "the request URI is too long";
+      break;
+    default:
+      e.message = status >= 500
+                      ? "internal server error"
+                      : fmt::format("malformed HTTP request or unsupported method {}", method);
+      if (status >= 500) e.type = "server_error";
+  }
+  return e;
+}
+
+std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
+                                     const GenerateOptions& defaults, ApiRequest* out) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Bad("", "the request body is not valid JSON");
+  if (!j.is_object()) return Bad("", "the request body must be a JSON object");
+  out->endpoint = endpoint;
+  out->options = defaults;
+  GenerateOptions& o = out->options;
+  if (auto it = j.find("model"); it != j.end() && !it->is_null() && !it->is_string())
+    return Bad("model", "'model' must be a string");
+  if (auto e = RejectUnsupported(j)) return e;
+  if (auto e = endpoint == Endpoint::kChat ? ParseMessages(j, out) : ParsePrompt(j, out)) return e;
+  if (auto e = ParseStop(j, &o.stop)) return e;
+
+  Fields f(j);
+  f.Int("max_tokens", 0, kMaxTokensLimit, &o.n_predict);
+  if (endpoint == Endpoint::kChat) f.Int("max_completion_tokens", 0, kMaxTokensLimit, &o.n_predict);
+  SamplingParams& s = o.sampling;
+  f.Number("temperature", 0, 1e6, &s.temperature);
+  f.Number("top_p", 0, 1, &s.top_p);
+  f.Number("min_p", 0, 1, &s.min_p);
+  f.Int("top_k", 0, std::numeric_limits<int32_t>::max(), &s.top_k);
+  f.Number("repeat_penalty", 1e-6, 1e6, &s.repeat_penalty);
+  f.Int("repeat_last_n", -1, std::numeric_limits<int32_t>::max(), &s.repeat_last_n);
+  if (const json* seed = f.Find("seed"); seed && seed->is_number_integer() && *seed == -1) {
+    s.seed = kRandomSeed;
+  } else if (seed && seed->is_number_unsigned()) {
+    s.seed = seed->get<uint64_t>();
+  } else if (seed) {
+    f.Fail("seed", "must be a non-negative integer (or -1 for a random seed)");
+  }
+  f.Bool("stream", &out->stream);
+  f.Bool("ignore_eos", &o.ignore_eos);
+  if (const json* so = f.Find("stream_options")) {
+    auto usage = so->is_object() ? so->find("include_usage") : so->end();
+    if (!so->is_object() || (usage != so->end() && !usage->is_boolean() && !usage->is_null()))
+      f.Fail("stream_options", "must be an object {\"include_usage\": bool}");
+    else if (usage != so->end() && usage->is_boolean())
+      out->include_usage = usage->get<bool>();
+  }
+  if (f.error()) return f.error();
+  if (auto e = ParseKv(f, defaults.kv, &o.kv)) return e;
+  if (Status st = ValidateSamplingParams(s); !st.ok()) return Bad("", st.message());
+  return std::nullopt;
+}
+
+std::string_view OpenAiFinishReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEos:
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+    case FinishReason::kContext:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "stop";
+}
+
+json Usage(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+namespace {
+
+json Envelope(const ResponseMeta& meta, std::string_view object) {
+  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+}
+
+}  // namespace
+
+json FullResponse(const ResponseMeta& meta, const std::string& text, FinishReason finish,
+                  int64_t prompt_tokens, int64_t completion_tokens) {
+  const bool chat = meta.endpoint == Endpoint::kChat;
+  json r = Envelope(meta, chat ? "chat.completion" : "text_completion");
+  json choice = {
+      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", OpenAiFinishReason(finish)}};
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  r["choices"] = json::array({std::move(choice)});
+  r["usage"] = Usage(prompt_tokens, completion_tokens);
+  return r;
+}
+
+json StreamChunk(const ResponseMeta& meta, std::string_view text, bool role,
+                 std::optional<FinishReason> finish) {
+  const bool chat = meta.endpoint == Endpoint::kChat;
+  json r = Envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
+  json choice = {{"index", 0},
+                 {"logprobs", nullptr},
+                 {"finish_reason", finish ? json(OpenAiFinishReason(*finish)) : json(nullptr)}};
+  if (chat) {
+    json delta = json::object();
+    if (role) delta["role"] = "assistant";
+    if (role || !finish) delta["content"] = text;
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = text;
+  }
+  r["choices"] = json::array({std::move(choice)});
+  return r;
+}
+
+json UsageChunk(const ResponseMeta& meta, int64_t prompt_tokens, int64_t completion_tokens) {
+  json r = Envelope(meta,
+                    meta.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
+  r["choices"] = json::array();
+  r["usage"] = Usage(prompt_tokens, completion_tokens);
+  return r;
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace rotor::serve

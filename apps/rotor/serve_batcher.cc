@@ -1,0 +1,217 @@
+#include "serve_batcher.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace rotor::serve {
+
+std::vector<StreamEvent> RequestStream::Wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+  std::vector<StreamEvent> out(std::make_move_iterator(events_.begin()),
+                               std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+void RequestStream::Push(StreamEvent e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_one();
+}
+
+Batcher::Batcher(Engine& engine, const Options& options) : engine_(engine), options_(options) {
+  Scheduler::Options so;
+  so.max_seqs = options.parallel;
+  so.prefill_step = options.prefill_step;
+  // Admission is bounded here (parallel + max_queue in flight), not by the scheduler.
+  so.max_queue = options.parallel + options.max_queue + 1;
+  scheduler_ = std::make_unique<Scheduler>(engine, so);
+  started_ = std::chrono::steady_clock::now();
+}
+
+Batcher::~Batcher() { Stop(); }
+
+void Batcher::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (thread_.joinable() || stopping_) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Batcher::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Requests that never reached the engine thread (or when it never ran).
+  std::vector<Job> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(inbox_);
+    in_flight_ -= static_cast<int64_t>(left.size());
+  }
+  for (Job& j : left)
+    j.stream->Push({StreamEvent::Kind::kError, "the server is shutting down", {}, 0, 0, 503});
+}
+
+bool Batcher::Submit(SeqRequest request, std::shared_ptr<RequestStream> stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || in_flight_ >= options_.parallel + options_.max_queue) return false;
+    ++in_flight_;
+    inbox_.push_back(Job{std::move(request), std::move(stream)});
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void Batcher::Cancel(std::shared_ptr<RequestStream> stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(std::move(stream));
+  }
+  cv_.notify_one();
+}
+
+Batcher::Stats Batcher::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s = stats_;
+  const auto now = std::chrono::steady_clock::now();
+  int64_t prompt = 0, generated = 0;
+  for (const StepCount& c : recent_) {
+    if (now - c.at > kRateWindow) continue;
+    prompt += c.prompt_tokens;
+    generated += c.generated_tokens;
+  }
+  const double window = std::chrono::duration<double>(std::min<std::chrono::steady_clock::duration>(
+                                                          kRateWindow, now - started_))
+                            .count();
+  if (window > 0) {
+    s.prompt_tps = prompt / window;
+    s.gen_tps = generated / window;
+  }
+  return s;
+}
+
+void Batcher::Loop() {
+  for (;;) {
+    std::vector<Job> jobs;
+    std::vector<std::shared_ptr<RequestStream>> cancels;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || !scheduler_->Idle();
+      });
+      if (stopping_) break;
+      jobs.swap(inbox_);
+      cancels.swap(cancels_);
+    }
+    step_prompt_ = step_generated_ = 0;
+    for (Job& j : jobs) AddJob(std::move(j));
+    for (const auto& s : cancels)
+      if (!s->ended_ && s->seq_id_ != 0) scheduler_->Cancel(s->seq_id_);
+    if (!scheduler_->Idle()) {
+      if (Status st = scheduler_->Step(); !st.ok()) {
+        // Not attributable to one request: end them all, keep serving.
+        std::fprintf(stderr, "rotor serve: engine step failed: %s\n", st.message().c_str());
+        EndAll("internal error: " + st.message(), 500);
+      }
+    }
+    Publish(step_prompt_, step_generated_);
+  }
+  EndAll("the server is shutting down", 503);
+  Publish(0, 0);
+}
+
+void Batcher::AddJob(Job job) {
+  std::shared_ptr<RequestStream> stream = job.stream;
+  stream->n_prompt_ = static_cast<int64_t>(job.request.tokens.size());
+  Result<SeqId> id = scheduler_->Add(std::move(job.request),
+                                     [this, stream](const SeqEvent& e) { OnEvent(stream, e); });
+  if (!id.ok()) {
+    stream->ended_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+    }
+    stream->Push({StreamEvent::Kind::kError, id.message(), {}, 0, 0, 400});
+    return;
+  }
+  stream->seq_id_ = *id;
+  active_.push_back(std::move(stream));
+}
+
+void Batcher::OnEvent(const std::shared_ptr<RequestStream>& stream, const SeqEvent& e) {
+  if (!e.finished) {
+    if (e.token >= 0) {
+      ++step_generated_;
+      if (!stream->saw_token_) step_prompt_ += stream->n_prompt_;
+      stream->saw_token_ = true;
+    }
+    if (!e.text.empty() && !stream->ended_)
+      stream->Push({StreamEvent::Kind::kText, std::string(e.text), {}, 0, 0, 0});
+    return;
+  }
+  std::erase(active_, stream);
+  const GenerateResult& r = *e.result;
+  if (!stream->saw_token_ && r.finish != FinishReason::kCancelled)
+    step_prompt_ += stream->n_prompt_;
+  if (stream->ended_) return;  // already ended with an error
+  stream->ended_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    if (r.finish == FinishReason::kCancelled) ++stats_.cancelled;
+  }
+  stream->Push({StreamEvent::Kind::kDone,
+                {},
+                r.finish,
+                static_cast<int64_t>(r.prompt_tokens.size()),
+                static_cast<int64_t>(r.tokens.size()),
+                200});
+}
+
+void Batcher::EndAll(const std::string& message, int status) {
+  const std::vector<std::shared_ptr<RequestStream>> all = active_;
+  for (const auto& s : all) {
+    if (s->ended_) continue;
+    s->ended_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+    }
+    s->Push({StreamEvent::Kind::kError, message, {}, 0, 0, status});
+    scheduler_->Cancel(s->seq_id_);
+  }
+  // Cancelled running sequences leave (and free their caches) at this Step.
+  if (!scheduler_->Idle()) (void)scheduler_->Step();
+  std::vector<Job> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) return;
+    left.swap(inbox_);
+    in_flight_ -= static_cast<int64_t>(left.size());
+  }
+  for (Job& j : left) j.stream->Push({StreamEvent::Kind::kError, message, {}, 0, 0, status});
+}
+
+void Batcher::Publish(int64_t prompt_tokens, int64_t generated_tokens) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.running = static_cast<int64_t>(scheduler_->n_running());
+  stats_.queued = std::max<int64_t>(0, in_flight_ - stats_.running);
+  stats_.kv_cells = scheduler_->kv_cells_used();
+  stats_.prompt_tokens += prompt_tokens;
+  stats_.generated_tokens += generated_tokens;
+  if (prompt_tokens > 0 || generated_tokens > 0)
+    recent_.push_back(StepCount{now, prompt_tokens, generated_tokens});
+  while (!recent_.empty() && now - recent_.front().at > kRateWindow) recent_.pop_front();
+}
+
+}  // namespace rotor::serve

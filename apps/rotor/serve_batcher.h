@@ -1,0 +1,119 @@
+// The engine thread of `rotor serve`: it alone owns the Scheduler (which is
+// not thread-safe) and loops Step() while there is work. HTTP handler threads
+// hand requests in through a mutex-protected inbox and read what their
+// sequence produces from their own RequestStream (a queue with a condition
+// variable). Cancellations travel through the inbox as well, so a cancelled
+// sequence leaves, and its KV cache is freed, at the next Step.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/scheduler.h"
+
+namespace rotor::serve {
+
+struct StreamEvent {
+  enum class Kind { kText, kDone, kError };
+  Kind kind = Kind::kText;
+  std::string text;                             // kText: whole UTF-8 characters; kError: message
+  FinishReason finish = FinishReason::kLength;  // kDone
+  int64_t prompt_tokens = 0;                    // kDone
+  int64_t completion_tokens = 0;                // kDone
+  int status = 500;                             // kError: the HTTP status it maps to
+};
+
+// What one request's sequence reports, from the engine thread to its handler.
+class RequestStream {
+ public:
+  // Waits up to `timeout` for events and takes all that are queued.
+  std::vector<StreamEvent> Wait(std::chrono::milliseconds timeout);
+  void Push(StreamEvent e);
+
+ private:
+  friend class Batcher;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_;
+  // Engine thread only.
+  SeqId seq_id_ = 0;
+  int64_t n_prompt_ = 0;
+  bool ended_ = false;
+  bool saw_token_ = false;
+};
+
+class Batcher {
+ public:
+  struct Options {
+    int parallel = 4;    // sequences decoding at once
+    int max_queue = 64;  // requests waiting beyond those
+    int prefill_step = 512;
+  };
+  struct Stats {
+    int64_t queued = 0;    // accepted, not decoding yet
+    int64_t running = 0;   // decoding (the scheduler's running sequences)
+    int64_t kv_cells = 0;  // KV cells the running sequences hold
+    int64_t prompt_tokens = 0, generated_tokens = 0, cancelled = 0;  // totals
+    double prompt_tps = 0, gen_tps = 0;  // over the last kRateWindow of wall time
+  };
+  static constexpr std::chrono::seconds kRateWindow{10};
+
+  Batcher(Engine& engine, const Options& options);
+  ~Batcher();
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  void Start();
+  // Ends every request still in flight with an error and joins the engine
+  // thread; later Submits are refused.
+  void Stop();
+
+  // Queues a request; false when parallel + max_queue requests are already in
+  // flight (or the batcher is stopped).
+  bool Submit(SeqRequest request, std::shared_ptr<RequestStream> stream);
+  // The request's sequence leaves at the next Step (a no-op once it ended).
+  void Cancel(std::shared_ptr<RequestStream> stream);
+  Stats stats() const;
+
+ private:
+  struct Job {
+    SeqRequest request;
+    std::shared_ptr<RequestStream> stream;
+  };
+  struct StepCount {
+    std::chrono::steady_clock::time_point at;
+    int64_t prompt_tokens, generated_tokens;
+  };
+  void Loop();
+  void AddJob(Job job);
+  void OnEvent(const std::shared_ptr<RequestStream>& stream, const SeqEvent& e);
+  void EndAll(const std::string& message, int status);
+  void Publish(int64_t prompt_tokens, int64_t generated_tokens);
+
+  Engine& engine_;
+  Options options_;
+  std::unique_ptr<Scheduler> scheduler_;                // engine thread only
+  std::vector<std::shared_ptr<RequestStream>> active_;  // engine thread only
+  int64_t step_prompt_ = 0, step_generated_ = 0;        // engine thread: counted during a Step
+  std::thread thread_;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  std::vector<Job> inbox_;
+  std::vector<std::shared_ptr<RequestStream>> cancels_;
+  int64_t in_flight_ = 0;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  Stats stats_;
+  std::deque<StepCount> recent_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace rotor::serve

@@ -1,0 +1,64 @@
+#include "serve_metrics.h"
+
+#include <fmt/format.h>
+
+#include <array>
+
+namespace rotor::serve {
+namespace {
+
+constexpr std::array<std::string_view, 5> kEndpoints = {"/v1/completions", "/v1/chat/completions",
+                                                        "/v1/models", "/health", "/metrics"};
+
+void Header(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
+  *out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void Sample(std::string* out, std::string_view name, std::string_view type, std::string_view help,
+            double value) {
+  Header(out, name, type, help);
+  *out += fmt::format("{} {}\n", name, value);
+}
+
+}  // namespace
+
+void Metrics::CountRequest(std::string_view path, int status) {
+  std::string endpoint = "other";
+  for (std::string_view e : kEndpoints)
+    if (path == e) endpoint = e;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{endpoint, status}];
+}
+
+std::string Metrics::Render(const Batcher::Stats& s, int max_sequences) const {
+  std::string out;
+  Header(&out, "rotor_requests_total", "counter",
+         "HTTP requests answered, by endpoint and status.");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, n] : requests_)
+      out += fmt::format("rotor_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first,
+                         key.second, n);
+  }
+  Sample(&out, "rotor_prompt_tokens_total", "counter", "Prompt tokens processed.",
+         static_cast<double>(s.prompt_tokens));
+  Sample(&out, "rotor_generated_tokens_total", "counter", "Tokens generated.",
+         static_cast<double>(s.generated_tokens));
+  Sample(&out, "rotor_requests_cancelled_total", "counter",
+         "Sequences cancelled because their client went away.", static_cast<double>(s.cancelled));
+  Sample(&out, "rotor_queue_length", "gauge", "Requests accepted and waiting for a sequence slot.",
+         static_cast<double>(s.queued));
+  Sample(&out, "rotor_running_sequences", "gauge", "Sequences decoding now.",
+         static_cast<double>(s.running));
+  Sample(&out, "rotor_max_sequences", "gauge", "Sequences that may decode at once (--parallel).",
+         max_sequences);
+  Sample(&out, "rotor_kv_cells_used", "gauge", "KV cache cells held by the running sequences.",
+         static_cast<double>(s.kv_cells));
+  Sample(&out, "rotor_prompt_tokens_per_second", "gauge",
+         "Prompt tokens processed per second over the last 10 s.", s.prompt_tps);
+  Sample(&out, "rotor_generation_tokens_per_second", "gauge",
+         "Tokens generated per second over the last 10 s.", s.gen_tps);
+  return out;
+}
+
+}  // namespace rotor::serve

@@ -1,0 +1,87 @@
+// `rotor serve`: an OpenAI-compatible HTTP server over one Engine.
+//
+//   POST /v1/completions, POST /v1/chat/completions (stream or not),
+//   GET /v1/models, GET /health, GET /metrics (Prometheus).
+//
+// Threads: cpp-httplib's worker threads run the handlers (one per connection);
+// the Batcher's engine thread runs the Scheduler. A handler validates and
+// tokenizes its request, submits it (503 with Retry-After when parallel +
+// max_queue requests are in flight) and then waits on its RequestStream,
+// writing stream chunks as text arrives. When the client goes away (a failed
+// write, or the ClientProbe seeing the connection closed, checked at least
+// every kPollInterval) the sequence is cancelled and its KV cache freed at
+// the next engine step; this holds for non-streaming requests too.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "serve_api.h"
+#include "serve_batcher.h"
+#include "serve_metrics.h"
+#include "tokenizer/chat_template.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace rotor::serve {
+
+struct ServeOptions {
+  EngineOptions engine;
+  GenerateOptions defaults;  // what a request does not say (prefill_step: the scheduler's)
+  std::string host = "127.0.0.1";
+  int port = 8080;            // 0 = any free port (see Server::port())
+  int parallel = 4;           // sequences decoding at once
+  int max_queue = 64;         // requests waiting beyond those
+  size_t max_body = 4 << 20;  // bytes
+  std::string chat_template;  // a ChatTemplate name; "" = the model's
+  int http_threads = 0;       // 0 = parallel + max_queue + 16
+};
+
+class Server {
+ public:
+  static constexpr std::chrono::milliseconds kPollInterval{50};
+
+  // Loads the model and binds the port (so port() is known before Run()).
+  static Result<std::unique_ptr<Server>> Create(const ServeOptions& options);
+  ~Server();
+
+  // Serves until Stop(); returns once no handler runs any more.
+  Status Run();
+  // From any thread: ends requests in flight (503), then stops listening.
+  void Stop();
+
+  int port() const { return port_; }
+  const std::string& model_id() const { return model_id_; }
+  const ChatTemplate& chat_template() const { return chat_template_; }
+  const Engine& engine() const { return *engine_; }
+
+ private:
+  Server() = default;
+  void Routes();
+  void HandleGenerate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  // Turns a parsed request into the scheduler's; an error for bad input.
+  std::optional<ApiError> Prepare(const ApiRequest& api, SeqRequest* seq) const;
+  void RespondWhole(const httplib::Request& req, httplib::Response& res, const ResponseMeta& meta,
+                    std::shared_ptr<RequestStream> stream);
+  void RespondStream(const httplib::Request& req, httplib::Response& res, ResponseMeta meta,
+                     bool include_usage, std::shared_ptr<RequestStream> stream);
+
+  ServeOptions options_;
+  std::unique_ptr<Engine> engine_;
+  ChatTemplate chat_template_;
+  std::string model_id_;
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<httplib::Server> http_;
+  Metrics metrics_;
+  int port_ = 0;
+};
+
+}  // namespace rotor::serve

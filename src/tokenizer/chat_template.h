@@ -1,0 +1,70 @@
+// Chat templates: a conversation -> the prompt text a chat model was trained on.
+//
+// GGUF files carry the template as Jinja (`tokenizer.chat_template`). Rather
+// than interpreting Jinja, Detect() recognises the common formats by
+// distinctive substrings and Apply() renders them in C++:
+//
+// clang-format off
+//   name     recognised by               a user turn, then the generation prompt
+//   llama2   "<<SYS>>" (and "[INST]")    [INST] Hi [/INST]
+//   llama3   "<|start_header_id|>"       <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>
+//                                        <|start_header_id|>assistant<|end_header_id|>\n\n
+//   chatml   "<|im_start|>" (Qwen, ...)  <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n
+//   mistral  "[INST]", no "<<SYS>>"      [INST] Hi [/INST]
+//   phi3     "<|user|>" and "<|end|>"    <|user|>\nHi<|end|>\n<|assistant|>\n
+//   gemma    "<start_of_turn>"           <start_of_turn>user\nHi<end_of_turn>\n
+//                                        <start_of_turn>model\n
+//   zephyr   "<|user|>", no "<|end|>"    <|user|>\nHi</s>\n<|assistant|>\n
+//   plain    no template (the fallback)  User: Hi\nAssistant:
+// clang-format on
+//
+// The output never starts with the BOS token: the tokenizer adds it (its
+// add_bos), and control-token text inside ("<|im_start|>", a later "<s>") must
+// be tokenized with parse_special. Formats without a system role (llama2,
+// mistral, gemma) put a system message in front of the next user message, as
+// the models' own templates do. Roles are "system", "user" and "assistant";
+// chatml and llama3 write any other role by its name, the rest treat it as
+// "user". Default system prompts written into a model's template (Qwen's
+// "You are a helpful assistant.") are not reproduced.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rotor {
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+enum class ChatFormat { kPlain, kLlama2, kLlama3, kChatMl, kMistral, kPhi3, kGemma, kZephyr };
+
+class ChatTemplate {
+ public:
+  ChatTemplate() = default;  // plain
+  explicit ChatTemplate(ChatFormat format) : format_(format) {}
+
+  // From a GGUF's tokenizer.chat_template: "" gives plain; a template that is
+  // none of the known formats is an error naming them.
+  static Result<ChatTemplate> Detect(const std::string& jinja);
+  // By name (case-insensitive; also "llama-2", "llama-3", "qwen", "phi-3").
+  static Result<ChatTemplate> FromName(std::string_view name);
+  // The canonical names, as listed above.
+  static std::vector<std::string_view> Names();
+
+  ChatFormat format() const { return format_; }
+  std::string_view name() const;
+
+  // The prompt for `messages`; with `add_generation_prompt` it ends where the
+  // assistant's reply begins (llama2 and mistral always do).
+  std::string Apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+
+ private:
+  ChatFormat format_ = ChatFormat::kPlain;
+};
+
+}  // namespace rotor

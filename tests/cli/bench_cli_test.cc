@@ -1,0 +1,285 @@
+// rotor bench end to end: the shape of every output format, the roofline
+// numbers and the errors. No timing assertions: only that times are positive.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "run_cli.h"
+
+namespace rotor::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+// A small, fast sweep on the bundled model: pp16 and tg8.
+std::vector<std::string> SmallBench(const std::string& format) {
+  return {"bench", "-m", BundledModel(), "-p", "16", "-n", "8", "-r", "2", "-t", "2", "-o", format};
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+bool Positive(const Json& v) {
+  return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0;
+}
+
+// Every field with its type; roofline fields are numbers only with --roofline.
+void ExpectRow(const Json& row, int repetitions, bool roofline) {
+  ASSERT_TRUE(row.is_object()) << row.dump();
+  for (const char* key : {"cpu_info", "cpu_isa", "model_filename", "model_type", "kv", "rope_k",
+                          "test", "test_time", "peak_rss_scope"}) {
+    ASSERT_TRUE(row.contains(key)) << key;
+    EXPECT_TRUE(row[key].is_string()) << key << " = " << row[key].dump();
+  }
+  for (const char* key :
+       {"model_size", "model_n_params", "n_threads", "n_ctx", "n_seq", "kv_size", "prefill_step",
+        "n_prompt", "n_gen", "n_depth", "avg_ns", "stddev_ns", "peak_rss_bytes"}) {
+    ASSERT_TRUE(row.contains(key)) << key;
+    EXPECT_TRUE(row[key].is_number_integer()) << key << " = " << row[key].dump();
+  }
+  for (const char* key : {"avg_ts", "stddev_ts", "gbps", "gflops"}) {
+    ASSERT_TRUE(row.contains(key)) << key;
+    EXPECT_TRUE(row[key].is_number()) << key << " = " << row[key].dump();
+  }
+  for (const char* key :
+       {"roofline_pct", "roofline_read_gbps", "roofline_fma_gflops", "roofline_matmul_gflops"}) {
+    ASSERT_TRUE(row.contains(key)) << key;
+    if (roofline) {
+      EXPECT_TRUE(Positive(row[key])) << key << " = " << row[key].dump();
+    } else {
+      EXPECT_TRUE(row[key].is_null()) << key << " = " << row[key].dump();
+    }
+  }
+  // Measured only where the active ISA has 512-bit VNNI.
+  ASSERT_TRUE(row.contains("roofline_int8_gops"));
+  EXPECT_TRUE(row["roofline_int8_gops"].is_null() ||
+              (roofline && Positive(row["roofline_int8_gops"])))
+      << row["roofline_int8_gops"];
+  ASSERT_TRUE(row.contains("roofline_bound"));
+  if (roofline) {
+    const std::string bound = row["roofline_bound"].get<std::string>();
+    EXPECT_EQ(bound, row["n_gen"].get<int>() > 0 ? "memory" : "f32") << "an f32 model";
+  } else {
+    EXPECT_TRUE(row["roofline_bound"].is_null());
+  }
+  ASSERT_TRUE(row["samples_ns"].is_array());
+  ASSERT_TRUE(row["samples_ts"].is_array());
+  EXPECT_EQ(row["samples_ns"].size(), static_cast<size_t>(repetitions));
+  EXPECT_EQ(row["samples_ts"].size(), static_cast<size_t>(repetitions));
+  for (const Json& v : row["samples_ns"])
+    EXPECT_TRUE(v.is_number_integer() && v.get<int64_t>() > 0);
+  for (const Json& v : row["samples_ts"]) EXPECT_TRUE(Positive(v));
+  EXPECT_TRUE(Positive(row["avg_ts"]));
+  EXPECT_GT(row["avg_ns"].get<int64_t>(), 0);
+  EXPECT_TRUE(Positive(row["gbps"]));
+  EXPECT_TRUE(Positive(row["gflops"]));
+  EXPECT_GT(row["peak_rss_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(row["n_seq"], 1);
+  EXPECT_TRUE(std::regex_match(row["test_time"].get<std::string>(),
+                               std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")))
+      << row["test_time"];
+  EXPECT_THAT(row["model_type"].get<std::string>(), HasSubstr("llama"));
+}
+
+TEST(BenchCliTest, JsonHasEveryField) {
+  CliResult r = RunRotor(SmallBench("json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json rows = Json::parse(r.out);
+  ASSERT_TRUE(rows.is_array());
+  ASSERT_EQ(rows.size(), 2u);
+  for (const Json& row : rows) ExpectRow(row, 2, /*roofline=*/false);
+  EXPECT_EQ(rows[0]["test"], "pp16");
+  EXPECT_EQ(rows[0]["n_prompt"], 16);
+  EXPECT_EQ(rows[0]["n_gen"], 0);
+  EXPECT_EQ(rows[1]["test"], "tg8");
+  EXPECT_EQ(rows[1]["n_gen"], 8);
+  EXPECT_EQ(rows[1]["n_threads"], 2);
+  EXPECT_EQ(rows[1]["kv"], "full");
+  EXPECT_EQ(rows[1]["model_filename"], BundledModel());
+}
+
+TEST(BenchCliTest, JsonLinesOneObjectPerTest) {
+  CliResult r = RunRotor(SmallBench("jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  for (const std::string& line : lines) ExpectRow(Json::parse(line), 2, false);
+}
+
+// Splits one CSV record; quoted cells may hold commas and doubled quotes.
+std::vector<std::string> CsvCells(const std::string& line) {
+  std::vector<std::string> cells(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      cells.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      cells.emplace_back();
+    } else {
+      cells.back() += c;
+    }
+  }
+  return cells;
+}
+
+TEST(BenchCliTest, CsvHeaderAndRows) {
+  CliResult r = RunRotor(SmallBench("csv"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  const std::vector<std::string> header = CsvCells(lines[0]);
+  for (const char* field : {"model_filename", "model_type", "model_size",   "model_n_params",
+                            "n_threads",      "n_prompt",   "n_gen",        "n_depth",
+                            "test_time",      "avg_ns",     "stddev_ns",    "avg_ts",
+                            "stddev_ts",      "samples_ns", "samples_ts",   "kv",
+                            "kv_size",        "rope_k",     "prefill_step", "n_seq",
+                            "gbps",           "gflops",     "roofline_pct", "peak_rss_bytes",
+                            "cpu_isa"})
+    EXPECT_THAT(header, ::testing::Contains(field));
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> cells = CsvCells(lines[i]);
+    ASSERT_EQ(cells.size(), header.size()) << lines[i];
+    for (size_t c = 0; c < header.size(); ++c) {
+      if (header[c] == "avg_ts") {
+        EXPECT_GT(std::stod(cells[c]), 0);
+      } else if (header[c] == "samples_ns") {
+        EXPECT_EQ(std::count(cells[c].begin(), cells[c].end(), ';'), 1) << cells[c];  // 2 samples
+      } else if (header[c] == "roofline_pct") {
+        EXPECT_EQ(cells[c], "");
+      }
+    }
+  }
+}
+
+TEST(BenchCliTest, MarkdownTable) {
+  CliResult r = RunRotor(SmallBench("md"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 4u) << r.out;  // header, rule, pp16, tg8
+  for (const std::string& line : lines) {
+    EXPECT_EQ(line.front(), '|') << line;
+    EXPECT_EQ(line.back(), '|') << line;
+  }
+  EXPECT_THAT(lines[0], HasSubstr("| model | size | params | threads | kv |"));
+  EXPECT_THAT(lines[0], HasSubstr("| test | t/s |"));
+  EXPECT_THAT(lines[2], HasSubstr("| pp16 |"));
+  EXPECT_THAT(lines[3], HasSubstr("| tg8 |"));
+  EXPECT_THAT(lines[3], HasSubstr(" ± "));
+  // Progress goes to stderr, never into the table.
+  EXPECT_THAT(r.err, HasSubstr("tg8"));
+}
+
+TEST(BenchCliTest, SynthModelDepthAndExplicitTests) {
+  TempDir dir;
+  const std::string model = dir.File("s15m-2l-q8_0.gguf");
+  CliResult synth = RunRotor({"synth", "-o", model, "--shape", "stories15m", "--layers", "2",
+                              "--type", "q8_0", "--vocab-file", LlamaVocab(), "-t", "2"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  CliResult r = RunRotor({"bench", "-m", model, "--tests", "pp16,tg8,tg8@d32", "-r", "2", "-t", "2",
+                          "--prefill-step", "7", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json rows = Json::parse(r.out);
+  ASSERT_EQ(rows.size(), 3u);
+  for (const Json& row : rows) ExpectRow(row, 2, false);
+  EXPECT_EQ(rows[0]["model_type"].get<std::string>().substr(0, 6), "llama ");
+  EXPECT_THAT(rows[0]["model_type"].get<std::string>(), HasSubstr("Q8_0"));
+  EXPECT_EQ(rows[2]["test"], "tg8 @ d32");
+  EXPECT_EQ(rows[2]["n_depth"], 32);
+  EXPECT_EQ(rows[2]["n_ctx"], 40);  // default context: depth + test tokens
+  EXPECT_EQ(rows[2]["prefill_step"], 7);
+}
+
+TEST(BenchCliTest, ModelsRepeatedAndCommaSeparated) {
+  const std::string m = BundledModel();
+  CliResult r = RunRotor({"bench", "-m", m + "," + m, "-m", m, "-p", "8", "-n", "0", "-r", "1",
+                          "-t", "1,2", "-o", "jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Lines(r.out).size(), 6u) << r.out;  // 3 models x 2 thread counts x pp8
+}
+
+TEST(BenchCliTest, RooflineNumbersArePositiveAndFinite) {
+  CliResult r = RunRotor({"bench", "-m", BundledModel(), "-p", "16", "-n", "8", "-r", "1", "-t",
+                          "2", "--roofline", "--roofline-mib", "128", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json rows = Json::parse(r.out);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const Json& row : rows) ExpectRow(row, 1, /*roofline=*/true);
+  EXPECT_THAT(r.err, HasSubstr("memory read"));
+
+  CliResult md = RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "8", "-r", "1", "-t",
+                           "1", "--roofline", "--roofline-mib", "128"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_EQ(md.out.rfind("roofline, 1 thread: memory read ", 0), 0u) << md.out;
+  EXPECT_THAT(md.out, HasSubstr("| roofline |"));
+}
+
+TEST(BenchCliTest, UnavailablePolicyIsReportedAndTheSweepGoesOn) {
+  CliResult r = RunRotor({"bench", "-m", BundledModel(), "--kv", "full,sink", "--kv-size", "32",
+                          "-p", "16", "-n", "0", "-r", "1", "-t", "1", "-o", "json"});
+  const Json rows = Json::parse(r.out);  // valid JSON either way
+  ASSERT_GE(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["kv"], "full");
+  if (r.exit_code != 0) {
+    EXPECT_THAT(r.err, HasSubstr("sink"));
+    EXPECT_THAT(r.err, HasSubstr("skipped"));
+    EXPECT_EQ(rows.size(), 1u);
+  } else {
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[1]["kv"], "sink");
+    EXPECT_EQ(rows[1]["kv_size"], 32);
+  }
+}
+
+struct BenchError {
+  std::string name;
+  std::vector<std::string> args;
+  std::string message;  // a part of stderr
+};
+
+class BenchErrorTest : public ::testing::TestWithParam<BenchError> {};
+
+TEST_P(BenchErrorTest, ClearMessageAndNonZeroExit) {
+  std::vector<std::string> args = {"bench", "-t", "1"};
+  for (const std::string& a : GetParam().args) args.push_back(a);
+  if (std::find(args.begin(), args.end(), "-m") == args.end())
+    args.insert(args.end(), {"-m", BundledModel()});
+  CliResult r = RunRotor(args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr(GetParam().message));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Errors, BenchErrorTest,
+    ::testing::Values(BenchError{"MissingModel",
+                                 {"-m", "/nonexistent-dir/model.gguf"},
+                                 "/nonexistent-dir/model.gguf"},
+                      BenchError{"UnknownFlag", {"--no-such-flag"}, "--no-such-flag"},
+                      BenchError{"NegativeGen", {"-n", "-5"}, "-5"},
+                      BenchError{"ZeroRepetitions", {"-r", "0"}, "--repetitions"},
+                      BenchError{"UnknownFormat", {"-o", "xml"}, "xml"},
+                      BenchError{"DepthLargerThanContext",
+                                 {"-c", "64", "-d", "128", "-p", "16", "-n", "0"},
+                                 "more than -c 64"},
+                      BenchError{"NoTests", {"-p", "0", "-n", "0"}, "no tests"},
+                      BenchError{"BadTestSpec", {"--tests", "tg8@x"}, "tg8@x"}),
+    [](const ::testing::TestParamInfo<BenchError>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace rotor::testing

@@ -1,0 +1,38 @@
+// Runs the rotor binary of this build as a child process and captures what it
+// prints, for end-to-end tests of the command line.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace rotor::testing {
+
+struct CliResult {
+  int exit_code = -1;  // the child's exit status; 128 + signal if it was killed
+  std::string out;     // stdout
+  std::string err;     // stderr
+};
+
+// Runs ROTOR_BINARY_DIR/rotor with `args` (no shell: arguments go verbatim).
+CliResult RunRotor(const std::vector<std::string>& args);
+
+// A fresh directory under the system temp dir, removed on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The bundled model and vocabulary.
+std::string BundledModel();
+std::string LlamaVocab();
+
+}  // namespace rotor::testing

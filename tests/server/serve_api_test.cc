@@ -1,0 +1,168 @@
+// Request parsing and response shapes of rotor serve, without a server.
+#include "serve_api.h"
+
+#include <gtest/gtest.h>
+
+namespace rotor::serve {
+namespace {
+
+using nlohmann::json;
+
+GenerateOptions Defaults() {
+  GenerateOptions d;
+  d.n_predict = 100;
+  d.sampling.temperature = 0.5f;
+  d.stop = {"\n\n"};
+  d.kv.policy = KvPolicy::kSink;
+  d.kv.size = 128;
+  d.kv.keep = 8;
+  d.kv.rope_k = RopeK::kDeferred;
+  return d;
+}
+
+TEST(ServeApiTest, CompletionFieldsOverrideDefaults) {
+  ApiRequest r;
+  auto e = ParseRequest(R"({"prompt": "hi", "max_tokens": 7, "temperature": 0, "top_p": 0.5,
+      "top_k": 3, "min_p": 0.1, "seed": 42, "stop": ["a", "b"], "stream": true,
+      "stream_options": {"include_usage": true}, "kv_keep": 2, "ignore_eos": true,
+      "user": "ignored", "presence_penalty": 0})",
+                        Endpoint::kCompletions, Defaults(), &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.prompt, "hi");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.options.n_predict, 7);
+  EXPECT_EQ(r.options.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.options.sampling.top_p, 0.5f);
+  EXPECT_EQ(r.options.sampling.top_k, 3);
+  EXPECT_FLOAT_EQ(r.options.sampling.min_p, 0.1f);
+  EXPECT_EQ(r.options.sampling.seed, 42u);
+  EXPECT_EQ(r.options.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(r.options.ignore_eos);
+  EXPECT_EQ(r.options.kv.policy, KvPolicy::kSink);
+  EXPECT_EQ(r.options.kv.size, 128);
+  EXPECT_EQ(r.options.kv.keep, 2);
+}
+
+TEST(ServeApiTest, AbsentAndNullFieldsKeepDefaults) {
+  ApiRequest r;
+  auto e = ParseRequest(R"({"prompt": "hi", "max_tokens": null, "stop": null, "seed": -1})",
+                        Endpoint::kCompletions, Defaults(), &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.options.n_predict, 100);
+  EXPECT_EQ(r.options.sampling.temperature, 0.5f);
+  EXPECT_EQ(r.options.stop, (std::vector<std::string>{"\n\n"}));
+  EXPECT_EQ(r.options.sampling.seed, kRandomSeed);
+  EXPECT_FALSE(r.stream);
+}
+
+TEST(ServeApiTest, AnotherKvPolicyStartsFromItsDefaults) {
+  ApiRequest r;
+  auto e = ParseRequest(R"({"prompt": "hi", "kv": "window", "kv_size": 32})",
+                        Endpoint::kCompletions, Defaults(), &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.options.kv.policy, KvPolicy::kWindow);
+  EXPECT_EQ(r.options.kv.size, 32);
+  EXPECT_EQ(r.options.kv.keep, KvConfig{}.keep);
+  EXPECT_EQ(r.options.kv.rope_k, RopeK::kDeferred);  // the server's
+  e = ParseRequest(R"({"prompt": "hi", "kv": "h2o", "kv_recent": 9, "rope_k": "cached",
+      "kv_positions": "compact"})",
+                   Endpoint::kCompletions, Defaults(), &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.options.kv.policy, KvPolicy::kH2o);
+  EXPECT_EQ(r.options.kv.recent, 9);
+  EXPECT_EQ(r.options.kv.rope_k, RopeK::kCached);
+  EXPECT_EQ(r.options.kv.positions, KvPositions::kCompact);
+}
+
+TEST(ServeApiTest, PromptForms) {
+  ApiRequest r;
+  ASSERT_FALSE(ParseRequest(R"({"prompt": ["one"]})", Endpoint::kCompletions, Defaults(), &r));
+  EXPECT_EQ(r.prompt, "one");
+  r = ApiRequest();
+  ASSERT_FALSE(ParseRequest(R"({"prompt": [1, 5, 9]})", Endpoint::kCompletions, Defaults(), &r));
+  EXPECT_EQ(r.prompt_tokens, (std::vector<int32_t>{1, 5, 9}));
+  r = ApiRequest();
+  ASSERT_FALSE(ParseRequest(R"({"prompt": [[1, 2]]})", Endpoint::kCompletions, Defaults(), &r));
+  EXPECT_EQ(r.prompt_tokens, (std::vector<int32_t>{1, 2}));
+  r = ApiRequest();
+  auto e = ParseRequest(R"({"prompt": ["a", "b"]})", Endpoint::kCompletions, Defaults(), &r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "prompt");
+  e = ParseRequest(R"({"prompt": []})", Endpoint::kCompletions, Defaults(), &r);
+  ASSERT_TRUE(e);
+}
+
+TEST(ServeApiTest, ChatMessages) {
+  ApiRequest r;
+  auto e = ParseRequest(R"({"messages": [
+      {"role": "developer", "content": "Be nice."},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null}],
+      "max_completion_tokens": 5})",
+                        Endpoint::kChat, Defaults(), &r);
+  ASSERT_FALSE(e) << e->message;
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "a\nb");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.options.n_predict, 5);
+}
+
+TEST(ServeApiTest, ErrorsNameTheField) {
+  struct Case {
+    const char* body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "a", "temperature": "x"})", "temperature"},
+      {R"({"prompt": "a", "max_tokens": 1048577})", "max_tokens"},
+      {R"({"prompt": "a", "top_k": -1})", "top_k"},
+      {R"({"prompt": "a", "seed": 1.5})", "seed"},
+      {R"({"prompt": "a", "stream_options": 3})", "stream_options"},
+      {R"({"prompt": "a", "rope_k": "sideways"})", "rope_k"},
+      {R"({"prompt": "a", "kv_size": -4})", "kv_size"},
+      {R"({"prompt": "a", "model": 3})", "model"},
+      {R"({"prompt": "a", "echo": true})", "echo"},
+      {R"({"prompt": "a", "logprobs": 2})", "logprobs"},
+  };
+  for (const Case& c : cases) {
+    ApiRequest r;
+    auto e = ParseRequest(c.body, Endpoint::kCompletions, Defaults(), &r);
+    ASSERT_TRUE(e) << c.body;
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->param, c.param) << c.body << ": " << e->message;
+    EXPECT_NE(e->message.find(c.param), std::string::npos) << e->message;
+  }
+}
+
+TEST(ServeApiTest, ResponseShapes) {
+  const ResponseMeta chat{Endpoint::kChat, "chatcmpl-1", 1700000000, "m"};
+  const ResponseMeta text{Endpoint::kCompletions, "cmpl-1", 1700000000, "m"};
+  EXPECT_EQ(FullResponse(chat, "hi", FinishReason::kEos, 3, 2),
+            json::parse(R"({"id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000,
+      "model": "m", "choices": [{"index": 0, "logprobs": null, "finish_reason": "stop",
+      "message": {"role": "assistant", "content": "hi"}}],
+      "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})"));
+  EXPECT_EQ(
+      FullResponse(text, "hi", FinishReason::kContext, 3, 2)["choices"][0],
+      json::parse(R"({"index": 0, "logprobs": null, "finish_reason": "length", "text": "hi"})"));
+  EXPECT_EQ(StreamChunk(chat, "", true, std::nullopt)["choices"][0]["delta"],
+            json::parse(R"({"role": "assistant", "content": ""})"));
+  EXPECT_EQ(StreamChunk(chat, "x", false, std::nullopt)["choices"][0]["delta"],
+            json::parse(R"({"content": "x"})"));
+  const json last = StreamChunk(chat, "", false, FinishReason::kLength);
+  EXPECT_EQ(last["object"], "chat.completion.chunk");
+  EXPECT_EQ(last["choices"][0]["delta"], json::object());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(StreamChunk(text, "x", false, std::nullopt)["choices"][0]["text"], "x");
+  EXPECT_TRUE(UsageChunk(text, 1, 2)["choices"].empty());
+  EXPECT_EQ(ErrorBody(ApiError{400, "bad", "invalid_request_error", "", "c"}),
+            json::parse(R"({"error": {"message": "bad", "type": "invalid_request_error",
+      "param": null, "code": "c"}})"));
+  // Invalid UTF-8 never throws.
+  EXPECT_EQ(Dump(json("a\xff")), "\"a\xEF\xBF\xBD\"");
+}
+
+}  // namespace
+}  // namespace rotor::serve

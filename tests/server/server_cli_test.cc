@@ -1,0 +1,200 @@
+// `rotor serve` as a process (the binary of this build), and the official
+// `openai` npm package talking to the server unchanged.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "server_test_util.h"
+
+extern char** environ;
+
+namespace rotor::serve::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "rotor-serve-test-XXXXXX").string();
+    if (mkdtemp(t.data()) != nullptr) path_ = t;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Runs the rotor binary with stdout and stderr going to files in `dir`.
+pid_t SpawnRotor(const std::vector<std::string>& args, const fs::path& dir) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, (dir / "stdout").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, 2, (dir / "stderr").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const std::string binary = std::string(ROTOR_BINARY_DIR) + "/rotor";
+  std::vector<char*> argv = {const_cast<char*>(binary.c_str())};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(ServeCliTest, ServesOnAFreePortAndStopsOnSigterm) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const pid_t pid = SpawnRotor(
+      {"serve", "-m", BundledModel(), "--port", "0", "-t", "1", "--parallel", "2", "--temp", "0"},
+      dir.path());
+  ASSERT_GT(pid, 0);
+  int port = 0;
+  const std::regex listening(R"(listening on http://127\.0\.0\.1:(\d+))");
+  WaitFor(
+      [&] {
+        std::smatch m;
+        const std::string err = Slurp(dir.path() / "stderr");
+        if (std::regex_search(err, m, listening)) port = std::stoi(m[1]);
+        return port > 0;
+      },
+      std::chrono::milliseconds(10000));
+  if (port == 0) {
+    kill(pid, SIGKILL);
+    WaitExit(pid);
+    FAIL() << "no 'listening on' line: " << Slurp(dir.path() / "stderr");
+  }
+  httplib::Client cli("127.0.0.1", port);
+  auto health = cli.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  // --temp 0 is the server's default: the request does not say.
+  auto res = cli.Post("/v1/completions", R"({"prompt": "The little dog", "max_tokens": 32})",
+                      "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  GenerateOptions o;
+  o.n_predict = 32;
+  o.sampling.temperature = 0;
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["text"], Reference("The little dog", o));
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid), 0) << Slurp(dir.path() / "stderr");
+}
+
+TEST(ServeCliTest, BadFlagsFailBeforeListening) {
+  TempDir dir;
+  pid_t pid = SpawnRotor(
+      {"serve", "-m", BundledModel(), "--port", "0", "--chat-template", "vicuna"}, dir.path());
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid), 1);
+  EXPECT_NE(Slurp(dir.path() / "stderr").find("'vicuna'"), std::string::npos);
+}
+
+bool Shell(const std::string& command) { return std::system(command.c_str()) == 0; }
+
+// Skipped (with the reason) when node/npm are missing or the package cannot be
+// installed (no network).
+TEST(OpenAiNpmTest, OfficialClientTalksToTheServer) {
+  if (!Shell("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1"))
+    GTEST_SKIP() << "node or npm is not installed";
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string d = dir.path().string();
+  if (!Shell("cd '" + d + "' && timeout 180 npm install --no-audit --no-fund --loglevel=error " +
+             "openai > npm.log 2>&1"))
+    GTEST_SKIP() << "npm install openai failed (offline?): " << Slurp(dir.path() / "npm.log");
+
+  TestServer server(TestOptions(4, 8));
+  ASSERT_TRUE(server.ok()) << server.error();
+  std::ofstream(dir.path() / "client.mjs") << R"JS(
+import OpenAI from 'openai';
+const client = new OpenAI({ baseURL: process.argv[2], apiKey: 'unused', maxRetries: 0 });
+const out = {};
+const base = { model: 'stories260K', max_tokens: 24, temperature: 0 };
+const c = await client.completions.create({ ...base, prompt: 'Once upon a time' });
+out.completion = c.choices[0].text;
+out.completion_finish = c.choices[0].finish_reason;
+out.usage = c.usage;
+let text = '';
+for await (const chunk of await client.completions.create(
+    { ...base, prompt: 'Once upon a time', stream: true })) {
+  text += chunk.choices[0]?.text ?? '';
+}
+out.completion_stream = text;
+const messages = [{ role: 'user', content: 'A dog and a cat' }];
+const chat = await client.chat.completions.create({ ...base, messages });
+out.chat = chat.choices[0].message.content;
+out.chat_role = chat.choices[0].message.role;
+text = '';
+let finish = null;
+for await (const chunk of await client.chat.completions.create(
+    { ...base, messages, stream: true })) {
+  text += chunk.choices[0]?.delta?.content ?? '';
+  finish = chunk.choices[0]?.finish_reason ?? finish;
+}
+out.chat_stream = text;
+out.chat_stream_finish = finish;
+out.models = (await client.models.list()).data.map((m) => m.id);
+try {
+  await client.completions.create({ ...base, prompt: 'x', max_tokens: -1 });
+} catch (e) {
+  out.error_status = e.status;
+  out.error_param = e.param ?? e.error?.param ?? null;
+}
+console.log(JSON.stringify(out));
+)JS";
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/v1";
+  ASSERT_TRUE(
+      Shell("cd '" + d + "' && timeout 60 node client.mjs " + url + " > out.json 2> err.txt"))
+      << Slurp(dir.path() / "err.txt");
+  const json out = json::parse(Slurp(dir.path() / "out.json"), nullptr, false);
+  ASSERT_TRUE(out.is_object()) << Slurp(dir.path() / "out.json");
+  GenerateOptions o;
+  o.n_predict = 24;
+  o.sampling.temperature = 0;
+  const std::string completion = Reference("Once upon a time", o);
+  const std::string chat = Reference(ChatTemplate().Apply({{"user", "A dog and a cat"}}, true), o);
+  EXPECT_EQ(out["completion"], completion);
+  EXPECT_EQ(out["completion_finish"], "length");
+  EXPECT_EQ(out["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(out["completion_stream"], completion);
+  EXPECT_EQ(out["chat"], chat);
+  EXPECT_EQ(out["chat_role"], "assistant");
+  EXPECT_EQ(out["chat_stream"], chat);
+  EXPECT_EQ(out["chat_stream_finish"], "length");
+  EXPECT_EQ(out["models"], json::array({"stories260K"}));
+  EXPECT_EQ(out["error_status"], 400);
+  EXPECT_EQ(out["error_param"], "max_tokens");
+}
+
+}  // namespace
+}  // namespace rotor::serve::testing

@@ -1,0 +1,166 @@
+// Bad input never takes rotor serve down: each gets its status and an
+// OpenAI-style error object, and the server answers /health afterwards.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "server_test_util.h"
+
+namespace rotor::serve::testing {
+namespace {
+
+struct BadRequest {
+  std::string name;
+  std::string method;
+  std::string path;
+  std::string body;
+  int status;
+  std::string param;  // "" = null
+};
+
+TEST(ServerErrorsTest, EachBadInputGetsItsStatusAndAnErrorObject) {
+  ServeOptions o = TestOptions(2, 4);
+  o.max_body = 4096;
+  TestServer server(o);
+  ASSERT_TRUE(server.ok()) << server.error();
+  std::string long_prompt;
+  for (int i = 0; i < 80; ++i) long_prompt += "Once upon a time there was a dog. ";
+  const std::vector<BadRequest> cases = {
+      {"invalid JSON", "POST", "/v1/completions", "{\"prompt\": \"x\",", 400, ""},
+      {"not an object", "POST", "/v1/completions", "[1, 2]", 400, ""},
+      {"empty body", "POST", "/v1/completions", "", 400, ""},
+      {"missing prompt", "POST", "/v1/completions", R"({"max_tokens": 3})", 400, "prompt"},
+      {"prompt number", "POST", "/v1/completions", R"({"prompt": 7})", 400, "prompt"},
+      {"max_tokens string", "POST", "/v1/completions", R"({"prompt": "a", "max_tokens": "9"})", 400,
+       "max_tokens"},
+      {"max_tokens negative", "POST", "/v1/completions", R"({"prompt": "a", "max_tokens": -3})",
+       400, "max_tokens"},
+      {"max_tokens huge", "POST", "/v1/completions",
+       R"({"prompt": "a", "max_tokens": 99999999999999999999})", 400, "max_tokens"},
+      {"max_tokens float", "POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2.5})", 400,
+       "max_tokens"},
+      {"temperature negative", "POST", "/v1/completions", R"({"prompt": "a", "temperature": -1})",
+       400, "temperature"},
+      {"top_p above 1", "POST", "/v1/completions", R"({"prompt": "a", "top_p": 1.5})", 400,
+       "top_p"},
+      {"stream string", "POST", "/v1/completions", R"({"prompt": "a", "stream": "yes"})", 400,
+       "stream"},
+      {"stop number", "POST", "/v1/completions", R"({"prompt": "a", "stop": 3})", 400, "stop"},
+      {"unknown kv policy", "POST", "/v1/completions", R"({"prompt": "a", "kv": "lru"})", 400,
+       "kv"},
+      {"kv_keep too big", "POST", "/v1/completions",
+       R"({"prompt": "a", "kv": "sink", "kv_size": 16, "kv_keep": 16})", 400, "kv"},
+      {"token id out of range", "POST", "/v1/completions", R"({"prompt": [1, 100000]})", 400,
+       "prompt"},
+      {"n > 1", "POST", "/v1/completions", R"({"prompt": "a", "n": 2})", 400, "n"},
+      {"prompt longer than the context", "POST", "/v1/completions",
+       json{{"prompt", long_prompt.substr(0, 3500)}}.dump(), 400, "prompt"},
+      {"messages not an array", "POST", "/v1/chat/completions", R"({"messages": "hi"})", 400,
+       "messages"},
+      {"message without role", "POST", "/v1/chat/completions",
+       R"({"messages": [{"content": "hi"}]})", 400, "messages[0].role"},
+      {"unsupported role", "POST", "/v1/chat/completions",
+       R"({"messages": [{"role": "tool", "content": "hi"}]})", 400, "messages[0].role"},
+      {"image content", "POST", "/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
+       "messages[0].content"},
+      {"body over --max-body", "POST", "/v1/completions",
+       json{{"prompt", std::string(5000, 'a')}}.dump(), 413, ""},
+      {"unknown endpoint", "POST", "/v1/embeddings", R"({"input": "a"})", 404, ""},
+      {"unknown GET", "GET", "/nothing/here", "", 404, ""},
+      {"GET on a POST endpoint", "GET", "/v1/completions", "", 405, ""},
+      {"DELETE on a POST endpoint", "DELETE", "/v1/chat/completions", "", 405, ""},
+      {"POST on a GET endpoint", "POST", "/health", "{}", 405, ""},
+  };
+  auto cli = server.Client();
+  for (const BadRequest& c : cases) {
+    httplib::Result res = c.method == "POST"  ? cli->Post(c.path, c.body, "application/json")
+                          : c.method == "GET" ? cli->Get(c.path)
+                                              : cli->Delete(c.path);
+    ASSERT_TRUE(res) << c.name << ": " << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, c.status) << c.name << ": " << res->body;
+    const json j = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << c.name << ": " << res->body;
+    const json& e = j["error"];
+    EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << c.name;
+    EXPECT_EQ(e["type"], "invalid_request_error") << c.name;
+    EXPECT_TRUE(e.contains("code")) << c.name;
+    if (c.param.empty()) {
+      EXPECT_TRUE(e["param"].is_null()) << c.name << ": " << res->body;
+    } else {
+      EXPECT_EQ(e["param"], c.param) << c.name << ": " << res->body;
+    }
+    auto health = cli->Get("/health");
+    ASSERT_TRUE(health) << "after " << c.name;
+    EXPECT_EQ(health->status, 200) << "after " << c.name;
+  }
+  const auto m = ScrapeMetrics(server.port());
+  EXPECT_GE(m.at(R"(rotor_requests_total{endpoint="/v1/completions",status="400"})"), 15);
+  EXPECT_EQ(m.at(R"(rotor_requests_total{endpoint="/v1/completions",status="413"})"), 1);
+  EXPECT_EQ(m.at(R"(rotor_requests_total{endpoint="other",status="404"})"), 2);
+}
+
+TEST(ServerErrorsTest, GarbageOnTheSocketIsA400) {
+  TestServer server(TestOptions(1, 1));
+  ASSERT_TRUE(server.ok()) << server.error();
+  httplib::Client cli("127.0.0.1", server.port());
+  // A method httplib does not know.
+  httplib::Request req;
+  req.method = "BREW";
+  req.path = "/health";
+  httplib::Response res;
+  httplib::Error err;
+  ASSERT_TRUE(cli.send(req, res, err)) << httplib::to_string(err);
+  EXPECT_EQ(res.status, 400);
+  EXPECT_TRUE(json::parse(res.body, nullptr, false).contains("error")) << res.body;
+  auto health = cli.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+// --parallel 1 --max-queue 1: one request decodes, one waits, the third gets
+// 503 with Retry-After; once the first client leaves the queued one runs.
+TEST(ServerErrorsTest, FullQueueIs503WithRetryAfter) {
+  TestServer server(TestOptions(1, 1));
+  ASSERT_TRUE(server.ok()) << server.error();
+  const json endless = {{"prompt", "Once upon a time"},
+                        {"max_tokens", 1 << 20},
+                        {"kv", "window"},
+                        {"kv_size", 32},
+                        {"ignore_eos", true}};
+  std::atomic<bool> leave{false};
+  std::thread first([&] {
+    PostStream(server.port(), "/v1/completions", endless,
+               [&](const std::string&) { return !leave.load(); });
+  });
+  ASSERT_TRUE(
+      WaitFor([&] { return ScrapeMetrics(server.port())["rotor_running_sequences"] == 1; }));
+  StreamResult second;
+  std::thread queued([&] {
+    second = PostStream(server.port(), "/v1/completions",
+                        {{"prompt", "The cat"}, {"max_tokens", 5}, {"temperature", 0}});
+  });
+  ASSERT_TRUE(WaitFor([&] { return ScrapeMetrics(server.port())["rotor_queue_length"] == 1; }));
+  auto cli = server.Client();
+  auto res =
+      cli->Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+  const json e = json::parse(res->body, nullptr, false);
+  ASSERT_TRUE(e.contains("error")) << res->body;
+  EXPECT_EQ(e["error"]["type"], "server_error");
+  EXPECT_EQ(e["error"]["code"], "server_busy");
+  leave = true;
+  first.join();
+  queued.join();
+  EXPECT_EQ(second.status, 200) << second.body;
+  EXPECT_TRUE(second.done);
+  auto health = cli->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+}  // namespace
+}  // namespace rotor::serve::testing

@@ -1,0 +1,175 @@
+#include "server_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "tokenizer/utf8.h"
+
+namespace rotor::serve::testing {
+
+std::string BundledModel() { return std::string(ROTOR_MODELS_DIR) + "/stories260K.gguf"; }
+
+ServeOptions TestOptions(int parallel, int max_queue) {
+  ServeOptions o;
+  o.engine.model_path = BundledModel();
+  o.engine.n_threads = 1;
+  o.port = 0;
+  o.parallel = parallel;
+  o.max_queue = max_queue;
+  return o;
+}
+
+TestServer::TestServer(const ServeOptions& options) {
+  Result<std::unique_ptr<Server>> s = Server::Create(options);
+  if (!s.ok()) {
+    error_ = s.message();
+    return;
+  }
+  server_ = std::move(*s);
+  thread_ = std::thread([this] {
+    Status st = server_->Run();
+    if (!st.ok()) ADD_FAILURE() << st.message();
+  });
+}
+
+TestServer::~TestServer() {
+  if (!server_) return;
+  server_->Stop();
+  thread_.join();
+}
+
+std::unique_ptr<httplib::Client> TestServer::Client() const {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port());
+  c->set_read_timeout(std::chrono::seconds(30));
+  c->set_write_timeout(std::chrono::seconds(30));
+  return c;
+}
+
+namespace {
+
+bool WholeUtf8(std::string_view s) {
+  while (!s.empty()) {
+    const Utf8Scan scan = ScanUtf8(s);
+    if (scan.kind != Utf8Scan::kComplete) return false;
+    s.remove_prefix(scan.length);
+  }
+  return true;
+}
+
+// Handles one "data: ..." event.
+void OnEvent(const std::string& data, StreamResult* r) {
+  if (data == "[DONE]") {
+    r->done = true;
+    return;
+  }
+  const json j = json::parse(data, nullptr, false);
+  if (j.is_discarded()) {
+    ADD_FAILURE() << "not JSON: " << data;
+    return;
+  }
+  if (j.contains("error")) {
+    r->error = j["error"];
+    return;
+  }
+  ++r->chunks;
+  r->object = j.value("object", "");
+  if (j.contains("usage") && !j["usage"].is_null()) r->usage = j["usage"];
+  if (!j.contains("choices") || j["choices"].empty()) return;
+  const json& c = j["choices"][0];
+  std::string piece;
+  if (c.contains("delta")) {
+    const json& d = c["delta"];
+    if (d.contains("role")) r->role = d["role"].get<std::string>();
+    if (d.contains("content") && d["content"].is_string()) piece = d["content"].get<std::string>();
+  } else {
+    piece = c.value("text", "");
+  }
+  if (!WholeUtf8(piece)) r->utf8_ok = false;
+  r->text += piece;
+  if (c.contains("finish_reason") && c["finish_reason"].is_string())
+    r->finish_reason = c["finish_reason"].get<std::string>();
+}
+
+}  // namespace
+
+StreamResult PostStream(int port, const std::string& path, json body,
+                        const std::function<bool(const std::string&)>& keep_reading) {
+  body["stream"] = true;
+  StreamResult r;
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(std::chrono::seconds(30));
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string raw, pending;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    raw.append(data, n);
+    pending.append(data, n);
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+      const std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      std::istringstream lines(event);
+      for (std::string line; std::getline(lines, line);)
+        if (line.rfind("data: ", 0) == 0) OnEvent(line.substr(6), &r);
+      if (keep_reading && !r.done && !keep_reading(r.text)) return false;
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  if (!cli.send(req, res, err)) r.transport = httplib::to_string(err);
+  r.status = res.status > 0 ? res.status : 0;
+  if (r.status != 200) r.body = raw;
+  return r;
+}
+
+std::map<std::string, double> ScrapeMetrics(int port) {
+  httplib::Client cli("127.0.0.1", port);
+  std::map<std::string, double> out;
+  auto res = cli.Get("/metrics");
+  if (!res || res->status != 200) {
+    ADD_FAILURE() << "GET /metrics failed";
+    return out;
+  }
+  std::istringstream in(res->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    out[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return out;
+}
+
+bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cond();
+}
+
+Engine& ReferenceEngine() {
+  static Engine* engine = [] {
+    EngineOptions o;
+    o.model_path = BundledModel();
+    o.n_threads = 1;
+    Result<std::unique_ptr<Engine>> e = Engine::Create(o);
+    EXPECT_TRUE(e.ok()) << e.message();
+    return e.ok() ? e->release() : nullptr;
+  }();
+  return *engine;
+}
+
+std::string Reference(const std::string& prompt, const GenerateOptions& options) {
+  GenerateOptions o = options;
+  o.prompt = prompt;
+  Result<GenerateResult> r = ReferenceEngine().Generate(o, nullptr);
+  EXPECT_TRUE(r.ok()) << r.message();
+  return r.ok() ? r->text : "";
+}
+
+}  // namespace rotor::serve::testing

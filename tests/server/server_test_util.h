@@ -1,0 +1,78 @@
+// Helpers for the rotor serve tests: an in-process server on a free loopback
+// port, a streaming (server-sent events) client, /metrics scraping, and the
+// reference text Engine::Generate gives for a request.
+#pragma once
+
+#include <httplib.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "engine/engine.h"
+#include "serve_server.h"
+
+namespace rotor::serve::testing {
+
+using nlohmann::json;
+
+std::string BundledModel();
+
+// The bundled model, one engine thread (the machine is shared), any free port.
+ServeOptions TestOptions(int parallel = 8, int max_queue = 40);
+
+class TestServer {
+ public:
+  explicit TestServer(const ServeOptions& options);
+  ~TestServer();
+  bool ok() const { return server_ != nullptr; }
+  const std::string& error() const { return error_; }
+  int port() const { return server_->port(); }
+  Server& server() { return *server_; }
+  // A client with generous timeouts.
+  std::unique_ptr<httplib::Client> Client() const;
+
+ private:
+  std::unique_ptr<Server> server_;
+  std::string error_;
+  std::thread thread_;
+};
+
+struct StreamResult {
+  int status = 0;         // HTTP status (0: no response)
+  std::string transport;  // httplib's error when there was no response
+  std::string body;       // the body when status != 200
+  std::string text;       // the concatenated text / delta content
+  std::string finish_reason;
+  std::string role;     // chat: the first delta's role
+  std::string object;   // of the chunks
+  int chunks = 0;       // data events with JSON
+  bool done = false;    // saw "data: [DONE]"
+  bool utf8_ok = true;  // every chunk's text is whole, valid UTF-8
+  json usage;           // stream_options.include_usage
+  json error;           // an error event
+};
+
+// POSTs `body` (stream: true is added) and reads the events. `keep_reading`,
+// called with the text so far after each event, may return false to close the
+// connection mid-stream.
+StreamResult PostStream(int port, const std::string& path, json body,
+                        const std::function<bool(const std::string&)>& keep_reading = nullptr);
+
+// GET /metrics as name (with labels) -> value.
+std::map<std::string, double> ScrapeMetrics(int port);
+
+// Polls `cond` until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& cond,
+             std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+
+// The bundled model loaded once, for reference generations.
+Engine& ReferenceEngine();
+// Engine::Generate's text for the same prompt and options.
+std::string Reference(const std::string& prompt, const GenerateOptions& options);
+
+}  // namespace rotor::serve::testing
