@@ -59,25 +59,49 @@ float* AttentionScratch::Partials(int64_t n_tasks) {
   return partials_.data();
 }
 
+attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Thread& th,
+                              int n_head, int n_head_kv) {
+  attn::FoldState st;
+  st.n_head = n_head;
+  st.n_head_kv = n_head_kv;
+  st.head_dim = a.head_dim;
+  st.scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  st.scores = th.scores;
+  st.k_rot = th.k_rot;
+  st.cs = th.cs;
+  st.m = th.m;
+  st.l = th.l;
+  st.acc = th.acc;
+  if (a.rope != nullptr) st.partner = a.rope->partner().data();
+  return st;
+}
+
+void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block, int b,
+                 float* far, int* far_used) {
+  if (distance >= 0 && distance < table.max_distance()) {
+    block.cos[b] = table.CoarseCos(distance);
+    block.sin[b] = table.CoarseSin(distance);
+    block.cos2[b] = table.FineCos(distance);
+    block.sin2[b] = table.FineSin(distance);
+    return;
+  }
+  float* row = far + static_cast<size_t>((*far_used)++) * 2 * table.head_dim();
+  table.Compute(distance, row, row + table.head_dim());
+  block.cos[b] = row;
+  block.sin[b] = row + table.head_dim();
+}
+
 namespace {
 
 // Builds key blocks for one (token, cell range) task and folds them.
 class TaskRunner {
  public:
   TaskRunner(const AttentionArgs& a, AttentionScratch::Thread th, bool avx512)
-      : a_(a), th_(th), avx512_(avx512), deferred_(a.cache->rope_k == RopeK::kDeferred) {
-    state_.n_head = a.n_head;
-    state_.n_head_kv = a.n_head_kv;
-    state_.head_dim = a.head_dim;
-    state_.scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
-    state_.scores = th.scores;
-    state_.k_rot = th.k_rot;
-    state_.cs = th.cs;
-    state_.m = th.m;
-    state_.l = th.l;
-    state_.acc = th.acc;
-    if (a.rope != nullptr) state_.partner = a.rope->partner().data();
-  }
+      : a_(a),
+        th_(th),
+        avx512_(avx512),
+        deferred_(a.cache->rope_k == RopeK::kDeferred),
+        state_(MakeFoldState(a, th, a.n_head, a.n_head_kv)) {}
 
   // Processes cells [c0, c1) (and the ubatch's own keys if `chunk`) for token i.
   void Run(int i, int32_t c0, int32_t c1, bool chunk) {
@@ -131,20 +155,7 @@ class TaskRunner {
     block_.k[n] = k;
     block_.v[n] = v;
     block_.cos[n] = block_.sin[n] = block_.cos2[n] = block_.sin2[n] = nullptr;
-    if (deferred_) {
-      const RopeDistanceTable& table = *a_.rope;
-      if (distance >= 0 && distance < table.max_distance()) {
-        block_.cos[n] = table.CoarseCos(distance);
-        block_.sin[n] = table.CoarseSin(distance);
-        block_.cos2[n] = table.FineCos(distance);
-        block_.sin2[n] = table.FineSin(distance);
-      } else {  // a far sink (original positions): its rotation row, computed now
-        float* c = th_.far + static_cast<size_t>(far_used_++) * 2 * a_.head_dim;
-        table.Compute(distance, c, c + a_.head_dim);
-        block_.cos[n] = c;
-        block_.sin[n] = c + a_.head_dim;
-      }
-    }
+    if (deferred_) SetRotation(*a_.rope, distance, block_, n, th_.far, &far_used_);
     if (++block_.n == kBlock) Flush();
   }
 

@@ -23,7 +23,6 @@ void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attention
   const int32_t n_cells = plan.lane_cells, n = plan.n_tokens;
   const size_t row = static_cast<size_t>(a.n_head_kv) * hd;
   const bool deferred = cache.rope_k == RopeK::kDeferred;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
   pool.Run(a.n_head_kv, [&](int g, int thread) {
     const int lane = cache.layer * a.n_head_kv + g;
@@ -35,18 +34,7 @@ void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attention
     AttentionScratch::H2oBuffers& buf = scratch.h2o(thread, n_cells + n, group, n);
     int count = 0;
     for (int32_t c = 0; c < n_cells; ++c) count += index[c] >= 0 ? 1 : 0;
-    attn::FoldState st;
-    st.n_head = group;
-    st.n_head_kv = 1;
-    st.head_dim = hd;
-    st.scale = scale;
-    st.scores = th.scores;
-    st.k_rot = th.k_rot;
-    st.cs = th.cs;
-    st.m = th.m;
-    st.l = th.l;
-    st.acc = th.acc;
-    st.partner = a.rope->partner().data();
+    attn::FoldState st = MakeFoldState(a, th, group, 1);
     attn::KeyBlock block;
     for (int i = 0; i < n; ++i) {
       const TextIndex t = plan.first + i;
@@ -92,20 +80,8 @@ void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attention
         block.k[b] = k;
         block.v[b] = v;
         block.cos[b] = block.sin[b] = block.cos2[b] = block.sin2[b] = nullptr;
-        if (deferred) {
-          const int64_t d = static_cast<int64_t>(plan.pos[i]) - pos_k;
-          if (d >= 0 && d < a.rope->max_distance()) {
-            block.cos[b] = a.rope->CoarseCos(d);
-            block.sin[b] = a.rope->CoarseSin(d);
-            block.cos2[b] = a.rope->FineCos(d);
-            block.sin2[b] = a.rope->FineSin(d);
-          } else {
-            float* r = th.far + static_cast<size_t>(far_used++) * 2 * hd;
-            a.rope->Compute(d, r, r + hd);
-            block.cos[b] = r;
-            block.sin[b] = r + hd;
-          }
-        }
+        if (deferred)
+          SetRotation(*a.rope, static_cast<int64_t>(plan.pos[i]) - pos_k, block, b, th.far, &far_used);
         buf.key_ids[n_keys++] = id;
         if (++block.n == attn::kBlock) flush();
       };

@@ -6,6 +6,17 @@
 
 namespace rotor {
 
+// A fold state over a thread's scratch for n_head query heads sharing
+// n_head_kv kv heads (q and the running state are set by the caller).
+attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Thread& th,
+                              int n_head, int n_head_kv);
+
+// Sets key b's rotation rows for a key `distance` behind its query (deferred
+// RoPE): two table levels, or a row computed into `far` (kBlock rows of
+// 2 x head_dim, `*far_used` of them taken) for a key beyond the table.
+void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block, int b,
+                 float* far, int* far_used);
+
 // h2o: per kv head, token by token; updates the plan's lane state.
 void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, AttentionScratch& scratch,
                bool avx512);
