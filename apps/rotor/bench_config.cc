@@ -142,7 +142,7 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
   for (const auto& [flag, list] :
        {std::pair{"-p", &a.n_prompt}, std::pair{"-n", &a.n_gen}, std::pair{"-d", &a.n_depth},
         std::pair{"--kv-size", &a.kv_size}, std::pair{"--prefill-step", &a.prefill_step},
-        std::pair{"-c", &a.n_ctx}})
+        std::pair{"-c", &a.n_ctx}, std::pair{"--batch", &a.batch}})
     for (int v : *list)
       if (v < 0) return Errorf("bench: {} {} must not be negative", flag, v);
   std::vector<KvPolicy> policies;
@@ -157,6 +157,8 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
     if (!r) return Errorf("bench: --rope-k '{}' is not one of cached, deferred", s);
     ropes.push_back(*r);
   }
+  for (int b : a.batch)
+    if (b < 1) return Errorf("bench: --batch {} must be at least 1", b);
   ASSIGN_OR_RETURN(std::vector<BenchTest> tests, ExpandTests(a));
 
   std::vector<BenchCase> cases;
@@ -171,8 +173,10 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
           for (RopeK rope : ropes)
             for (int step : a.prefill_step)
               for (int ctx : a.n_ctx)
+                for (int n_seq : a.batch)
                 for (const BenchTest& test : tests) {
                   BenchCase c;
+                  c.n_seq = n_seq;
                   c.model = mi;
                   c.threads = threads;
                   c.kv.policy = policy;

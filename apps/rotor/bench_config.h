@@ -1,6 +1,6 @@
 // rotor bench: the flags, and their expansion into test cases. Every list flag
 // is a sweep dimension; the cases are the cartesian product, in the order
-// model > threads > kv > kv-size > rope-k > prefill-step > ctx > depth > test
+// model > threads > kv > kv-size > rope-k > prefill-step > ctx > batch > depth > test
 // (pp tests before tg tests), as llama-bench orders its instances.
 // --kv-size sizes the evicting policies only: `full` always holds the whole
 // context, so it is run once whatever the --kv-size list says.
@@ -33,6 +33,7 @@ struct BenchArgs {
   std::vector<std::string> rope_k = {"cached"};
   std::vector<int> prefill_step = {512};
   std::vector<int> n_ctx = {0};  // 0: what the test needs (see ResolveContext)
+  std::vector<int> batch = {1};  // sequences decoded together (n_seq)
   std::string output = "md";
   bool roofline = false;
   int roofline_mib = 1024;
@@ -74,6 +75,10 @@ struct BenchCase {
   KvConfig kv;             // policy, size (0 = the context) and rope_k as asked
   int n_ctx = 0;           // resolved
   int prefill_step = 512;  // 0 = the whole prompt (and the whole depth fill) in one pass
+  // Sequences run together, each with its own cache at the test's depth: pp
+  // prefills all their prompts chunk by chunk in shared passes, tg decodes one
+  // token of every sequence per pass (Forward::Decode). t/s is the aggregate.
+  int n_seq = 1;
   BenchTest test;
 };
 

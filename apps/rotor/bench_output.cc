@@ -44,6 +44,7 @@ class MarkdownWriter : public BenchWriter {
     add(cols_.rope_k, "rope_k", false);
     add(cols_.prefill_step, "step", true);
     add(cols_.n_ctx, "n_ctx", true);
+    add(cols_.n_seq, "n_seq", true);
     add(true, "test", true);
     add(true, "t/s", true);
     add(true, "GB/s", true);
@@ -71,6 +72,7 @@ class MarkdownWriter : public BenchWriter {
     if (cols_.prefill_step)
       cells.push_back(c.prefill_step > 0 ? fmt::format("{}", c.prefill_step) : "whole");
     if (cols_.n_ctx) cells.push_back(fmt::format("{}", c.n_ctx));
+    if (cols_.n_seq) cells.push_back(fmt::format("{}", c.n_seq));
     cells.push_back(c.test.Name());
     cells.push_back(fmt::format("{:.2f} ± {:.2f}", row.stats.avg_ts, row.stats.stddev_ts));
     cells.push_back(fmt::format("{:.1f}", row.gbps));
@@ -177,7 +179,7 @@ BenchRow MakeBenchRow(const BenchModel& model, const BenchCase& c, const BenchRe
   row.c = &c;
   row.result = &result;
   row.roofline = roofline;
-  row.stats = ComputeStats(result, c.test.n_prompt + c.test.n_gen);
+  row.stats = ComputeStats(result, (int64_t{c.test.n_prompt} + c.test.n_gen) * c.n_seq);
   const double seconds = row.stats.avg_ns * 1e-9;
   if (seconds > 0) {
     row.gbps = result.work.bytes / seconds / 1e9;
@@ -227,7 +229,7 @@ Json BenchRowJson(const BenchRow& row) {
   j["model_n_params"] = row.model->n_params;
   j["n_threads"] = c.threads;
   j["n_ctx"] = c.n_ctx;
-  j["n_seq"] = 1;
+  j["n_seq"] = c.n_seq;
   j["kv"] = std::string(KvPolicyName(r.kv.policy));
   j["kv_size"] = r.kv.size;
   j["rope_k"] = std::string(RopeKName(r.kv.rope_k));

@@ -45,6 +45,7 @@ struct BenchColumns {
   bool rope_k = false;
   bool prefill_step = false;
   bool n_ctx = false;
+  bool n_seq = false;
   bool roofline = false;
 };
 

@@ -62,16 +62,18 @@ BenchWork EstimateWork(const BenchModel& bm, const BenchCase& c, int kv_cells) {
   }
   w.flops += 2.0 * static_cast<double>(bm.layer_matmul_params) * n;
   const double weight_bytes = static_cast<double>(bm.model->weight_bytes());
+  const double seqs = c.n_seq;
   if (t.n_prompt > 0) {
     w.flops += 2.0 * static_cast<double>(bm.output_matmul_params);
     const int64_t step = c.prefill_step > 0 ? c.prefill_step : n;
-    for (int64_t b = 0; b < n; b += step)  // per chunk: the weights, and the cache before it
-      w.bytes += weight_bytes + kv_bytes_per_token * std::min(t.n_depth + b, cap);
+    for (int64_t b = 0; b < n; b += step)  // per chunk: the weights, and each cache before it
+      w.bytes += weight_bytes + seqs * kv_bytes_per_token * std::min(t.n_depth + b, cap);
   } else {
     w.flops += 2.0 * static_cast<double>(bm.output_matmul_params) * n;
     for (int64_t i = 0; i < n; ++i)
-      w.bytes += weight_bytes + kv_bytes_per_token * std::min(t.n_depth + i, cap);
+      w.bytes += weight_bytes + seqs * kv_bytes_per_token * std::min(t.n_depth + i, cap);
   }
+  w.flops *= seqs;  // the weights are read once per pass (bytes above), the work is per sequence
   return w;
 }
 
@@ -96,40 +98,60 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
   const ModelConfig& mc = model.config();
   const BenchTest& t = c.test;
   ThreadPool pool(c.threads);
-  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(mc.kv_shape(c.n_ctx), c.kv));
-  r.kv = cache->config();
+  const int n_seq = c.n_seq;
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<KvCache*> cache_ptrs;
+  for (int s = 0; s < n_seq; ++s) {
+    ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(mc.kv_shape(c.n_ctx), c.kv));
+    cache_ptrs.push_back(cache.get());
+    caches.push_back(std::move(cache));
+  }
+  r.kv = caches[0]->config();
   r.work = EstimateWork(bm, c, r.kv.size);
   const int step = c.prefill_step;
-  Forward forward(model, pool, step > 0 ? step : std::max({t.n_prompt, t.n_depth, 1}), c.n_ctx);
+  const int chunk = step > 0 ? step : std::max({t.n_prompt, t.n_depth, 1});
+  Forward forward(model, pool, chunk * n_seq, c.n_ctx);
 
   std::mt19937_64 rng(seed);
   const std::vector<int32_t> depth_tokens = RandomTokens(rng, t.n_depth, mc.n_vocab);
   const std::vector<int32_t> test_tokens =
       RandomTokens(rng, std::max(t.n_prompt, t.n_gen), mc.n_vocab);
-  std::vector<float> logits(mc.n_vocab);  // [n_vocab]: only the last token's row is asked for
+  // [n_seq, n_vocab]: only each sequence's last row is asked for
+  std::vector<float> logits(static_cast<size_t>(n_seq) * mc.n_vocab);
+  std::vector<SeqInput> inputs(n_seq);
+  std::vector<int32_t> step_tokens(n_seq);
 
   auto run_test = [&]() -> Result<int64_t> {
     if (t.n_prompt > 0) {
-      const SeqInput in{cache.get(), test_tokens, LogitsWanted::kLast};
       Timer timer;
-      RETURN_IF_ERROR(forward.Prefill(in, step, logits.data()));
+      if (n_seq == 1) {
+        RETURN_IF_ERROR(forward.Prefill(SeqInput{caches[0].get(), test_tokens}, step, logits.data()));
+        return timer.ElapsedNs();
+      }
+      for (int b = 0; b < t.n_prompt; b += chunk) {  // every sequence's chunk in one pass
+        const int n = std::min(chunk, t.n_prompt - b);
+        const LogitsWanted want = b + n == t.n_prompt ? LogitsWanted::kLast : LogitsWanted::kNone;
+        for (int s = 0; s < n_seq; ++s)
+          inputs[s] = SeqInput{caches[s].get(), std::span<const int32_t>(test_tokens).subspan(b, n), want};
+        RETURN_IF_ERROR(forward.Run(inputs, logits.data()));
+      }
       return timer.ElapsedNs();
     }
     Timer timer;
     for (int i = 0; i < t.n_gen; ++i) {
-      const SeqInput in{cache.get(), std::span<const int32_t>(&test_tokens[i], 1),
-                        LogitsWanted::kLast};
-      RETURN_IF_ERROR(forward.Run(std::span<const SeqInput>(&in, 1), logits.data()));
+      std::fill(step_tokens.begin(), step_tokens.end(), test_tokens[i]);
+      RETURN_IF_ERROR(forward.Decode(cache_ptrs, step_tokens, logits.data()));
     }
     return timer.ElapsedNs();
   };
 
   if (progress) progress("warm-up", 0);
-  cache->Clear();
+  for (auto& cache : caches) cache->Clear();
   RETURN_IF_ERROR(run_test());
   for (int rep = 1; rep <= repetitions; ++rep) {
-    cache->Clear();
-    if (t.n_depth > 0) {
+    for (auto& cache : caches) {
+      cache->Clear();
+      if (t.n_depth == 0) continue;
       if (progress) progress("fill", rep);
       const SeqInput fill{cache.get(), depth_tokens, LogitsWanted::kNone};
       RETURN_IF_ERROR(forward.Prefill(fill, step, logits.data()));

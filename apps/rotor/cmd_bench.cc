@@ -59,6 +59,7 @@ BenchColumns ColumnsFor(const BenchArgs& a, const std::vector<BenchCase>& cases)
     cols.kv_size |= c.kv.policy != KvPolicy::kFull;
     cols.rope_k |= c.kv.rope_k != RopeK::kCached;
     cols.prefill_step |= c.prefill_step != 512;
+    cols.n_seq |= c.n_seq != 1;
   }
   cols.n_ctx = std::any_of(a.n_ctx.begin(), a.n_ctx.end(), [](int c) { return c > 0; });
   cols.roofline = a.roofline;
@@ -198,6 +199,11 @@ Runner RegisterBench(CLI::App& app) {
                   "tokens per forward pass for pp tests and the depth fill (0 = all at once)")
       ->delimiter(',')
       ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--batch", a->batch,
+                  "sequences run together, each with its own cache (aggregate t/s; JSON n_seq)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   sub->add_option("-c,--ctx-size", a->n_ctx,
                   "context sizes (0 = what each test needs: depth + its tokens, at least "

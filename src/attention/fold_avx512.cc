@@ -29,15 +29,15 @@ inline __m512 Exp(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-constexpr int kMaxVecs = 16;  // head_dim <= 256
-
-}  // namespace
-
-void FoldAvx512(FoldState& s, const KeyBlock& b) {
-  const int hd = s.head_dim, nv = hd / 16, group = s.n_head / s.n_head_kv;
+// NV = head_dim / 16, a compile-time constant so the key, rotation and
+// accumulator vectors stay in registers.
+template <int NV>
+void Fold(FoldState& s, const KeyBlock& b) {
+  constexpr int nv = NV, hd = 16 * NV;
+  const int group = s.n_head / s.n_head_kv;
   const __m512 scale = _mm512_set1_ps(s.scale);
-  __m512 k[kMaxVecs];
-  __m512 cr[kMaxVecs], sr[kMaxVecs];
+  __m512 k[NV];
+  __m512 cr[NV], sr[NV];
   for (int j = 0; j < b.n; ++j) {
     const bool rotate = b.cos[j] != nullptr;
     if (rotate) {  // this key's rotation row, once for every head
@@ -96,7 +96,7 @@ void FoldAvx512(FoldState& s, const KeyBlock& b) {
     s.m[h] = new_max;
     float* acc = s.acc + h * hd;
     const __m512 vcorr = _mm512_set1_ps(corr);
-    __m512 a[kMaxVecs];
+    __m512 a[NV];
     for (int i = 0; i < nv; ++i) a[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * i), vcorr);
     const int off = (h / group) * hd;
     for (int j = 0; j < b.n; ++j) {
@@ -105,6 +105,23 @@ void FoldAvx512(FoldState& s, const KeyBlock& b) {
       for (int i = 0; i < nv; ++i) a[i] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * i), a[i]);
     }
     for (int i = 0; i < nv; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
+  }
+}
+
+}  // namespace
+
+void FoldAvx512(FoldState& s, const KeyBlock& b) {
+  switch (s.head_dim / 16) {
+    case 1: return Fold<1>(s, b);
+    case 2: return Fold<2>(s, b);
+    case 3: return Fold<3>(s, b);
+    case 4: return Fold<4>(s, b);
+    case 5: return Fold<5>(s, b);
+    case 6: return Fold<6>(s, b);
+    case 7: return Fold<7>(s, b);
+    case 8: return Fold<8>(s, b);
+    case 16: return Fold<16>(s, b);
+    default: return FoldScalar(s, b);
   }
 }
 

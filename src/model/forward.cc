@@ -17,6 +17,7 @@ Forward::Forward(const Model& model, ThreadPool& pool, int max_tokens, int n_ctx
                   static_cast<int64_t>(n_ctx > 0 ? n_ctx : model.config().n_ctx_train) +
                       max_tokens) {
   CHECK_GT(max_tokens, 0);
+  decode_inputs_.reserve(max_tokens);
   const ModelConfig& c = model.config();
   const size_t t = max_tokens;
   x_.Resize(t * c.n_embd);
@@ -144,6 +145,16 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
   ops::SwiGlu(gate_.data(), up_.data(), gate_.data(), n_tokens * c.n_ff);
   ops::Matmul(pool_, w.w_down, gate_.data(), n_tokens, out_.data(), E, matmul_scratch_);
   ops::Add(x_.data(), out_.data(), n_tokens * E);
+}
+
+Status Forward::Decode(std::span<KvCache* const> caches, std::span<const int32_t> tokens,
+                       float* logits) {
+  if (caches.size() != tokens.size())
+    return Errorf("forward: {} caches for {} decode tokens", caches.size(), tokens.size());
+  decode_inputs_.clear();
+  for (size_t i = 0; i < caches.size(); ++i)
+    decode_inputs_.push_back(SeqInput{caches[i], tokens.subspan(i, 1), LogitsWanted::kLast});
+  return Run(decode_inputs_, logits);
 }
 
 Status Forward::Prefill(const SeqInput& seq, int step, float* logits) {

@@ -46,6 +46,10 @@ class Forward {
   // of range or a cache cannot take the tokens.
   Status Run(std::span<const SeqInput> seqs, float* logits);
 
+  // The decode step of a batch: one token for each sequence, all in one pass
+  // (each weight read once). logits: [caches.size(), n_vocab].
+  Status Decode(std::span<KvCache* const> caches, std::span<const int32_t> tokens, float* logits);
+
   // A whole prompt of one sequence in chunks of at most `step` tokens
   // (0 = max_tokens); `logits` receives the rows seq.logits asks for.
   Status Prefill(const SeqInput& seq, int step, float* logits);
@@ -57,6 +61,7 @@ class Forward {
   ThreadPool& pool_;
   int max_tokens_;
   std::vector<KvPlan> plans_;
+  std::vector<SeqInput> decode_inputs_;  // reserved for max_tokens sequences
   ops::MatmulScratch matmul_scratch_;
   AttentionScratch attn_scratch_;
   RopeDistanceTable rope_table_;

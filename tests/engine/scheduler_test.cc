@@ -149,3 +149,42 @@ TEST(Scheduler, KvBudgetMakesSequencesWaitNotFail) {
 
 }  // namespace
 }  // namespace rotor
+
+namespace rotor {
+namespace {
+
+// The explicit decode step: one token for each of three sequences in one pass
+// gives each sequence the logits it gets alone.
+TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
+  const Model& m = testing::LoadModelCached(testing::GqaModelPath());
+  const int n_vocab = m.config().n_vocab;
+  ThreadPool pool(2);
+  Forward fwd(m, pool, 64, 256);
+  std::vector<std::unique_ptr<KvCache>> batch, alone;
+  const KvConfig kvs[] = {KvConfig{}, testing::Kv(KvPolicy::kSink, 16), testing::Kv(KvPolicy::kH2o, 16)};
+  for (const KvConfig& kv : kvs) {
+    batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
+    alone.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
+  }
+  std::vector<float> logits(3 * n_vocab), one(n_vocab);
+  for (int i = 0; i < 3; ++i) {  // prompts of different lengths
+    std::vector<int32_t> p = testing::Prompt(5 + 11 * i, n_vocab, i);
+    ASSERT_TRUE(fwd.Prefill(SeqInput{batch[i].get(), p}, 8, one.data()).ok());
+    ASSERT_TRUE(fwd.Prefill(SeqInput{alone[i].get(), p}, 8, one.data()).ok());
+  }
+  std::vector<KvCache*> caches = {batch[0].get(), batch[1].get(), batch[2].get()};
+  for (int step = 0; step < 20; ++step) {
+    const std::vector<int32_t> tokens = {7 + step, 50 + step, 100 + step};
+    ASSERT_TRUE(fwd.Decode(caches, tokens, logits.data()).ok());
+    for (int i = 0; i < 3; ++i) {
+      SeqInput in{alone[i].get(), std::span<const int32_t>(&tokens[i], 1)};
+      ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), one.data()).ok());
+      for (int v = 0; v < n_vocab; ++v)
+        ASSERT_NEAR(logits[i * n_vocab + v], one[v], 1e-4) << "seq " << i << " step " << step;
+    }
+  }
+  EXPECT_FALSE(fwd.Decode(caches, std::vector<int32_t>{1, 2}, logits.data()).ok());
+}
+
+}  // namespace
+}  // namespace rotor
