@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -130,7 +130,7 @@ __attribute__((target("avx512f"))) float FmaAvx512(int64_t iters) {
 
 // Integer dot products as the quantized matmuls do them (u8 x s8 -> s32, 4 per
 // lane): 64 multiplies and 64 adds per instruction.
-__attribute__((target("avx512f,avx512vnni"))) int32_t DotAvx512Vnni(int64_t iters) {
+__attribute__((target("avx512f,avx512vnni"))) uint32_t DotAvx512Vnni(int64_t iters) {
   __m512i acc[kChains];
   for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_epi32(j);
   const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
@@ -140,7 +140,7 @@ __attribute__((target("avx512f,avx512vnni"))) int32_t DotAvx512Vnni(int64_t iter
   }
   __m512i s = acc[0];
   for (int j = 1; j < kChains; ++j) s = _mm512_add_epi32(s, acc[j]);
-  alignas(64) int32_t lanes[16];
+  alignas(64) uint32_t lanes[16];  // the sums wrap around: unsigned
   _mm512_store_si512(lanes, s);
   return lanes[0] + lanes[15];
 }
@@ -194,7 +194,7 @@ double MeasureFma(ThreadPool& pool, int passes, std::string* isa) {
     Timer timer;
     pool.Run(pool.size(), [&](int task, int) { out[task] = fn(iters); });
     const double s = timer.ElapsedSeconds();
-    for (float v : out) g_sink.fetch_add(static_cast<uint64_t>(v), std::memory_order_relaxed);
+    for (float v : out) g_sink.fetch_add(std::bit_cast<uint32_t>(v), std::memory_order_relaxed);
     best = std::max(best, flops_per_thread * pool.size() / s / 1e9);
   }
   return best;
@@ -208,11 +208,11 @@ double MeasureInt8(ThreadPool& pool, int passes) {
   const double ops_per_thread = 128.0 * kChains * static_cast<double>(iters);
   double best = 0;
   for (int p = 0; p < passes; ++p) {
-    std::vector<int32_t> out(pool.size());
+    std::vector<uint32_t> out(pool.size());
     Timer timer;
     pool.Run(pool.size(), [&](int task, int) { out[task] = DotAvx512Vnni(iters); });
     const double s = timer.ElapsedSeconds();
-    for (int32_t v : out) g_sink.fetch_add(static_cast<uint32_t>(v), std::memory_order_relaxed);
+    for (uint32_t v : out) g_sink.fetch_add(v, std::memory_order_relaxed);
     best = std::max(best, ops_per_thread * pool.size() / s / 1e9);
   }
   return best;
@@ -238,7 +238,7 @@ double MeasureMatmul(ThreadPool& pool, int passes, Roofline* r) {
     ops::Matmul(pool, weight, x.data(), m, y.data(), n, scratch);
     best = std::max(best, 2.0 * m * k * n / timer.ElapsedSeconds() / 1e9);
   }
-  g_sink.fetch_add(static_cast<uint64_t>(std::abs(y[0])), std::memory_order_relaxed);
+  g_sink.fetch_add(std::bit_cast<uint32_t>(y[0]), std::memory_order_relaxed);
   return best;
 }
 
