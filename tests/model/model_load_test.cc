@@ -2,6 +2,7 @@
 // and random-weight models of every type against their f32 original.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -163,6 +164,47 @@ TEST(ModelLoad, QuantizedSynthModelsTrackF32) {
     std::filesystem::remove(path);
   }
   std::filesystem::remove(TempPath("f32.gguf"));
+}
+
+}  // namespace
+}  // namespace rotor
+
+namespace rotor {
+namespace {
+
+// rotor synth's weights keep a greedy run alive: with the real Llama-2
+// vocabulary, 64 greedy tokens are not one token repeated.
+TEST(Synth, GreedyRunIsNotDegenerate) {
+  ThreadPool pool(2);
+  auto vocab = GgufFile::Open(ROTOR_MODELS_DIR "/ggml-vocab-llama-spm.gguf");
+  ASSERT_TRUE(vocab.ok()) << vocab.message();
+  for (DType type : {DType::kF32, DType::kQ8_0}) {
+    SynthSpec spec;
+    spec.n_embd = 128, spec.n_ff = 256, spec.n_layer = 2, spec.n_head = 4, spec.n_head_kv = 2;
+    spec.type = type;
+    const std::string path = TempPath("synth_vocab.gguf");
+    ASSERT_TRUE(WriteSynthModel(spec, vocab->get(), path, pool).ok());
+    auto m = Model::Load(path);
+    ASSERT_TRUE(m.ok()) << m.message();
+    ASSERT_EQ((*m)->config().n_vocab, 32000);
+    Forward fwd(**m, pool, 64, 128);
+    auto cache = std::move(KvCache::Create((*m)->config().kv_shape(128), KvConfig{})).value();
+    std::vector<int32_t> text = {1, 9038, 2501, 263, 931};  // <s> Once upon a time
+    std::vector<float> logits(32000);
+    ASSERT_TRUE(fwd.Prefill(SeqInput{cache.get(), text}, 0, logits.data()).ok());
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; ++i) {
+      const int32_t t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      ASSERT_TRUE(std::isfinite(logits[t]));
+      out.push_back(t);
+      SeqInput in{cache.get(), std::span<const int32_t>(&out.back(), 1)};
+      ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), logits.data()).ok());
+    }
+    std::sort(out.begin(), out.end());
+    const auto distinct = std::unique(out.begin(), out.end()) - out.begin();
+    EXPECT_GE(distinct, 8) << DTypeName(type) << ": a greedy run of 64 tokens used " << distinct << " distinct tokens";
+    std::filesystem::remove(path);
+  }
 }
 
 }  // namespace
