@@ -13,6 +13,7 @@ namespace rotor {
 namespace {
 // Spin iterations before a worker sleeps: about 50-100 microseconds.
 constexpr int kSpinIterations = 20000;
+constexpr uint32_t kOpen = 1u << 31;
 }  // namespace
 
 int HardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
@@ -44,7 +45,7 @@ void ThreadPool::Dispatch(int n_tasks, Thunk thunk, void* ctx) {
   ctx_ = ctx;
   n_tasks_ = n_tasks;
   next_task_.store(0, std::memory_order_relaxed);
-  pending_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  job_state_.store(kOpen, std::memory_order_release);  // publishes the job fields
   {
     // The lock orders the job fields before the generation bump for sleeping
     // workers; spinning workers see them through the release on generation_.
@@ -53,7 +54,9 @@ void ThreadPool::Dispatch(int n_tasks, Thunk thunk, void* ctx) {
   }
   cv_.notify_all();
   Work(0);
-  while (pending_workers_.load(std::memory_order_acquire) != 0) ROTOR_PAUSE();
+  // Every task is claimed: no worker may join any more; wait for those that did.
+  job_state_.fetch_and(~kOpen, std::memory_order_acq_rel);
+  while (job_state_.load(std::memory_order_acquire) != 0) ROTOR_PAUSE();
 }
 
 void ThreadPool::WorkerLoop(int thread) {
@@ -71,8 +74,14 @@ void ThreadPool::WorkerLoop(int thread) {
     }
     seen = gen;
     if (stop_.load()) return;
+    // Join the job if it is still open; a late worker skips a closed one.
+    uint32_t state = job_state_.load(std::memory_order_acquire);
+    bool joined = false;
+    while ((state & kOpen) != 0 && !joined)
+      joined = job_state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel);
+    if (!joined) continue;
     Work(thread);
-    pending_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    job_state_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

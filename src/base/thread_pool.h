@@ -1,7 +1,10 @@
 // One persistent pool of worker threads, sized by -t. The calling thread takes
 // part in every job, so a pool of n threads starts n - 1 workers. Workers spin
 // briefly between jobs (decode issues thousands of small jobs a second) and
-// then sleep; no allocation or locking on the hot path.
+// then sleep; no allocation or locking on the hot path. A worker joins a job
+// only while it is open; the caller closes it once every task is claimed and
+// waits just for the workers that joined, so a worker the OS has descheduled
+// never stalls a job it took no part in.
 #pragma once
 
 #include <atomic>
@@ -67,7 +70,9 @@ class ThreadPool {
   void* ctx_ = nullptr;
   int n_tasks_ = 0;
   alignas(64) std::atomic<int> next_task_{0};
-  alignas(64) std::atomic<int> pending_workers_{0};
+  // kOpen while workers may join the current job, plus the count of joined
+  // workers still working on it.
+  alignas(64) std::atomic<uint32_t> job_state_{0};
   alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
