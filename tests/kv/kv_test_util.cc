@@ -24,6 +24,10 @@ const std::string& GqaModelPath() {
     EXPECT_TRUE(st.ok()) << st.message();
     return p;
   }();
+  // Removed when the test binary exits.
+  static const struct Remover {
+    ~Remover() { std::filesystem::remove(path); }
+  } remover;
   return path;
 }
 
