@@ -32,6 +32,8 @@ Scheduler::Scheduler(Engine& engine, const Options& options)
   forward_ = std::make_unique<Forward>(engine.model(), engine.pool(), step + options.max_seqs,
                                        engine.n_ctx());
   logits_.resize(static_cast<size_t>(options.max_seqs) * engine.model().config().n_vocab);
+  inputs_.reserve(options.max_seqs);
+  owners_.reserve(options.max_seqs);
 }
 
 Scheduler::~Scheduler() = default;
@@ -179,8 +181,10 @@ Status Scheduler::Step() {
 
   // One token of every decoding sequence, then whole prompt chunks while they fit.
   const int step = options_.prefill_step > 0 ? options_.prefill_step : forward_->max_tokens();
-  std::vector<SeqInput> inputs;
-  std::vector<Seq*> owners;
+  std::vector<SeqInput>& inputs = inputs_;
+  std::vector<Seq*>& owners = owners_;
+  inputs.clear();
+  owners.clear();
   int budget = forward_->max_tokens();
   for (auto& s : running_) {
     if (s->prefilled < s->result.prompt_tokens.size()) continue;

@@ -73,6 +73,8 @@ class Scheduler {
   Options options_;
   std::unique_ptr<Forward> forward_;
   std::vector<float> logits_;     // [max_seqs, n_vocab]
+  std::vector<SeqInput> inputs_;  // one step's sequences, reserved for max_seqs
+  std::vector<Seq*> owners_;      // [inputs_.size()]
   SeqId next_id_ = 1;
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;
