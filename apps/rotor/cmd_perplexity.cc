@@ -4,7 +4,7 @@
 //                      --kl-base FILE saves (full cache) or compares against full-cache
 //                      distributions
 //   --stream T         one continuous stream of T tokens, perplexity per window of positions,
-//                      --csv and --plot (SVG)
+//                      --csv and --plot (SVG or PNG)
 // Lists (--kv full,sink --kv-size 128,256 ...) run every combination in one command.
 #include <fmt/format.h>
 
@@ -23,11 +23,10 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }
 
 int RunPerplexity(PerplexityArgs& a) {
-  if (!a.plot.empty() && !EndsWith(a.plot, ".svg"))
-    return Fail(
-        Errorf("perplexity: --plot '{}': only SVG is written (name it .svg; convert with "
-               "rsvg-convert for PNG)",
-               a.plot));
+  if (!a.plot.empty() && !EndsWith(a.plot, ".svg") && !EndsWith(a.plot, ".png") &&
+      !EndsWith(a.plot, ".SVG") && !EndsWith(a.plot, ".PNG"))
+    return Fail(Errorf("perplexity: --plot '{}': unknown format (name the file .svg or .png)",
+                       a.plot));
   Result<std::string> text = ReadFile(a.text_file);
   if (!text.ok()) return Fail(text.status().WithContext("perplexity: -f"));
   EngineOptions eo;
@@ -121,7 +120,7 @@ Runner RegisterPerplexity(CLI::App& app) {
       ->needs(stream)
       ->capture_default_str();
   sub->add_option("--csv", a->csv, "write the stream's windows as CSV")->needs(stream);
-  sub->add_option("--plot", a->plot, "draw perplexity against position (SVG)")->needs(stream);
+  sub->add_option("--plot", a->plot, "draw perplexity against position (FILE.svg or FILE.png)")->needs(stream);
   sub->add_flag("--no-progress", a->no_progress, "no progress bar on stderr");
   return [a] { return RunPerplexity(*a); };
 }

@@ -1,5 +1,5 @@
 // rotor perplexity --stream: one continuous stream through each policy,
-// perplexity per window of positions as a table, CSV and an SVG plot.
+// perplexity per window of positions as a table, CSV and an SVG or PNG plot.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include "base/timer.h"
 #include "cli_common.h"
 #include "perplexity_cli.h"
-#include "plot_svg.h"
+#include "plot.h"
 
 namespace rotor::cli {
 namespace {
@@ -109,7 +109,7 @@ Status WritePlot(const PerplexityArgs& a, const Model& model, const std::vector<
   const int n_ctx_train = model.config().n_ctx_train;
   o.markers.push_back(
       {static_cast<double>(n_ctx_train), fmt::format("trained context {}", n_ctx_train)});
-  return WriteSvgPlot(a.plot, o, series).WithContext("perplexity: --plot");
+  return WritePlot(a.plot, o, series).WithContext("perplexity: --plot");
 }
 
 }  // namespace

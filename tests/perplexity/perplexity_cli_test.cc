@@ -131,6 +131,17 @@ TEST(PerplexityCli, StreamWritesTableCsvAndPlot) {
   EXPECT_THAT(plot, HasSubstr("sink-64-compact"));
 }
 
+TEST(PerplexityCli, StreamDrawsPng) {
+  TempDir dir;
+  const std::string png = dir.File("s.png");
+  CliResult r =
+      Ppl({"-f", kText, "--stream", "300", "--window", "100", "--kv", "full", "--plot", png});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string bytes = Slurp(png);
+  ASSERT_GT(bytes.size(), 1000u);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
 TEST(PerplexityCli, Errors) {
   TempDir dir;
   struct Case {
@@ -149,7 +160,7 @@ TEST(PerplexityCli, Errors) {
       {{"-f", kText, "--stream", "600", "--kl-base", dir.File("b")}, {"--stream", "--kl-base"}},
       {{"-f", kText, "--stream", "600", "--chunks", "2"}, {"--stream", "--chunks"}},
       {{"-f", kText, "--kl-read"}, {"--kl-read", "--kl-base"}},
-      {{"-f", kText, "--stream", "600", "--plot", dir.File("x.png")}, {"x.png", "SVG"}},
+      {{"-f", kText, "--stream", "600", "--plot", dir.File("x.gif")}, {"x.gif", ".svg or .png"}},
       {{"-f", kText, "--stream", "100000"}, {"--stream 100000", "tokens"}},
       {{"-f", kText, "--stream", "600", "-c", "256"}, {"-c 600"}},
       {{"-f", kText, "--stream", "600", "--window", "0"}, {"--window"}},
