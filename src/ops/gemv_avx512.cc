@@ -8,6 +8,7 @@
 // -bias * (4-byte partial sums of x).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ops/avx512_util.h"
@@ -137,38 +138,46 @@ inline __m512i LoadGemvQuants(const uint8_t* blk, bool half, bool tail, __m512* 
   }
 }
 
+// Block pair j of kR rows for one token into acc (kEdge: as GemvQuantMultiStep).
+template <DType kT, int kR, bool kEdge>
+inline void GemvQuantStep(const uint8_t* const* rows, const int8_t* qx, const float* dx,
+                          int64_t nb, int64_t j, __m512 (&acc)[kR]) {
+  constexpr int kBlockBytes = kT == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  const __m512i bias = _mm512_set1_epi8(kT == DType::kQ8_0 ? static_cast<char>(0x80) : 8);
+  const bool half = kEdge && 2 * j + 1 == nb;
+  const bool tail = kEdge && 2 * j + 4 > nb;  // fewer than 64 bytes of the row left (q4_0)
+  __m512 sx;
+  const __m512i xv = LoadGemvActs<kT>(qx, dx, j, half, &sx);
+  // -bias * (partial sums of x): removes the weights' bias in int32.
+  const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, xv));
+#pragma GCC unroll 4
+  for (int r = 0; r < kR; ++r) {
+    const uint8_t* blk = rows[r] + 2 * j * kBlockBytes;
+    const char* pf = reinterpret_cast<const char*>(blk) +
+                     (kT == DType::kQ8_0 ? kGemvPrefetchQ8 : kGemvPrefetch);
+    _mm_prefetch(pf, _MM_HINT_T0);
+    if constexpr (kT == DType::kQ8_0) _mm_prefetch(pf + 64, _MM_HINT_T0);
+    __m512 sw;
+    const __m512i wu = LoadGemvQuants<kT>(blk, half, tail, &sw);
+    const __m512i d = _mm512_dpbusd_epi32(corr, wu, xv);
+    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sw, sx), acc[r]);
+  }
+}
+
 template <DType kT, int kR>
 inline void GemvQuantRows(const Weight& w, const int8_t* qx, const float* dx, int64_t r0,
                           float* y) {
-  constexpr int kBlockBytes = kT == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
-  const __m512i bias = _mm512_set1_epi8(kT == DType::kQ8_0 ? static_cast<char>(0x80) : 8);
-  const int64_t nb = w.k / 32;
+  const int64_t nb = w.k / 32, nbp = (nb + 1) / 2;
+  const int64_t j_edge = std::max<int64_t>(0, (nb - 2) / 2);  // pairs with 2j + 4 <= nb
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r)
     rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes;
   __m512 acc[kR];
   for (int r = 0; r < kR; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < (nb + 1) / 2; ++j) {
-    const bool half = 2 * j + 1 == nb;
-    const bool tail = 2 * j + 4 > nb;  // fewer than 64 bytes of the row left (q4_0)
-    __m512 sx;
-    const __m512i xv = LoadGemvActs<kT>(qx, dx, j, half, &sx);
-    // -bias * (partial sums of x): removes the weights' bias in int32.
-    const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, xv));
-#pragma GCC unroll 4
-    for (int r = 0; r < kR; ++r) {
-      const uint8_t* blk = rows[r] + 2 * j * kBlockBytes;
-      const char* pf = reinterpret_cast<const char*>(blk) +
-                       (kT == DType::kQ8_0 ? kGemvPrefetchQ8 : kGemvPrefetch);
-      _mm_prefetch(pf, _MM_HINT_T0);
-      if constexpr (kT == DType::kQ8_0) _mm_prefetch(pf + 64, _MM_HINT_T0);
-      __m512 sw;
-      const __m512i wu = LoadGemvQuants<kT>(blk, half, tail, &sw);
-      const __m512i d = _mm512_dpbusd_epi32(corr, wu, xv);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sw, sx), acc[r]);
-    }
-  }
+  int64_t j = 0;
+  for (; j < j_edge; ++j) GemvQuantStep<kT, kR, false>(rows, qx, dx, nb, j, acc);
+  for (; j < nbp; ++j) GemvQuantStep<kT, kR, true>(rows, qx, dx, nb, j, acc);
   __m512 s[4];
   for (int r = 0; r < 4; ++r) s[r] = r < kR ? acc[r] : _mm512_setzero_ps();
   alignas(16) float out[4];  // [4]
@@ -250,42 +259,52 @@ void PrepareGemvActs(const int8_t* qx, const float* dx, int64_t k, int64_t m, ui
     }
 }
 
+// One block pair j of kR rows x kTok tokens into acc. kEdge: the pair may be
+// the row's last half pair or within 64 bytes of its end (masked loads).
+template <DType kT, int kR, int kTok, bool kEdge>
+inline void GemvQuantMultiStep(const uint8_t* const* rows, const uint8_t* xs, int64_t nb,
+                               int64_t nbp, int64_t j, __m512 (&acc)[kR][kTok]) {
+  constexpr int kBlockBytes = kT == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  const bool half = kEdge && 2 * j + 1 == nb, tail = kEdge && 2 * j + 4 > nb;
+  __m512i wu[kR];
+  __m512 sw[kR];
+#pragma GCC unroll 4
+  for (int r = 0; r < kR; ++r) {
+    const uint8_t* blk = rows[r] + 2 * j * kBlockBytes;
+    const char* pf = reinterpret_cast<const char*>(blk) +
+                     (kT == DType::kQ8_0 ? kGemvPrefetchQ8 : kGemvPrefetch);
+    _mm_prefetch(pf, _MM_HINT_T0);
+    if constexpr (kT == DType::kQ8_0) _mm_prefetch(pf + 64, _MM_HINT_T0);
+    wu[r] = LoadGemvQuants<kT>(blk, half, tail, &sw[r]);
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < kTok; ++t) {
+    const uint8_t* xj = xs + (t * nbp + j) * 192;
+    const __m512i xv = _mm512_load_si512(xj), corr = _mm512_load_si512(xj + 64);
+    const __m512 sx = _mm512_load_ps(reinterpret_cast<const float*>(xj + 128));
+#pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) {
+      const __m512i d = _mm512_dpbusd_epi32(corr, wu[r], xv);
+      acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sw[r], sx), acc[r][t]);
+    }
+  }
+}
+
 template <DType kT, int kR, int kTok>
 inline void GemvQuantMultiRows(const Weight& w, const uint8_t* xs, int64_t r0, float* y,
                                int64_t ldy) {
-  constexpr int kBlockBytes = kT == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
   const int64_t nb = w.k / 32, nbp = (nb + 1) / 2;
+  // Pairs before j_edge are whole and have >= 64 bytes of the row from their start.
+  const int64_t j_edge = std::max<int64_t>(0, (nb - 2) / 2);  // 2j + 4 <= nb
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r)
     rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes;
   __m512 acc[kR][kTok];
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < kTok; ++t) acc[r][t] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < nbp; ++j) {
-    const bool half = 2 * j + 1 == nb, tail = 2 * j + 4 > nb;
-    __m512i wu[kR];
-    __m512 sw[kR];
-#pragma GCC unroll 4
-    for (int r = 0; r < kR; ++r) {
-      const uint8_t* blk = rows[r] + 2 * j * kBlockBytes;
-      const char* pf = reinterpret_cast<const char*>(blk) +
-                       (kT == DType::kQ8_0 ? kGemvPrefetchQ8 : kGemvPrefetch);
-      _mm_prefetch(pf, _MM_HINT_T0);
-      if constexpr (kT == DType::kQ8_0) _mm_prefetch(pf + 64, _MM_HINT_T0);
-      wu[r] = LoadGemvQuants<kT>(blk, half, tail, &sw[r]);
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < kTok; ++t) {
-      const uint8_t* xj = xs + (t * nbp + j) * 192;
-      const __m512i xv = _mm512_load_si512(xj), corr = _mm512_load_si512(xj + 64);
-      const __m512 sx = _mm512_load_ps(reinterpret_cast<const float*>(xj + 128));
-#pragma GCC unroll 4
-      for (int r = 0; r < kR; ++r) {
-        const __m512i d = _mm512_dpbusd_epi32(corr, wu[r], xv);
-        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sw[r], sx), acc[r][t]);
-      }
-    }
-  }
+  int64_t j = 0;
+  for (; j < j_edge; ++j) GemvQuantMultiStep<kT, kR, kTok, false>(rows, xs, nb, nbp, j, acc);
+  for (; j < nbp; ++j) GemvQuantMultiStep<kT, kR, kTok, true>(rows, xs, nb, nbp, j, acc);
   for (int t = 0; t < kTok; ++t) {
     __m512 s[4];
     for (int r = 0; r < 4; ++r) s[r] = r < kR ? acc[r][t] : _mm512_setzero_ps();
@@ -295,41 +314,39 @@ inline void GemvQuantMultiRows(const Weight& w, const uint8_t* xs, int64_t r0, f
   }
 }
 
+// Rows [r, r + kR) for kTok tokens.
+template <DType kT, int kR, int kTok>
+void GemvMultiTok(const Weight& w, const float* x, const uint8_t* xs, int64_t r, float* y,
+                  int64_t ldy) {
+  if constexpr (kT == DType::kQ8_0 || kT == DType::kQ4_0)
+    GemvQuantMultiRows<kT, kR, kTok>(w, xs, r, y, ldy);
+  else
+    GemvFloatMultiRows<kT, kR, kTok>(w, x, r, y, ldy);
+}
+
 // Rows [r, r + kR) for all m tokens, 4 at a time (the rows stay in L1 between
 // token chunks, so the matrix is read from memory once).
 template <DType kT, int kR>
 void GemvMultiRows(const Weight& w, const float* x, const uint8_t* xs, int64_t m, int64_t r,
                    float* y, int64_t ldy) {
-  constexpr bool kQuant = kT == DType::kQ8_0 || kT == DType::kQ4_0;
+  constexpr int kTok = 4;  // 4 rows x 4 tokens of accumulators (measured best of 2..4 x 2..4)
   const int64_t xs_stride = (w.k / 32 + 1) / 2 * 192;  // per token
-  for (int64_t t = 0; t < m; t += 4) {
+  for (int64_t t = 0; t < m; t += kTok) {
     const float* xt = x + t * w.k;
     const uint8_t* xst = xs + t * xs_stride;
     float* yt = y + t * ldy;
-    switch (m - t < 4 ? m - t : 4) {
+    switch (m - t < kTok ? m - t : kTok) {
       case 1:
-        if constexpr (kQuant)
-          GemvQuantMultiRows<kT, kR, 1>(w, xst, r, yt, ldy);
-        else
-          GemvFloatMultiRows<kT, kR, 1>(w, xt, r, yt, ldy);
+        GemvMultiTok<kT, kR, 1>(w, xt, xst, r, yt, ldy);
         break;
       case 2:
-        if constexpr (kQuant)
-          GemvQuantMultiRows<kT, kR, 2>(w, xst, r, yt, ldy);
-        else
-          GemvFloatMultiRows<kT, kR, 2>(w, xt, r, yt, ldy);
+        GemvMultiTok<kT, kR, 2>(w, xt, xst, r, yt, ldy);
         break;
       case 3:
-        if constexpr (kQuant)
-          GemvQuantMultiRows<kT, kR, 3>(w, xst, r, yt, ldy);
-        else
-          GemvFloatMultiRows<kT, kR, 3>(w, xt, r, yt, ldy);
+        GemvMultiTok<kT, kR, 3>(w, xt, xst, r, yt, ldy);
         break;
       default:
-        if constexpr (kQuant)
-          GemvQuantMultiRows<kT, kR, 4>(w, xst, r, yt, ldy);
-        else
-          GemvFloatMultiRows<kT, kR, 4>(w, xt, r, yt, ldy);
+        GemvMultiTok<kT, kR, 4>(w, xt, xst, r, yt, ldy);
     }
   }
 }
