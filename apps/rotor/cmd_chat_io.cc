@@ -80,16 +80,16 @@ LineReader::Got LineReader::Read(std::string* line) {
 
 Status SaveTranscript(const std::string& path, const std::string& model,
                       const std::string& chat_template, const std::vector<ChatMessage>& messages) {
-  nlohmann::json j;
+  nlohmann::ordered_json j;
   j["model"] = model;
   j["chat_template"] = chat_template;
-  j["messages"] = nlohmann::json::array();
+  j["messages"] = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages)
     j["messages"].push_back({{"role", m.role}, {"content", m.content}});
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return Errorf("cannot write '{}': {}", path, std::strerror(errno));
   // Invalid UTF-8 in a reply (a cancelled multi-byte character) becomes U+FFFD.
-  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   out.close();
   if (!out) return Errorf("cannot write '{}'", path);
   return Status::Ok();
