@@ -71,12 +71,13 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Create(Engine& engine, ChatOpt
   s->logits_.resize(n_vocab);
   s->sampler_ = std::make_unique<Sampler>(s->options_.sampling, n_vocab);
 
-  // The template's end-of-turn markup, when the vocabulary has it as one token.
+  // The template's end-of-turn markup, when the vocabulary has it as one token
+  // (control or user-defined, as Phi-3's "<|end|>" may be).
   const Tokenizer& tok = engine.tokenizer();
   const std::string_view eot = s->options_.chat_template.EndOfTurn();
   if (!eot.empty()) {
     std::vector<int32_t> ids = tok.Encode(eot, /*add_special=*/false, /*parse_special=*/true);
-    if (ids.size() == 1 && tok.IsControl(ids[0])) s->stop_tokens_.push_back(ids[0]);
+    if (ids.size() == 1) s->stop_tokens_.push_back(ids[0]);
   }
   for (std::string& stop : s->options_.chat_template.StopStrings())
     s->options_.stop.push_back(std::move(stop));
@@ -230,7 +231,7 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
     const int32_t one[1] = {token};
     RETURN_IF_ERROR(Feed(one));
     sampler_->Accept(token);
-    after_special_ = tok.IsControl(token);
+    after_special_ = tok.Type(token) == TokenType::kControl || tok.Type(token) == TokenType::kUserDefined;
     turn.tokens.push_back(token);
     ++turn.n_generated;
     reply_fed_ += piece;

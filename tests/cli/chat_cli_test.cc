@@ -111,7 +111,10 @@ TEST(ChatCli, BadTemplateNameAndBadLoadFile) {
 class Tmux {
  public:
   Tmux() : socket_("rotor-chat-test-" + std::to_string(getpid()) + "-" + std::to_string(next_++)) {}
-  ~Tmux() { Run("kill-server"); }
+  ~Tmux() {
+    Run("kill-server");
+    if (!socket_path_.empty()) std::remove(socket_path_.c_str());  // tmux leaves it behind
+  }
 
   // Runs `tmux -L socket <args>` (args already quoted for the shell).
   std::string Run(const std::string& args, int* status = nullptr) const {
@@ -131,6 +134,8 @@ class Tmux {
                                     " ';' set-option -t chat remain-on-exit on",
                                 &status);
     if (status != 0) ADD_FAILURE() << "tmux new-session: " << out;
+    socket_path_ = Run("display-message -p '#{socket_path}'");
+    while (!socket_path_.empty() && socket_path_.back() == '\n') socket_path_.pop_back();
     return status == 0;
   }
   void Type(const std::string& text) const { Run("send-keys -t chat -l " + Quote(text)); }
@@ -170,6 +175,7 @@ class Tmux {
  private:
   static inline int next_ = 0;
   std::string socket_;
+  std::string socket_path_;
 };
 
 bool TmuxInstalled() { return std::system("tmux -V >/dev/null 2>&1") == 0; }

@@ -208,6 +208,36 @@ TEST(ChatSession, SinkCacheCarriesAConversationPastTheContext) {
   ExpectTurnEqualsSingleShot(*e, *chat, last);
 }
 
+std::string NoSpace(std::string s) {
+  std::erase_if(s, [](char c) { return c == ' ' || c == '\n'; });
+  return s;
+}
+
+// Every format: the cache holds the rendered conversation (up to the last
+// reply's closing markup) and each turn continues it exactly.
+TEST(ChatSession, EveryTemplateContinuesTheRenderedConversation) {
+  auto e = MakeEngine();
+  const Tokenizer& tok = e->tokenizer();
+  for (std::string_view name : ChatTemplate::Names()) {
+    ChatOptions o = Greedy(12);
+    o.chat_template = *ChatTemplate::FromName(name);
+    o.system = "You tell stories.";
+    auto chat = MakeChat(*e, o);
+    const ChatTurn t1 = Send(*chat, "Once upon a time");
+    const ChatTurn t2 = Send(*chat, "Then a cat came.");
+    EXPECT_LT(t2.n_prompt, t1.n_prompt + t1.n_generated) << name;
+    ExpectTurnEqualsSingleShot(*e, *chat, t2);
+    const std::vector<int32_t>& all = chat->tokens();
+    ASSERT_EQ(all[0], tok.bos());
+    // Whitespace aside: the tokenizer puts a space prefix after a control
+    // token, and a reply's own spaces are the model's, not the rendering's.
+    const std::string text = NoSpace(tok.Decode(std::span(all).subspan(1), /*special=*/true));
+    const std::string full = NoSpace(chat->chat_template().Apply(chat->messages(), false));
+    EXPECT_TRUE(full.starts_with(text)) << name << "\n" << text << "\n---\n" << full;
+    EXPECT_LE(full.size() - text.size(), 16u) << name;  // the closing markup
+  }
+}
+
 TEST(ChatSession, UserTextCannotInjectControlTokens) {
   auto e = MakeEngine();
   ChatOptions o = Greedy(8);
