@@ -50,9 +50,10 @@ std::string Footer(const ChatTurn& t, const ChatSession& chat, int n_ctx) {
   std::string finish(FinishReasonName(t.finish));
   if (t.finish == FinishReason::kContext)
     finish += fmt::format(" (the context of {} tokens is full: /clear to start again)", n_ctx);
-  return fmt::format("[prompt {} tokens, {:.1f} tok/s | reply {} tokens, {:.1f} tok/s | "
-                     "finish: {} | context {}]",
-                     t.n_prompt, t.prompt_tps(), t.n_generated, t.gen_tps(), finish, context);
+  return fmt::format(
+      "[prompt {} tokens, {:.1f} tok/s | reply {} tokens, {:.1f} tok/s | "
+      "finish: {} | context {}]",
+      t.n_prompt, t.prompt_tps(), t.n_generated, t.gen_tps(), finish, context);
 }
 
 class ChatLoop {
@@ -161,8 +162,10 @@ class ChatLoop {
       } else if (name == "/save") {
         Status s = SaveTranscript(arg, std::filesystem::path(args_.engine.model_path).stem(),
                                   std::string(chat_.chat_template().name()), chat_.messages());
-        if (s.ok()) fmt::print(stderr, "(saved {} messages to {})\n", chat_.messages().size(), arg);
-        else fmt::print(stderr, "rotor: error: /save: {}\n", s.message());
+        if (s.ok())
+          fmt::print(stderr, "(saved {} messages to {})\n", chat_.messages().size(), arg);
+        else
+          fmt::print(stderr, "rotor: error: /save: {}\n", s.message());
       } else {
         Load(arg);
       }

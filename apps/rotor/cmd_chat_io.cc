@@ -1,12 +1,12 @@
 #include "cmd_chat_io.h"
 
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli_common.h"
 
@@ -104,8 +104,8 @@ Result<std::vector<ChatMessage>> LoadTranscript(const std::string& path) {
   std::vector<ChatMessage> messages;
   for (size_t i = 0; i < j["messages"].size(); ++i) {
     const nlohmann::json& m = j["messages"][i];
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
-        !m.contains("content") || !m["content"].is_string())
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string())
       return Errorf("'{}': messages[{}] needs string \"role\" and \"content\"", path, i);
     const std::string role = m["role"].get<std::string>();
     if (role != "system" && role != "user" && role != "assistant")

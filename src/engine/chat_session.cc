@@ -124,8 +124,8 @@ ChatSession::NewTokens ChatSession::Plan(const std::vector<ChatMessage>& message
       } else {
         // The reply as run differs from its rendering (trailing whitespace the
         // transcript trims): skip the rendered reply, keep its closing markup.
-        auto first_markup = std::find_if(rest.begin(), rest.end(),
-                                         [](const ChatSegment& s) { return !s.content; });
+        auto first_markup =
+            std::find_if(rest.begin(), rest.end(), [](const ChatSegment& s) { return !s.content; });
         rest.erase(rest.begin(), first_markup);
       }
       continued = true;
@@ -231,7 +231,8 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
     const int32_t one[1] = {token};
     RETURN_IF_ERROR(Feed(one));
     sampler_->Accept(token);
-    after_special_ = tok.Type(token) == TokenType::kControl || tok.Type(token) == TokenType::kUserDefined;
+    after_special_ =
+        tok.Type(token) == TokenType::kControl || tok.Type(token) == TokenType::kUserDefined;
     turn.tokens.push_back(token);
     ++turn.n_generated;
     reply_fed_ += piece;
@@ -262,9 +263,10 @@ Result<int64_t> ChatSession::Load(std::vector<ChatMessage> messages) {
   if (has_turns) {  // else the first message renders everything
     plan = Plan(messages, /*add_generation_prompt=*/false, /*scratch=*/true);
     if (!Fits(static_cast<int64_t>(plan.tokens.size()), true))
-      return Errorf("chat: the transcript has {} tokens, more than the context of {} (raise -c, "
-                    "or use --kv sink)",
-                    plan.tokens.size(), cache_->n_cells());
+      return Errorf(
+          "chat: the transcript has {} tokens, more than the context of {} (raise -c, "
+          "or use --kv sink)",
+          plan.tokens.size(), cache_->n_cells());
   }
   ResetCache();
   sampler_->Reset();

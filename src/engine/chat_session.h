@@ -34,25 +34,25 @@
 namespace rotor {
 
 struct ChatOptions {
-  std::string system;              // the system prompt; "" = none
-  ChatTemplate chat_template;      // plain unless chosen
-  int n_predict = -1;              // tokens per reply; -1 = until end of turn or a full context
+  std::string system;          // the system prompt; "" = none
+  ChatTemplate chat_template;  // plain unless chosen
+  int n_predict = -1;          // tokens per reply; -1 = until end of turn or a full context
   SamplingParams sampling;
-  std::vector<std::string> stop;   // extra stop strings (the template's are added)
-  bool ignore_eos = false;         // run past end-of-generation and end-of-turn tokens
-  int prefill_step = 512;          // prompt tokens per forward pass; 0 = the whole context
+  std::vector<std::string> stop;  // extra stop strings (the template's are added)
+  bool ignore_eos = false;        // run past end-of-generation and end-of-turn tokens
+  int prefill_step = 512;         // prompt tokens per forward pass; 0 = the whole context
   KvConfig kv;
 };
 
 // One turn: what was prefilled, what was generated, and why the reply ended.
 struct ChatTurn {
-  std::string reply;               // the reply as kept in the transcript (trimmed)
-  std::vector<int32_t> tokens;     // the reply's tokens, all in the cache
-  int64_t n_prompt = 0;            // tokens prefilled this turn
+  std::string reply;            // the reply as kept in the transcript (trimmed)
+  std::vector<int32_t> tokens;  // the reply's tokens, all in the cache
+  int64_t n_prompt = 0;         // tokens prefilled this turn
   int64_t n_generated = 0;
   FinishReason finish = FinishReason::kLength;
   int64_t prompt_ns = 0, gen_ns = 0;
-  int64_t n_past = 0;              // tokens of the whole conversation after the turn
+  int64_t n_past = 0;  // tokens of the whole conversation after the turn
   double prompt_tps() const { return prompt_ns ? n_prompt * 1e9 / prompt_ns : 0; }
   double gen_tps() const { return gen_ns ? n_generated * 1e9 / gen_ns : 0; }
 };
@@ -113,7 +113,7 @@ class ChatSession {
   std::vector<float> logits_;         // [n_vocab]
   std::vector<ChatMessage> messages_;
   std::vector<int32_t> tokens_;
-  bool after_special_ = true;         // the cache ends with a special token (or is empty)
+  bool after_special_ = true;  // the cache ends with a special token (or is empty)
   // After a reply: the rendering up to its start (the assistant header) and
   // the text its tokens decode to. The closing markup is not in the cache yet.
   bool reply_open_ = false;

@@ -2,13 +2,13 @@
 // Ctrl-C and Ctrl-D as a user presses them.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <thread>
@@ -62,9 +62,10 @@ TEST(ChatCli, PipedInputRunsTurnsAndCommands) {
   const std::string saved = dir.File("chat.json");
   const std::string input = WriteFile(dir, "in.txt",
                                       "Hello there\n/help\n/bogus\nTell me \\\nabout the cat\n"
-                                      "/save " + saved + "\n");
-  CliResult r = RunRotor({"chat", "-m", BundledModel(), "--temp", "0", "-n", "16", "-t", "2"},
-                         input);
+                                      "/save " +
+                                          saved + "\n");
+  CliResult r =
+      RunRotor({"chat", "-m", BundledModel(), "--temp", "0", "-n", "16", "-t", "2"}, input);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("> ", 0), 0u) << r.out;
   EXPECT_THAT(r.err, HasSubstr("unknown command '/bogus'"));
@@ -86,8 +87,8 @@ TEST(ChatCli, PipedInputRunsTurnsAndCommands) {
 
   // /load re-prefills the transcript; the next message is all the next turn runs.
   const std::string input2 = WriteFile(dir, "in2.txt", "/load " + saved + "\nAnd then?\n");
-  CliResult r2 = RunRotor({"chat", "-m", BundledModel(), "--temp", "0", "-n", "8", "-t", "2"},
-                          input2);
+  CliResult r2 =
+      RunRotor({"chat", "-m", BundledModel(), "--temp", "0", "-n", "8", "-t", "2"}, input2);
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
   EXPECT_THAT(r2.err, HasSubstr("loaded 4 messages"));
   const std::vector<int64_t> counts2 = PromptCounts(r2.err);
@@ -226,8 +227,8 @@ TEST(ChatCli, TerminalSessionWithCtrlCAndCtrlD) {
   // A reply without end, stopped by Ctrl-C.
   tmux.Type("/n 100000000");
   tmux.Keys("Enter");
-  ASSERT_TRUE(tmux.WaitFor([](const std::string& s) { return s.find("(replies up to") != std::string::npos; },
-                           "/n"));
+  ASSERT_TRUE(tmux.WaitFor(
+      [](const std::string& s) { return s.find("(replies up to") != std::string::npos; }, "/n"));
   tmux.Type("Tell me a long story");
   tmux.Keys("Enter");
   const std::string before = tmux.Screen();
@@ -244,7 +245,7 @@ TEST(ChatCli, TerminalSessionWithCtrlCAndCtrlD) {
   const std::string after = tmux.Screen();
   EXPECT_THAT(after, HasSubstr("finish: cancelled"));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(tmux.Screen(), after);  // the reply stopped
+  EXPECT_EQ(tmux.Screen(), after);                // the reply stopped
   EXPECT_EQ(tmux.PaneState().substr(0, 1), "0");  // still running
 
   // The conversation goes on after the cancelled reply.
@@ -257,8 +258,8 @@ TEST(ChatCli, TerminalSessionWithCtrlCAndCtrlD) {
       "the reply after the cancelled one"));
 
   tmux.Keys("C-d");
-  ASSERT_TRUE(tmux.WaitFor([&](const std::string&) { return tmux.Exited(); },
-                           "the process to exit"));
+  ASSERT_TRUE(
+      tmux.WaitFor([&](const std::string&) { return tmux.Exited(); }, "the process to exit"));
   EXPECT_EQ(tmux.PaneState(), "1 0\n");
 }
 
@@ -270,13 +271,15 @@ TEST(ChatCli, CtrlCTwiceAtThePromptQuits) {
   tmux.Type("half a line");
   tmux.Keys("C-c");
   ASSERT_TRUE(tmux.WaitFor(
-      [](const std::string& s) { return s.find("Ctrl-C again") != std::string::npos && LastLine(s) == ">"; },
+      [](const std::string& s) {
+        return s.find("Ctrl-C again") != std::string::npos && LastLine(s) == ">";
+      },
       "the hint"));
   EXPECT_EQ(Count(tmux.Screen(), "[prompt "), 0u);  // the line was dropped, not sent
   EXPECT_TRUE(tmux.PaneState().starts_with("0"));
   tmux.Keys("C-c");
-  ASSERT_TRUE(tmux.WaitFor([&](const std::string&) { return tmux.Exited(); },
-                           "the process to exit"));
+  ASSERT_TRUE(
+      tmux.WaitFor([&](const std::string&) { return tmux.Exited(); }, "the process to exit"));
   EXPECT_EQ(tmux.PaneState(), "1 0\n");
 }
 
