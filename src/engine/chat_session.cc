@@ -116,17 +116,26 @@ ChatSession::NewTokens ChatSession::Plan(const std::vector<ChatMessage>& message
   if (!scratch && !tokens_.empty()) {
     const std::string text = Concat(full);
     if (reply_open_ && text.starts_with(reply_header_)) {
-      rest = DropLeadingSpace(DropFront(full, reply_header_.size()));
-      const std::string after = Concat(rest);
+      rest = DropFront(full, reply_header_.size());
       const std::string_view fed = TrimLeft(reply_fed_);
-      if (after.starts_with(fed)) {
-        rest = DropFront(rest, fed.size());
+      if (fed.empty()) {
+        // No reply (or only whitespace): skip just the whitespace it ran.
+        const std::string after = Concat(rest);
+        size_t n = 0;
+        while (n < after.size() && n < reply_fed_.size() && after[n] == reply_fed_[n]) ++n;
+        rest = DropFront(rest, n);
       } else {
-        // The reply as run differs from its rendering (trailing whitespace the
-        // transcript trims): skip the rendered reply, keep its closing markup.
-        auto first_markup =
-            std::find_if(rest.begin(), rest.end(), [](const ChatSegment& s) { return !s.content; });
-        rest.erase(rest.begin(), first_markup);
+        rest = DropLeadingSpace(rest);
+        if (Concat(rest).starts_with(fed)) {
+          rest = DropFront(rest, fed.size());
+        } else {
+          // The reply as run differs from its rendering (trailing whitespace
+          // the transcript trims): skip the rendered reply, keep its closing
+          // markup.
+          auto first_markup = std::find_if(rest.begin(), rest.end(),
+                                           [](const ChatSegment& s) { return !s.content; });
+          rest.erase(rest.begin(), first_markup);
+        }
       }
       continued = true;
     } else if (!reply_open_) {

@@ -160,6 +160,20 @@ TEST(ChatSession, CancelledReplyKeepsItsTokensAndTheConversationContinues) {
   ExpectTurnEqualsSingleShot(*e, *chat, t2);
 }
 
+// An empty reply keeps the rendering's own whitespace: "Assistant: \nUser: ...".
+TEST(ChatSession, EmptyReplyContinuesTheRendering) {
+  auto e = MakeEngine();
+  auto chat = MakeChat(*e, Greedy(0));
+  const ChatTurn t1 = Send(*chat, "Hi");
+  EXPECT_EQ(t1.n_generated, 0);
+  EXPECT_EQ(t1.reply, "");
+  const ChatTurn t2 = Send(*chat, "Again");
+  EXPECT_EQ(t2.n_prompt, static_cast<int64_t>(
+                             Continuation(e->tokenizer(), " \nUser: Again\nAssistant:").size()));
+  EXPECT_EQ(e->tokenizer().Decode(chat->tokens()),
+            "User: Hi\nAssistant: \nUser: Again\nAssistant:");
+}
+
 TEST(ChatSession, CallerStoppingTheStreamCancels) {
   auto e = MakeEngine();
   auto chat = MakeChat(*e, Greedy(50));
