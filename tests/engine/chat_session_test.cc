@@ -174,6 +174,31 @@ TEST(ChatSession, EmptyReplyContinuesTheRendering) {
             "User: Hi\nAssistant: \nUser: Again\nAssistant:");
 }
 
+// A stop string whose first tokens already ran: the transcript drops it, the
+// cache keeps what ran, and the next turn continues from the cache.
+TEST(ChatSession, StopStringEndsTheReplyAndTheNextTurnContinues) {
+  auto e = MakeEngine();
+  ChatOptions o = Greedy(40);
+  auto probe = MakeChat(*e, o);
+  const ChatTurn free_run = Send(*probe, "Hello there");
+  const size_t cut = free_run.reply.find(' ', free_run.reply.size() / 2);
+  ASSERT_NE(cut, std::string::npos) << free_run.reply;
+  const size_t word_end = free_run.reply.find(' ', cut + 1);
+  ASSERT_NE(word_end, std::string::npos) << free_run.reply;
+  o.stop = {free_run.reply.substr(cut, word_end - cut)};  // " word" in mid-reply
+
+  auto chat = MakeChat(*e, o);
+  const ChatTurn t1 = Send(*chat, "Hello there");
+  EXPECT_EQ(t1.finish, FinishReason::kStop);
+  EXPECT_EQ(t1.reply, free_run.reply.substr(0, free_run.reply.find(o.stop[0])));
+  EXPECT_EQ(chat->messages().back().content, t1.reply);
+  const ChatTurn t2 = Send(*chat, "Go on.");
+  EXPECT_GT(t2.n_generated, 0);
+  EXPECT_EQ(t2.n_prompt, static_cast<int64_t>(
+                             Continuation(e->tokenizer(), "\nUser: Go on.\nAssistant:").size()));
+  ExpectTurnEqualsSingleShot(*e, *chat, t2);
+}
+
 TEST(ChatSession, CallerStoppingTheStreamCancels) {
   auto e = MakeEngine();
   auto chat = MakeChat(*e, Greedy(50));
