@@ -35,27 +35,64 @@ bool Contains(const std::string& s, std::string_view what) {
   return s.find(what) != std::string::npos;
 }
 
-// Jinja's `trim` / Python's str.strip() on ASCII whitespace.
-std::string Trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(kSpace);
-  if (b == std::string_view::npos) return "";
-  const size_t e = s.find_last_not_of(kSpace);
-  return std::string(s.substr(b, e - b + 1));
-}
-
 std::string Capitalized(std::string_view role) {
   std::string r(role);
   if (!r.empty()) r[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(r[0])));
   return r;
 }
 
+using Segments = std::vector<ChatSegment>;
+
+// Appends a piece, merging it into the last segment of the same kind. An
+// empty content piece stays as a segment of its own when it follows markup.
+void Put(Segments* out, std::string_view text, bool content) {
+  if (!out->empty() && out->back().content == content) {
+    out->back().text.append(text);
+  } else if (!text.empty() || content) {
+    out->push_back({std::string(text), content});
+  }
+}
+void Markup(Segments* out, std::string_view text) { Put(out, text, false); }
+void Content(Segments* out, std::string_view text) { Put(out, text, true); }
+void Append(Segments* out, const Segments& body) {
+  for (const ChatSegment& s : body) Put(out, s.text, s.content);
+}
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// Jinja's `trim` over a message body made of several segments (a system
+// prompt folded into a user message): whitespace is removed from the text's
+// ends whichever segments hold it.
+Segments Trimmed(Segments body) {
+  for (ChatSegment& s : body) {
+    size_t n = 0;
+    while (n < s.text.size() && IsSpace(s.text[n])) ++n;
+    s.text.erase(0, n);
+    if (!s.text.empty()) break;
+  }
+  for (auto it = body.rbegin(); it != body.rend(); ++it) {
+    size_t n = it->text.size();
+    while (n > 0 && IsSpace(it->text[n - 1])) --n;
+    it->text.resize(n);
+    if (!it->text.empty()) break;
+  }
+  return body;
+}
+
+// A message after folding the system prompt: its body may be several segments.
+struct Turn {
+  std::string role;
+  Segments body;
+};
+
+Segments Text(const std::string& content) { return {{content, true}}; }
+
 // For formats without a system role: system messages are folded into the next
 // user message (`join(system, user)`); a system message with no user message
 // after it becomes a user turn of its own.
 template <typename Join>
-std::vector<ChatMessage> FoldSystem(const std::vector<ChatMessage>& messages, Join join) {
-  std::vector<ChatMessage> out;
+std::vector<Turn> FoldSystem(const std::vector<ChatMessage>& messages, Join join) {
+  std::vector<Turn> out;
   std::string system;
   bool have_system = false;
   for (const ChatMessage& m : messages) {
@@ -69,92 +106,108 @@ std::vector<ChatMessage> FoldSystem(const std::vector<ChatMessage>& messages, Jo
       have_system = false;
       continue;
     }
-    out.push_back({m.role == "assistant" ? "assistant" : "user", m.content});
+    out.push_back({m.role == "assistant" ? "assistant" : "user", Text(m.content)});
   }
   if (have_system) out.push_back({"user", join(system, "")});
   return out;
 }
 
-std::string JoinLlama2(const std::string& system, const std::string& user) {
-  return "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + user;
+Segments JoinLlama2(const std::string& system, const std::string& user) {
+  return {{"<<SYS>>\n", false}, {system, true}, {"\n<</SYS>>\n\n", false}, {user, true}};
 }
 
 // Mistral and Gemma: the system prompt is a paragraph before the user's text.
-std::string JoinParagraph(const std::string& system, const std::string& user) {
-  return system + "\n\n" + user;
+Segments JoinParagraph(const std::string& system, const std::string& user) {
+  return {{system, true}, {"\n\n", false}, {user, true}};
 }
 
-std::string ApplyLlama2(const std::vector<ChatMessage>& messages) {
-  std::string out;
-  for (const ChatMessage& m : FoldSystem(messages, JoinLlama2)) {
-    if (m.role == "user") {
-      if (!out.empty()) out += "<s>";
-      out.append("[INST] ").append(Trim(m.content)).append(" [/INST]");
+Segments RenderLlama2(const std::vector<ChatMessage>& messages) {
+  Segments out;
+  for (const Turn& t : FoldSystem(messages, JoinLlama2)) {
+    if (t.role == "user") {
+      if (!out.empty()) Markup(&out, "<s>");
+      Markup(&out, "[INST] ");
+      Append(&out, Trimmed(t.body));
+      Markup(&out, " [/INST]");
     } else {
-      out.append(" ").append(Trim(m.content)).append(" </s>");
+      Markup(&out, " ");
+      Append(&out, Trimmed(t.body));
+      Markup(&out, " </s>");
     }
   }
   return out;
 }
 
-std::string ApplyMistral(const std::vector<ChatMessage>& messages) {
-  std::string out;
-  for (const ChatMessage& m : FoldSystem(messages, JoinParagraph)) {
-    if (m.role == "user") {
-      out.append("[INST] ").append(m.content).append(" [/INST]");
+Segments RenderMistral(const std::vector<ChatMessage>& messages) {
+  Segments out;
+  for (const Turn& t : FoldSystem(messages, JoinParagraph)) {
+    if (t.role == "user") {
+      Markup(&out, "[INST] ");
+      Append(&out, t.body);
+      Markup(&out, " [/INST]");
     } else {
-      out.append(m.content).append("</s>");
+      Append(&out, t.body);
+      Markup(&out, "</s>");
     }
   }
   return out;
 }
 
-std::string ApplyGemma(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out;
-  for (const ChatMessage& m : FoldSystem(messages, JoinParagraph)) {
-    out.append("<start_of_turn>")
-        .append(m.role == "assistant" ? "model" : "user")
-        .append("\n")
-        .append(Trim(m.content))
-        .append("<end_of_turn>\n");
+Segments RenderGemma(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  Segments out;
+  for (const Turn& t : FoldSystem(messages, JoinParagraph)) {
+    Markup(&out, t.role == "assistant" ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
+    Append(&out, Trimmed(t.body));
+    Markup(&out, "<end_of_turn>\n");
   }
-  if (add_generation_prompt) out += "<start_of_turn>model\n";
+  if (add_generation_prompt) Markup(&out, "<start_of_turn>model\n");
   return out;
 }
 
-std::string ApplyLlama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out;
-  for (const ChatMessage& m : messages)
-    out +=
-        "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + Trim(m.content) + "<|eot_id|>";
-  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+Segments RenderLlama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  Segments out;
+  for (const ChatMessage& m : messages) {
+    Markup(&out, "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+    Append(&out, Trimmed(Text(m.content)));
+    Markup(&out, "<|eot_id|>");
+  }
+  if (add_generation_prompt) Markup(&out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
   return out;
 }
 
-std::string ApplyChatMl(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out;
-  for (const ChatMessage& m : messages)
-    out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+Segments RenderChatMl(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  Segments out;
+  for (const ChatMessage& m : messages) {
+    Markup(&out, "<|im_start|>" + m.role + "\n");
+    Content(&out, m.content);
+    Markup(&out, "<|im_end|>\n");
+  }
+  if (add_generation_prompt) Markup(&out, "<|im_start|>assistant\n");
   return out;
 }
 
 // Phi-3 and Zephyr: "<|role|>\n" + content + end-of-turn + "\n".
-std::string ApplyTagged(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                        std::string_view end_of_turn) {
-  std::string out;
+Segments RenderTagged(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                      std::string_view end_of_turn) {
+  Segments out;
   for (const ChatMessage& m : messages) {
     const std::string role = m.role == "system" || m.role == "assistant" ? m.role : "user";
-    out += "<|" + role + "|>\n" + m.content + std::string(end_of_turn) + "\n";
+    Markup(&out, "<|" + role + "|>\n");
+    Content(&out, m.content);
+    Markup(&out, std::string(end_of_turn) + "\n");
   }
-  if (add_generation_prompt) out += "<|assistant|>\n";
+  if (add_generation_prompt) Markup(&out, "<|assistant|>\n");
   return out;
 }
 
-std::string ApplyPlain(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out;
-  for (const ChatMessage& m : messages) out += Capitalized(m.role) + ": " + m.content + "\n";
-  if (add_generation_prompt) out += "Assistant:";
+Segments RenderPlain(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  Segments out;
+  for (const ChatMessage& m : messages) {
+    Markup(&out, Capitalized(m.role) + ": ");
+    Content(&out, m.content);
+    Markup(&out, "\n");
+  }
+  if (add_generation_prompt) Markup(&out, "Assistant:");
   return out;
 }
 
@@ -201,25 +254,51 @@ std::string_view ChatTemplate::name() const {
 
 std::string ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt) const {
+  std::string out;
+  for (const ChatSegment& s : Render(messages, add_generation_prompt)) out += s.text;
+  return out;
+}
+
+std::vector<ChatSegment> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                              bool add_generation_prompt) const {
   switch (format_) {
     case ChatFormat::kPlain:
-      return ApplyPlain(messages, add_generation_prompt);
+      return RenderPlain(messages, add_generation_prompt);
     case ChatFormat::kLlama2:
-      return ApplyLlama2(messages);
+      return RenderLlama2(messages);
     case ChatFormat::kLlama3:
-      return ApplyLlama3(messages, add_generation_prompt);
+      return RenderLlama3(messages, add_generation_prompt);
     case ChatFormat::kChatMl:
-      return ApplyChatMl(messages, add_generation_prompt);
+      return RenderChatMl(messages, add_generation_prompt);
     case ChatFormat::kMistral:
-      return ApplyMistral(messages);
+      return RenderMistral(messages);
     case ChatFormat::kPhi3:
-      return ApplyTagged(messages, add_generation_prompt, "<|end|>");
+      return RenderTagged(messages, add_generation_prompt, "<|end|>");
     case ChatFormat::kGemma:
-      return ApplyGemma(messages, add_generation_prompt);
+      return RenderGemma(messages, add_generation_prompt);
     case ChatFormat::kZephyr:
-      return ApplyTagged(messages, add_generation_prompt, "</s>");
+      return RenderTagged(messages, add_generation_prompt, "</s>");
+  }
+  return {};
+}
+
+std::string_view ChatTemplate::EndOfTurn() const {
+  switch (format_) {
+    case ChatFormat::kPlain: return "";
+    case ChatFormat::kLlama2:
+    case ChatFormat::kMistral:
+    case ChatFormat::kZephyr: return "</s>";
+    case ChatFormat::kLlama3: return "<|eot_id|>";
+    case ChatFormat::kChatMl: return "<|im_end|>";
+    case ChatFormat::kPhi3: return "<|end|>";
+    case ChatFormat::kGemma: return "<end_of_turn>";
   }
   return "";
+}
+
+std::vector<std::string> ChatTemplate::StopStrings() const {
+  if (format_ == ChatFormat::kPlain) return {"\nUser:"};
+  return {};
 }
 
 }  // namespace rotor

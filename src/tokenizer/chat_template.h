@@ -18,6 +18,11 @@
 //   plain    no template (the fallback)  User: Hi\nAssistant:
 // clang-format on
 //
+// plain is for models without a template (base models): "System: ...\n" if
+// there is a system prompt, then "User: <message>\n" and "Assistant: <reply>\n"
+// lines, each role capitalised; a reply ends at the model's end of text or
+// where it starts a "\nUser:" line of its own.
+//
 // The output never starts with the BOS token: the tokenizer adds it (its
 // add_bos), and control-token text inside ("<|im_start|>", a later "<s>") must
 // be tokenized with parse_special. Formats without a system role (llama2,
@@ -41,6 +46,15 @@ struct ChatMessage {
   std::string content;
 };
 
+// A piece of a rendered conversation: template markup, to be tokenized with
+// parse_special ("<|im_start|>" becomes its control token), or message content,
+// tokenized as plain text so that no message can inject a control token.
+struct ChatSegment {
+  std::string text;
+  bool content = false;
+  friend bool operator==(const ChatSegment&, const ChatSegment&) = default;
+};
+
 enum class ChatFormat { kPlain, kLlama2, kLlama3, kChatMl, kMistral, kPhi3, kGemma, kZephyr };
 
 class ChatTemplate {
@@ -62,6 +76,18 @@ class ChatTemplate {
   // The prompt for `messages`; with `add_generation_prompt` it ends where the
   // assistant's reply begins (llama2 and mistral always do).
   std::string Apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // The same text as markup and content segments (adjacent segments of one
+  // kind merged; an empty message keeps an empty content segment).
+  std::vector<ChatSegment> Render(const std::vector<ChatMessage>& messages,
+                                  bool add_generation_prompt) const;
+
+  // The markup that ends an assistant turn, as a token's text: "<|im_end|>",
+  // "<|eot_id|>", "<|end|>", "<end_of_turn>", "</s>"; "" for plain. A reply
+  // stops when the model samples it.
+  std::string_view EndOfTurn() const;
+  // Text that ends a reply when the model writes it: plain has no end token,
+  // so a reply ends where the model starts the user's next line ("\nUser:").
+  std::vector<std::string> StopStrings() const;
 
  private:
   ChatFormat format_ = ChatFormat::kPlain;

@@ -104,20 +104,36 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special,
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   if (add_special && vocab_.add_bos && vocab_.bos >= 0) ids.push_back(vocab_.bos);
-  if (!text.empty()) {
-    bool after_special = true;  // the start of the input counts as after a special
-    for (const Fragment& f : SplitSpecial(text, parse_special)) {
+  // The start of the input counts as after a special.
+  const TextPiece piece{text, parse_special};
+  EncodeAppend(std::span<const TextPiece>(&piece, 1), /*after_special=*/true, &ids);
+  if (add_special && vocab_.add_eos && vocab_.eos >= 0) ids.push_back(vocab_.eos);
+  return ids;
+}
+
+bool Tokenizer::EncodeAppend(std::span<const TextPiece> pieces, bool after_special,
+                             std::vector<int32_t>* out) const {
+  std::string run;  // plain text not yet encoded, across pieces
+  auto flush = [&] {
+    if (run.empty()) return;
+    model_->EncodeFragment(run, after_special, out);
+    after_special = false;
+    run.clear();
+  };
+  for (const TextPiece& p : pieces) {
+    if (p.text.empty()) continue;
+    for (const Fragment& f : SplitSpecial(p.text, p.parse_special)) {
       if (f.id >= 0) {
-        ids.push_back(f.id);
+        flush();
+        out->push_back(f.id);
         after_special = true;
       } else {
-        model_->EncodeFragment(f.text, after_special, &ids);
-        after_special = false;
+        run.append(f.text);
       }
     }
   }
-  if (add_special && vocab_.add_eos && vocab_.eos >= 0) ids.push_back(vocab_.eos);
-  return ids;
+  flush();
+  return after_special;
 }
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids, bool special) const {

@@ -41,6 +41,20 @@ class Tokenizer {
   // without a token (including invalid UTF-8) become byte tokens.
   std::vector<int32_t> Encode(std::string_view text, bool add_special,
                               bool parse_special = false) const;
+  // Encode for text made of pieces of which only some may hold special tokens
+  // (chat markup may, message content may not), continuing earlier input:
+  // special tokens are matched only in pieces with `parse_special`, and the
+  // plain text between them is one run across piece boundaries, tokenized as
+  // if the pieces were one text. Appends to `out`, adding nothing around.
+  // `after_special`: nothing came before, or it ended with a special token
+  // (SentencePiece then adds its space prefix, as Encode does at the start).
+  // Returns the value to pass for the text that follows.
+  struct TextPiece {
+    std::string_view text;
+    bool parse_special = false;
+  };
+  bool EncodeAppend(std::span<const TextPiece> pieces, bool after_special,
+                    std::vector<int32_t>* out) const;
 
   // Ids -> text: the concatenated pieces (see TokenToPiece). When the
   // vocabulary adds a space prefix, the first piece that produces text loses

@@ -38,7 +38,9 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-CliResult RunRotor(const std::vector<std::string>& args) {
+CliResult RunRotor(const std::vector<std::string>& args) { return RunRotor(args, "/dev/null"); }
+
+CliResult RunRotor(const std::vector<std::string>& args, const std::string& stdin_path) {
   // The child writes into files (no pipes to drain while it runs).
   TempDir dir;
   const std::string out_path = dir.File("stdout"), err_path = dir.File("stderr");
@@ -48,7 +50,7 @@ CliResult RunRotor(const std::vector<std::string>& args) {
                                    0600);
   posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                    0600);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 0, stdin_path.c_str(), O_RDONLY, 0);
   const std::string binary = std::string(ROTOR_BINARY_DIR) + "/rotor";
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(binary.c_str()));

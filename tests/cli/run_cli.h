@@ -16,6 +16,8 @@ struct CliResult {
 
 // Runs ROTOR_BINARY_DIR/rotor with `args` (no shell: arguments go verbatim).
 CliResult RunRotor(const std::vector<std::string>& args);
+// The same with stdin read from a file (instead of /dev/null).
+CliResult RunRotor(const std::vector<std::string>& args, const std::string& stdin_path);
 
 // A fresh directory under the system temp dir, removed on destruction.
 class TempDir {

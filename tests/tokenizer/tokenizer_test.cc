@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "test_util.h"
@@ -113,6 +114,34 @@ TEST(Tokenizer, ParseSpecial) {
     EXPECT_FALSE(tok->IsControl(id)) << id;
   }
   EXPECT_EQ(tok->Decode(plain), "<s>Hello</s>");
+}
+
+// Piece by piece (chat turns): specials are parsed only where allowed, plain
+// text runs across pieces as one text, and a continuation gets no space prefix
+// unless it follows a special token.
+TEST(Tokenizer, EncodeAppendPieces) {
+  const Tokenizer* tok = LlamaSpm();
+  ASSERT_NE(tok, nullptr);
+  using P = Tokenizer::TextPiece;
+  std::vector<int32_t> ids;
+  const std::vector<P> pieces = {{"[INST] ", true}, {"Hello</s>", false}, {" [/INST]</s><s>", true}};
+  EXPECT_TRUE(tok->EncodeAppend(pieces, /*after_special=*/true, &ids));
+  // The same as the whole text with the user's "</s>" as plain text.
+  const std::vector<int32_t> joined = tok->Encode("[INST] Hello</s> [/INST]", false);
+  EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.end() - 2), joined);
+  EXPECT_EQ(ids[ids.size() - 2], tok->eos());
+  EXPECT_EQ(ids.back(), tok->bos());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok->eos()), 1);
+  // Plain text across pieces is tokenized as one run ("▁Hello" stays whole).
+  std::vector<int32_t> split;
+  tok->EncodeAppend(std::vector<P>{{"Hel", true}, {"lo", false}}, true, &split);
+  EXPECT_EQ(split, tok->Encode("Hello", false));
+  // A continuation: no "▁world".
+  std::vector<int32_t> cont;
+  EXPECT_FALSE(tok->EncodeAppend(std::vector<P>{{"world", false}}, /*after_special=*/false, &cont));
+  EXPECT_NE(cont, tok->Encode("world", false));
+  EXPECT_EQ(tok->Decode(cont), "world");
+  EXPECT_TRUE(tok->EncodeAppend(std::vector<P>{}, true, &cont));
 }
 
 TEST(Tokenizer, UserDefinedTokensAreAlwaysWhole) {

@@ -1,0 +1,123 @@
+// A conversation with a model: one sequence whose KV cache lives across turns.
+//
+// Each turn renders only what is new since the tokens already in the cache
+// (the previous reply's end-of-turn markup, the user's message, the assistant
+// header), prefills just those tokens in chunks of prefill_step and streams
+// the reply; the reply's tokens stay in the cache, so the next turn continues
+// from them. Template markup is tokenized with parse_special ("<|im_start|>"
+// becomes its control token); message content is not, so a user cannot type a
+// control token.
+//
+// The cache is the truth: the transcript holds what the user saw, and the
+// next turn reconciles the two (a reply that stopped on a stop string whose
+// first tokens were already run, a cancelled reply), so that the conversation
+// continues as if the whole transcript had been written in one go.
+//
+//   ASSIGN_OR_RETURN(auto chat, ChatSession::Create(engine, {.system = "Be brief."}));
+//   ASSIGN_OR_RETURN(ChatTurn t, chat->Send("Hi", print));
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "kv/kv_cache.h"
+#include "model/forward.h"
+#include "sampling/sampler.h"
+#include "tokenizer/chat_template.h"
+
+namespace rotor {
+
+struct ChatOptions {
+  std::string system;          // the system prompt; "" = none
+  ChatTemplate chat_template;  // plain unless chosen
+  int n_predict = -1;          // tokens per reply; -1 = until end of turn or a full context
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // extra stop strings (the template's are added)
+  bool ignore_eos = false;        // run past end-of-generation and end-of-turn tokens
+  int prefill_step = 512;         // prompt tokens per forward pass; 0 = the whole context
+  KvConfig kv;
+};
+
+// One turn: what was prefilled, what was generated, and why the reply ended.
+struct ChatTurn {
+  std::string reply;            // the reply as kept in the transcript (trimmed)
+  std::vector<int32_t> tokens;  // the reply's tokens, all in the cache
+  int64_t n_prompt = 0;         // tokens prefilled this turn
+  int64_t n_generated = 0;
+  FinishReason finish = FinishReason::kLength;
+  int64_t prompt_ns = 0, gen_ns = 0;
+  int64_t n_past = 0;  // tokens of the whole conversation after the turn
+  double prompt_tps() const { return prompt_ns ? n_prompt * 1e9 / prompt_ns : 0; }
+  double gen_tps() const { return gen_ns ? n_generated * 1e9 / gen_ns : 0; }
+};
+
+class ChatSession {
+ public:
+  static Result<std::unique_ptr<ChatSession>> Create(Engine& engine, ChatOptions options);
+
+  // Adds a user message and streams the assistant's reply to `on_text`
+  // (return false to stop it). Setting `*cancel` (from a signal handler, say)
+  // stops the reply after the current token: finish kCancelled, what was
+  // generated stays. A message that does not fit the context (full cache)
+  // gives finish kContext, no reply and an unchanged transcript.
+  Result<ChatTurn> Send(std::string_view user, const TextCallback& on_text,
+                        const std::atomic<bool>* cancel = nullptr);
+
+  // Drops history and cache; the system prompt stays.
+  void Clear();
+  // Replaces the transcript (system messages included) and prefills it, so the
+  // next message is all the next turn processes. Returns the tokens prefilled.
+  Result<int64_t> Load(std::vector<ChatMessage> messages);
+
+  // The transcript: the system prompt (if any), then user and assistant turns.
+  const std::vector<ChatMessage>& messages() const { return messages_; }
+  // Every token of the conversation in order, as run through the cache: a
+  // single pass over them gives the state the session is in.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const KvCache& cache() const { return *cache_; }
+  const ChatOptions& options() const { return options_; }
+  // Tokens per reply from the next turn on (-1 = no limit).
+  void set_n_predict(int n) { options_.n_predict = n < 0 ? -1 : n; }
+  const ChatTemplate& chat_template() const { return options_.chat_template; }
+
+ private:
+  ChatSession(Engine& engine, ChatOptions options);
+  struct NewTokens {
+    std::vector<int32_t> tokens;
+    bool from_scratch = false;   // the cache must be cleared first (tokens start with BOS)
+    bool after_special = false;  // the tokens end with a special token
+  };
+  // The tokens that bring the cache from its state to `messages` rendered
+  // (followed by the assistant header if `add_generation_prompt`); with
+  // `scratch`, or when the rendering does not continue the cache's, all of it.
+  NewTokens Plan(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                 bool scratch = false) const;
+  bool Fits(int64_t n_tokens, bool from_scratch) const;
+  // Runs tokens through the cache; logits_ then holds the last one's. On an
+  // error the cache is cleared (the next turn renders everything again).
+  Status Feed(std::span<const int32_t> tokens);
+  void ResetCache();
+
+  Engine& engine_;
+  ChatOptions options_;
+  std::unique_ptr<Forward> forward_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<Sampler> sampler_;
+  std::vector<int32_t> stop_tokens_;  // end-of-turn tokens besides the end-of-generation ones
+  std::vector<float> logits_;         // [n_vocab]
+  std::vector<ChatMessage> messages_;
+  std::vector<int32_t> tokens_;
+  bool after_special_ = true;  // the cache ends with a special token (or is empty)
+  // After a reply: the rendering up to its start (the assistant header) and
+  // the text its tokens decode to. The closing markup is not in the cache yet.
+  bool reply_open_ = false;
+  std::string reply_header_, reply_fed_;
+};
+
+}  // namespace rotor
