@@ -210,23 +210,30 @@ Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::
     store.push_back(std::move(bytes));
     return Status::Ok();
   };
-  auto ones = [&](const std::string& name, int64_t n) -> Status {
-    std::vector<float> v(n, 1.0f);
+  auto ones = [&](const std::string& name, int64_t n, float value = 1.0f) -> Status {
+    std::vector<float> v(n, value);
     return w.AddTensor(name, DType::kF32, {n}, v.data(), v.size() * sizeof(float));
   };
   const int64_t q_dim = s.n_embd, kv_dim = hd * s.n_head_kv;
   const float in_std = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
   const float ff_std = 1.0f / std::sqrt(static_cast<float>(s.n_ff));
-  // Biases of std 0.5 against projections of std 1: large enough to matter.
-  auto bias = [&](const std::string& name, int64_t n) -> Status {
+  // Q/K biases of std 0.5 against projections of std 1: large enough to
+  // matter. A V bias passes through attention unchanged (the probabilities sum
+  // to 1) and adds the same vector to every position: kept small, or every
+  // position's logits share one winner and greedy runs repeat a token.
+  auto bias = [&](const std::string& name, int64_t n, float stddev) -> Status {
     std::vector<float> v(n);
     Rng rng{HashName(name, s.seed)};
-    for (float& x : v) x = rng.Uniform() * 0.5f * std::sqrt(3.0f);
+    for (float& x : v) x = rng.Uniform() * stddev * std::sqrt(3.0f);
     return w.AddTensor(name, DType::kF32, {n}, v.data(), v.size() * sizeof(float));
   };
-  // Tied embeddings are the output matrix too: the output's std (below), so
-  // logits stay a few units (the first norm makes the input scale irrelevant).
-  const float embd_std = s.tied_output ? 2.0f * in_std : 1.0f;
+  // Tied embeddings are the output matrix too. A token's own embedding stays
+  // in the residual stream and scores |e|^2 / rms(x) for itself: with the
+  // output's usual scale a greedy run repeats its last token. So the rows are
+  // small (the first norm makes the input scale irrelevant) and the final norm
+  // weight restores logits of a few units.
+  const float embd_std = s.tied_output ? 0.25f * in_std : 1.0f;
+  const float out_norm = s.tied_output ? 8.0f : 1.0f;
   RETURN_IF_ERROR(matrix("token_embd.weight", s.n_embd, s.n_vocab, embd_std, s.type));
   if (s.rope_scaling == "llama3" && s.rope_freqs) {
     const std::vector<float> ff =
@@ -241,9 +248,9 @@ Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::
     RETURN_IF_ERROR(matrix(b + "attn_k.weight", s.n_embd, kv_dim, in_std, s.type));
     RETURN_IF_ERROR(matrix(b + "attn_v.weight", s.n_embd, kv_dim, in_std, s.type));
     if (s.qkv_bias) {
-      RETURN_IF_ERROR(bias(b + "attn_q.bias", q_dim));
-      RETURN_IF_ERROR(bias(b + "attn_k.bias", kv_dim));
-      RETURN_IF_ERROR(bias(b + "attn_v.bias", kv_dim));
+      RETURN_IF_ERROR(bias(b + "attn_q.bias", q_dim, 0.5f));
+      RETURN_IF_ERROR(bias(b + "attn_k.bias", kv_dim, 0.5f));
+      RETURN_IF_ERROR(bias(b + "attn_v.bias", kv_dim, 0.05f));
     }
     RETURN_IF_ERROR(matrix(b + "attn_output.weight", q_dim, s.n_embd, in_std, s.type));
     RETURN_IF_ERROR(ones(b + "ffn_norm.weight", s.n_embd));
@@ -251,7 +258,7 @@ Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::
     RETURN_IF_ERROR(matrix(b + "ffn_up.weight", s.n_embd, s.n_ff, in_std, s.type));
     RETURN_IF_ERROR(matrix(b + "ffn_down.weight", s.n_ff, s.n_embd, ff_std, s.type));
   }
-  RETURN_IF_ERROR(ones("output_norm.weight", s.n_embd));
+  RETURN_IF_ERROR(ones("output_norm.weight", s.n_embd, out_norm));
   // Output std 2/sqrt(dim): logits spread over a few units, so sampling is not uniform.
   if (!s.tied_output)
     RETURN_IF_ERROR(matrix("output.weight", s.n_embd, s.n_vocab, 2.0f * in_std, s.type));
