@@ -58,6 +58,28 @@ TEST_P(ArchModes, EveryKvModeMatchesReferenceOnEveryIsa) {
   SetIsa(saved);
 }
 
+// Sinks under original positions drift farther than the distance table
+// reaches when the forward is sized for a small context: their rotation rows
+// are computed on the fly, with the frequency factors too.
+TEST_P(ArchModes, SinksBeyondTheDistanceTableMatchReference) {
+  const Model& m = LoadModelCached(ModelPath(GetParam()));
+  const int n = 120, size = 24, keep = 4, n_ctx = 32;
+  const std::vector<int32_t> prompt = Prompt(n, m.config().n_vocab, 17);
+  const std::vector<float> ref = ReferenceLogits(m, prompt, [&](int64_t t, int64_t j) -> int64_t {
+    return j < keep || t - j < size - keep ? t - j : -1;
+  });
+  const Isa saved = ActiveIsa();
+  for (int isa = 0; isa <= static_cast<int>(BestIsa()); ++isa) {
+    SetIsa(static_cast<Isa>(isa));
+    for (RopeK rope : {RopeK::kCached, RopeK::kDeferred})
+      for (int step : {1, 7})
+        EXPECT_LT(MaxAbsDiff(ref, AllLogits(m, Kv(KvPolicy::kSink, size, keep, rope), prompt, step, n_ctx)),
+                  1e-4)
+            << IsaName(static_cast<Isa>(isa)) << " " << RopeKName(rope) << " step " << step;
+  }
+  SetIsa(saved);
+}
+
 // h2o has no fixed mask; its deferred keys must still equal its cached keys.
 TEST_P(ArchModes, H2oDeferredEqualsCached) {
   const Model& m = LoadModelCached(ModelPath(GetParam()));
