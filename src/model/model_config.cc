@@ -34,8 +34,9 @@ Status ReadRopeScaling(const GgufFile& f, const std::string& p, ModelConfig& c) 
   std::vector<float> tensor_factors;
   if (const GgufTensor* t = f.FindTensor("rope_freqs.weight"); t != nullptr) {
     if (t->n_elements != n_pairs || t->ne[0] != n_pairs)
-      return Errorf("tensor 'rope_freqs.weight' has shape [{}], expected [{}] (rope dimensions / 2)",
-                    fmt::join(t->ne, ", "), n_pairs);
+      return Errorf(
+          "tensor 'rope_freqs.weight' has shape [{}], expected [{}] (rope dimensions / 2)",
+          fmt::join(t->ne, ", "), n_pairs);
     if (!Traits(t->type).supported)
       return Errorf("tensor 'rope_freqs.weight' has type {}, which rotor cannot run",
                     DTypeName(t->type));
@@ -68,15 +69,19 @@ Status ReadRopeScaling(const GgufFile& f, const std::string& p, ModelConfig& c) 
                       orig_key);
       ASSIGN_OR_RETURN(int64_t orig, f.GetInt(orig_key));
       if (!(low > 0.0 && high > low))
-        return Errorf("keys '{}rope.scaling.low_freq_factor' = {} and 'high_freq_factor' = {}: "
-                      "need 0 < low < high", p, low, high);
+        return Errorf(
+            "keys '{}rope.scaling.low_freq_factor' = {} and 'high_freq_factor' = {}: "
+            "need 0 < low < high",
+            p, low, high);
       if (orig < 1) return Errorf("key '{}' = {} must be >= 1", orig_key, orig);
-      tensor_factors = Llama3FreqFactors(c.n_rot, c.rope_base, factor, low, high,
-                                         static_cast<double>(orig));
+      tensor_factors =
+          Llama3FreqFactors(c.n_rot, c.rope_base, factor, low, high, static_cast<double>(orig));
     }
   } else {
-    return Errorf("key '{}' = '{}': rope scaling '{}' is not supported (rotor runs: none, "
-                  "linear, llama3)", type_key, c.rope_scaling, c.rope_scaling);
+    return Errorf(
+        "key '{}' = '{}': rope scaling '{}' is not supported (rotor runs: none, "
+        "linear, llama3)",
+        type_key, c.rope_scaling, c.rope_scaling);
   }
   if (!tensor_factors.empty() || linear != 1.0f) {
     c.rope_freq_factors.assign(n_pairs, 1.0f);
@@ -150,8 +155,10 @@ Result<ModelConfig> ReadModelConfig(const GgufFile& f) {
   for (const char* key : {"attention.key_length", "attention.value_length"}) {
     ASSIGN_OR_RETURN(int64_t len, f.GetIntOr(p + key, c.head_dim));
     if (len != c.head_dim)
-      return Errorf("key '{}{}' = {}: heads of a size other than embedding_length / head_count "
-                    "({}) are not supported", p, key, len, c.head_dim);
+      return Errorf(
+          "key '{}{}' = {}: heads of a size other than embedding_length / head_count "
+          "({}) are not supported",
+          p, key, len, c.head_dim);
   }
   RETURN_IF_ERROR(get_int(p + "rope.dimension_count", 2, c.head_dim, &c.n_rot, c.head_dim));
   if (c.n_rot % 2 != 0) return Errorf("key '{}rope.dimension_count' = {} must be even", p, c.n_rot);
@@ -169,7 +176,8 @@ Result<ModelConfig> ReadModelConfig(const GgufFile& f) {
   if (c.sliding_window > 0 && c.sliding_window < c.n_ctx_train)
     Log(LogLevel::kInfo,
         "model: sliding window {} is not applied (attention sees the whole context; "
-        "--kv window --kv-size {} applies it)", c.sliding_window, c.sliding_window);
+        "--kv window --kv-size {} applies it)",
+        c.sliding_window, c.sliding_window);
   return c;
 }
 

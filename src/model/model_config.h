@@ -17,8 +17,8 @@ namespace rotor {
 std::string SupportedArchitectures();
 
 struct ModelConfig {
-  std::string arch;        // "llama" or "qwen2"
-  std::string name;        // general.name, if any
+  std::string arch;  // "llama" or "qwen2"
+  std::string name;  // general.name, if any
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -27,7 +27,7 @@ struct ModelConfig {
   int head_dim = 0;
   int n_ff = 0;
   int n_ctx_train = 0;
-  int n_rot = 0;           // dimensions of each head that RoPE rotates (partial rotary if < head_dim)
+  int n_rot = 0;  // dimensions of each head that RoPE rotates (partial rotary if < head_dim)
   float rope_base = 10000.f;
   float rms_eps = 1e-5f;
   // The file's pairing: llama kNormal (2i, 2i+1), qwen2 kNeox (i, i + n_rot/2).

@@ -49,8 +49,8 @@ TEST_P(ArchModes, EveryKvModeMatchesReferenceOnEveryIsa) {
         for (int step : {1, 7, 0}) {
           const double diff = MaxAbsDiff(c.ref, AllLogits(m, kv, prompt, step));
           EXPECT_LT(diff, 1e-4) << IsaName(static_cast<Isa>(isa)) << " " << KvPolicyName(c.policy)
-                                << "/" << RopeKName(rope) << "/" << KvPositionsName(pos)
-                                << " step " << step;
+                                << "/" << RopeKName(rope) << "/" << KvPositionsName(pos) << " step "
+                                << step;
         }
       }
     }
@@ -73,7 +73,8 @@ TEST_P(ArchModes, SinksBeyondTheDistanceTableMatchReference) {
     SetIsa(static_cast<Isa>(isa));
     for (RopeK rope : {RopeK::kCached, RopeK::kDeferred})
       for (int step : {1, 7})
-        EXPECT_LT(MaxAbsDiff(ref, AllLogits(m, Kv(KvPolicy::kSink, size, keep, rope), prompt, step, n_ctx)),
+        EXPECT_LT(MaxAbsDiff(ref, AllLogits(m, Kv(KvPolicy::kSink, size, keep, rope), prompt, step,
+                                            n_ctx)),
                   1e-4)
             << IsaName(static_cast<Isa>(isa)) << " " << RopeKName(rope) << " step " << step;
   }

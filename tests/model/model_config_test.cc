@@ -77,7 +77,8 @@ std::vector<float> LastLogits(const Model& m, int n = 60) {
 
 double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+  for (size_t i = 0; i < a.size(); ++i)
+    d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
   return d;
 }
 
@@ -119,8 +120,10 @@ TEST(ModelConfig, Qwen2) {
   EXPECT_GT(MaxDiff(base, LastLogits(**as_llama)), 1e-2);
   std::vector<std::string> biases;
   for (int il = 0; il < c.n_layer; ++il)
-    for (const char* t : {"q", "k", "v"}) biases.push_back(fmt::format("blk.{}.attn_{}.bias", il, t));
-  auto no_bias = LoadEdited(SynthPath("qwen2-tiny"), [](GgufWriter&) {}, biases);
+    for (const char* t : {"q", "k", "v"})
+      biases.push_back(fmt::format("blk.{}.attn_{}.bias", il, t));
+  auto no_bias = LoadEdited(
+      SynthPath("qwen2-tiny"), [](GgufWriter&) {}, biases);
   ASSERT_TRUE(no_bias.ok()) << no_bias.message();
   EXPECT_EQ((*no_bias)->layer(0).bq, nullptr);
   EXPECT_GT(MaxDiff(base, LastLogits(**no_bias)), 1e-2);
@@ -191,12 +194,15 @@ TEST(ModelConfig, Llama3FactorsFromTensorOrKeysAgreeAndMatter) {
   for (int i = 0; i < 16; ++i)
     EXPECT_NEAR((*keys)->config().rope_freq_factors[i], c.rope_freq_factors[i], 1e-6) << i;
   // ... which need the original context length.
-  ExpectError(LoadEdited(path, [](GgufWriter& w) { w.Remove("llama.rope.scaling.original_context_length"); },
-                         {"rope_freqs.weight"}),
-              {"llama.rope.scaling.original_context_length"});
+  ExpectError(
+      LoadEdited(path,
+                 [](GgufWriter& w) { w.Remove("llama.rope.scaling.original_context_length"); },
+                 {"rope_freqs.weight"}),
+      {"llama.rope.scaling.original_context_length"});
   // Dropping the scaling changes the logits.
-  auto plain = LoadEdited(path, [](GgufWriter& w) { w.SetString("llama.rope.scaling.type", "none"); },
-                          {"rope_freqs.weight"});
+  auto plain =
+      LoadEdited(path, [](GgufWriter& w) { w.SetString("llama.rope.scaling.type", "none"); },
+                 {"rope_freqs.weight"});
   ASSERT_TRUE(plain.ok()) << plain.message();
   EXPECT_TRUE((*plain)->config().rope_freq_factors.empty());
   EXPECT_GT(MaxDiff(LastLogits(**m), LastLogits(**plain)), 1e-2);
@@ -223,10 +229,11 @@ TEST(ModelConfig, LinearScalingDividesPositions) {
   ASSERT_TRUE(both.ok()) << both.message();
   EXPECT_EQ((*both)->config().rope_freq_factors.front(), 2.f);
   EXPECT_EQ((*both)->config().rope_freq_factors.back(), 16.f);
-  ExpectError(LoadEdited(path, [](GgufWriter& w) {
-                w.SetString("qwen2.rope.scaling.type", "linear");
-                w.SetF32("qwen2.rope.scaling.factor", 0.f);
-              }),
+  ExpectError(LoadEdited(path,
+                         [](GgufWriter& w) {
+                           w.SetString("qwen2.rope.scaling.type", "linear");
+                           w.SetF32("qwen2.rope.scaling.factor", 0.f);
+                         }),
               {"qwen2.rope.scaling.factor", "= 0"});
 }
 
@@ -238,31 +245,36 @@ TEST(ModelConfig, UnsupportedScalingAndBadFactorsAreRefused) {
                          }),
               {"qwen2.rope.scaling.type", "'yarn'", "none, linear, llama3"});
   std::vector<float> short_ff(8, 1.f), bad_ff(16, 1.f);
-  ExpectError(LoadEdited(SynthPath("llama3-tiny"),
-                         [&](GgufWriter& w) {
-                           EXPECT_TRUE(w.AddTensor("rope_freqs.weight", DType::kF32, {8},
-                                                   short_ff.data(), 32).ok());
-                         },
-                         {"rope_freqs.weight"}),
-              {"rope_freqs.weight", "expected [16]"});
+  ExpectError(
+      LoadEdited(
+          SynthPath("llama3-tiny"),
+          [&](GgufWriter& w) {
+            EXPECT_TRUE(
+                w.AddTensor("rope_freqs.weight", DType::kF32, {8}, short_ff.data(), 32).ok());
+          },
+          {"rope_freqs.weight"}),
+      {"rope_freqs.weight", "expected [16]"});
   bad_ff[3] = -1.f;
-  ExpectError(LoadEdited(SynthPath("llama3-tiny"),
-                         [&](GgufWriter& w) {
-                           EXPECT_TRUE(w.AddTensor("rope_freqs.weight", DType::kF32, {16},
-                                                   bad_ff.data(), 64).ok());
-                         },
-                         {"rope_freqs.weight"}),
-              {"rope_freqs.weight'[3] = -1"});
+  ExpectError(
+      LoadEdited(SynthPath("llama3-tiny"),
+                 [&](GgufWriter& w) {
+                   EXPECT_TRUE(
+                       w.AddTensor("rope_freqs.weight", DType::kF32, {16}, bad_ff.data(), 64).ok());
+                 },
+                 {"rope_freqs.weight"}),
+      {"rope_freqs.weight'[3] = -1"});
   ExpectError(LoadEdited(SynthPath("qwen2-tiny"),
                          [](GgufWriter& w) { w.SetU32("qwen2.attention.key_length", 64); }),
               {"qwen2.attention.key_length", "64"});
 }
 
 TEST(ModelConfig, PartialRotaryAndSlidingWindowLoad) {
-  auto m = LoadEdited(SynthPath("llama3-tiny"), [](GgufWriter& w) {
-    w.SetU32("llama.rope.dimension_count", 16);
-    w.SetU32("llama.attention.sliding_window", 256);
-  }, {"rope_freqs.weight"});
+  auto m = LoadEdited(SynthPath("llama3-tiny"),
+                      [](GgufWriter& w) {
+                        w.SetU32("llama.rope.dimension_count", 16);
+                        w.SetU32("llama.attention.sliding_window", 256);
+                      },
+                      {"rope_freqs.weight"});
   ASSERT_TRUE(m.ok()) << m.message();
   EXPECT_EQ((*m)->config().n_rot, 16);
   EXPECT_EQ((*m)->config().rope_freq_factors.size(), 8u);

@@ -101,7 +101,8 @@ TEST(SynthPresets, NewShapesKeepGreedyRunsDiverse) {
     ASSERT_TRUE(fwd.Prefill(SeqInput{cache.get(), text}, 0, logits.data()).ok());
     std::vector<int32_t> out;
     for (int i = 0; i < 64; ++i) {
-      const int32_t t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      const int32_t t =
+          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       ASSERT_TRUE(std::isfinite(logits[t]));
       out.push_back(t);
       SeqInput in{cache.get(), std::span<const int32_t>(&out.back(), 1)};
@@ -109,7 +110,8 @@ TEST(SynthPresets, NewShapesKeepGreedyRunsDiverse) {
     }
     std::sort(out.begin(), out.end());
     const auto distinct = std::unique(out.begin(), out.end()) - out.begin();
-    EXPECT_GE(distinct, 8) << preset << ": 64 greedy tokens used " << distinct << " distinct tokens";
+    EXPECT_GE(distinct, 8) << preset << ": 64 greedy tokens used " << distinct
+                           << " distinct tokens";
     std::filesystem::remove(path);
   }
 }
