@@ -57,10 +57,12 @@ Status ReadRopeScaling(const GgufFile& f, const std::string& p, ModelConfig& c) 
     linear = static_cast<float>(factor);
     c.rope_scale = linear;
   } else if (c.rope_scaling == "llama3") {
-    if (!(factor >= 1.0 && std::isfinite(factor)))
+    // rope_freqs.weight, when present, already holds the factors.
+    const bool need_factor = tensor_factors.empty() || f.Has(p + "rope.scaling.factor");
+    if (need_factor && !(factor >= 1.0 && std::isfinite(factor)))
       return Errorf("key '{}rope.scaling.factor' = {} must be >= 1 for llama3 scaling", p, factor);
-    c.rope_scale = static_cast<float>(factor);
-    if (tensor_factors.empty()) {  // rope_freqs.weight, when present, already holds them
+    c.rope_scale = need_factor ? static_cast<float>(factor) : 1.0f;
+    if (tensor_factors.empty()) {
       ASSIGN_OR_RETURN(double low, f.GetFloatOr(p + "rope.scaling.low_freq_factor", 1.0));
       ASSIGN_OR_RETURN(double high, f.GetFloatOr(p + "rope.scaling.high_freq_factor", 4.0));
       const std::string orig_key = p + "rope.scaling.original_context_length";

@@ -199,6 +199,16 @@ TEST(ModelConfig, Llama3FactorsFromTensorOrKeysAgreeAndMatter) {
                  [](GgufWriter& w) { w.Remove("llama.rope.scaling.original_context_length"); },
                  {"rope_freqs.weight"}),
       {"llama.rope.scaling.original_context_length"});
+  // With the tensor, the scaling keys are not needed.
+  auto tensor_only = LoadEdited(path, [](GgufWriter& w) {
+    w.Remove("llama.rope.scaling.factor");
+    w.Remove("llama.rope.scaling.original_context_length");
+  });
+  ASSERT_TRUE(tensor_only.ok()) << tensor_only.message();
+  EXPECT_EQ((*tensor_only)->config().rope_freq_factors, c.rope_freq_factors);
+  ExpectError(LoadEdited(path, [](GgufWriter& w) { w.Remove("llama.rope.scaling.factor"); },
+                         {"rope_freqs.weight"}),
+              {"llama.rope.scaling.factor", "must be >= 1"});
   // Dropping the scaling changes the logits.
   auto plain =
       LoadEdited(path, [](GgufWriter& w) { w.SetString("llama.rope.scaling.type", "none"); },
