@@ -22,7 +22,9 @@ struct KvShape {
   int n_head_kv = 0;
   int head_dim = 0;
   int n_ctx = 0;  // the largest number of tokens a sequence may have in its context
-  ops::RopeConfig rope{};  // how keys are rotated (re-rotation of cached K)
+  // How keys are rotated (re-rotation of cached K). Its freq_factors, if any,
+  // point into the model's config, which outlives every cache of the model.
+  ops::RopeConfig rope{};
 };
 
 struct KvConfig {

@@ -29,6 +29,7 @@ Forward::Forward(const Model& model, ThreadPool& pool, int max_tokens, int n_ctx
   gate_.Resize(t * c.n_ff);
   up_.Resize(t * c.n_ff);
   out_.Resize(t * c.n_embd);
+  perm_.Resize(static_cast<size_t>(pool.size()) * c.head_dim);
 }
 
 int64_t Forward::OutputRows(std::span<const SeqInput> seqs) {
@@ -104,6 +105,7 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
   ops::Matmul(pool_, w.wq, xn_.data(), n_tokens, q_.data(), q_dim, matmul_scratch_);
   ops::Matmul(pool_, w.wk, xn_.data(), n_tokens, k_.data(), kv_dim, matmul_scratch_);
   ops::Matmul(pool_, w.wv, xn_.data(), n_tokens, v_.data(), kv_dim, matmul_scratch_);
+  BiasAndPermute(w, n_tokens);
   int64_t row = 0;
   for (size_t si = 0; si < seqs.size(); ++si) {
     KvPlan& plan = plans_[si];
@@ -145,6 +147,33 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
   ops::SwiGlu(gate_.data(), up_.data(), gate_.data(), n_tokens * c.n_ff);
   ops::Matmul(pool_, w.w_down, gate_.data(), n_tokens, out_.data(), E, matmul_scratch_);
   ops::Add(x_.data(), out_.data(), n_tokens * E);
+}
+
+void Forward::BiasAndPermute(const LayerWeights& w, int64_t n_tokens) {
+  const ModelConfig& c = model_.config();
+  const bool permute = c.permute_qk();
+  if (!permute && w.bq == nullptr && w.bk == nullptr && w.bv == nullptr) return;
+  const int64_t hd = c.head_dim, half = c.n_rot / 2;
+  const int64_t q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
+  pool_.ParallelFor(n_tokens, 16, [&](int64_t b, int64_t e, int thread) {
+    float* tmp = perm_.data() + thread * hd;  // [n_rot]
+    // NeoX pair (i, i + half) becomes interleaved pair (2i, 2i + 1); dims >= n_rot stay.
+    auto permute_heads = [&](float* x, int64_t n_heads) {
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* head = x + h * hd;
+        for (int64_t i = 0; i < half; ++i) tmp[2 * i] = head[i], tmp[2 * i + 1] = head[i + half];
+        std::copy(tmp, tmp + 2 * half, head);
+      }
+    };
+    for (int64_t r = b; r < e; ++r) {
+      float* q = q_.data() + r * q_dim;
+      float* k = k_.data() + r * kv_dim;
+      if (w.bq != nullptr) ops::Add(q, w.bq, q_dim);
+      if (w.bk != nullptr) ops::Add(k, w.bk, kv_dim);
+      if (w.bv != nullptr) ops::Add(v_.data() + r * kv_dim, w.bv, kv_dim);
+      if (permute) permute_heads(q, c.n_head), permute_heads(k, c.n_head_kv);
+    }
+  });
 }
 
 Status Forward::Decode(std::span<KvCache* const> caches, std::span<const int32_t> tokens,

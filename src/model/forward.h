@@ -56,6 +56,9 @@ class Forward {
 
  private:
   void Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens);
+  // Adds the Q/K/V biases and permutes NeoX Q/K heads into interleaved pairs
+  // (ModelConfig::rope); nothing to do, and no pass, for a plain Llama.
+  void BiasAndPermute(const LayerWeights& w, int64_t n_tokens);
 
   const Model& model_;
   ThreadPool& pool_;
@@ -74,6 +77,7 @@ class Forward {
   AlignedBuffer<float> gate_;  // [max_tokens, n_ff]
   AlignedBuffer<float> up_;    // [max_tokens, n_ff]
   AlignedBuffer<float> out_;   // [max_tokens, n_embd] block output before the residual add
+  AlignedBuffer<float> perm_;  // [pool threads, head_dim] a head being permuted
 };
 
 }  // namespace rotor

@@ -18,46 +18,6 @@ Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> file) {
   return model;
 }
 
-Status Model::LoadHyperParams() {
-  const GgufFile& f = *file_;
-  ModelConfig& c = config_;
-  ASSIGN_OR_RETURN(c.arch, f.GetString("general.architecture"));
-  if (c.arch != "llama")
-    return Errorf("architecture '{}' is not supported (rotor runs: llama)", c.arch);
-  ASSIGN_OR_RETURN(c.name, f.GetStringOr("general.name", ""));
-  const std::string p = c.arch + ".";
-  auto get_int = [&](const std::string& key, int64_t lo, int64_t hi, int* out,
-                     std::optional<int64_t> def = std::nullopt) -> Status {
-    Result<int64_t> v = def ? f.GetIntOr(key, *def) : f.GetInt(key);
-    if (!v.ok()) return v.status();
-    if (*v < lo || *v > hi) return Errorf("key '{}' = {} out of range [{}, {}]", key, *v, lo, hi);
-    *out = static_cast<int>(*v);
-    return Status::Ok();
-  };
-  constexpr int64_t kBig = 1 << 24;
-  RETURN_IF_ERROR(get_int(p + "embedding_length", 1, kBig, &c.n_embd));
-  RETURN_IF_ERROR(get_int(p + "block_count", 1, 4096, &c.n_layer));
-  RETURN_IF_ERROR(get_int(p + "attention.head_count", 1, 4096, &c.n_head));
-  RETURN_IF_ERROR(get_int(p + "attention.head_count_kv", 1, 4096, &c.n_head_kv, c.n_head));
-  RETURN_IF_ERROR(get_int(p + "feed_forward_length", 1, kBig, &c.n_ff));
-  RETURN_IF_ERROR(get_int(p + "context_length", 1, kBig, &c.n_ctx_train));
-  if (c.n_embd % c.n_head != 0)
-    return Errorf("embedding_length {} is not a multiple of head_count {}", c.n_embd, c.n_head);
-  if (c.n_head % c.n_head_kv != 0)
-    return Errorf("head_count {} is not a multiple of head_count_kv {}", c.n_head, c.n_head_kv);
-  c.head_dim = c.n_embd / c.n_head;
-  RETURN_IF_ERROR(get_int(p + "rope.dimension_count", 2, c.head_dim, &c.n_rot, c.head_dim));
-  if (c.n_rot % 2 != 0) return Errorf("rope.dimension_count {} must be even", c.n_rot);
-  ASSIGN_OR_RETURN(double base, f.GetFloatOr(p + "rope.freq_base", 10000.0));
-  if (!(base > 1.0)) return Errorf("key '{}rope.freq_base' = {} must be > 1", p, base);
-  c.rope_base = static_cast<float>(base);
-  ASSIGN_OR_RETURN(double eps, f.GetFloatOr(p + "attention.layer_norm_rms_epsilon", 1e-5));
-  if (!(eps > 0.0 && eps < 1.0))
-    return Errorf("key '{}attention.layer_norm_rms_epsilon' = {} out of range (0, 1)", p, eps);
-  c.rms_eps = static_cast<float>(eps);
-  return Status::Ok();
-}
-
 Result<ops::Weight> Model::Matrix(const std::string& name, int64_t k, int64_t n) {
   const GgufTensor* t = file_->FindTensor(name);
   if (t == nullptr) return Errorf("missing tensor '{}'", name);
@@ -87,10 +47,17 @@ Result<const float*> Model::Vector(const std::string& name, int64_t n) {
   return static_cast<const float*>(owned_vectors_.back().data());
 }
 
+Result<const float*> Model::OptionalVector(const std::string& name, int64_t n) {
+  if (file_->FindTensor(name) == nullptr) return static_cast<const float*>(nullptr);
+  return Vector(name, n);
+}
+
 Status Model::Init() {
   Status s = [&]() -> Status {
-    RETURN_IF_ERROR(LoadHyperParams());
+    ASSIGN_OR_RETURN(config_, ReadModelConfig(*file_));
     ModelConfig& c = config_;
+    if (!c.rope_freq_factors.empty() && file_->FindTensor("rope_freqs.weight") != nullptr)
+      n_params_ += c.n_rot / 2;
     const GgufTensor* embd = file_->FindTensor("token_embd.weight");
     if (embd == nullptr) return Status::Error("missing tensor 'token_embd.weight'");
     if (embd->ne.size() != 2 || embd->ne[0] != c.n_embd)
@@ -119,6 +86,15 @@ Status Model::Init() {
       ASSIGN_OR_RETURN(l.wq, Matrix(b + "attn_q.weight", c.n_embd, q_dim));
       ASSIGN_OR_RETURN(l.wk, Matrix(b + "attn_k.weight", c.n_embd, kv_dim));
       ASSIGN_OR_RETURN(l.wv, Matrix(b + "attn_v.weight", c.n_embd, kv_dim));
+      ASSIGN_OR_RETURN(l.bq, OptionalVector(b + "attn_q.bias", q_dim));
+      ASSIGN_OR_RETURN(l.bk, OptionalVector(b + "attn_k.bias", kv_dim));
+      ASSIGN_OR_RETURN(l.bv, OptionalVector(b + "attn_v.bias", kv_dim));
+      // Biases the graph has no place for must not be silently dropped.
+      for (const char* name : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias",
+                               "ffn_down.bias", "attn_norm.bias", "ffn_norm.bias"})
+        if (file_->FindTensor(b + name) != nullptr)
+          return Errorf("tensor '{}{}': architecture '{}' with this bias is not supported", b,
+                        name, c.arch);
       ASSIGN_OR_RETURN(l.wo, Matrix(b + "attn_output.weight", q_dim, c.n_embd));
       ASSIGN_OR_RETURN(l.ffn_norm, Vector(b + "ffn_norm.weight", c.n_embd));
       ASSIGN_OR_RETURN(l.w_gate, Matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff));

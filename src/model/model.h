@@ -1,5 +1,6 @@
-// A Llama-architecture model: hyper-parameters from the GGUF `llama.*` keys and
-// weights as views into the mmap'd file (norm vectors converted to f32 once).
+// A Llama-graph model (architectures llama, qwen2): hyper-parameters from the
+// GGUF `<arch>.*` keys (model_config.h) and weights as views into the mmap'd
+// file (norm and bias vectors converted to f32 once).
 #pragma once
 
 #include <cstdint>
@@ -9,38 +10,19 @@
 
 #include "base/status.h"
 #include "gguf/gguf.h"
-#include "kv/kv_config.h"
+#include "model/model_config.h"
 #include "ops/ops.h"
 
 namespace rotor {
-
-struct ModelConfig {
-  std::string arch;        // "llama"
-  std::string name;        // general.name, if any
-  int n_vocab = 0;
-  int n_embd = 0;
-  int n_layer = 0;
-  int n_head = 0;
-  int n_head_kv = 0;
-  int head_dim = 0;
-  int n_ff = 0;
-  int n_ctx_train = 0;
-  int n_rot = 0;           // dimensions of each head that RoPE rotates
-  float rope_base = 10000.f;
-  float rms_eps = 1e-5f;
-  ops::RopeLayout rope_layout = ops::RopeLayout::kNormal;
-
-  KvShape kv_shape(int n_ctx) const { return KvShape{n_layer, n_head_kv, head_dim, n_ctx, rope()}; }
-  ops::RopeConfig rope() const {
-    return ops::RopeConfig{head_dim, n_rot, rope_base, rope_layout, nullptr};
-  }
-};
 
 struct LayerWeights {
   const float* attn_norm;  // [n_embd]
   ops::Weight wq;          // [n_embd] -> [n_head * head_dim]
   ops::Weight wk;          // [n_embd] -> [n_head_kv * head_dim]
   ops::Weight wv;          // [n_embd] -> [n_head_kv * head_dim]
+  const float* bq;         // [n_head * head_dim] or null (qwen2: attn_q.bias)
+  const float* bk;         // [n_head_kv * head_dim] or null
+  const float* bv;         // [n_head_kv * head_dim] or null
   ops::Weight wo;          // [n_head * head_dim] -> [n_embd]
   const float* ffn_norm;   // [n_embd]
   ops::Weight w_gate;      // [n_embd] -> [n_ff]
@@ -71,9 +53,9 @@ class Model {
  private:
   Model() = default;
   Status Init();
-  Status LoadHyperParams();
   Result<ops::Weight> Matrix(const std::string& name, int64_t k, int64_t n);
   Result<const float*> Vector(const std::string& name, int64_t n);
+  Result<const float*> OptionalVector(const std::string& name, int64_t n);  // null if absent
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;

@@ -29,7 +29,7 @@ std::string Name(KvPolicy p, Mode m) {
 
 class KvPolicies : public ::testing::TestWithParam<std::string> {
  protected:
-  const Model& model() { return LoadModelCached(GetParam() == "gqa" ? GqaModelPath() : kStories); }
+  const Model& model() { return LoadModelCached(ModelPath(GetParam())); }
 };
 
 // Before the first eviction every policy and mode is the full cache.
@@ -95,7 +95,14 @@ TEST_P(KvPolicies, PrefillStepInvariant) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, KvPolicies, ::testing::Values("stories260K", "gqa"));
+INSTANTIATE_TEST_SUITE_P(Models, KvPolicies,
+                         ::testing::Values("stories260K", "gqa", "qwen2", "qwen2-partial", "llama3",
+                                           "llama3-keys"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 // Greedy decoding one token at a time for 5 x size tokens: the cache then
 // holds exactly the sinks and the size - keep most recent tokens, at the

@@ -31,6 +31,34 @@ const std::string& GqaModelPath() {
   return path;
 }
 
+const std::string& ModelPath(const std::string& name) {
+  if (name == "stories260K") return kStories;
+  if (name == "gqa") return GqaModelPath();
+  static std::map<std::string, std::string> paths;
+  static const struct Remover {
+    ~Remover() {
+      for (const auto& [n, p] : paths) std::filesystem::remove(p);
+    }
+  } remover;
+  auto it = paths.find(name);
+  if (it != paths.end()) return it->second;
+  Result<SynthSpec> spec = SynthPreset(name == "qwen2" || name == "qwen2-partial" ? "qwen2-tiny" : "llama3-tiny");
+  EXPECT_TRUE(spec.ok());
+  SynthSpec s = *spec;
+  s.n_vocab = 300, s.seed = 9;
+  if (name == "qwen2-partial") s.n_rot = 16, s.rope_scaling = "linear", s.rope_scale = 2.f;
+  if (name == "llama3-keys") s.rope_freqs = false, s.n_rot = 24;
+  EXPECT_TRUE(name == "qwen2" || name == "qwen2-partial" || name == "llama3" || name == "llama3-keys")
+      << name;
+  const std::string p = (std::filesystem::temp_directory_path() /
+                         ("rotor_kv_" + name + "_" + std::to_string(::getpid()) + ".gguf"))
+                            .string();
+  ThreadPool pool(2);
+  Status st = WriteSynthModel(s, nullptr, p, pool);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return paths[name] = p;
+}
+
 const Model& LoadModelCached(const std::string& path) {
   static std::map<std::string, std::unique_ptr<Model>> models;
   auto& m = models[path];

@@ -17,6 +17,16 @@ inline const std::string kStories = ROTOR_MODELS_DIR "/stories260K.gguf";
 // AVX-512 attention path runs), written once per process.
 const std::string& GqaModelPath();
 
+// Random models of the other RoPE variants and architectures, written once per
+// process (removed at exit), by name:
+//   "qwen2"          qwen2-tiny: qwen2 arch, Q/K/V biases, NeoX pairs, tied output
+//   "qwen2-partial"  qwen2 with 16 of 32 dims rotated and linear scaling x2
+//   "llama3"         llama3-tiny: rope_freqs.weight + llama3 scaling keys
+//   "llama3-keys"    llama3 scaling from the keys alone (factors computed),
+//                    24 of 32 dims rotated
+// "gqa" is GqaModelPath(), "stories260K" the bundled model.
+const std::string& ModelPath(const std::string& name);
+
 const Model& LoadModelCached(const std::string& path);
 
 // A deterministic pseudo-text of n tokens (BOS first) for a vocabulary.

@@ -1,9 +1,9 @@
 #include "reference_forward.h"
 
 #include <cmath>
+#include <string>
 
 #include "ops/quant.h"
-#include "ops/rope.h"
 
 namespace rotor::testing {
 namespace {
@@ -36,6 +36,74 @@ std::vector<float> Norm(const std::vector<float>& x, const float* weight, float 
   return out;
 }
 
+// RoPE as the file defines it, read from its keys and tensors (not from
+// ModelConfig): the pairing by architecture (qwen2: NeoX halves), rotated
+// dimensions, base, and the per-pair frequency divisors.
+struct RefRope {
+  int n_rot = 0;
+  float base = 10000.f;
+  bool neox = false;
+  std::vector<float> div;  // [n_rot / 2]
+
+  explicit RefRope(const Model& model) {
+    const GgufFile& f = model.file();
+    const std::string arch = *f.GetString("general.architecture");
+    const std::string p = arch + ".";
+    neox = arch == "qwen2";
+    n_rot = static_cast<int>(*f.GetIntOr(p + "rope.dimension_count", model.config().head_dim));
+    base = static_cast<float>(*f.GetFloatOr(p + "rope.freq_base", 10000.0));
+    div.assign(n_rot / 2, 1.0f);
+    const std::string type = *f.GetStringOr(p + "rope.scaling.type", "none");
+    const double factor = *f.GetFloatOr(p + "rope.scaling.factor", 1.0);
+    if (const GgufTensor* t = f.FindTensor("rope_freqs.weight")) {
+      const float* ff = reinterpret_cast<const float*>(t->data);
+      div.assign(ff, ff + n_rot / 2);
+    } else if (type == "llama3") {
+      // Hugging Face's _compute_llama3_parameters, on the inverse frequencies.
+      const double low = *f.GetFloatOr(p + "rope.scaling.low_freq_factor", 1.0);
+      const double high = *f.GetFloatOr(p + "rope.scaling.high_freq_factor", 4.0);
+      const double old_ctx = static_cast<double>(*f.GetInt(p + "rope.scaling.original_context_length"));
+      for (int i = 0; i < n_rot / 2; ++i) {
+        const double inv_freq = 1.0 / std::pow(static_cast<double>(base), 2.0 * i / n_rot);
+        const double wavelen = 2 * M_PI / inv_freq;
+        double scaled = inv_freq;
+        if (wavelen > old_ctx / low) {
+          scaled = inv_freq / factor;
+        } else if (wavelen >= old_ctx / high) {
+          const double smooth = (old_ctx / wavelen - low) / (high - low);
+          scaled = (1 - smooth) * inv_freq / factor + smooth * inv_freq;
+        }
+        div[i] = static_cast<float>(inv_freq / scaled);
+      }
+    }
+    if (type == "linear")
+      for (float& d : div) d *= static_cast<float>(factor);
+  }
+
+  // Rotates a head (file layout) to position pos: the angle in float as
+  // llama.cpp computes it, the rotation in double.
+  void Apply(std::vector<float>& x, int64_t pos) const {
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; ++i) {
+      const float freq = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(n_rot));
+      const float theta = static_cast<float>(pos) * freq / div[i];
+      const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+      const double c = std::cos(static_cast<double>(theta)), s = std::sin(static_cast<double>(theta));
+      const double xa = x[a], xb = x[b];
+      x[a] = static_cast<float>(xa * c - xb * s);
+      x[b] = static_cast<float>(xa * s + xb * c);
+    }
+  }
+};
+
+// x += the file's bias tensor `name`, if it has one.
+void AddBias(const Model& model, const std::string& name, std::vector<float>& x) {
+  const GgufTensor* t = model.file().FindTensor(name);
+  if (t == nullptr) return;
+  const float* b = reinterpret_cast<const float*>(t->data);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += b[i];
+}
+
 }  // namespace
 
 std::vector<float> ReferenceLogits(const Model& model, const std::vector<int32_t>& tokens,
@@ -45,13 +113,17 @@ std::vector<float> ReferenceLogits(const Model& model, const std::vector<int32_t
   const int group = c.n_head / c.n_head_kv;
   std::vector<std::vector<float>> x(n);
   for (int64_t t = 0; t < n; ++t) x[t] = Row(model.token_embd(), tokens[t]);
-  ops::RopeConfig rope = c.rope();
+  const RefRope rope(model);
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerWeights& w = model.layer(il);
     std::vector<std::vector<float>> q(n), k(n), v(n);
     for (int64_t t = 0; t < n; ++t) {
       std::vector<float> xn = Norm(x[t], w.attn_norm, c.rms_eps);
       q[t] = MatVec(w.wq, xn), k[t] = MatVec(w.wk, xn), v[t] = MatVec(w.wv, xn);
+      const std::string b = "blk." + std::to_string(il) + ".";
+      AddBias(model, b + "attn_q.bias", q[t]);
+      AddBias(model, b + "attn_k.bias", k[t]);
+      AddBias(model, b + "attn_v.bias", v[t]);
     }
     for (int64_t t = 0; t < n; ++t) {
       std::vector<float> att(static_cast<size_t>(c.n_head) * hd, 0.f);
@@ -65,9 +137,7 @@ std::vector<float> ReferenceLogits(const Model& model, const std::vector<int32_t
           // Query at position d, key at 0: only the difference matters.
           std::vector<float> qh(q[t].begin() + h * hd, q[t].begin() + (h + 1) * hd);
           std::vector<float> kh(k[j].begin() + g * hd, k[j].begin() + (g + 1) * hd);
-          const int32_t pq = static_cast<int32_t>(d), pk = 0;
-          ops::Rope(rope, qh.data(), 1, 1, &pq);
-          ops::Rope(rope, kh.data(), 1, 1, &pk);
+          rope.Apply(qh, d);
           double s = 0;
           for (int64_t e = 0; e < hd; ++e) s += static_cast<double>(qh[e]) * kh[e];
           score[j] = s / std::sqrt(static_cast<double>(hd));

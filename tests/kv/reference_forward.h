@@ -1,4 +1,7 @@
-// An independent, naive Llama forward pass for tests: every token's logits,
+// An independent, naive Llama-graph forward pass for tests (llama and qwen2:
+// Q/K/V biases, NeoX or interleaved RoPE pairs, partial rotary, frequency
+// divisors from rope_freqs.weight or the rope.scaling keys, all read from the
+// file itself, not from ModelConfig): every token's logits,
 // with attention decided by a function of (query index, key index) alone, so
 // a KV policy can be checked against the mask it promises without any KV code.
 #pragma once
