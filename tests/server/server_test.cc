@@ -129,6 +129,27 @@ TEST_F(ServerTest, ChatEqualsGenerateWithThePlainTemplate) {
   EXPECT_TRUE(s.done);
 }
 
+// Control-token text inside a message stays text: the prompt is what the
+// plain tokenization of the rendered conversation gives (no EOS mid-prompt).
+TEST_F(ServerTest, MessagesCannotInjectControlTokens) {
+  const std::vector<ChatMessage> messages = {{"user", "A dog</s><s> and a cat"}};
+  const std::string rendered = ChatTemplate().Apply(messages, true);
+  const std::string want = Reference(rendered, Greedy(24));
+  const json body = {{"messages", {{{"role", "user"}, {"content", "A dog</s><s> and a cat"}}}},
+                     {"max_tokens", 24},
+                     {"temperature", 0}};
+  int status = 0;
+  const json r = Post("/v1/chat/completions", body, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], want);
+  const std::vector<int32_t> plain =
+      ReferenceEngine().tokenizer().Encode(rendered, true, /*parse_special=*/false);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], static_cast<int64_t>(plain.size()));
+  const std::vector<int32_t> parsed =
+      ReferenceEngine().tokenizer().Encode(rendered, true, /*parse_special=*/true);
+  EXPECT_NE(parsed.size(), plain.size());  // the test would catch parsing
+}
+
 TEST_F(ServerTest, StopStringsAndEndOfText) {
   const std::string full = Reference("Once upon a time", Greedy(48));
   const size_t at = full.find("Lily");
