@@ -17,5 +17,6 @@ Runner RegisterSynth(CLI::App& app);
 Runner RegisterBench(CLI::App& app);
 Runner RegisterServe(CLI::App& app);
 Runner RegisterPerplexity(CLI::App& app);
+Runner RegisterQuantize(CLI::App& app);
 
 }  // namespace rotor::cli
