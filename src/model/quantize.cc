@@ -12,7 +12,9 @@
 namespace rotor {
 namespace {
 
-QuantModelInfo ModelInfo(const GgufFile& in) {
+}  // namespace
+
+QuantModelInfo QuantModelInfoOf(const GgufFile& in) {
   QuantModelInfo m;
   int n_attn_v = 0;
   for (const GgufTensor& t : in.tensors())
@@ -30,6 +32,8 @@ QuantModelInfo ModelInfo(const GgufFile& in) {
   }
   return m;
 }
+
+namespace {
 
 // Errors when ops in this build cannot read (role "read") or write `t`.
 Status CheckSupported(DType t, const QuantizedTensor& q, std::string_view role) {
@@ -69,7 +73,7 @@ void ConvertTensor(const GgufTensor& t, DType out, uint8_t* dst, ThreadPool& poo
 
 Result<std::vector<QuantizedTensor>> PlanQuantization(const GgufFile& in,
                                                       const QuantizeOptions& options) {
-  const QuantModelInfo model = ModelInfo(in);
+  const QuantModelInfo model = QuantModelInfoOf(in);
   const QuantRuleOptions rules{.pure = options.pure, .leave_output = options.leave_output};
   std::vector<QuantizedTensor> plan;
   plan.reserve(in.tensors().size());

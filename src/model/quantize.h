@@ -44,6 +44,9 @@ struct QuantizedTensor {
   uint64_t in_bytes = 0, out_bytes = 0;
 };
 
+// Layer count, GQA ratio and tied output of a file, for the rules.
+QuantModelInfo QuantModelInfoOf(const GgufFile& in);
+
 // The output type of every tensor of `in`, in file order. Errors: a type ops
 // cannot convert in this build, a quantized input without allow_requantize.
 Result<std::vector<QuantizedTensor>> PlanQuantization(const GgufFile& in,
