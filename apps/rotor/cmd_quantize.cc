@@ -17,7 +17,9 @@ struct QuantizeArgs {
   bool allow_requantize = false, leave_output = false, pure = false, quiet = false;
 };
 
-std::string Shape(const std::vector<int64_t>& ne) { return fmt::format("[{}]", fmt::join(ne, ", ")); }
+std::string Shape(const std::vector<int64_t>& ne) {
+  return fmt::format("[{}]", fmt::join(ne, ", "));
+}
 
 int RunQuantize(const QuantizeArgs& a) {
   Result<QuantTarget> target = ParseQuantTarget(a.type);
@@ -29,9 +31,9 @@ int RunQuantize(const QuantizeArgs& a) {
   ThreadPool pool(a.threads > 0 ? a.threads : HardwareThreads());
   auto progress = [&a](size_t i, size_t n, const QuantizedTensor& t) {
     if (a.quiet) return;
-    std::string what =
-        t.convert ? fmt::format("{} -> {}", DTypeName(t.in_type), DTypeName(t.out_type))
-                  : fmt::format("{} (copied)", DTypeName(t.in_type));
+    std::string what = t.convert
+                           ? fmt::format("{} -> {}", DTypeName(t.in_type), DTypeName(t.out_type))
+                           : fmt::format("{} (copied)", DTypeName(t.in_type));
     if (t.fallback_from)
       what += fmt::format(" (fallback: row {} is not a multiple of the {} block)", t.ne[0],
                           DTypeName(*t.fallback_from));
@@ -67,8 +69,9 @@ Runner RegisterQuantize(CLI::App& app) {
   sub->add_flag("--allow-requantize", a->allow_requantize,
                 "allow converting already-quantized tensors to another quantized type");
   sub->add_flag("--leave-output", a->leave_output, "copy output.weight unchanged");
-  sub->add_flag("--pure", a->pure,
-                "no per-tensor rules: every converted tensor gets the target type (fallbacks aside)");
+  sub->add_flag(
+      "--pure", a->pure,
+      "no per-tensor rules: every converted tensor gets the target type (fallbacks aside)");
   sub->add_flag("-q,--quiet", a->quiet, "no per-tensor progress lines");
   return [a] { return RunQuantize(*a); };
 }

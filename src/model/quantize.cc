@@ -10,9 +10,7 @@
 #include "ops/quant.h"
 
 namespace rotor {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 QuantModelInfo QuantModelInfoOf(const GgufFile& in) {
   QuantModelInfo m;
@@ -42,9 +40,10 @@ Status CheckSupported(DType t, const QuantizedTensor& q, std::string_view role) 
   if (q.fallback_from)
     why = fmt::format(" (the fallback for {}: row length {} is not a multiple of its block)",
                       DTypeName(*q.fallback_from), q.ne[0]);
-  return Errorf("quantize: tensor '{}': type {}{} is not yet supported by this build of rotor "
-                "(ops cannot {} it)",
-                q.name, DTypeName(t), why, role);
+  return Errorf(
+      "quantize: tensor '{}': type {}{} is not yet supported by this build of rotor "
+      "(ops cannot {} it)",
+      q.name, DTypeName(t), why, role);
 }
 
 // Fills `dst` with tensor `t` converted to `out` ([rows, RowBytes(out, ne0)]).

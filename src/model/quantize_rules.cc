@@ -132,8 +132,7 @@ DType FallbackType(DType t) {
 }  // namespace
 
 bool UseMoreBits(int i_layer, int n_layer) {
-  return i_layer < n_layer / 8 || i_layer >= 7 * n_layer / 8 ||
-         (i_layer - n_layer / 8) % 3 == 2;
+  return i_layer < n_layer / 8 || i_layer >= 7 * n_layer / 8 || (i_layer - n_layer / 8) % 3 == 2;
 }
 
 int LayerOf(std::string_view name) {
@@ -148,9 +147,7 @@ int LayerOf(std::string_view name) {
   return i < name.size() && name[i] == '.' ? v : -1;
 }
 
-bool IsQuantizedType(DType t) {
-  return Traits(t).block_size > 1;
-}
+bool IsQuantizedType(DType t) { return Traits(t).block_size > 1; }
 
 std::vector<std::string> QuantTargetNames() {
   std::vector<std::string> out;
@@ -173,15 +170,13 @@ TensorChoice ChooseTensorType(const QuantTarget& target, const QuantModelInfo& m
   c.type = in_type;
   const bool is_output_name = name == "output.weight";
   c.convert = EndsWith(name, "weight") && ne.size() >= 2 && !Contains(name, "_norm.weight") &&
-              !(options.leave_output && is_output_name) &&
-              !Contains(name, "ffn_gate_inp.weight") && name != "position_embd.weight" &&
-              name != "token_types.weight" && !Contains(name, "ssm_conv1d.weight") &&
-              !Contains(name, "attn_rel_b.weight");
+              !(options.leave_output && is_output_name) && !Contains(name, "ffn_gate_inp.weight") &&
+              name != "position_embd.weight" && name != "token_types.weight" &&
+              !Contains(name, "ssm_conv1d.weight") && !Contains(name, "attn_rel_b.weight");
   if (!c.convert) return c;
   DType t = target.type;
   if (IsQuantizedType(t) && !options.pure) {
-    const bool is_output =
-        is_output_name || (!model.has_output && name == "token_embd.weight");
+    const bool is_output = is_output_name || (!model.has_output && name == "token_embd.weight");
     t = MixType(target.file_type, target.type, model, name, is_output);
     if (is_output && ne[0] % 256 != 0) t = DType::kQ8_0;
   }

@@ -74,9 +74,9 @@ std::vector<std::string> QuantTargetNames();
 
 // What the rules need to know about the model.
 struct QuantModelInfo {
-  int n_layer = 0;           // blocks (attn_v / ffn_down tensors)
-  int n_gqa = 1;             // n_head / n_head_kv
-  bool has_output = true;    // false: output tied to token_embd.weight
+  int n_layer = 0;         // blocks (attn_v / ffn_down tensors)
+  int n_gqa = 1;           // n_head / n_head_kv
+  bool has_output = true;  // false: output tied to token_embd.weight
 };
 
 struct QuantRuleOptions {
@@ -85,8 +85,8 @@ struct QuantRuleOptions {
 };
 
 struct TensorChoice {
-  bool convert = false;      // false: copied unchanged (type stays the input's)
-  DType type = DType::kF32;  // the output type
+  bool convert = false;                // false: copied unchanged (type stays the input's)
+  DType type = DType::kF32;            // the output type
   std::optional<DType> fallback_from;  // the rules' choice when its blocks did not fit
 };
 

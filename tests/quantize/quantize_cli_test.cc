@@ -21,15 +21,16 @@ TEST(QuantizeCliTest, QuantizesReportsAndGenerates) {
   EXPECT_THAT(r.err, HasSubstr("[   1/48] token_embd.weight"));
   EXPECT_THAT(r.err, HasSubstr("f32 -> q8_0"));
   EXPECT_THAT(r.err, HasSubstr("blk.0.ffn_down.weight"));
-  EXPECT_THAT(r.err, HasSubstr("f32 -> f16 (fallback: row 172 is not a multiple of the q8_0 block)"));
+  EXPECT_THAT(r.err,
+              HasSubstr("f32 -> f16 (fallback: row 172 is not a multiple of the q8_0 block)"));
   EXPECT_THAT(r.err, HasSubstr("output_norm.weight"));
   EXPECT_THAT(r.err, HasSubstr("f32 (copied)"));
   EXPECT_THAT(r.err, HasSubstr("rotor: quantized " + BundledModel() + " (1.1 MiB) -> " + out));
   EXPECT_THAT(r.err, HasSubstr("q8_0) in "));
   EXPECT_THAT(r.err, HasSubstr("37 tensors converted, 11 copied, 5 fallbacks"));
   EXPECT_TRUE(r.out.empty()) << r.out;
-  CliResult gen = RunRotor({"generate", "-m", out, "-p", "Once upon a time", "-n", "16", "--temp",
-                            "0", "-t", "2"});
+  CliResult gen = RunRotor(
+      {"generate", "-m", out, "-p", "Once upon a time", "-n", "16", "--temp", "0", "-t", "2"});
   ASSERT_EQ(gen.exit_code, 0) << gen.err;
   EXPECT_EQ(gen.out.rfind("Once upon a time", 0), 0u) << gen.out;
   EXPECT_GT(gen.out.size(), std::string("Once upon a time ").size());
@@ -52,8 +53,8 @@ TEST(QuantizeCliTest, InputAndOutputErrors) {
   CliResult missing = RunRotor({"quantize", "/nonexistent/in.gguf", dir.File("x.gguf"), "q8_0"});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("'/nonexistent/in.gguf' does not exist"));
-  CliResult text = RunRotor({"quantize", ROTOR_TESTDATA_DIR "/tinystories-valid-8k.txt",
-                             dir.File("x.gguf"), "q8_0"});
+  CliResult text = RunRotor(
+      {"quantize", ROTOR_TESTDATA_DIR "/tinystories-valid-8k.txt", dir.File("x.gguf"), "q8_0"});
   EXPECT_EQ(text.exit_code, 1);
   EXPECT_THAT(text.err, HasSubstr("not a valid GGUF file"));
   CliResult out = RunRotor({"quantize", BundledModel(), "/nonexistent/dir/x.gguf", "q8_0"});
@@ -79,7 +80,8 @@ TEST(QuantizeCliTest, RequantizeNeedsTheFlag) {
 
 TEST(QuantizeCliTest, LeaveOutputAndPure) {
   TempDir dir;
-  CliResult r = RunRotor({"quantize", BundledModel(), dir.File("a.gguf"), "q4_0", "--leave-output"});
+  CliResult r =
+      RunRotor({"quantize", BundledModel(), dir.File("a.gguf"), "q4_0", "--leave-output"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("output.weight"));
   CliResult info = RunRotor({"info", dir.File("a.gguf")});
@@ -90,14 +92,15 @@ TEST(QuantizeCliTest, LeaveOutputAndPure) {
   EXPECT_THAT(info.out, ::testing::ContainsRegex("output.weight +q4_0"));
   r = RunRotor({"quantize", BundledModel(), dir.File("c.gguf"), "q4_0", "-q"});
   info = RunRotor({"info", dir.File("c.gguf")});
-  EXPECT_THAT(info.out, ::testing::ContainsRegex("output.weight +q8_0"));  // q6_K rule, 64-wide rows
+  EXPECT_THAT(info.out,
+              ::testing::ContainsRegex("output.weight +q8_0"));  // q6_K rule, 64-wide rows
 }
 
 TEST(QuantizeCliTest, SynthWritesAMix) {
   TempDir dir;
   const std::string model = dir.File("s15m-q6k.gguf");
-  CliResult r = RunRotor({"synth", "-o", model, "--shape", "stories15m", "--layers", "1", "--ffn", "800", "--type",
-                          "Q6_K", "--vocab-file", LlamaVocab(), "-t", "2"});
+  CliResult r = RunRotor({"synth", "-o", model, "--shape", "stories15m", "--layers", "1", "--ffn",
+                          "800", "--type", "Q6_K", "--vocab-file", LlamaVocab(), "-t", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("Q6_K"));
   EXPECT_FALSE(std::filesystem::exists(model + ".f32.tmp"));

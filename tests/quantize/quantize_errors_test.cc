@@ -40,7 +40,8 @@ QuantizeOptions Opts(std::string_view target, bool allow_requantize = false) {
   return {.target = *t, .allow_requantize = allow_requantize};
 }
 
-Result<QuantizeStats> Quant(const std::string& in, const std::string& out, const QuantizeOptions& o) {
+Result<QuantizeStats> Quant(const std::string& in, const std::string& out,
+                            const QuantizeOptions& o) {
   ThreadPool pool(2);
   return QuantizeModel(in, out, o, pool);
 }
@@ -69,8 +70,8 @@ TEST(QuantizeErrorsTest, OutputUnwritable) {
   TempFiles tmp;
   const std::string dir = tmp.Path("readonly");
   std::filesystem::create_directory(dir);
-  std::filesystem::permissions(dir, std::filesystem::perms::owner_read |
-                                        std::filesystem::perms::owner_exec);
+  std::filesystem::permissions(
+      dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
   if (::geteuid() != 0) {  // root writes anywhere
     auto r2 = Quant(testing::kStories, dir + "/out.gguf", Opts("q8_0"));
     ASSERT_FALSE(r2.ok());
@@ -150,8 +151,8 @@ TEST(QuantizeErrorsTest, MixRulesOnFiles) {
   const QuantModelInfo si = QuantModelInfoOf(g);
   EXPECT_EQ(si.n_layer, 5);
   EXPECT_EQ(si.n_gqa, 2);
-  EXPECT_EQ(type(g, si, "Q4_K_M", "blk.0.attn_v.weight"), DType::kQ5_0);  // q4_K does not fit 64
-  EXPECT_EQ(type(g, si, "Q4_K_M", "blk.2.attn_v.weight"), DType::kQ8_0);  // q6_K does not fit 64
+  EXPECT_EQ(type(g, si, "Q4_K_M", "blk.0.attn_v.weight"), DType::kQ5_0);   // q4_K does not fit 64
+  EXPECT_EQ(type(g, si, "Q4_K_M", "blk.2.attn_v.weight"), DType::kQ8_0);   // q6_K does not fit 64
   EXPECT_EQ(type(g, si, "Q4_K_M", "blk.0.ffn_down.weight"), DType::kF16);  // 172
   EXPECT_EQ(type(g, si, "Q4_K_M", "output.weight"), DType::kQ8_0);
   EXPECT_EQ(type(g, si, "Q4_K_M", "output_norm.weight"), DType::kF32);
@@ -200,9 +201,9 @@ TEST(QuantizeErrorsTest, FilledTensorsStreamInOrderAndMatchCopiedOnes) {
   EXPECT_EQ(order, (std::vector<std::string>{"a", "b"}));
   // A fill error stops the write.
   GgufWriter bad;
-  ASSERT_TRUE(bad.AddTensorFilled("a", DType::kF32, {4}, 16, [](uint8_t*) {
-                   return Status::Error("boom");
-                 }).ok());
+  ASSERT_TRUE(
+      bad.AddTensorFilled("a", DType::kF32, {4}, 16, [](uint8_t*) { return Status::Error("boom"); })
+          .ok());
   auto z = bad.WriteToBytes();
   ASSERT_FALSE(z.ok());
   EXPECT_THAT(z.message(), HasSubstr("boom"));

@@ -79,23 +79,40 @@ const std::string& Synth256Path() {
 // grids of b bits step by about amax / 2^(b-1); floats by 2^-mantissa bits.
 int Bits(DType t) {
   switch (t) {
-    case DType::kF32: return 25;
-    case DType::kF16: return 12;
-    case DType::kBF16: return 9;
-    case DType::kQ8_0: return 8;
-    case DType::kQ6_K: return 6;
-    case DType::kQ5_0: case DType::kQ5_1: case DType::kQ5_K: return 5;
-    case DType::kQ4_0: case DType::kQ4_1: case DType::kQ4_K: case DType::kIQ4_NL: return 4;
-    case DType::kQ3_K: return 3;
-    case DType::kQ2_K: return 2;
-    default: ADD_FAILURE() << "no bits for " << DTypeName(t); return 1;
+    case DType::kF32:
+      return 25;
+    case DType::kF16:
+      return 12;
+    case DType::kBF16:
+      return 9;
+    case DType::kQ8_0:
+      return 8;
+    case DType::kQ6_K:
+      return 6;
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ5_K:
+      return 5;
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ4_K:
+    case DType::kIQ4_NL:
+      return 4;
+    case DType::kQ3_K:
+      return 3;
+    case DType::kQ2_K:
+      return 2;
+    default:
+      ADD_FAILURE() << "no bits for " << DTypeName(t);
+      return 1;
   }
 }
 
 std::vector<float> Dequantize(const GgufTensor& t) {
   std::vector<float> out(t.n_elements);  // [rows, ne0]
   const int64_t n = t.ne[0], row = RowBytes(t.type, n);
-  for (int64_t r = 0; r < t.rows(); ++r) ops::DequantizeRow(t.type, t.data + r * row, &out[r * n], n);
+  for (int64_t r = 0; r < t.rows(); ++r)
+    ops::DequantizeRow(t.type, t.data + r * row, &out[r * n], n);
   return out;
 }
 
@@ -116,8 +133,8 @@ class QuantizeModelTest : public ::testing::TestWithParam<Case> {
                             DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL})
         if (!ops::IsSupported(t)) missing.insert(std::string(DTypeName(t)));
       if (missing.empty()) ADD_FAILURE() << "plan failed with every type supported";
-      skip_message_ = fmt::format("{}: ops in this build cannot convert {} ({})",
-                                  GetParam().target, fmt::join(missing, ", "), p.message());
+      skip_message_ = fmt::format("{}: ops in this build cannot convert {} ({})", GetParam().target,
+                                  fmt::join(missing, ", "), p.message());
       return false;
     }
     *plan = *p;
@@ -139,8 +156,7 @@ class QuantizeModelTest : public ::testing::TestWithParam<Case> {
     ASSERT_TRUE(in.ok() && out.ok()) << out.message();
     const GgufFile& a = **in;
     const GgufFile& b = **out;
-    EXPECT_EQ(*b.GetInt("general.file_type"),
-              static_cast<int64_t>(options_.target.file_type));
+    EXPECT_EQ(*b.GetInt("general.file_type"), static_cast<int64_t>(options_.target.file_type));
     EXPECT_EQ(*b.GetInt("general.quantization_version"), 2);
     for (const GgufKv& kv : a.metadata()) {
       if (kv.key == "general.file_type") continue;
@@ -203,7 +219,8 @@ void ExpectGenerates(const Model& m) {
   const int n_vocab = m.config().n_vocab;
   std::vector<float> logits(n_vocab);
   std::vector<int32_t> prompt = {1, 400 % n_vocab, 300 % n_vocab};
-  ASSERT_TRUE(fwd.Prefill(SeqInput{cache->get(), prompt, LogitsWanted::kLast}, 0, logits.data()).ok());
+  ASSERT_TRUE(
+      fwd.Prefill(SeqInput{cache->get(), prompt, LogitsWanted::kLast}, 0, logits.data()).ok());
   for (int i = 0; i < 16; ++i) {
     for (float v : logits) ASSERT_TRUE(std::isfinite(v));
     int32_t tok = ArgMax(logits);
@@ -246,10 +263,11 @@ TEST_P(QuantizeModelTest, Stories260KPerplexityNearF32) {
   // bits) move the mean NLL by about C * e^2; C = 60 covers the sensitivity of
   // this 260K model (measured 18-40), plus 5e-4 for the text sample's noise.
   const double margin = 60 * MeanE2() + 5e-4;
-  std::printf("[ %s ] stories260K ppl %.4f (f32 %.4f), ratio %.4f, log-ratio %.5f, |.| <= %.5f "
-              "(mean e^2 %.3g)\n",
-              CaseName({GetParam(), 0}).c_str(), ppl, base, ppl / base, std::log(ppl / base),
-              margin, MeanE2());
+  std::printf(
+      "[ %s ] stories260K ppl %.4f (f32 %.4f), ratio %.4f, log-ratio %.5f, |.| <= %.5f "
+      "(mean e^2 %.3g)\n",
+      CaseName({GetParam(), 0}).c_str(), ppl, base, ppl / base, std::log(ppl / base), margin,
+      MeanE2());
   EXPECT_LE(std::log(ppl / base), margin);
   EXPECT_GE(std::log(ppl / base), -margin);
 }

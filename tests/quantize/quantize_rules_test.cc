@@ -81,13 +81,12 @@ TEST(QuantizeRulesTest, Q4KM) {
   EXPECT_EQ(Pick("Q4_K_M", "blk.0.ffn_up.weight"), DType::kQ4_K);
   EXPECT_EQ(Pick("Q4_K_M", "token_embd.weight"), DType::kQ4_K);
   EXPECT_EQ(Pick("Q4_K_M", "output.weight"), DType::kQ6_K);
-  TensorChoice norm = ChooseTensorType(T("Q4_K_M"), k7B, {}, "blk.0.attn_norm.weight", {4096},
-                                       DType::kF32);
+  TensorChoice norm =
+      ChooseTensorType(T("Q4_K_M"), k7B, {}, "blk.0.attn_norm.weight", {4096}, DType::kF32);
   EXPECT_FALSE(norm.convert);
   EXPECT_EQ(norm.type, DType::kF32);
-  EXPECT_FALSE(ChooseTensorType(T("Q4_K_M"), k7B, {}, "blk.0.attn_q.bias", {4096, 1},
-                                DType::kF32)
-                   .convert);
+  EXPECT_FALSE(
+      ChooseTensorType(T("Q4_K_M"), k7B, {}, "blk.0.attn_q.bias", {4096, 1}, DType::kF32).convert);
 }
 
 TEST(QuantizeRulesTest, OtherMixes) {
