@@ -36,6 +36,8 @@ struct Case {
   bool pure = false;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.target << (c.pure ? " --pure" : ""); }
+
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   std::string n = info.param.target + (info.param.pure ? "_pure" : "");
   for (char& c : n)
