@@ -79,8 +79,8 @@ class GgufWriter {
   // fill(dst) writes all n_bytes to dst. One buffer of the largest such tensor
   // is reused, so a file far larger than memory streams out (rotor quantize).
   using Filler = std::function<Status(uint8_t* dst)>;
-  Status AddTensorFilled(std::string_view name, DType type, std::vector<int64_t> ne,
-                         size_t n_bytes, Filler fill);
+  Status AddTensorFilled(std::string_view name, DType type, std::vector<int64_t> ne, size_t n_bytes,
+                         Filler fill);
   size_t tensor_count() const { return tensors_.size(); }
 
   // Writes a GGUF v3 file (to PATH.tmp, then renamed over PATH).

@@ -134,13 +134,14 @@ Result<QuantizeStats> QuantizeModel(const std::string& in_path, const std::strin
     q.convert ? ++stats.n_converted : ++stats.n_copied;
     if (q.fallback_from) ++stats.n_fallback;
     // Runs while Write streams the file, one tensor at a time, in order.
-    auto fill = [&t, &q, &pool, &progress, i, n](uint8_t* dst) -> Status {
+    auto fill = [&in, &t, &q, &pool, &progress, i, n](uint8_t* dst) -> Status {
       if (progress) progress(i, n, q);
       if (q.convert) {
         ConvertTensor(t, q.out_type, dst, pool);
       } else {
         std::memcpy(dst, t.data, q.out_bytes);
       }
+      in.ReleasePages(t.data, t.n_bytes);
       return Status::Ok();
     };
     RETURN_IF_ERROR(w.AddTensorFilled(q.name, q.out_type, q.ne, q.out_bytes, fill));

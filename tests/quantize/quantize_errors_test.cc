@@ -209,5 +209,17 @@ TEST(QuantizeErrorsTest, FilledTensorsStreamInOrderAndMatchCopiedOnes) {
   EXPECT_THAT(z.message(), HasSubstr("boom"));
 }
 
+TEST(QuantizeErrorsTest, ReleasedPagesReadBackTheSame) {
+  auto f = GgufFile::Open(testing::kStories);
+  ASSERT_TRUE(f.ok());
+  const GgufTensor* t = (*f)->FindTensor("blk.1.ffn_up.weight");
+  ASSERT_NE(t, nullptr);
+  std::vector<uint8_t> before(t->data, t->data + t->n_bytes);
+  (*f)->ReleasePages(t->data, t->n_bytes);
+  EXPECT_EQ(std::memcmp(before.data(), t->data, t->n_bytes), 0);
+  (*f)->ReleasePages((*f)->bytes(), (*f)->file_size());
+  EXPECT_EQ(std::memcmp(before.data(), t->data, t->n_bytes), 0);
+}
+
 }  // namespace
 }  // namespace rotor
