@@ -1,12 +1,14 @@
 // rotor synth: a random-weight GGUF in the shape of a real model, for benchmarks.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 
 #include "base/timer.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "gguf/gguf.h"
+#include "model/quantize.h"
 #include "model/synth.h"
 
 namespace rotor::cli {
@@ -28,9 +30,19 @@ int RunSynth(const SynthArgs& a) {
   Result<SynthSpec> preset = SynthPreset(a.shape);
   if (!preset.ok()) return Fail(preset.status());
   SynthSpec s = *preset;
+  // f32 f16 bf16 q8_0 q4_0: every matrix written in that type. Any other
+  // `rotor quantize` target: written in f32, then quantized with its rules.
   std::optional<DType> type = ParseDType(a.type);
-  if (!type || !Traits(*type).supported)
-    return Fail(Errorf("synth: --type '{}' is not one of f32, f16, bf16, q8_0, q4_0", a.type));
+  std::optional<QuantTarget> target;
+  if (!type || !Traits(*type).supported) {
+    Result<QuantTarget> t = ParseQuantTarget(a.type);
+    if (!t.ok())
+      return Fail(Errorf("synth: --type '{}' is neither f32, f16, bf16, q8_0, q4_0 nor a "
+                         "quantize type: {}",
+                         a.type, fmt::join(QuantTargetNames(), " ")));
+    target = *t;
+    type = DType::kF32;
+  }
   s.type = *type;
   s.seed = a.seed;
   if (a.dim) s.n_embd = a.dim;
@@ -49,10 +61,16 @@ int RunSynth(const SynthArgs& a) {
   }
   ThreadPool pool(a.threads > 0 ? a.threads : HardwareThreads());
   Timer timer;
-  Status st = WriteSynthModel(s, vocab.get(), a.out, pool);
+  const std::string f32_path = a.out + ".f32.tmp";
+  Status st = WriteSynthModel(s, vocab.get(), target ? f32_path : a.out, pool);
   if (!st.ok()) return Fail(st);
+  if (target) {
+    Result<QuantizeStats> q = QuantizeModel(f32_path, a.out, {.target = *target}, pool);
+    std::filesystem::remove(f32_path);
+    if (!q.ok()) return Fail(q.status().WithContext("synth"));
+  }
   fmt::print(stderr, "rotor: wrote {} ({} {}, {} layers, dim {}, ffn {}, heads {}/{}) in {:.1f} s\n",
-             a.out, a.shape, DTypeName(s.type), s.n_layer, s.n_embd, s.n_ff, s.n_head,
+             a.out, a.shape, target ? target->name : std::string(DTypeName(s.type)), s.n_layer, s.n_embd, s.n_ff, s.n_head,
              s.n_head_kv, timer.ElapsedSeconds());
   return 0;
 }
@@ -65,7 +83,8 @@ Runner RegisterSynth(CLI::App& app) {
   sub->add_option("-o,--out", a->out, "output GGUF file")->required();
   sub->add_option("--shape", a->shape, fmt::format("preset: {}", fmt::join(SynthPresetNames(), ", ")))
       ->capture_default_str();
-  sub->add_option("--type", a->type, "weight type: f32|f16|bf16|q8_0|q4_0")->capture_default_str();
+  sub->add_option("--type", a->type, "weight type: f32|f16|bf16|q8_0|q4_0 (every matrix), or any rotor quantize "
+                  "type (Q4_K_M, q5_0, ...: written in f32, then quantized with its rules)")->capture_default_str();
   sub->add_option("--seed", a->seed, "RNG seed")->capture_default_str();
   sub->add_option("--vocab-file", a->vocab, "GGUF whose tokenizer.* keys are copied")
       ->capture_default_str();

@@ -18,5 +18,6 @@ Runner RegisterBench(CLI::App& app);
 Runner RegisterServe(CLI::App& app);
 Runner RegisterPerplexity(CLI::App& app);
 Runner RegisterChat(CLI::App& app);
+Runner RegisterQuantize(CLI::App& app);
 
 }  // namespace rotor::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add(rotor::cli::RegisterServe);
   add(rotor::cli::RegisterPerplexity);
   add(rotor::cli::RegisterChat);
+  add(rotor::cli::RegisterQuantize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -362,6 +362,17 @@ Status GgufFile::Parser::Run() {
   return PlaceTensors();
 }
 
+void GgufFile::ReleasePages(const uint8_t* p, size_t n) const {
+  if (map_ == nullptr || n == 0) return;
+  const auto* base = static_cast<const uint8_t*>(map_);
+  if (p < base || p + n > base + map_size_) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t e = reinterpret_cast<uintptr_t>(p + n);
+  // Read-only MAP_PRIVATE pages were never written: dropping them loses nothing.
+  madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 GgufFile::~GgufFile() {
   if (map_ != nullptr) munmap(map_, map_size_);
 }

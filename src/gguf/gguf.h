@@ -174,6 +174,10 @@ class GgufFile {
   Result<std::vector<int64_t>> GetIntArray(std::string_view key) const;  // integer arrays
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
+  // Drops the mapping's pages under [p, p + n) from memory (Open only; a no-op
+  // for FromBytes); a later read faults them back in from the file. Lets a
+  // pass over every tensor (rotor quantize) stay near one tensor of memory.
+  void ReleasePages(const uint8_t* p, size_t n) const;
   const GgufTensor* FindTensor(std::string_view name) const;
 
  private:

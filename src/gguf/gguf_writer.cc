@@ -129,7 +129,7 @@ Status GgufWriter::Check(std::string_view name, DType type, const std::vector<in
 Status GgufWriter::AddTensor(std::string_view name, DType type, std::vector<int64_t> ne,
                              const void* data, size_t n_bytes) {
   RETURN_IF_ERROR(Check(name, type, ne, data, n_bytes));
-  Tensor t{std::string(name), type, std::move(ne), {}, nullptr, n_bytes};
+  Tensor t{std::string(name), type, std::move(ne), {}, nullptr, n_bytes, {}};
   const auto* p = static_cast<const uint8_t*>(data);
   t.owned.assign(p, p + n_bytes);
   t.data = t.owned.data();
@@ -141,7 +141,18 @@ Status GgufWriter::AddTensorView(std::string_view name, DType type, std::vector<
                                  const void* data, size_t n_bytes) {
   RETURN_IF_ERROR(Check(name, type, ne, data, n_bytes));
   tensors_.push_back(Tensor{
-      std::string(name), type, std::move(ne), {}, static_cast<const uint8_t*>(data), n_bytes});
+      std::string(name), type, std::move(ne), {}, static_cast<const uint8_t*>(data), n_bytes, {}});
+  return Status::Ok();
+}
+
+Status GgufWriter::AddTensorFilled(std::string_view name, DType type, std::vector<int64_t> ne,
+                                   size_t n_bytes, Filler fill) {
+  static const uint8_t kNoData = 0;  // Check wants a pointer; the bytes come from fill
+  RETURN_IF_ERROR(Check(name, type, ne, &kNoData, n_bytes));
+  if (!fill) return Errorf("gguf writer: tensor '{}': no fill function", name);
+  Tensor t{std::string(name), type, std::move(ne), {}, nullptr, n_bytes, {}};
+  t.fill = std::move(fill);
+  tensors_.push_back(std::move(t));
   return Status::Ok();
 }
 
@@ -184,8 +195,15 @@ Status GgufWriter::Emit(const Sink& sink) const {
   head.resize(AlignUp(head.size(), align), '\0');
   RETURN_IF_ERROR(sink(head.data(), head.size()));
   const std::string zeros(align, '\0');
+  std::vector<uint8_t> filled;  // [n_bytes] of the current AddTensorFilled tensor
   for (const Tensor& t : tensors_) {
-    RETURN_IF_ERROR(sink(t.data, t.n_bytes));
+    const uint8_t* data = t.data;
+    if (t.fill) {
+      if (filled.size() < t.n_bytes) filled = std::vector<uint8_t>(t.n_bytes);
+      RETURN_IF_ERROR(t.fill(filled.data()));
+      data = filled.data();
+    }
+    RETURN_IF_ERROR(sink(data, t.n_bytes));
     const size_t pad = AlignUp(t.n_bytes, align) - t.n_bytes;
     if (pad > 0) RETURN_IF_ERROR(sink(zeros.data(), pad));
   }

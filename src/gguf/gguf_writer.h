@@ -75,6 +75,12 @@ class GgufWriter {
                    size_t n_bytes);
   Status AddTensorView(std::string_view name, DType type, std::vector<int64_t> ne, const void* data,
                        size_t n_bytes);
+  // Adds a tensor whose bytes are produced while Write runs, in tensor order:
+  // fill(dst) writes all n_bytes to dst. One buffer of the largest such tensor
+  // is reused, so a file far larger than memory streams out (rotor quantize).
+  using Filler = std::function<Status(uint8_t* dst)>;
+  Status AddTensorFilled(std::string_view name, DType type, std::vector<int64_t> ne, size_t n_bytes,
+                         Filler fill);
   size_t tensor_count() const { return tensors_.size(); }
 
   // Writes a GGUF v3 file (to PATH.tmp, then renamed over PATH).
@@ -90,6 +96,7 @@ class GgufWriter {
     std::vector<uint8_t> owned;
     const uint8_t* data = nullptr;
     size_t n_bytes = 0;
+    Filler fill;  // AddTensorFilled: produces the bytes at write time
   };
   using Sink = std::function<Status(const void* p, size_t n)>;
 
