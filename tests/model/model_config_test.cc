@@ -49,8 +49,9 @@ Result<std::unique_ptr<Model>> LoadEdited(const std::string& path,
   w.CopyMetadata(**src);
   edit(w);
   for (const GgufTensor& t : (*src)->tensors())
-    if (std::find(drop.begin(), drop.end(), t.name) == drop.end())
+    if (std::find(drop.begin(), drop.end(), t.name) == drop.end()) {
       EXPECT_TRUE(w.AddTensorView(t.name, t.type, t.ne, t.data, t.n_bytes).ok());
+    }
   auto bytes = w.WriteToBytes();
   EXPECT_TRUE(bytes.ok());
   auto file = GgufFile::FromBytes(std::move(*bytes), "edited.gguf");
@@ -150,7 +151,9 @@ TEST(ModelConfig, Llama3FreqFactorsFollowTheLlama31Rule) {
   ASSERT_EQ(ff.size(), 32u);
   int n_one = 0, n_full = 0, n_mid = 0;
   for (size_t i = 0; i < ff.size(); ++i) {
-    if (i > 0) EXPECT_GE(ff[i], ff[i - 1]);
+    if (i > 0) {
+      EXPECT_GE(ff[i], ff[i - 1]);
+    }
     const double wavelen = 2 * M_PI * std::pow(500000.0, 2.0 * i / 64);
     if (wavelen < 8192.0 / 4) {
       EXPECT_EQ(ff[i], 1.0f) << i;
