@@ -1,5 +1,5 @@
-// Shared fixtures for the tokenizer tests: the real vocabularies (loaded once)
-// and a tiny in-memory SPM vocabulary.
+// Shared fixtures for the tokenizer tests: the real vocabularies (loaded once),
+// llama.cpp's test vectors and a tiny in-memory SPM vocabulary.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,47 @@ inline const Tokenizer* LoadTokenizer(const std::string& path) {
   return cache.back().second.get();
 }
 
+// llama.cpp's tokenizer test vectors: the .inp file holds the strings, each
+// followed by "\n__ggml_vocab_test__\n" (so the file ends with one); the .out
+// file one line of space-separated ids per string (no BOS).
+struct VocabTestCase {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+inline std::vector<VocabTestCase> LoadVocabTestCases(const std::string& base) {
+  const std::string inp = ReadFileBytes(base + ".inp");
+  const std::string out = ReadFileBytes(base + ".out");
+  constexpr std::string_view kSep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> texts;
+  size_t start = 0;
+  for (size_t pos; (pos = inp.find(kSep, start)) != std::string::npos; start = pos + kSep.size()) {
+    texts.push_back(inp.substr(start, pos - start));
+  }
+  EXPECT_EQ(start, inp.size()) << "text after the last separator";
+
+  std::vector<std::vector<int32_t>> lines;
+  start = 0;
+  for (size_t pos; (pos = out.find('\n', start)) != std::string::npos; start = pos + 1) {
+    std::vector<int32_t> ids;
+    std::istringstream line(out.substr(start, pos - start));
+    for (int32_t id; line >> id;) ids.push_back(id);
+    lines.push_back(std::move(ids));
+  }
+  EXPECT_EQ(start, out.size()) << "no newline at the end of " << base << ".out";
+  EXPECT_EQ(texts.size(), lines.size());
+  std::vector<VocabTestCase> cases;
+  for (size_t i = 0; i < texts.size() && i < lines.size(); ++i) {
+    cases.push_back({texts[i], lines[i]});
+  }
+  return cases;
+}
+
 inline const Tokenizer* LlamaSpm() {
   return LoadTokenizer(std::string(ROTOR_MODELS_DIR) + "/ggml-vocab-llama-spm.gguf");
+}
+inline const Tokenizer* Gpt2() {
+  return LoadTokenizer(std::string(ROTOR_TESTDATA_DIR) + "/ggml-vocab-gpt-2.gguf");
 }
 inline const Tokenizer* Stories260K() {
   return LoadTokenizer(std::string(ROTOR_MODELS_DIR) + "/stories260K.gguf");
