@@ -3,6 +3,7 @@
 #include <queue>
 #include <utility>
 
+#include "base/check.h"
 #include "tokenizer/byte_unicode.h"
 
 namespace rotor {
@@ -46,33 +47,75 @@ Result<std::unique_ptr<BpeModel>> BpeModel::Create(const Vocab& vocab, const Tok
   return model;
 }
 
+void BpeModel::MergeTable::Reserve(size_t n) {
+  size_t cap = 16;
+  while (cap < 2 * n) cap *= 2;
+  entries_.assign(cap, Entry{});
+  mask_ = cap - 1;
+  size_ = 0;
+}
+
+void BpeModel::MergeTable::Insert(uint64_t key, Merge merge) {
+  CHECK_LT(2 * size_, entries_.size());
+  for (size_t i = Slot(key);; i = (i + 1) & mask_) {
+    Entry& e = entries_[i];
+    if (e.key == key) return;
+    if (e.key == kEmpty) {
+      e = {key, merge};
+      ++size_;
+      return;
+    }
+  }
+}
+
 Status BpeModel::Build() {
-  std::unordered_map<std::string, int32_t> symbols;  // text -> symbol id
-  auto intern = [&](std::string text) {
-    auto [it, added] = symbols.try_emplace(std::move(text), static_cast<int32_t>(symbols.size()));
-    if (added) symbol_token_.push_back(index_.Find(it->first));
+  const std::vector<std::string>& merges = vocab_.merges;
+  // Two passes so that only views are hashed: first every text that appears
+  // as a side of a merge gets a symbol id; then each merge's result text gets
+  // the id of that same text as a side, or a fresh id if it is never a side
+  // (such a symbol takes part in no later merge, so it needs no identity
+  // beyond its token).
+  std::vector<uint32_t> spaces(merges.size());
+  std::unordered_map<std::string_view, int32_t> sides;
+  sides.reserve(merges.size() * 2);
+  auto intern = [&](std::string_view text) {
+    auto [it, added] = sides.try_emplace(text, static_cast<int32_t>(symbol_token_.size()));
+    if (added) symbol_token_.push_back(index_.Find(text));
     return it->second;
   };
-  merges_.reserve(vocab_.merges.size());
-  for (size_t i = 0; i < vocab_.merges.size(); ++i) {
-    const std::string& m = vocab_.merges[i];
+  for (size_t i = 0; i < merges.size(); ++i) {
     // "left right"; searching from 1 lets a left side be a lone space.
-    const size_t space = m.find(' ', 1);
+    const size_t space = merges[i].find(' ', 1);
     if (space == std::string::npos) {
       return Errorf("tokenizer: tokenizer.ggml.merges[{}] = '{}' is not two texts joined by a space",
-                    i, m);
+                    i, merges[i]);
     }
-    const int32_t left = intern(m.substr(0, space));
-    const int32_t right = intern(m.substr(space + 1));
-    const int32_t result = intern(m.substr(0, space) + m.substr(space + 1));
-    // A repeated pair keeps its first (lowest) rank, as in llama.cpp.
-    merges_.try_emplace(PairKey(left, right), Merge{static_cast<int32_t>(i), result});
+    spaces[i] = static_cast<uint32_t>(space);
+    const std::string_view m = merges[i];
+    intern(m.substr(0, space));
+    intern(m.substr(space + 1));
+  }
+  merges_.Reserve(merges.size());
+  std::string joined;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const std::string_view m = merges[i];
+    const std::string_view left = m.substr(0, spaces[i]), right = m.substr(spaces[i] + 1);
+    joined.assign(left);
+    joined.append(right);
+    int32_t result;
+    if (auto it = sides.find(joined); it != sides.end()) {
+      result = it->second;
+    } else {
+      result = static_cast<int32_t>(symbol_token_.size());
+      symbol_token_.push_back(index_.Find(joined));
+    }
+    merges_.Insert(PairKey(sides.at(left), sides.at(right)), Merge{static_cast<int32_t>(i), result});
   }
   const int32_t unk = vocab_.unk;
   for (int b = 0; b < 256; ++b) {
     const std::string_view text = ByteToUnicode(static_cast<uint8_t>(b));
-    auto it = symbols.find(std::string(text));
-    byte_symbol_[b] = it == symbols.end() ? -1 : it->second;
+    auto it = sides.find(text);
+    byte_symbol_[b] = it == sides.end() ? -1 : it->second;
     const int32_t id = index_.Find(text);
     byte_token_[b] = id >= 0 ? id : unk;
   }
@@ -123,9 +166,9 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
     if (left < 0 || right < 0) return;
     const int32_t l = symbols[left].id, r = symbols[right].id;
     if (l < 0 || r < 0) return;
-    auto it = merges_.find(PairKey(l, r));
-    if (it == merges_.end()) return;
-    queue.push({it->second.rank, left, right, l, r, it->second.result});
+    const Merge* m = merges_.Find(PairKey(l, r));
+    if (m == nullptr) return;
+    queue.push({m->rank, left, right, l, r, m->result});
   };
   for (int32_t i = 1; i < n; ++i) try_add(i - 1, i);
 

@@ -44,6 +44,35 @@ class BpeModel : public TokenizerModel {
     int32_t rank;
     int32_t result;  // symbol id of the joined text
   };
+  // PairKey(left, right) -> Merge, open addressing with linear probing: one
+  // flat array, no allocation per entry (Llama 3 has 280k merges).
+  class MergeTable {
+   public:
+    void Reserve(size_t n);
+    // Keeps the first merge of a pair (the lowest rank, as llama.cpp).
+    void Insert(uint64_t key, Merge merge);
+    const Merge* Find(uint64_t key) const {
+      for (size_t i = Slot(key);; i = (i + 1) & mask_) {
+        const Entry& e = entries_[i];
+        if (e.key == key) return &e.merge;
+        if (e.key == kEmpty) return nullptr;
+      }
+    }
+    size_t size() const { return size_; }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};  // no valid pair has both ids -1
+    struct Entry {
+      uint64_t key = kEmpty;
+      Merge merge{};
+    };
+    size_t Slot(uint64_t key) const {
+      return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & mask_;
+    }
+    std::vector<Entry> entries_;  // [power of two >= 2 * size]
+    size_t mask_ = 0;
+    size_t size_ = 0;
+  };
 
   BpeModel(const Vocab& vocab, const TokenIndex& index, PreTokenizer pre)
       : vocab_(vocab), index_(index), pre_(std::move(pre)) {}
@@ -60,8 +89,8 @@ class BpeModel : public TokenizerModel {
   PreTokenizer pre_;
   // Symbols are the distinct texts that take part in merges (either side or
   // result), numbered from 0, so merging compares integers, not strings.
-  std::unordered_map<uint64_t, Merge> merges_;  // PairKey(left, right) -> merge
-  std::vector<int32_t> symbol_token_;           // [n_symbols] token of the text, or -1
+  MergeTable merges_;
+  std::vector<int32_t> symbol_token_;  // [n_symbols] token of the text, or -1
   std::array<int32_t, 256> byte_symbol_;        // [byte] symbol of its 1-char text, or -1
   // The token of each byte's 1-char text; else <unk>; else -1 (dropped).
   std::array<int32_t, 256> byte_token_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rotor::testing {
@@ -87,6 +88,51 @@ inline const Tokenizer* LlamaSpm() {
 inline const Tokenizer* Gpt2() {
   return LoadTokenizer(std::string(ROTOR_TESTDATA_DIR) + "/ggml-vocab-gpt-2.gguf");
 }
+// A tokenizer from the keys a writer holds (in memory, no file).
+inline Result<std::unique_ptr<Tokenizer>> TokenizerFrom(const GgufWriter& w) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, w.WriteToBytes());
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::FromBytes(std::move(bytes)));
+  return Tokenizer::FromGguf(*file);
+}
+
+// A synthetic byte-level BPE vocabulary: the GPT-2 file's keys with
+// tokenizer.ggml.pre set to `pre` (unless empty: then removed) and `extra`
+// tokens appended after its 50257 (ids 50257, 50258, ...). BOS/EOS keys stay
+// 50256 unless the test sets them.
+inline GgufWriter Gpt2Based(std::string_view pre,
+                            const std::vector<std::pair<std::string, TokenType>>& extra = {}) {
+  GgufWriter w;
+  Result<std::unique_ptr<GgufFile>> src =
+      GgufFile::Open(std::string(ROTOR_TESTDATA_DIR) + "/ggml-vocab-gpt-2.gguf");
+  if (!src.ok()) {
+    ADD_FAILURE() << src.message();
+    return w;
+  }
+  w.CopyMetadata(**src);
+  if (pre.empty()) {
+    w.Remove("tokenizer.ggml.pre");
+  } else {
+    w.SetString("tokenizer.ggml.pre", pre);
+  }
+  if (!extra.empty()) {
+    Result<std::vector<std::string>> src_tokens = (*src)->GetStringArray("tokenizer.ggml.tokens");
+    Result<std::vector<int64_t>> src_types = (*src)->GetIntArray("tokenizer.ggml.token_type");
+    if (!src_tokens.ok() || !src_types.ok()) {
+      ADD_FAILURE() << "ggml-vocab-gpt-2.gguf: no tokens or token types";
+      return w;
+    }
+    std::vector<std::string> tokens = std::move(src_tokens).value();
+    std::vector<int32_t> types(src_types->begin(), src_types->end());
+    for (const auto& [text, type] : extra) {
+      tokens.push_back(text);
+      types.push_back(static_cast<int32_t>(type));
+    }
+    w.SetStringArray("tokenizer.ggml.tokens", tokens);
+    w.SetI32Array("tokenizer.ggml.token_type", types);
+  }
+  return w;
+}
+
 inline const Tokenizer* Stories260K() {
   return LoadTokenizer(std::string(ROTOR_MODELS_DIR) + "/stories260K.gguf");
 }
