@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -82,6 +83,25 @@ TEST(Bpe, AnyBytesRoundTrip) {
     for (char& c : s) c = static_cast<char>(rng() % 3 == 0 ? rng() % 256 : " ae'1\n\xC3\xA9"[rng() % 8]);
     ASSERT_EQ(tok->Decode(tok->Encode(s, false)), s);
   }
+}
+
+// A Tokenizer is shared by server threads: concurrent encodes agree.
+TEST(Bpe, ConcurrentEncodesAgree) {
+  const Tokenizer* tok = Gpt2();
+  ASSERT_NE(tok, nullptr);
+  const std::string text =
+      testing::ReadFileBytes(std::string(ROTOR_TESTDATA_DIR) + "/tinystories-valid-8k.txt") +
+      " caf\xC3\xA9 \xF0\x9F\xA6\x99 12345 \xFF";
+  const std::vector<int32_t> want = tok->Encode(text, false);
+  std::vector<std::vector<int32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 10; ++rep) got[t] = tok->Encode(text, false);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (const auto& ids : got) EXPECT_EQ(ids, want);
 }
 
 // Encoding 1 MB of text takes well under a second (a priority queue of
