@@ -87,8 +87,9 @@ Status BpeModel::Build() {
     // "left right"; searching from 1 lets a left side be a lone space.
     const size_t space = merges[i].find(' ', 1);
     if (space == std::string::npos) {
-      return Errorf("tokenizer: tokenizer.ggml.merges[{}] = '{}' is not two texts joined by a space",
-                    i, merges[i]);
+      return Errorf(
+          "tokenizer: tokenizer.ggml.merges[{}] = '{}' is not two texts joined by a space", i,
+          merges[i]);
     }
     spaces[i] = static_cast<uint32_t>(space);
     const std::string_view m = merges[i];
@@ -109,7 +110,8 @@ Status BpeModel::Build() {
       result = static_cast<int32_t>(symbol_token_.size());
       symbol_token_.push_back(index_.Find(joined));
     }
-    merges_.Insert(PairKey(sides.at(left), sides.at(right)), Merge{static_cast<int32_t>(i), result});
+    merges_.Insert(PairKey(sides.at(left), sides.at(right)),
+                   Merge{static_cast<int32_t>(i), result});
   }
   const int32_t unk = vocab_.unk;
   for (int b = 0; b < 256; ++b) {
@@ -161,7 +163,7 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
   std::vector<Bigram> storage;
   storage.reserve(word.size());
   std::priority_queue<Bigram, std::vector<Bigram>, BigramLess> queue(BigramLess{},
-                                                                      std::move(storage));
+                                                                     std::move(storage));
   auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const int32_t l = symbols[left].id, r = symbols[right].id;

@@ -90,8 +90,8 @@ class BpeModel : public TokenizerModel {
   // Symbols are the distinct texts that take part in merges (either side or
   // result), numbered from 0, so merging compares integers, not strings.
   MergeTable merges_;
-  std::vector<int32_t> symbol_token_;  // [n_symbols] token of the text, or -1
-  std::array<int32_t, 256> byte_symbol_;        // [byte] symbol of its 1-char text, or -1
+  std::vector<int32_t> symbol_token_;     // [n_symbols] token of the text, or -1
+  std::array<int32_t, 256> byte_symbol_;  // [byte] symbol of its 1-char text, or -1
   // The token of each byte's 1-char text; else <unk>; else -1 (dropped).
   std::array<int32_t, 256> byte_token_;
 };

@@ -18,7 +18,10 @@ constexpr std::array<std::string_view, 10> kEndOfTurn = {
     "<|end_of_text|>",  // Llama 3 base, Granite
     "<EOT>",
     "_<EOT>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",  // DeepSeek
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81"
+    "of\xE2\x96\x81"
+    "sentence\xEF\xBD\x9C>",  // DeepSeek
     "<end_of_utterance>",
 };
 constexpr std::string_view kEndOfMessage = "<|eom_id|>";  // Llama 3.1 tool calls

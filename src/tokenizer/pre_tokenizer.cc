@@ -40,8 +40,8 @@ const std::vector<PreTokenizerSpec>& Specs() {
                  "a.x-4.0"},
        .regexes = {kGpt2}},
       {.family = "llama3",
-       .names = {"llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral",
-                 "midm-2.0", "lfm2"},
+       .names = {"llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
+                 "lfm2"},
        .regexes = {kLlama3},
        .ignore_merges = true,
        .add_bos = true},
@@ -51,8 +51,7 @@ const std::vector<PreTokenizerSpec>& Specs() {
                  "solar-open"},
        .regexes = {kQwen2}},
       {.family = "smollm",
-       .names = {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
-                 "minerva-7b"},
+       .names = {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"},
        // Every digit alone first, then GPT-2 inside what is left.
        .regexes = {R"(\p{N})", kGpt2}},
       {.family = "falcon",
@@ -112,7 +111,8 @@ std::vector<std::string_view> PreTokenizer::Split(std::string_view text) const {
   }
   std::vector<std::string_view> words;
   words.reserve(ranges.size());
-  for (const UnicodeRegex::Range& r : ranges) words.push_back(text.substr(r.begin, r.end - r.begin));
+  for (const UnicodeRegex::Range& r : ranges)
+    words.push_back(text.substr(r.begin, r.end - r.begin));
   return words;
 }
 

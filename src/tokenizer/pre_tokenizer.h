@@ -21,8 +21,8 @@ namespace rotor {
 // One family of pre-tokenizers: its regexes (applied in turn, each splitting
 // the pieces of the one before) and what else the name implies.
 struct PreTokenizerSpec {
-  std::string_view family;                   // "llama3", "qwen2", "gpt2", ...
-  std::vector<std::string_view> names;       // tokenizer.ggml.pre values
+  std::string_view family;              // "llama3", "qwen2", "gpt2", ...
+  std::vector<std::string_view> names;  // tokenizer.ggml.pre values
   std::vector<std::string_view> regexes;
   // A word that is a vocabulary token as a whole is emitted without merges
   // (Llama 3: the merges do not reach some of its tokens).

@@ -198,11 +198,9 @@ Result<Vocab> VocabFromGguf(const GgufFile& file) {
     }
   }
   const bool add_bos_default = !bpe || FindPreTokenizer(vocab.pre)->add_bos;
-  ASSIGN_OR_RETURN(vocab.add_bos,
-                   ReadFlag(file, "tokenizer.ggml.add_bos_token", add_bos_default));
+  ASSIGN_OR_RETURN(vocab.add_bos, ReadFlag(file, "tokenizer.ggml.add_bos_token", add_bos_default));
   ASSIGN_OR_RETURN(vocab.add_eos, ReadFlag(file, "tokenizer.ggml.add_eos_token", false));
-  ASSIGN_OR_RETURN(vocab.add_space_prefix,
-                   ReadFlag(file, "tokenizer.ggml.add_space_prefix", !bpe));
+  ASSIGN_OR_RETURN(vocab.add_space_prefix, ReadFlag(file, "tokenizer.ggml.add_space_prefix", !bpe));
 
   RETURN_IF_ERROR(ValidateVocab(vocab));
   return vocab;

@@ -48,8 +48,7 @@ TEST(TokenizeCliTest, SpecialTokensOnlyWithTheFlag) {
   CliResult plain = RunRotor({"tokenize", "-m", Gpt2Vocab(), "-p", "<|endoftext|>"});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(plain.out, "[27, 91, 437, 1659, 5239, 91, 29]\n");
-  CliResult special =
-      RunRotor({"tokenize", "-m", Gpt2Vocab(), "-p", "<|endoftext|>", "--special"});
+  CliResult special = RunRotor({"tokenize", "-m", Gpt2Vocab(), "-p", "<|endoftext|>", "--special"});
   ASSERT_EQ(special.exit_code, 0) << special.err;
   EXPECT_EQ(special.out, "[50256]\n");
 
@@ -90,9 +89,9 @@ TEST(TokenizeCliTest, GenerateParsesSpecialTokensWithTheFlag) {
   CliResult synth = RunRotor({"synth", "-o", model, "--shape", "stories15m", "--layers", "1",
                               "--type", "q8_0", "--vocab-file", Gpt2Vocab(), "-t", "2"});
   ASSERT_EQ(synth.exit_code, 0) << synth.err;
-  const std::vector<std::string> common = {"generate", "-m",    model, "-p", "<|endoftext|>Once",
-                                           "-n",       "2",     "--temp", "0", "--ignore-eos",
-                                           "-t",       "2",     "-c",     "64"};
+  const std::vector<std::string> common = {"generate", "-m", model,    "-p", "<|endoftext|>Once",
+                                           "-n",       "2",  "--temp", "0",  "--ignore-eos",
+                                           "-t",       "2",  "-c",     "64"};
   CliResult plain = RunRotor(common);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_THAT(plain.err, HasSubstr("prompt 8 tokens"));

@@ -68,9 +68,19 @@ TEST(Bpe, AnyBytesRoundTrip) {
   const Tokenizer* tok = Gpt2();
   ASSERT_NE(tok, nullptr);
   const std::vector<std::string> inputs = {
-      "\xFF", "\xFF\xFE", "\x80\x80", "a\xC3", "\xE2\x96", "\xF0\x9F\xA6", "\xC3(",
-      "\xF8\x88\x80\x80\x80", std::string("a\0b", 3), "\xED\xA0\x80", "\xC0\xAF",
-      "caf\xC3\xA9 \xFF\xFEdon't", "   \x80   ",
+      "\xFF",
+      "\xFF\xFE",
+      "\x80\x80",
+      "a\xC3",
+      "\xE2\x96",
+      "\xF0\x9F\xA6",
+      "\xC3(",
+      "\xF8\x88\x80\x80\x80",
+      std::string("a\0b", 3),
+      "\xED\xA0\x80",
+      "\xC0\xAF",
+      "caf\xC3\xA9 \xFF\xFEdon't",
+      "   \x80   ",
   };
   for (const std::string& s : inputs) {
     const std::vector<int32_t> ids = tok->Encode(s, false);
@@ -80,7 +90,8 @@ TEST(Bpe, AnyBytesRoundTrip) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 300; ++trial) {
     std::string s(1 + rng() % 64, '\0');
-    for (char& c : s) c = static_cast<char>(rng() % 3 == 0 ? rng() % 256 : " ae'1\n\xC3\xA9"[rng() % 8]);
+    for (char& c : s)
+      c = static_cast<char>(rng() % 3 == 0 ? rng() % 256 : " ae'1\n\xC3\xA9"[rng() % 8]);
     ASSERT_EQ(tok->Decode(tok->Encode(s, false)), s);
   }
 }

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <string>
 #include <vector>
 
@@ -84,9 +83,9 @@ TEST(BpeVocab, Llama3StyleSplitsNumbersAndContractions) {
   EXPECT_EQ(tok->Decode(tok->Encode("I'M 12345", true)), "I'M 12345");
   Result<PreTokenizer> pre = PreTokenizer::Create("llama-bpe");
   ASSERT_TRUE(pre.ok());
-  for (std::string_view text :
-       {"I'm sure they'LL say 1234567 isn't 89.", "Ünïcödé wörds, 你好世界 and 🦙🦙!\n\n  x  ",
-        "line1\r\n\tline2   \n", "don't DON'T Don'T 'tis"}) {
+  for (std::string_view text : {"I'm sure they'LL say 1234567 isn't 89.",
+                                "Ünïcödé wörds, 你好世界 and 🦙🦙!\n\n  x  ",
+                                "line1\r\n\tline2   \n", "don't DON'T Don'T 'tis"}) {
     ExpectTokensRespectWords(*tok, *pre, text);
     EXPECT_EQ(tok->Decode(tok->Encode(text, true)), text);
   }

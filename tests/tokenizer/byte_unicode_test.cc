@@ -52,8 +52,11 @@ TEST(ByteUnicode, EncodeDecodeRoundTripsAnyBytes) {
 
 TEST(ByteUnicode, DecodeKeepsWhatIsNotMapped) {
   EXPECT_EQ(ByteDecode("\xE4\xB8\xAD"), "\xE4\xB8\xAD");  // U+4E2D stays itself
-  EXPECT_EQ(ByteDecode("a\xFF" "b"), "a\xFF" "b");         // invalid UTF-8 stays
-  EXPECT_EQ(ByteDecode("\xC4"), "\xC4");                   // cut character
+  EXPECT_EQ(ByteDecode("a\xFF"
+                       "b"),
+            "a\xFF"
+            "b");                         // invalid UTF-8 stays
+  EXPECT_EQ(ByteDecode("\xC4"), "\xC4");  // cut character
   EXPECT_EQ(ByteDecode(""), "");
 }
 

@@ -37,8 +37,8 @@ TEST(EndOfGeneration, PlainTextEndOfSentenceIsNotAStop) {
 TEST(EndOfGeneration, TextsFillEotAndEomAndBecomeControl) {
   Vocab v;
   v.model = "gpt2";
-  v.tokens = {"<|begin_of_text|>", "<|end_of_text|>", "x", "<|eom_id|>", "<|eot_id|>",
-              "<|im_end|>"};
+  v.tokens = {"<|begin_of_text|>", "<|end_of_text|>", "x",
+              "<|eom_id|>",        "<|eot_id|>",      "<|im_end|>"};
   v.eos = 1;
   // No types at all: the listed texts get control type, the others stay normal.
   EXPECT_EQ(FindEndOfGeneration(&v), (std::vector<int32_t>{1, 3, 4, 5}));

@@ -21,50 +21,58 @@ struct SplitCase {
 const std::vector<SplitCase>& Cases() {
   static const auto* cases = new std::vector<SplitCase>{
       // Llama 3: contractions in any case, split off the word before them.
-      {"llama-bpe", "I'm you're we've he'll she'd it's don't",
+      {"llama-bpe",
+       "I'm you're we've he'll she'd it's don't",
        {"I", "'m", " you", "'re", " we", "'ve", " he", "'ll", " she", "'d", " it", "'s", " don",
         "'t"}},
-      {"llama-bpe", "I'M YOU'RE WE'VE HE'LL SHE'D IT'S DON'T",
+      {"llama-bpe",
+       "I'M YOU'RE WE'VE HE'LL SHE'D IT'S DON'T",
        {"I", "'M", " YOU", "'RE", " WE", "'VE", " HE", "'LL", " SHE", "'D", " IT", "'S", " DON",
         "'T"}},
       // ... which also cut a word that merely starts like one.
       {"llama-bpe", "'tis 'S", {"'t", "is", " '", "S"}},
       // Numbers: groups of up to three digits from the left, no leading space.
-      {"llama-bpe", "1 12 123 1234 12345 1234567",
+      {"llama-bpe",
+       "1 12 123 1234 12345 1234567",
        {"1", " ", "12", " ", "123", " ", "123", "4", " ", "123", "45", " ", "123", "456", "7"}},
-      {"llama-bpe", "3.14159, 2024-01-31",
+      {"llama-bpe",
+       "3.14159, 2024-01-31",
        {"3", ".", "141", "59", ",", " ", "202", "4", "-", "01", "-", "31"}},
-      {"llama-bpe", "hello123world $100 ...!!",
-       {"hello", "123", "world", " $", "100", " ...!!"}},
+      {"llama-bpe", "hello123world $100 ...!!", {"hello", "123", "world", " $", "100", " ...!!"}},
       // Letters of any script; Arabic-Indic digits are digits. A combining
       // mark (U+0301) is not a letter: it ends the word.
-      {"llama-bpe", "na\xC3\xAFve cafe\xCC\x81 \xC3\x85ngstr\xC3\xB6m",
+      {"llama-bpe",
+       "na\xC3\xAFve cafe\xCC\x81 \xC3\x85ngstr\xC3\xB6m",
        {"na\xC3\xAFve", " cafe", "\xCC\x81", " \xC3\x85ngstr\xC3\xB6m"}},
-      {"llama-bpe", "Привет мир Ελληνικά ٣٤٥٦٧",
-       {"Привет", " мир", " Ελληνικά", " ", "٣٤٥", "٦٧"}},
+      {"llama-bpe", "Привет мир Ελληνικά ٣٤٥٦٧", {"Привет", " мир", " Ελληνικά", " ", "٣٤٥", "٦٧"}},
       // CJK runs are one word; a full-width comma leads the next one.
       {"llama-bpe", "你好世界，欢迎！", {"你好世界", "，欢迎", "！"}},
       // Emoji (with a skin-tone modifier) are symbols: one run with its space.
       {"llama-bpe", "Hi 👋🏽 there 🦙!", {"Hi", " 👋🏽", " there", " 🦙!"}},
       // Whitespace: the last space joins the next word; trailing runs stay whole.
       {"llama-bpe", "a  b   c    ", {"a", " ", " b", "  ", " c", "    "}},
-      {"llama-bpe", "line1\n\nline2\r\n  indented\n",
+      {"llama-bpe",
+       "line1\n\nline2\r\n  indented\n",
        {"line", "1", "\n\n", "line", "2", "\r\n", " ", " indented", "\n"}},
       {"llama-bpe", "\tx\t\t y", {"\tx", "\t\t", " y"}},
       {"llama-bpe", "", {}},
       // Qwen 2: Llama 3 with single digits.
-      {"qwen2", "I'M don't 12345 x1y",
+      {"qwen2",
+       "I'M don't 12345 x1y",
        {"I", "'M", " don", "'t", " ", "1", "2", "3", "4", "5", " x", "1", "y"}},
       {"qwen2", "你好 123 ab  \n", {"你好", " ", "1", "2", "3", " ab", "  \n"}},
       // GPT-2: lower-case contractions only; digit runs with a leading space.
-      {"gpt-2", "I'M don't it's HE'S 12345  a",
+      {"gpt-2",
+       "I'M don't it's HE'S 12345  a",
        {"I", "'", "M", " don", "'t", " it", "'s", " HE", "'", "S", " 12345", " ", " a"}},
       {"gpt-2", "Hello, world!  \n", {"Hello", ",", " world", "!", "  \n"}},
       // SmolLM: every digit alone, then GPT-2.
-      {"smollm", "abc123 4567x don't",
+      {"smollm",
+       "abc123 4567x don't",
        {"abc", "1", "2", "3", " ", "4", "5", "6", "7", "x", " don", "'t"}},
       // llama.cpp's default: punctuation first, then GPT-2, then digit groups.
-      {"default", "Hello, world! 12345 $x",
+      {"default",
+       "Hello, world! 12345 $x",
        {"Hello", ",", " world", "!", " ", "123", "45", " ", "$", "x"}},
   };
   return *cases;
@@ -118,8 +126,16 @@ std::string Join(const std::vector<std::string_view>& words) {
 TEST(PreTokenizer, WordsCoverAnyBytes) {
   std::mt19937 rng(7);
   const std::vector<std::string> samples = {
-      "\xFF", "a\x80" "b", "\xC3", "x\xE2\x82", "\xED\xA0\x80!", "  \xF0\x9F\xA6\x99\xF0\x9F",
-      "don\xC3't", std::string("a\0b\0\0 c", 7), "\xC0\xAF\xF8\x88\x80\x80\x80",
+      "\xFF",
+      "a\x80"
+      "b",
+      "\xC3",
+      "x\xE2\x82",
+      "\xED\xA0\x80!",
+      "  \xF0\x9F\xA6\x99\xF0\x9F",
+      "don\xC3't",
+      std::string("a\0b\0\0 c", 7),
+      "\xC0\xAF\xF8\x88\x80\x80\x80",
   };
   for (const char* name : {"llama-bpe", "qwen2", "gpt-2", "smollm", "default", "falcon"}) {
     Result<PreTokenizer> pre = PreTokenizer::Create(name);

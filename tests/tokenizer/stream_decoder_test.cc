@@ -106,7 +106,8 @@ TEST(StreamDecoder, BpeSplitsCharactersAcrossTokens) {
   for (int32_t id : ids) {
     const std::string piece = tok->TokenToPiece(id);
     std::string valid;
-    if (AppendValidUtf8(piece, /*final=*/false, &valid) != piece.size() || valid != piece) ++partial;
+    if (AppendValidUtf8(piece, /*final=*/false, &valid) != piece.size() || valid != piece)
+      ++partial;
   }
   EXPECT_GT(partial, 0);
   StreamDecoder dec(*tok);

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gguf/gguf.h"

@@ -53,7 +53,10 @@ TEST(UnicodeRegex, InvalidUtf8IsNeverLost) {
   Result<UnicodeRegex> re = UnicodeRegex::Compile(R"([^\s\p{L}]+|\p{L}+)");
   ASSERT_TRUE(re.ok());
   // An invalid byte matches nothing: it stays in a gap of its own.
-  EXPECT_EQ(Pieces(*re, "ab\xFF" "cd"), (std::vector<std::string>{"ab", "\xFF", "cd"}));
+  EXPECT_EQ(Pieces(*re,
+                   "ab\xFF"
+                   "cd"),
+            (std::vector<std::string>{"ab", "\xFF", "cd"}));
   EXPECT_EQ(Pieces(*re, "\xC3"), (std::vector<std::string>{"\xC3"}));
   EXPECT_EQ(Pieces(*re, "!!\x80\x80!!"), (std::vector<std::string>{"!!", "\x80\x80", "!!"}));
 }
