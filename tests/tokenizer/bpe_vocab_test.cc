@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,31 @@ TEST(BpeVocab, Llama3StyleSplitsNumbersAndContractions) {
                                 "line1\r\n\tline2   \n", "don't DON'T Don'T 'tis"}) {
     ExpectTokensRespectWords(*tok, *pre, text);
     EXPECT_EQ(tok->Decode(tok->Encode(text, true)), text);
+  }
+}
+
+// Random text with special-token texts and broken UTF-8 in it: with
+// parse_special the specials come out as their ids and the rest round-trips;
+// without it everything is plain text and round-trips.
+TEST(BpeVocab, RandomTextRoundTripsWithAndWithoutSpecials) {
+  for (std::string_view pre : {"llama-bpe", "qwen2", "smollm"}) {
+    auto tok = Make(Gpt2Based(pre, ChatTokens()));
+    ASSERT_NE(tok, nullptr);
+    std::mt19937 rng(5);
+    const std::vector<std::string> parts = {
+        "<|eot_id|>", "<|im_start|>", "Hello", " world",   "'S",           "123456",
+        "\n\n",       "  ",           "\t",    "\xC3\xA9", "\xE4\xBD\xA0", "\xF0\x9F\xA6\x99",
+        "\xFF",       "\xC3",         "<|",    "|>",       "zqxj"};
+    for (int trial = 0; trial < 200; ++trial) {
+      std::string text;
+      const int n = 1 + static_cast<int>(rng() % 12);
+      for (int i = 0; i < n; ++i) text += parts[rng() % parts.size()];
+      const std::vector<int32_t> plain = tok->Encode(text, false);
+      ASSERT_EQ(tok->Decode(plain), text) << pre;
+      for (int32_t id : plain) ASSERT_FALSE(tok->IsControl(id)) << pre << ": " << text;
+      const std::vector<int32_t> parsed = tok->Encode(text, false, /*parse_special=*/true);
+      ASSERT_EQ(tok->Decode(parsed, /*special=*/true), text) << pre;
+    }
   }
 }
 
