@@ -1,6 +1,7 @@
 #include "tokenizer/bpe.h"
 
 #include <queue>
+#include <unordered_map>
 #include <utility>
 
 #include "base/check.h"

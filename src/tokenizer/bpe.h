@@ -12,7 +12,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
@@ -36,7 +35,7 @@ class BpeModel : public TokenizerModel {
   std::string Piece(int32_t id) const override;
 
   const PreTokenizer& pre_tokenizer() const { return pre_; }
-  size_t n_merges() const { return merges_.size(); }
+  size_t n_merges() const { return merges_.size(); }  // distinct (left, right) pairs
 
  private:
   // Where a merge of two adjacent symbols leads.
