@@ -100,6 +100,8 @@ Runner RegisterGenerate(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   sub->add_flag("!--no-bos", a->gen.add_bos, "do not add the BOS token");
+  sub->add_flag("--special", a->gen.parse_special,
+                "parse special-token texts in the prompt (<|im_start|>, <s>) as those tokens");
   sub->add_option("--progress", a->progress,
                   "every N generated tokens, print tok/s and resident memory to stderr")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));

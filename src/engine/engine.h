@@ -31,6 +31,9 @@ struct EngineOptions {
 struct GenerateOptions {
   std::string prompt;
   bool add_bos = true;
+  // Control-token texts in the prompt ("<|im_start|>", "<|eot_id|>") become
+  // those tokens; otherwise they are ordinary text (CLI --special).
+  bool parse_special = false;
   int n_predict = 256;           // -1 = until end of generation or a full context
   SamplingParams sampling;
   std::vector<std::string> stop;

@@ -47,7 +47,8 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
   s->options = std::move(request.options);
   s->callback = std::move(callback);
   s->result.prompt_tokens = request.tokens.empty()
-                                ? engine_.tokenizer().Encode(request.prompt, s->options.add_bos)
+                                ? engine_.tokenizer().Encode(request.prompt, s->options.add_bos,
+                                                             s->options.parse_special)
                                 : std::move(request.tokens);
   const int64_t n_prompt = static_cast<int64_t>(s->result.prompt_tokens.size());
   if (n_prompt == 0) return Status::Error("generate: the prompt is empty");

@@ -23,7 +23,7 @@ namespace rotor {
 using SeqId = int64_t;
 
 struct SeqRequest {
-  std::string prompt;              // tokenized with options.add_bos, unless tokens is set
+  std::string prompt;              // tokenized with options.add_bos and parse_special, unless tokens is set
   std::vector<int32_t> tokens;
   GenerateOptions options;         // prefill_step is the scheduler's
 };

@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "gguf/gguf.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/eog.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/utf8.h"
 
@@ -18,18 +20,27 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(Vocab vocab) {
   RETURN_IF_ERROR(ValidateVocab(vocab));
-  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(vocab)));
+  std::unique_ptr<Tokenizer> tok(new Tokenizer(std::move(vocab)));
+  RETURN_IF_ERROR(tok->Init());
+  return tok;
 }
 
-Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
+Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
+
+Status Tokenizer::Init() {
   const size_t n = vocab_.tokens.size();
   // An empty text could never be typed or matched; llama.cpp renames it.
   for (size_t i = 0; i < n; ++i) {
     if (vocab_.tokens[i].empty()) vocab_.tokens[i] = fmt::format("[EMPTY_{}]", i);
   }
+  // Before anything reads token types: it may turn end-of-turn tokens into control.
+  eog_ids_ = FindEndOfGeneration(&vocab_);
   index_ = TokenIndex(vocab_.tokens);
-  // ValidateVocab accepted only SPM; a BPE model is chosen here by vocab_.model.
-  model_ = std::make_unique<SpmModel>(vocab_, index_);
+  if (vocab_.model == kBpeModelName) {
+    ASSIGN_OR_RETURN(model_, BpeModel::Create(vocab_, index_));
+  } else {
+    model_ = std::make_unique<SpmModel>(vocab_, index_);
+  }
   pieces_.reserve(n);
   for (size_t i = 0; i < n; ++i) pieces_.push_back(model_->Piece(static_cast<int32_t>(i)));
 
@@ -44,6 +55,7 @@ Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
   std::stable_sort(special_ids_.begin(), special_ids_.end(), [&](int32_t a, int32_t b) {
     return vocab_.tokens[a].size() > vocab_.tokens[b].size();
   });
+  return Status::Ok();
 }
 
 std::string_view Tokenizer::TokenText(int32_t id) const {

@@ -1,4 +1,6 @@
-// Text <-> token ids for Llama-family GGUF models, matching llama.cpp.
+// Text <-> token ids for Llama-family GGUF models, matching llama.cpp:
+// SentencePiece (tokenizer.ggml.model "llama") and byte-level BPE ("gpt2":
+// Llama 3, Qwen 2, SmolLM, GPT-2).
 //
 //   ASSIGN_OR_RETURN(auto tok, Tokenizer::FromGguf(*gguf));
 //   std::vector<int32_t> ids = tok->Encode("Once upon a time", /*add_special=*/true);
@@ -7,6 +9,7 @@
 //   fputs(out.Flush().c_str(), stdout);
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -26,9 +29,11 @@ class GgufFile;
 // threads. Not movable (the model refers to the vocabulary); hold it by pointer.
 class Tokenizer {
  public:
-  // From the tokenizer.ggml.* keys; errors name the key and the value.
+  // From the tokenizer.ggml.* keys; errors name the key and the value. Works
+  // on vocabulary-only files (no tensors).
   static Result<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
-  // From a vocabulary built in memory (tests, converters).
+  // From a vocabulary built in memory (tests, converters). The vocabulary is
+  // completed as FindEndOfGeneration (eog.h) describes.
   static Result<std::unique_ptr<Tokenizer>> FromVocab(Vocab vocab);
 
   Tokenizer(const Tokenizer&) = delete;
@@ -36,9 +41,11 @@ class Tokenizer {
 
   // Text -> ids (llama.cpp's llama_tokenize). `add_special`: BOS in front if the
   // vocabulary's add_bos_token, EOS at the end if its add_eos_token.
-  // `parse_special`: text such as "<s>" becomes the control token; otherwise
-  // only user-defined tokens are matched as whole tokens. Never fails: bytes
-  // without a token (including invalid UTF-8) become byte tokens.
+  // `parse_special`: text such as "<s>" or "<|im_start|>" becomes the control
+  // token; otherwise control texts are ordinary text (BPE splits
+  // "<|endoftext|>" into "<", "|", "endoftext", ...) and only user-defined
+  // tokens are matched as whole tokens. Never fails: every byte is encoded,
+  // invalid UTF-8 included (SPM byte tokens; BPE byte-level symbols).
   std::vector<int32_t> Encode(std::string_view text, bool add_special,
                               bool parse_special = false) const;
   // Encode for text made of pieces of which only some may hold special tokens
@@ -64,7 +71,8 @@ class Tokenizer {
   // may be invalid UTF-8 (use StreamDecoder for display).
   std::string Decode(std::span<const int32_t> ids, bool special = false) const;
 
-  // The bytes of one token: "▁" -> ' ', <0xNN> -> that byte. Control and unknown
+  // The bytes of one token: SPM "▁" -> ' ', <0xNN> -> that byte; BPE "Ġ" -> ' ',
+  // every mapped character back to its byte (byte_unicode.h). Control and unknown
   // tokens give "" unless `special` (then their text, e.g. "<s>"); unused ones
   // always "". Out-of-range ids give "".
   std::string TokenToPiece(int32_t id, bool special = false) const {
@@ -83,21 +91,28 @@ class Tokenizer {
   int32_t eos() const { return vocab_.eos; }
   int32_t unk() const { return vocab_.unk; }
   int32_t pad() const { return vocab_.pad; }
+  int32_t eot() const { return vocab_.eot; }  // -1: none
+  int32_t eom() const { return vocab_.eom; }
   int32_t n_vocab() const { return static_cast<int32_t>(vocab_.tokens.size()); }
   bool add_bos() const { return vocab_.add_bos; }
   bool add_eos() const { return vocab_.add_eos; }
   bool add_space_prefix() const { return vocab_.add_space_prefix; }
   const std::string& model_name() const { return vocab_.model; }
+  const std::string& pre() const { return vocab_.pre; }  // BPE pre-tokenizer name
   const Vocab& vocab() const { return vocab_; }
 
-  // EOS, EOT or EOM: generation stops here.
+  // Generation stops here: EOS, EOT, EOM, or a token with an end-of-turn text
+  // such as <|eot_id|>, <|im_end|>, <|endoftext|>, <end_of_turn> (eog.h).
   bool IsEndOfGeneration(int32_t id) const {
-    return id >= 0 && (id == vocab_.eos || id == vocab_.eot || id == vocab_.eom);
+    return std::binary_search(eog_ids_.begin(), eog_ids_.end(), id);
   }
+  // Every end-of-generation id, sorted.
+  std::span<const int32_t> eog_ids() const { return eog_ids_; }
   bool IsControl(int32_t id) const { return Type(id) == TokenType::kControl; }
 
  private:
   explicit Tokenizer(Vocab vocab);
+  Status Init();
 
   // A piece of the input: raw text (id -1) or an already matched special token.
   struct Fragment {
@@ -111,6 +126,7 @@ class Tokenizer {
   std::unique_ptr<TokenizerModel> model_;
   std::vector<std::string> pieces_;   // [n_vocab] model_->Piece(id)
   std::vector<int32_t> special_ids_;  // control, unknown, user-defined; longest text first
+  std::vector<int32_t> eog_ids_;      // sorted
 };
 
 // Turns a stream of ids into printable text: returns only complete UTF-8

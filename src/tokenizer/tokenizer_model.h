@@ -1,5 +1,5 @@
 // The algorithm behind a Tokenizer, one per tokenizer.ggml.model ("llama" =
-// SentencePiece today; byte-level BPE goes beside it). The Tokenizer owns the
+// SentencePiece, spm.h; "gpt2" = byte-level BPE, bpe.h). The Tokenizer owns the
 // vocabulary, special tokens, BOS/EOS and decoding policy; a model only turns
 // plain-text fragments into ids and ids into bytes.
 #pragma once

@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "gguf/gguf.h"
+#include "tokenizer/pre_tokenizer.h"
 
 namespace rotor {
 
@@ -14,6 +15,21 @@ constexpr std::string_view kKeyModel = "tokenizer.ggml.model";
 constexpr std::string_view kKeyTokens = "tokenizer.ggml.tokens";
 constexpr std::string_view kKeyScores = "tokenizer.ggml.scores";
 constexpr std::string_view kKeyTypes = "tokenizer.ggml.token_type";
+constexpr std::string_view kKeyPre = "tokenizer.ggml.pre";
+constexpr std::string_view kKeyMerges = "tokenizer.ggml.merges";
+
+Status CheckModel(const Vocab& vocab) {
+  if (vocab.model == kSpmModelName) return Status::Ok();
+  if (vocab.model != kBpeModelName) {
+    return Errorf("tokenizer: {} '{}' is not supported (supported: '{}', '{}')", kKeyModel,
+                  vocab.model, kSpmModelName, kBpeModelName);
+  }
+  if (FindPreTokenizer(vocab.pre) == nullptr) {
+    return Errorf("tokenizer: {} '{}' is not supported (supported: {})", kKeyPre, vocab.pre,
+                  SupportedPreTokenizers());
+  }
+  return Status::Ok();
+}
 
 Status CheckSpecialId(std::string_view name, int32_t id, size_t n_vocab) {
   if (id < -1 || (id >= 0 && static_cast<size_t>(id) >= n_vocab)) {
@@ -67,10 +83,7 @@ std::string_view TokenTypeName(TokenType type) {
 }
 
 Status ValidateVocab(const Vocab& vocab) {
-  if (vocab.model != kSpmModelName) {
-    return Errorf("tokenizer: {} '{}' is not supported (supported: '{}')", kKeyModel, vocab.model,
-                  kSpmModelName);
-  }
+  RETURN_IF_ERROR(CheckModel(vocab));
   const size_t n = vocab.tokens.size();
   if (n == 0) return Errorf("tokenizer: {} is empty", kKeyTokens);
   if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
@@ -111,10 +124,23 @@ Result<Vocab> VocabFromGguf(const GgufFile& file) {
     if (!model.ok()) return model.status().WithContext("tokenizer");
     vocab.model = std::move(model).value();
   }
-  if (vocab.model != kSpmModelName) {
-    return Errorf("tokenizer: {} '{}' is not supported (supported: '{}')", kKeyModel, vocab.model,
-                  kSpmModelName);
+  const bool bpe = vocab.model == kBpeModelName;
+  if (bpe) {
+    if (file.Has(kKeyPre)) {
+      Result<std::string> pre = file.GetString(kKeyPre);
+      if (!pre.ok()) return pre.status().WithContext("tokenizer");
+      vocab.pre = std::move(pre).value();
+    } else {
+      Log(LogLevel::kWarn, "tokenizer: {} is missing; using the '{}' pre-tokenizer", kKeyPre,
+          kDefaultPreTokenizer);
+      vocab.pre = kDefaultPreTokenizer;
+    }
+    if (!file.Has(kKeyMerges)) return Errorf("tokenizer: missing key {}", kKeyMerges);
+    Result<std::vector<std::string>> merges = file.GetStringArray(kKeyMerges);
+    if (!merges.ok()) return merges.status().WithContext("tokenizer");
+    vocab.merges = std::move(merges).value();
   }
+  RETURN_IF_ERROR(CheckModel(vocab));
 
   if (!file.Has(kKeyTokens)) return Errorf("tokenizer: missing key {}", kKeyTokens);
   {
@@ -151,9 +177,11 @@ Result<Vocab> VocabFromGguf(const GgufFile& file) {
     }
   }
 
-  ASSIGN_OR_RETURN(vocab.bos, ReadSpecialId(file, "tokenizer.ggml.bos_token_id", 1, n));
-  ASSIGN_OR_RETURN(vocab.eos, ReadSpecialId(file, "tokenizer.ggml.eos_token_id", 2, n));
-  ASSIGN_OR_RETURN(vocab.unk, ReadSpecialId(file, "tokenizer.ggml.unknown_token_id", 0, n));
+  // llama.cpp's defaults for absent ids differ by model.
+  ASSIGN_OR_RETURN(vocab.bos, ReadSpecialId(file, "tokenizer.ggml.bos_token_id", bpe ? 11 : 1, n));
+  ASSIGN_OR_RETURN(vocab.eos, ReadSpecialId(file, "tokenizer.ggml.eos_token_id", bpe ? 11 : 2, n));
+  ASSIGN_OR_RETURN(vocab.unk,
+                   ReadSpecialId(file, "tokenizer.ggml.unknown_token_id", bpe ? -1 : 0, n));
   ASSIGN_OR_RETURN(vocab.eot, ReadSpecialId(file, "tokenizer.ggml.eot_token_id", -1, n));
   ASSIGN_OR_RETURN(vocab.eom, ReadSpecialId(file, "tokenizer.ggml.eom_token_id", -1, n));
   {
@@ -169,9 +197,10 @@ Result<Vocab> VocabFromGguf(const GgufFile& file) {
       vocab.pad = -1;
     }
   }
-  ASSIGN_OR_RETURN(vocab.add_bos, ReadFlag(file, "tokenizer.ggml.add_bos_token", true));
+  const bool add_bos_default = !bpe || FindPreTokenizer(vocab.pre)->add_bos;
+  ASSIGN_OR_RETURN(vocab.add_bos, ReadFlag(file, "tokenizer.ggml.add_bos_token", add_bos_default));
   ASSIGN_OR_RETURN(vocab.add_eos, ReadFlag(file, "tokenizer.ggml.add_eos_token", false));
-  ASSIGN_OR_RETURN(vocab.add_space_prefix, ReadFlag(file, "tokenizer.ggml.add_space_prefix", true));
+  ASSIGN_OR_RETURN(vocab.add_space_prefix, ReadFlag(file, "tokenizer.ggml.add_space_prefix", !bpe));
 
   RETURN_IF_ERROR(ValidateVocab(vocab));
   return vocab;

@@ -31,12 +31,17 @@ std::string_view TokenTypeName(TokenType type);
 // `text` is not of that form.
 int ParseByteToken(std::string_view text);
 
-// tokenizer.ggml.model: "llama" is SentencePiece (SPM). "gpt2" (byte-level BPE)
-// is recognised but not implemented yet.
+// tokenizer.ggml.model: "llama" is SentencePiece (SPM), "gpt2" byte-level BPE.
 inline constexpr std::string_view kSpmModelName = "llama";
+inline constexpr std::string_view kBpeModelName = "gpt2";
 
 struct Vocab {
   std::string model{kSpmModelName};
+  // tokenizer.ggml.pre: the BPE pre-tokenizer ("llama-bpe", "qwen2", ...; see
+  // pre_tokenizer.h). Unused by SPM.
+  std::string pre{"default"};
+  // tokenizer.ggml.merges, BPE only: "left right" texts, rank = index.
+  std::vector<std::string> merges;
   std::vector<std::string> tokens;  // [n_vocab] raw token texts ("▁the", "<0x0A>", "<s>")
   std::vector<float> scores;        // [n_vocab] or empty (all 0)
   std::vector<TokenType> types;     // [n_vocab] or empty (all normal)
@@ -53,13 +58,17 @@ struct Vocab {
 };
 
 // Checks sizes, special ids and token texts. Errors start with "tokenizer: ".
-// A model name other than "llama" is an error naming it.
+// A model name other than "llama" or "gpt2", or (gpt2) an unknown pre-tokenizer,
+// is an error naming it.
 Status ValidateVocab(const Vocab& vocab);
 
-// Reads tokenizer.ggml.{model, tokens, scores, token_type, bos_token_id,
-// eos_token_id, unknown_token_id, padding_token_id, eot_token_id, eom_token_id,
-// add_bos_token, add_eos_token, add_space_prefix} with llama.cpp's defaults for
-// absent keys. Validates the result (ValidateVocab) so a bad file is an error
+// Reads tokenizer.ggml.{model, pre, tokens, scores, token_type, merges,
+// bos_token_id, eos_token_id, unknown_token_id, padding_token_id, eot_token_id,
+// eom_token_id, add_bos_token, add_eos_token, add_space_prefix} with llama.cpp's
+// defaults for absent keys, which depend on the model: SPM bos 1, eos 2, unk 0,
+// add_bos, space prefix; BPE bos = eos = 11, no unk, no space prefix, add_bos
+// only for Llama-3-style pre-tokenizers; an absent pre is "default" (with a
+// warning, as in llama.cpp). Validates the result (ValidateVocab) so a bad file is an error
 // naming the key and the value.
 Result<Vocab> VocabFromGguf(const GgufFile& file);
 

@@ -14,43 +14,9 @@ namespace {
 
 using testing::kTinyFirstNormal;
 using testing::LlamaSpm;
+using testing::LoadVocabTestCases;
 using testing::TinyVocab;
-
-// llama.cpp's tokenizer test vectors: the .inp file holds the strings, each
-// followed by "\n__ggml_vocab_test__\n" (so the file ends with one); the .out
-// file one line of space-separated ids per string (no BOS).
-struct VocabTestCase {
-  std::string text;
-  std::vector<int32_t> ids;
-};
-
-std::vector<VocabTestCase> LoadVocabTestCases(const std::string& base) {
-  const std::string inp = testing::ReadFileBytes(base + ".inp");
-  const std::string out = testing::ReadFileBytes(base + ".out");
-  constexpr std::string_view kSep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> texts;
-  size_t start = 0;
-  for (size_t pos; (pos = inp.find(kSep, start)) != std::string::npos; start = pos + kSep.size()) {
-    texts.push_back(inp.substr(start, pos - start));
-  }
-  EXPECT_EQ(start, inp.size()) << "text after the last separator";
-
-  std::vector<std::vector<int32_t>> lines;
-  start = 0;
-  for (size_t pos; (pos = out.find('\n', start)) != std::string::npos; start = pos + 1) {
-    std::vector<int32_t> ids;
-    std::istringstream line(out.substr(start, pos - start));
-    for (int32_t id; line >> id;) ids.push_back(id);
-    lines.push_back(std::move(ids));
-  }
-  EXPECT_EQ(start, out.size()) << "no newline at the end of " << base << ".out";
-  EXPECT_EQ(texts.size(), lines.size());
-  std::vector<VocabTestCase> cases;
-  for (size_t i = 0; i < texts.size() && i < lines.size(); ++i) {
-    cases.push_back({texts[i], lines[i]});
-  }
-  return cases;
-}
+using testing::VocabTestCase;
 
 const std::vector<VocabTestCase>& LlamaSpmCases() {
   static const auto* cases = new std::vector<VocabTestCase>(

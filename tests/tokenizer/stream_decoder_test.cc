@@ -2,10 +2,12 @@
 
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace rotor {
 namespace {
 
+using testing::Gpt2;
 using testing::LlamaSpm;
 
 const std::string kFffd = "\xEF\xBF\xBD";
@@ -90,6 +92,50 @@ TEST(StreamDecoder, AllVectorsStreamLikeDecode) {
     all += dec.Flush();
     EXPECT_EQ(all, text);
   }
+}
+
+// Byte-level BPE: a multi-byte character split across tokens comes out only
+// once complete.
+TEST(StreamDecoder, BpeSplitsCharactersAcrossTokens) {
+  const Tokenizer* tok = Gpt2();
+  ASSERT_NE(tok, nullptr);
+  const std::string text = "Hi \xF0\x9F\xA6\x99 \xE4\xBD\xA0\xE5\xA5\xBD \xC3\xA9t\xC3\xA9!";
+  const std::vector<int32_t> ids = tok->Encode(text, false);
+  // Some token carries part of a character only (GPT-2 has no token for the emoji).
+  int partial = 0;
+  for (int32_t id : ids) {
+    const std::string piece = tok->TokenToPiece(id);
+    std::string valid;
+    if (AppendValidUtf8(piece, /*final=*/false, &valid) != piece.size() || valid != piece)
+      ++partial;
+  }
+  EXPECT_GT(partial, 0);
+  StreamDecoder dec(*tok);
+  std::string all;
+  for (int32_t id : ids) {
+    const std::string out = dec.Push(id);
+    std::string check;
+    // Everything released is complete, valid UTF-8.
+    EXPECT_EQ(AppendValidUtf8(out, /*final=*/false, &check), out.size());
+    EXPECT_EQ(check, out);
+    all += out;
+  }
+  EXPECT_EQ(dec.pending(), 0u);
+  all += dec.Flush();
+  EXPECT_EQ(all, text);
+}
+
+TEST(StreamDecoder, BpeFlushesAnUnfinishedCharacter) {
+  const Tokenizer* tok = Gpt2();
+  ASSERT_NE(tok, nullptr);
+  // The first three bytes of U+1F999 only.
+  const std::vector<int32_t> ids = tok->Encode("ok \xF0\x9F\xA6", false);
+  StreamDecoder dec(*tok);
+  std::string out;
+  for (int32_t id : ids) out += dec.Push(id);
+  EXPECT_EQ(out, "ok ");
+  EXPECT_EQ(dec.pending(), 3u);
+  EXPECT_EQ(dec.Flush(), kFffd);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Shared fixtures for the tokenizer tests: the real vocabularies (loaded once)
-// and a tiny in-memory SPM vocabulary.
+// Shared fixtures for the tokenizer tests: the real vocabularies (loaded once),
+// llama.cpp's test vectors and a tiny in-memory SPM vocabulary.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,9 +9,11 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rotor::testing {
@@ -44,9 +46,93 @@ inline const Tokenizer* LoadTokenizer(const std::string& path) {
   return cache.back().second.get();
 }
 
+// llama.cpp's tokenizer test vectors: the .inp file holds the strings, each
+// followed by "\n__ggml_vocab_test__\n" (so the file ends with one); the .out
+// file one line of space-separated ids per string (no BOS).
+struct VocabTestCase {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+inline std::vector<VocabTestCase> LoadVocabTestCases(const std::string& base) {
+  const std::string inp = ReadFileBytes(base + ".inp");
+  const std::string out = ReadFileBytes(base + ".out");
+  constexpr std::string_view kSep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> texts;
+  size_t start = 0;
+  for (size_t pos; (pos = inp.find(kSep, start)) != std::string::npos; start = pos + kSep.size()) {
+    texts.push_back(inp.substr(start, pos - start));
+  }
+  EXPECT_EQ(start, inp.size()) << "text after the last separator";
+
+  std::vector<std::vector<int32_t>> lines;
+  start = 0;
+  for (size_t pos; (pos = out.find('\n', start)) != std::string::npos; start = pos + 1) {
+    std::vector<int32_t> ids;
+    std::istringstream line(out.substr(start, pos - start));
+    for (int32_t id; line >> id;) ids.push_back(id);
+    lines.push_back(std::move(ids));
+  }
+  EXPECT_EQ(start, out.size()) << "no newline at the end of " << base << ".out";
+  EXPECT_EQ(texts.size(), lines.size());
+  std::vector<VocabTestCase> cases;
+  for (size_t i = 0; i < texts.size() && i < lines.size(); ++i) {
+    cases.push_back({texts[i], lines[i]});
+  }
+  return cases;
+}
+
 inline const Tokenizer* LlamaSpm() {
   return LoadTokenizer(std::string(ROTOR_MODELS_DIR) + "/ggml-vocab-llama-spm.gguf");
 }
+inline const Tokenizer* Gpt2() {
+  return LoadTokenizer(std::string(ROTOR_TESTDATA_DIR) + "/ggml-vocab-gpt-2.gguf");
+}
+// A tokenizer from the keys a writer holds (in memory, no file).
+inline Result<std::unique_ptr<Tokenizer>> TokenizerFrom(const GgufWriter& w) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, w.WriteToBytes());
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::FromBytes(std::move(bytes)));
+  return Tokenizer::FromGguf(*file);
+}
+
+// A synthetic byte-level BPE vocabulary: the GPT-2 file's keys with
+// tokenizer.ggml.pre set to `pre` (unless empty: then removed) and `extra`
+// tokens appended after its 50257 (ids 50257, 50258, ...). BOS/EOS keys stay
+// 50256 unless the test sets them.
+inline GgufWriter Gpt2Based(std::string_view pre,
+                            const std::vector<std::pair<std::string, TokenType>>& extra = {}) {
+  GgufWriter w;
+  Result<std::unique_ptr<GgufFile>> src =
+      GgufFile::Open(std::string(ROTOR_TESTDATA_DIR) + "/ggml-vocab-gpt-2.gguf");
+  if (!src.ok()) {
+    ADD_FAILURE() << src.message();
+    return w;
+  }
+  w.CopyMetadata(**src);
+  if (pre.empty()) {
+    w.Remove("tokenizer.ggml.pre");
+  } else {
+    w.SetString("tokenizer.ggml.pre", pre);
+  }
+  if (!extra.empty()) {
+    Result<std::vector<std::string>> src_tokens = (*src)->GetStringArray("tokenizer.ggml.tokens");
+    Result<std::vector<int64_t>> src_types = (*src)->GetIntArray("tokenizer.ggml.token_type");
+    if (!src_tokens.ok() || !src_types.ok()) {
+      ADD_FAILURE() << "ggml-vocab-gpt-2.gguf: no tokens or token types";
+      return w;
+    }
+    std::vector<std::string> tokens = std::move(src_tokens).value();
+    std::vector<int32_t> types(src_types->begin(), src_types->end());
+    for (const auto& [text, type] : extra) {
+      tokens.push_back(text);
+      types.push_back(static_cast<int32_t>(type));
+    }
+    w.SetStringArray("tokenizer.ggml.tokens", tokens);
+    w.SetI32Array("tokenizer.ggml.token_type", types);
+  }
+  return w;
+}
+
 inline const Tokenizer* Stories260K() {
   return LoadTokenizer(std::string(ROTOR_MODELS_DIR) + "/stories260K.gguf");
 }

@@ -88,9 +88,11 @@ TEST(Vocab, ScoresAndTypesAreOptional) {
 
 TEST(Vocab, UnsupportedModelIsAnError) {
   GgufWriter w = TinyGguf();
-  w.SetString("tokenizer.ggml.model", "gpt2");
+  w.SetString("tokenizer.ggml.model", "bert");
   std::string msg = ErrorOf(Read(w));
-  EXPECT_NE(msg.find("tokenizer.ggml.model 'gpt2' is not supported"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tokenizer.ggml.model 'bert' is not supported (supported: 'llama', 'gpt2')"),
+            std::string::npos)
+      << msg;
   w.Remove("tokenizer.ggml.model");
   msg = ErrorOf(Read(w));
   EXPECT_NE(msg.find("missing key tokenizer.ggml.model"), std::string::npos) << msg;
@@ -179,8 +181,15 @@ TEST(Vocab, ValidateInMemory) {
   bad.bos = 260;
   EXPECT_EQ(ValidateVocab(bad).message(), "tokenizer: bos id 260 is out of range (n_vocab 260)");
   bad = v;
+  bad.model = "t5";
+  EXPECT_NE(ValidateVocab(bad).message().find("'t5' is not supported"), std::string::npos);
+  bad = v;
   bad.model = "gpt2";
-  EXPECT_NE(ValidateVocab(bad).message().find("'gpt2' is not supported"), std::string::npos);
+  bad.pre = "llama-bpe";
+  EXPECT_TRUE(ValidateVocab(bad).ok());
+  bad.pre = "no-such-pre";
+  EXPECT_NE(ValidateVocab(bad).message().find("tokenizer.ggml.pre 'no-such-pre' is not supported"),
+            std::string::npos);
   bad = v;
   bad.tokens.clear();
   bad.scores.clear();

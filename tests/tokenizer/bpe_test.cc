@@ -1,0 +1,156 @@
+#include "tokenizer/bpe.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+#include "tokenizer/utf8.h"
+
+namespace rotor {
+namespace {
+
+using testing::Gpt2;
+using testing::LoadVocabTestCases;
+using testing::VocabTestCase;
+
+const std::vector<VocabTestCase>& Gpt2Cases() {
+  static const auto* cases = new std::vector<VocabTestCase>(
+      LoadVocabTestCases(std::string(ROTOR_TESTDATA_DIR) + "/ggml-vocab-gpt-2.gguf"));
+  return *cases;
+}
+
+TEST(BpeVectors, Gpt2Properties) {
+  const Tokenizer* tok = Gpt2();
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->model_name(), "gpt2");
+  EXPECT_EQ(tok->pre(), "gpt-2");
+  EXPECT_EQ(tok->n_vocab(), 50257);
+  EXPECT_EQ(tok->bos(), 50256);
+  EXPECT_EQ(tok->eos(), 50256);
+  EXPECT_EQ(tok->unk(), -1);
+  EXPECT_FALSE(tok->add_bos());  // BPE default without the key
+  EXPECT_FALSE(tok->add_space_prefix());
+  EXPECT_EQ(tok->TokenText(50256), "<|endoftext|>");
+  EXPECT_TRUE(tok->IsControl(50256));
+  EXPECT_TRUE(tok->IsEndOfGeneration(50256));
+  EXPECT_EQ(tok->eot(), 50256);  // found by its text
+  EXPECT_EQ(tok->eog_ids().size(), 1u);
+}
+
+TEST(BpeVectors, EncodeMatchesLlamaCpp) {
+  const Tokenizer* tok = Gpt2();
+  ASSERT_NE(tok, nullptr);
+  const auto& cases = Gpt2Cases();
+  ASSERT_EQ(cases.size(), 46u);
+  for (const auto& c : cases) {
+    EXPECT_EQ(tok->Encode(c.text, /*add_special=*/false), c.ids) << "text: '" << c.text << "'";
+  }
+}
+
+TEST(BpeVectors, DecodeRoundTrips) {
+  const Tokenizer* tok = Gpt2();
+  ASSERT_NE(tok, nullptr);
+  for (const auto& c : Gpt2Cases()) {
+    EXPECT_EQ(tok->Decode(c.ids), c.text);
+    EXPECT_EQ(tok->Decode(tok->Encode(c.text, true)), c.text);
+  }
+}
+
+// Byte-level BPE encodes every byte: any input, valid UTF-8 or not, decodes
+// back to itself.
+TEST(Bpe, AnyBytesRoundTrip) {
+  const Tokenizer* tok = Gpt2();
+  ASSERT_NE(tok, nullptr);
+  const std::vector<std::string> inputs = {
+      "\xFF",
+      "\xFF\xFE",
+      "\x80\x80",
+      "a\xC3",
+      "\xE2\x96",
+      "\xF0\x9F\xA6",
+      "\xC3(",
+      "\xF8\x88\x80\x80\x80",
+      std::string("a\0b", 3),
+      "\xED\xA0\x80",
+      "\xC0\xAF",
+      "caf\xC3\xA9 \xFF\xFEdon't",
+      "   \x80   ",
+  };
+  for (const std::string& s : inputs) {
+    const std::vector<int32_t> ids = tok->Encode(s, false);
+    EXPECT_FALSE(ids.empty());
+    EXPECT_EQ(tok->Decode(ids), s);
+  }
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string s(1 + rng() % 64, '\0');
+    for (char& c : s)
+      c = static_cast<char>(rng() % 3 == 0 ? rng() % 256 : " ae'1\n\xC3\xA9"[rng() % 8]);
+    ASSERT_EQ(tok->Decode(tok->Encode(s, false)), s);
+  }
+}
+
+// A Tokenizer is shared by server threads: concurrent encodes agree.
+TEST(Bpe, ConcurrentEncodesAgree) {
+  const Tokenizer* tok = Gpt2();
+  ASSERT_NE(tok, nullptr);
+  const std::string text =
+      testing::ReadFileBytes(std::string(ROTOR_TESTDATA_DIR) + "/tinystories-valid-8k.txt") +
+      " caf\xC3\xA9 \xF0\x9F\xA6\x99 12345 \xFF";
+  const std::vector<int32_t> want = tok->Encode(text, false);
+  std::vector<std::vector<int32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 10; ++rep) got[t] = tok->Encode(text, false);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (const auto& ids : got) EXPECT_EQ(ids, want);
+}
+
+// Encoding 1 MB of text takes well under a second (a priority queue of
+// merge ranks per word; no quadratic rescans).
+TEST(Bpe, EncodesAMegabyteQuickly) {
+  const Tokenizer* tok = Gpt2();
+  ASSERT_NE(tok, nullptr);
+  const std::string story =
+      testing::ReadFileBytes(std::string(ROTOR_TESTDATA_DIR) + "/tinystories-valid-8k.txt");
+  ASSERT_GT(story.size(), 1000u);
+  std::string text;
+  const std::string extra = " Ünïcödé 你好世界 🦙 1234567 \t\t\n\n   ";
+  while (text.size() < (1u << 20)) text += story + extra;
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = tok->Encode(text, false);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double mb = text.size() / 1e6;
+  std::printf("gpt-2 BPE: %.2f MB -> %zu tokens in %.3f s (%.1f MB/s, %.0f ktok/s)\n", mb,
+              ids.size(), seconds, mb / seconds, ids.size() / seconds / 1e3);
+  EXPECT_EQ(tok->Decode(ids), text);
+  // Release builds take ~0.1 s; the bound leaves room for sanitizers and a busy machine.
+  EXPECT_LT(seconds, 5.0);
+}
+
+// One long word (no pre-tokenizer split) is merged in O(n log n), not O(n^2).
+TEST(Bpe, LongWordIsFast) {
+  const Tokenizer* tok = Gpt2();
+  ASSERT_NE(tok, nullptr);
+  std::string word;
+  for (int i = 0; i < 200000; ++i) word += "abcdefgh"[i % 8];
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = tok->Encode(word, false);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(tok->Decode(ids), word);
+  EXPECT_LT(seconds, 5.0);
+}
+
+}  // namespace
+}  // namespace rotor
