@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <functional>
 
+#include <unistd.h>
+
 #include "gguf/gguf_writer.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -18,7 +20,10 @@ namespace {
 const std::string kModel = ROTOR_MODELS_DIR "/stories260K.gguf";
 
 std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("rotor_model_test_" + name)).string();
+  // The pid keeps parallel runs (ctest -j, other checkouts) apart.
+  return (std::filesystem::temp_directory_path() /
+          ("rotor_model_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
 // Copies stories260K through `edit`, which may change keys and tensors, and loads the result.
