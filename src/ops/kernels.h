@@ -36,7 +36,15 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
   return kGemvMaxTokensQuant * 192 * ((k / 32 + 1) / 2);
 }
 
-// Aborts: t is not one of f32, f16, bf16, q8_0, q4_0 (portable code).
+// Up to this many tokens, q4_K / q5_K / q6_K on AVX-512 run the m == 1
+// kernel once per token (activations quantized to 8 bits); more tokens, the
+// other ISAs and the other block types dequantize weight rows to f32 (exact)
+// and run the f32 kernels.
+inline constexpr int kGemvKMaxTokens = 4;
+// Rows the f32 fallback of the block types dequantizes per task.
+inline constexpr int kDequantRows = 8;
+
+// Aborts: t is not a type the kernel handles (portable code).
 [[noreturn]] void UnsupportedType(DType t);
 
 #define ROTOR_OPS_KERNELS                                                                       \
@@ -68,6 +76,10 @@ ROTOR_OPS_KERNELS
 // GemvScratchBytes(k) bytes.
 void GemvMulti(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t m,
                int64_t r0, int64_t r1, float* y, int64_t ldy, uint8_t* scratch);
+// q4_K / q5_K / q6_K, one token: y[r] for r in [r0, r1). qx [k], dx [k / 32]
+// from QuantizeActivations; xsum [k / 32]: dx[b] * sum of qx over block b.
+void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
+           int64_t r1, float* y);
 }  // namespace avx512
 
 #undef ROTOR_OPS_KERNELS
