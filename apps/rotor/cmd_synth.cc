@@ -30,7 +30,10 @@ int RunSynth(const SynthArgs& a) {
   SynthSpec s = *preset;
   std::optional<DType> type = ParseDType(a.type);
   if (!type || !Traits(*type).supported)
-    return Fail(Errorf("synth: --type '{}' is not one of f32, f16, bf16, q8_0, q4_0", a.type));
+    return Fail(Errorf(
+        "synth: --type '{}' is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, "
+        "q2_K, q3_K, q4_K, q5_K, q6_K",
+        a.type));
   s.type = *type;
   s.seed = a.seed;
   if (a.dim) s.n_embd = a.dim;
@@ -65,7 +68,8 @@ Runner RegisterSynth(CLI::App& app) {
   sub->add_option("-o,--out", a->out, "output GGUF file")->required();
   sub->add_option("--shape", a->shape, fmt::format("preset: {}", fmt::join(SynthPresetNames(), ", ")))
       ->capture_default_str();
-  sub->add_option("--type", a->type, "weight type: f32|f16|bf16|q8_0|q4_0")->capture_default_str();
+  sub->add_option("--type", a->type, "weight type: f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_K|q3_K|q4_K|q5_K|q6_K "
+                  "(rows the type cannot hold fall back like llama-quantize: q4_K -> q5_0, ...)")->capture_default_str();
   sub->add_option("--seed", a->seed, "RNG seed")->capture_default_str();
   sub->add_option("--vocab-file", a->vocab, "GGUF whose tokenizer.* keys are copied")
       ->capture_default_str();

@@ -45,6 +45,31 @@ const DTypeTraits& Traits(DType t) {
   CHECK_MSG(false, "unknown DType");
 }
 
+DType FallbackForRowSize(DType want, int64_t k) {
+  DType t = want;
+  if (k % Traits(t).block_size != 0) {
+    switch (t) {
+      case DType::kQ2_K:
+      case DType::kQ3_K:
+        t = DType::kIQ4_NL;
+        break;
+      case DType::kQ4_K:
+        t = DType::kQ5_0;
+        break;
+      case DType::kQ5_K:
+        t = DType::kQ5_1;
+        break;
+      case DType::kQ6_K:
+        t = DType::kQ8_0;
+        break;
+      default:
+        break;
+    }
+  }
+  if (k % Traits(t).block_size != 0) t = DType::kF16;
+  return t;
+}
+
 std::optional<DType> ParseDType(std::string_view name) {
   std::string lower(name);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -50,6 +50,12 @@ inline std::string_view DTypeName(DType t) { return Traits(t).name; }
 // Parses "f32", "F16", "q4_0", ...; nullopt if unknown.
 std::optional<DType> ParseDType(std::string_view name);
 
+// The type a writer uses for rows of k elements when `want` cannot hold them
+// (k not a multiple of its block), as llama-quantize falls back: q2_K / q3_K
+// -> iq4_nl, q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0; a 32-block type when k
+// is not a multiple of 32 -> f16. `want` itself when k fits.
+DType FallbackForRowSize(DType want, int64_t k);
+
 // Bytes of a row of n elements; n must be a multiple of the block size.
 inline int64_t RowBytes(DType t, int64_t n) {
   const DTypeTraits& tr = Traits(t);

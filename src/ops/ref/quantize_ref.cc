@@ -32,17 +32,15 @@ float SignedMax(const float* x, int n) {
 
 void StoreQh(uint8_t* qh, uint32_t bits) { std::memcpy(qh, &bits, 4); }
 
+// Index of the table value nearest v (ties to the lower one): binary search
+// over the midpoints of the sorted table.
 int NearestIq4nl(float v) {
-  int best = 0;
-  float best_err = INFINITY;
-  for (int i = 0; i < 16; ++i) {
-    const float e = std::fabs(v - static_cast<float>(kIq4nlValues[i]));
-    if (e < best_err) {
-      best_err = e;
-      best = i;
-    }
+  int lo = 0;
+  for (int step = 8; step > 0; step /= 2) {
+    const int i = lo + step;  // candidate: v above the midpoint of values i - 1 and i
+    if (i < 16 && v > 0.5f * static_cast<float>(kIq4nlValues[i - 1] + kIq4nlValues[i])) lo = i;
   }
-  return best;
+  return lo;
 }
 
 }  // namespace
@@ -102,7 +100,7 @@ void QuantizeQ5_1(const float* x, BlockQ5_1* b, int64_t n) {
 }
 
 // Tries scales mapping the largest-magnitude value near either end of the
-// table (-127 or 113, +-20% in 2% steps), assigns each x its nearest table
+// table (-127 or 113, +-10% in 2.5% steps), assigns each x its nearest table
 // value, refits d by least squares and keeps the smallest squared error.
 void QuantizeIQ4_NL(const float* x, BlockIQ4_NL* b, int64_t n) {
   for (int64_t i = 0; i < n / kQK4_NL; ++i, x += kQK4_NL) {
@@ -111,8 +109,8 @@ void QuantizeIQ4_NL(const float* x, BlockIQ4_NL* b, int64_t n) {
     if (vmax != 0.f) {
       double best_err = INFINITY;
       for (float end : {-127.f, 113.f})
-        for (int t = -10; t <= 10; ++t) {
-          const float d0 = vmax / end * (1.f + 0.02f * static_cast<float>(t));
+        for (int t = -4; t <= 4; ++t) {
+          const float d0 = vmax / end * (1.f + 0.025f * static_cast<float>(t));
           const float id = 1.f / d0;
           double sqx = 0, sqq = 0, sxx = 0;
           for (int j = 0; j < kQK4_NL; ++j) {
