@@ -1,4 +1,4 @@
-// AVX-512 matrix-vector kernels of q4_K, q5_K and q6_K (m == 1, memory-bound).
+// AVX-512 matrix-vector kernels of the K-quants (m == 1, memory-bound).
 // The activation is quantized once per step to 8-bit blocks of 32 (qx, f32
 // scales dx, as for q8_0); each weight super-block (256 values) is unpacked to
 // unsigned bytes in registers straight from 64-byte loads and multiplied with
@@ -7,11 +7,13 @@
 // block, so it is scaled in f32 by d * sc(sub-block) * dx(block) (a lane
 // pattern built with vpermps). The q4_K / q5_K min term, dmin * m_i * sum(x
 // over sub-block i), uses the per-block activation sums xsum = dx * sum(qx);
-// q6_K's bias of 32 is removed in int32 by starting vpdpbusd from -32 *
-// (4-lane activation sums), shared by the rows of a pass.
+// q6_K's bias of 32 (q3_K's 4) is removed in int32 by starting vpdpbusd from
+// -32 * (4-lane activation sums), shared by the rows of a pass; q2_K's mins
+// use activation sums per 16.
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "ops/avx512_util.h"
 #include "ops/kernels.h"
@@ -138,21 +140,96 @@ void GemvK45Rows(const Weight& w, const int8_t* qx, const float* dx, const float
   Store(acc, mins, kR, r0, y);
 }
 
-// q6_K. Register v in 0..3 holds elements 64 v .. 64 v + 63 in order: the low
-// (v even) / high nibbles of ql[64 (v / 2) ..], two bits of qh[32 (v / 2) ..]
-// each. Lane i covers sub-block 4 v + i / 4 and activation block 2 v + i / 8.
-template <int kR>
-void GemvQ6KRows(const Weight& w, const int8_t* qx, const float* dx, int64_t r0, float* y) {
+// q2_K / q3_K / q6_K: sub-blocks of 16. The super-block is unpacked into 4
+// registers of unsigned quants holding elements 64 v .. 64 v + 63 in order, so
+// lane i of a vpdpbusd result covers sub-block 4 v + i / 4 and activation
+// block 2 v + i / 8. kBias: the offset removed in int32 (q3_K 4, q6_K 32);
+// q2_K subtracts dmin * m_i * (activation sum of sub-block i) instead.
+template <DType kT>
+struct K16 {
+  static constexpr int kBytes = kT == DType::kQ2_K   ? sizeof(BlockQ2_K)
+                                : kT == DType::kQ3_K ? sizeof(BlockQ3_K)
+                                                     : sizeof(BlockQ6_K);
+  static constexpr int kBias = kT == DType::kQ2_K ? 0 : kT == DType::kQ3_K ? 4 : 32;
+  static constexpr int kLines = (kBytes + 63) / 64;
+};
+
+// q2_K / q3_K: the 2-bit fields of qs[32 h + l] at bits 2 j: register v
+// (h = v / 2) takes j = 2 (v % 2) in bytes 0..31 and j + 1 in 32..63.
+inline __m512i TwoBits(const uint8_t* qs, int v) {
+  const __m512i q = _mm512_broadcast_i64x4(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (v / 2))));
+  const int j = 2 * (v % 2);
+  const __m512i sh =
+      _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(static_cast<short>(2 * j)),
+                              _mm512_set1_epi16(static_cast<short>(2 * j + 2)));
+  return _mm512_and_si512(_mm512_srlv_epi16(q, sh), _mm512_set1_epi8(3));
+}
+
+// Unsigned quants w[4], scales s16 = d * sc (f32 per sub-block) and for q2_K
+// the mins m16 = dmin * m.
+template <DType kT>
+inline void UnpackK16(const uint8_t* blk, __m512i* w, __m512* s16, __m512* m16) {
+  if constexpr (kT == DType::kQ2_K) {
+    const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    *s16 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))),
+                         _mm512_set1_ps(Half(blk + 80)));
+    *m16 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)),
+                         _mm512_set1_ps(Half(blk + 82)));
+    for (int v = 0; v < 4; ++v) w[v] = TwoBits(blk + 16, v);
+  } else if constexpr (kT == DType::kQ3_K) {
+    // 6-bit scales: low 4 bits in bytes 0..7 (low nibble: scales 0..7, high
+    // nibble: 8..15), high 2 bits in bytes 8..11 (bits 2 (i / 4) of byte 8 + i % 4).
+    const uint8_t* sp = blk + 96;
+    const uint32_t w0 = LoadU32(sp), w1 = LoadU32(sp + 4), w2 = LoadU32(sp + 8);
+    const uint32_t m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    const __m128i sc = _mm_set_epi32(
+        static_cast<int>(((w1 >> 4) & m4) | ((w2 >> 6) & m2) << 4),
+        static_cast<int>(((w0 >> 4) & m4) | ((w2 >> 4) & m2) << 4),
+        static_cast<int>((w1 & m4) | ((w2 >> 2) & m2) << 4), static_cast<int>((w0 & m4) | (w2 & m2) << 4));
+    *s16 = _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(sc), _mm512_set1_epi32(32))),
+        _mm512_set1_ps(Half(blk + 108)));
+    const __m512i hm =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    for (int v = 0; v < 4; ++v) {
+      const int bit = 4 * (v / 2) + 2 * (v % 2);  // hmask bit of j = 2 (v % 2), h = v / 2
+      const __mmask64 k = _mm512_test_epi8_mask(hm, Bytes2(1 << bit, 1 << (bit + 1)));
+      const __m512i q = TwoBits(blk + 32, v);
+      w[v] = _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(4));
+    }
+  } else {
+    *s16 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)))),
+                         _mm512_set1_ps(Half(blk + 208)));
+    const __m512i nib = _mm512_set1_epi8(15), hmask = _mm512_set1_epi8(0x30);
+    const __m512i shl =
+        _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+    const __m512i shr =
+        _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h)));
+      w[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, nib),
+                                 _mm512_and_si512(_mm512_sllv_epi16(qh, shl), hmask));
+      w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nib),
+                                     _mm512_and_si512(_mm512_srlv_epi16(qh, shr), hmask));
+    }
+  }
+}
+
+template <DType kT, int kR>
+void GemvK16Rows(const Weight& w, const int8_t* qx, const float* dx, const float* xsum16,
+                 int64_t r0, float* y) {
+  using P = K16<kT>;
   const int64_t nsb = w.k / kQK_K;
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r)
     rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes;
-  __m512 acc[kR];
-  for (int r = 0; r < kR; ++r) acc[r] = _mm512_setzero_ps();
-  const __m512i nib = _mm512_set1_epi8(15), hmask = _mm512_set1_epi8(0x30);
-  const __m512i bias = _mm512_set1_epi8(32);
-  const __m512i shl = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
-  const __m512i shr = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+  __m512 acc[kR], accm[kR];
+  for (int r = 0; r < kR; ++r) acc[r] = accm[r] = _mm512_setzero_ps();
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(P::kBias));
   __m512i sub[4];
   for (int v = 0; v < 4; ++v)
     sub[v] = _mm512_set_epi32(4 * v + 3, 4 * v + 3, 4 * v + 3, 4 * v + 3, 4 * v + 2, 4 * v + 2,
@@ -165,43 +242,37 @@ void GemvQ6KRows(const Weight& w, const int8_t* qx, const float* dx, int64_t r0,
     const __m512 dx8 = _mm512_castps256_ps512(_mm256_loadu_ps(dx + sb * 8));
     for (int v = 0; v < 4; ++v) {
       xv[v] = _mm512_loadu_si512(xb + 64 * v);
-      corr[v] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, xv[v]));
+      corr[v] = P::kBias == 0 ? _mm512_setzero_si512()
+                              : _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias,
+                                                                     xv[v]));
       dxp[v] = _mm512_permutexvar_ps(Idx2(2 * v, 2 * v + 1), dx8);
     }
+    __m512 xs16 = _mm512_setzero_ps();
+    if constexpr (kT == DType::kQ2_K) xs16 = _mm512_loadu_ps(xsum16 + sb * 16);
 #pragma GCC unroll 4
     for (int r = 0; r < kR; ++r) {
-      const uint8_t* blk = rows[r] + sb * sizeof(BlockQ6_K);
+      const uint8_t* blk = rows[r] + sb * P::kBytes;
       const char* pf = reinterpret_cast<const char*>(blk) + kPrefetch;
-      _mm_prefetch(pf, _MM_HINT_T0);
-      _mm_prefetch(pf + 64, _MM_HINT_T0);
-      _mm_prefetch(pf + 128, _MM_HINT_T0);
-      _mm_prefetch(pf + 192, _MM_HINT_T0);
-      const __m512 s16 = _mm512_mul_ps(
-          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)))),
-          _mm512_set1_ps(Half(blk + 208)));
-      for (int h = 0; h < 2; ++h) {
-        const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
-        const __m512i qh = _mm512_broadcast_i64x4(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h)));
-        const __m512i wl = _mm512_or_si512(_mm512_and_si512(ql, nib),
-                                           _mm512_and_si512(_mm512_sllv_epi16(qh, shl), hmask));
-        const __m512i wh =
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nib),
-                            _mm512_and_si512(_mm512_srlv_epi16(qh, shr), hmask));
-        const __m512i d0 = _mm512_dpbusd_epi32(corr[2 * h], wl, xv[2 * h]);
-        const __m512i d1 = _mm512_dpbusd_epi32(corr[2 * h + 1], wh, xv[2 * h + 1]);
-        acc[r] = _mm512_fmadd_ps(
-            _mm512_cvtepi32_ps(d0),
-            _mm512_mul_ps(_mm512_permutexvar_ps(sub[2 * h], s16), dxp[2 * h]), acc[r]);
-        acc[r] = _mm512_fmadd_ps(
-            _mm512_cvtepi32_ps(d1),
-            _mm512_mul_ps(_mm512_permutexvar_ps(sub[2 * h + 1], s16), dxp[2 * h + 1]), acc[r]);
+      for (int line = 0; line < P::kLines; ++line) _mm_prefetch(pf + 64 * line, _MM_HINT_T0);
+      __m512i wq[4];
+      __m512 s16, m16;
+      UnpackK16<kT>(blk, wq, &s16, &m16);
+      if constexpr (kT == DType::kQ2_K) accm[r] = _mm512_fmadd_ps(m16, xs16, accm[r]);
+      for (int v = 0; v < 4; ++v) {
+        const __m512i d = _mm512_dpbusd_epi32(corr[v], wq[v], xv[v]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
+                                 _mm512_mul_ps(_mm512_permutexvar_ps(sub[v], s16), dxp[v]), acc[r]);
       }
     }
   }
-  Store(acc, nullptr, kR, r0, y);
+  if constexpr (kT == DType::kQ2_K) {
+    float mins[kR];
+    for (int r = 0; r < kR; ++r) mins[r] = _mm512_reduce_add_ps(accm[r]);
+    Store(acc, mins, kR, r0, y);
+  } else {
+    Store(acc, nullptr, kR, r0, y);
+  }
 }
 
 }  // namespace
@@ -209,6 +280,16 @@ void GemvQ6KRows(const Weight& w, const int8_t* qx, const float* dx, int64_t r0,
 void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
            int64_t r1, float* y) {
   int64_t r = r0;
+  if (w.type == DType::kQ2_K || w.type == DType::kQ3_K || w.type == DType::kQ6_K) {
+    auto run = [&](auto tag) {
+      constexpr DType kT = decltype(tag)::value;
+      for (; r + 4 <= r1; r += 4) GemvK16Rows<kT, 4>(w, qx, dx, xsum, r, y);
+      for (; r < r1; ++r) GemvK16Rows<kT, 1>(w, qx, dx, xsum, r, y);
+    };
+    if (w.type == DType::kQ2_K) return run(std::integral_constant<DType, DType::kQ2_K>{});
+    if (w.type == DType::kQ3_K) return run(std::integral_constant<DType, DType::kQ3_K>{});
+    return run(std::integral_constant<DType, DType::kQ6_K>{});
+  }
   switch (w.type) {
     case DType::kQ4_K:
       for (; r + 4 <= r1; r += 4) GemvK45Rows<false, 4>(w, qx, dx, xsum, r, y);
@@ -217,10 +298,6 @@ void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum
     case DType::kQ5_K:
       for (; r + 4 <= r1; r += 4) GemvK45Rows<true, 4>(w, qx, dx, xsum, r, y);
       for (; r < r1; ++r) GemvK45Rows<true, 1>(w, qx, dx, xsum, r, y);
-      return;
-    case DType::kQ6_K:
-      for (; r + 4 <= r1; r += 4) GemvQ6KRows<4>(w, qx, dx, r, y);
-      for (; r < r1; ++r) GemvQ6KRows<1>(w, qx, dx, r, y);
       return;
     default:
       UnsupportedType(w.type);

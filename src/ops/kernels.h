@@ -36,7 +36,7 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
   return kGemvMaxTokensQuant * 192 * ((k / 32 + 1) / 2);
 }
 
-// Up to this many tokens, q4_K / q5_K / q6_K on AVX-512 run the m == 1
+// Up to this many tokens, q2_K .. q6_K on AVX-512 run the m == 1
 // kernel once per token (activations quantized to 8 bits); more tokens, the
 // other ISAs and the other block types dequantize weight rows to f32 (exact)
 // and run the f32 kernels.
@@ -76,8 +76,9 @@ ROTOR_OPS_KERNELS
 // GemvScratchBytes(k) bytes.
 void GemvMulti(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t m,
                int64_t r0, int64_t r1, float* y, int64_t ldy, uint8_t* scratch);
-// q4_K / q5_K / q6_K, one token: y[r] for r in [r0, r1). qx [k], dx [k / 32]
-// from QuantizeActivations; xsum [k / 32]: dx[b] * sum of qx over block b.
+// q2_K .. q6_K, one token: y[r] for r in [r0, r1). qx [k], dx [k / 32] from
+// QuantizeActivations; xsum: q4_K / q5_K [k / 32] dx[b] * (sum of qx over
+// block b); q2_K [k / 16] the same per 16; unused for q3_K / q6_K.
 void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
            int64_t r1, float* y);
 }  // namespace avx512

@@ -30,9 +30,7 @@ void ScalarGemm(const Weight& w, const float* x, const int8_t* qx, const float* 
           ref::MatmulDot(w, r, x + t * w.k, qx ? qx + t * qs : nullptr, dx ? dx + t * ds : nullptr);
 }
 
-bool IsKGemvType(DType t) {
-  return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
-}
+bool IsKGemvType(DType t) { return Traits(t).block_size == 256; }
 
 // q4_1, q5_0, q5_1, iq4_nl, q2_K..q6_K on a SIMD ISA (see Matmul's comment).
 void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y,
@@ -40,13 +38,14 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
   if (isa == Isa::kAvx512 && IsKGemvType(w.type) && m <= internal::kGemvKMaxTokens) {
     int8_t* qx = scratch.qx();    // [k]
     float* dx = scratch.dx();     // [k / 32]
-    float* xsum = scratch.xsum();  // [k / 32]
+    float* xsum = scratch.xsum();  // [k / group]
+    const int group = w.type == DType::kQ2_K ? 16 : 32;  // elements per sum
     for (int64_t t = 0; t < m; ++t) {
       internal::avx512::QuantizeActivations(x + t * w.k, qx, dx, w.k);
-      for (int64_t b = 0; b < w.k / ref::kBlock; ++b) {
+      for (int64_t b = 0; b < w.k / group; ++b) {
         int32_t s = 0;
-        for (int j = 0; j < ref::kBlock; ++j) s += qx[b * ref::kBlock + j];
-        xsum[b] = dx[b] * static_cast<float>(s);
+        for (int j = 0; j < group; ++j) s += qx[b * group + j];
+        xsum[b] = dx[b * group / ref::kBlock] * static_cast<float>(s);
       }
       pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
         internal::avx512::GemvK(w, qx, dx, xsum, r0, r1, y + t * ldy);
@@ -99,7 +98,7 @@ void MatmulScratch::Reserve(int64_t max_m, int64_t max_k, int max_threads) {
   qx_.Resize(static_cast<size_t>(max_m_ * internal::PackedQxStride(max_k_)));
   dx_.Resize(static_cast<size_t>(max_m_ * internal::PackedDxStride(max_k_)));
   panel_bytes_ = PanelBytes(max_k_);
-  xsum_.Resize(static_cast<size_t>(max_k_ / ref::kBlock));
+  xsum_.Resize(static_cast<size_t>(max_k_ / 16));
   n_threads_ = 0;
   EnsureThreads(max_threads > 0 ? max_threads : HardwareThreads());
 }

@@ -48,7 +48,7 @@ class MatmulScratch {
   // Per-thread panel of repacked weights: PanelBytes(max_k) bytes each.
   uint8_t* panel(int thread) { return panels_.data() + static_cast<size_t>(thread) * panel_bytes_; }
   static size_t PanelBytes(int64_t max_k);
-  // Per-block sums of the quantized activation (K-quant kernels): [max_k / 32].
+  // Per-block sums of the quantized activation (K-quant kernels): [max_k / 16].
   float* xsum() { return xsum_.data(); }
   // Per-thread dequantized weight rows (block types without integer
   // kernels): [kDequantRows = 8, max_k] floats each.
@@ -64,7 +64,7 @@ class MatmulScratch {
   AlignedBuffer<int8_t> qx_;
   AlignedBuffer<float> dx_;
   AlignedBuffer<uint8_t> panels_;  // [n_threads, panel_bytes_]
-  AlignedBuffer<float> xsum_;      // [max_k / 32]
+  AlignedBuffer<float> xsum_;      // [max_k / 16]
   AlignedBuffer<float> rows_;      // [n_threads, kRowsPerThread, max_k]
 };
 
@@ -75,11 +75,11 @@ class MatmulScratch {
 // q8_0/q4_0: X quantized to q8_0 per block of 32 (f32 scale), exact integer
 // block dot products, f32 accumulation of the scaled block sums; the
 // quantization error per output is <= sum_j |w_j| * amax_block(x) / 254.
-// q4_K/q5_K/q6_K on AVX-512 with m <= 4: the same q8_0 activation quantization
+// q2_K..q6_K on AVX-512 with m <= 4: the same q8_0 activation quantization
 // and bound (sum_j |w_j| * amax_block(x) / 254), exact int32 sums of 4
 // products, f32 accumulation of the scaled lane sums and of the sub-block min
-// terms (q4_K/q5_K: dmin * m_i * dx * sum(qx)): <= (k / 4 + 64) * 2^-24 *
-// sum |w_j| |x_j| more. Every other case of q4_1, q5_0, q5_1, iq4_nl,
+// terms (q2_K/q4_K/q5_K: dmin * m_i * dx * sum(qx)): <= (k / 4 + 64) * 2^-24 *
+// sum |w_j| (|x_j| + dx) more. Every other case of q4_1, q5_0, q5_1, iq4_nl,
 // q2_K..q6_K (other ISAs, larger m, scalar): the weights dequantized exactly
 // to f32 (GGML's arithmetic) and the f32 kernels, x not quantized: the f32
 // bound above. k must be a multiple of the type's block (256 for K-quants).

@@ -182,12 +182,11 @@ TEST(MatmulEdgeTest, ZeroBlocks) {
 
 // The block types beyond q8_0 / q4_0 against dequantize-then-dot in double.
 // Bound per output: the f32 paths (dequantized weights, x unquantized):
-// (k / 8 + 64) u sum |w x|; the q4_K / q5_K / q6_K integer kernels (AVX-512,
+// (k / 8 + 64) u sum |w x|; the K-quant integer kernels (AVX-512,
 // m <= kGemvKMaxTokens) quantize x as q8_0 does: + sum_j |w_j| d_x / 2 +
 // 1e-6 sum |w x| (the reciprocal's ulps), + (k / 4 + 64) u sum |w| (|x| + d_x).
 bool QuantizesActivations(DType t, int64_t m, Isa isa) {
-  return isa == Isa::kAvx512 && m <= internal::kGemvKMaxTokens &&
-         (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K);
+  return isa == Isa::kAvx512 && m <= internal::kGemvKMaxTokens && Traits(t).block_size == 256;
 }
 
 void CheckBlockCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa) {
@@ -258,7 +257,7 @@ TEST(MatmulBlockTypesTest, IntegerActivationsExact) {
   ThreadPool pool(1);
   for (Isa isa : testing::Isas()) {
     testing::ScopedIsa scoped(isa);
-    for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
       const TestWeight w = MakeWeight(t, 512, 9, 5);
       std::vector<float> x(512);  // [512] integers in [-127, 127], each block's amax 127
       for (int j = 0; j < 512; ++j) x[j] = j % 32 == 0 ? 127.f : static_cast<float>((j * 37) % 255 - 127);
