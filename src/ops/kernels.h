@@ -81,6 +81,8 @@ void GemvMulti(const Weight& w, const float* x, const int8_t* qx, const float* d
 // block b); q2_K [k / 16] the same per 16; unused for q3_K / q6_K.
 void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
            int64_t r1, float* y);
+// q4_1, q5_0, q5_1, iq4_nl, q2_K .. q6_K -> f32, equal to ref::DequantizeRow.
+void DequantizeBlocks(DType t, const void* src, float* dst, int64_t n);
 }  // namespace avx512
 
 #undef ROTOR_OPS_KERNELS

@@ -25,9 +25,15 @@ bool IsSupported(DType t) {
 
 namespace {
 
-// The block types without their own SIMD row kernels: dequantized 256
-// elements at a time (scalar), then the ISA's f32 kernel.
+// The block types q4_1 .. q6_K: dequantized (AVX-512 or scalar) 256 elements
+// at a time, then the ISA's f32 dot / axpy kernel.
 constexpr int64_t kChunk = 256;
+
+void DequantizeExtra(DType t, const void* src, float* dst, int64_t n) {
+  CHECK_MSG(n % Traits(t).block_size == 0, "ops: row not a multiple of the block size");
+  if (ActiveIsa() == Isa::kAvx512) return internal::avx512::DequantizeBlocks(t, src, dst, n);
+  ref::DequantizeExtra(t, src, dst, n);
+}
 
 float DotF32(const float* w, const float* x, int64_t n) {
   switch (ActiveIsa()) {
@@ -60,8 +66,7 @@ float DotExtra(DType t, const void* w_row, const float* x, int64_t n) {
   float sum = 0.f;
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t len = std::min(kChunk, n - i);
-    ref::DequantizeExtra(t, static_cast<const uint8_t*>(w_row) + i / kChunk * chunk_bytes, buf,
-                         len);
+    DequantizeExtra(t, static_cast<const uint8_t*>(w_row) + i / kChunk * chunk_bytes, buf, len);
     sum += DotF32(buf, x + i, len);
   }
   return sum;
@@ -73,7 +78,7 @@ void AxpyExtra(DType t, float a, const void* row, float* y, int64_t n) {
   const int64_t chunk_bytes = RowBytes(t, kChunk);
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t len = std::min(kChunk, n - i);
-    ref::DequantizeExtra(t, static_cast<const uint8_t*>(row) + i / kChunk * chunk_bytes, buf, len);
+    DequantizeExtra(t, static_cast<const uint8_t*>(row) + i / kChunk * chunk_bytes, buf, len);
     AxpyF32(a, buf, y + i, len);
   }
 }
@@ -81,7 +86,7 @@ void AxpyExtra(DType t, float a, const void* row, float* y, int64_t n) {
 }  // namespace
 
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
-  if (ref::IsExtraBlockType(t)) return ref::DequantizeExtra(t, src, dst, n);
+  if (ref::IsExtraBlockType(t)) return DequantizeExtra(t, src, dst, n);
   switch (ActiveIsa()) {
     case Isa::kAvx512:
       return internal::avx512::DequantizeRow(t, src, dst, n);
