@@ -30,26 +30,28 @@ void ScalarGemm(const Weight& w, const float* x, const int8_t* qx, const float* 
           ref::MatmulDot(w, r, x + t * w.k, qx ? qx + t * qs : nullptr, dx ? dx + t * ds : nullptr);
 }
 
-bool IsKGemvType(DType t) { return Traits(t).block_size == 256; }
-
 // q4_1, q5_0, q5_1, iq4_nl, q2_K..q6_K on a SIMD ISA (see Matmul's comment).
 void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y,
                   int64_t ldy, MatmulScratch& scratch, Isa isa) {
-  if (isa == Isa::kAvx512 && IsKGemvType(w.type) && m <= internal::kGemvKMaxTokens) {
+  if (isa != Isa::kScalar && internal::HasIntegerGemv(w.type, isa == Isa::kAvx512) &&
+      m <= internal::kGemvKMaxTokens) {
     int8_t* qx = scratch.qx();    // [k]
     float* dx = scratch.dx();     // [k / 32]
     float* xsum = scratch.xsum();  // [k / group]
     const int group = w.type == DType::kQ2_K ? 16 : 32;  // elements per sum
     for (int64_t t = 0; t < m; ++t) {
-      internal::avx512::QuantizeActivations(x + t * w.k, qx, dx, w.k);
+      if (isa == Isa::kAvx512)
+        internal::avx512::QuantizeActivations(x + t * w.k, qx, dx, w.k);
+      else
+        internal::avx2::QuantizeActivations(x + t * w.k, qx, dx, w.k);
       for (int64_t b = 0; b < w.k / group; ++b) {
         int32_t s = 0;
         for (int j = 0; j < group; ++j) s += qx[b * group + j];
         xsum[b] = dx[b * group / ref::kBlock] * static_cast<float>(s);
       }
-      pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
-        internal::avx512::GemvK(w, qx, dx, xsum, r0, r1, y + t * ldy);
-      });
+      auto gemv = isa == Isa::kAvx512 ? &internal::avx512::GemvK : &internal::avx2::GemvK;
+      pool.ParallelFor(w.n, internal::kPanelRows,
+                       [&](int64_t r0, int64_t r1, int) { gemv(w, qx, dx, xsum, r0, r1, y + t * ldy); });
     }
     return;
   }

@@ -182,11 +182,12 @@ TEST(MatmulEdgeTest, ZeroBlocks) {
 
 // The block types beyond q8_0 / q4_0 against dequantize-then-dot in double.
 // Bound per output: the f32 paths (dequantized weights, x unquantized):
-// (k / 8 + 64) u sum |w x|; the K-quant integer kernels (AVX-512,
+// (k / 8 + 64) u sum |w x|; the K-quant integer kernels (AVX-512 / AVX2,
 // m <= kGemvKMaxTokens) quantize x as q8_0 does: + sum_j |w_j| d_x / 2 +
 // 1e-6 sum |w x| (the reciprocal's ulps), + (k / 4 + 64) u sum |w| (|x| + d_x).
 bool QuantizesActivations(DType t, int64_t m, Isa isa) {
-  return isa == Isa::kAvx512 && m <= internal::kGemvKMaxTokens && Traits(t).block_size == 256;
+  return isa != Isa::kScalar && m <= internal::kGemvKMaxTokens &&
+         internal::HasIntegerGemv(t, isa == Isa::kAvx512);
 }
 
 void CheckBlockCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa) {
