@@ -1,6 +1,7 @@
 // Loading: hyper-parameters, validation errors that name the key or tensor,
 // and random-weight models of every type against their f32 original.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,7 +20,10 @@ namespace {
 const std::string kModel = ROTOR_MODELS_DIR "/stories260K.gguf";
 
 std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("rotor_model_test_" + name)).string();
+  // The pid keeps concurrent runs (ctest -j, other checkouts) off each other's files.
+  return (std::filesystem::temp_directory_path() /
+          ("rotor_model_test_" + std::to_string(getpid()) + "_" + name))
+      .string();
 }
 
 // Copies stories260K through `edit`, which may change keys and tensors, and loads the result.
