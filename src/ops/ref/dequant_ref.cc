@@ -62,62 +62,75 @@ void DequantizeIQ4_NL(const BlockIQ4_NL* b, float* y, int64_t n) {
   }
 }
 
-// Element e of a super-block: half h = e / 128, quarter j, lane l (see dtype.h).
+// Element e = 128 h + 32 j + l of a super-block: half h, quarter j, lane l
+// (see dtype.h); loops over (h, j, sub-block of 16, l) keep the scales fixed
+// inside the innermost loop.
 void DequantizeQ2_K(const BlockQ2_K* b, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK_K; ++i, y += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = F16ToF32(b[i].d), dmin = F16ToF32(b[i].dmin);
-    for (int e = 0; e < kQK_K; ++e) {
-      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-      const uint8_t sc = b[i].scales[e / 16];
-      const float dl = d * static_cast<float>(sc & 15), ml = dmin * static_cast<float>(sc >> 4);
-      const int q = (b[i].qs[32 * h + l] >> (2 * j)) & 3;
-      y[e] = dl * static_cast<float>(q) - ml;
-    }
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 4; ++j)
+        for (int s = 0; s < 2; ++s, y += 16) {
+          const uint8_t sc = b[i].scales[8 * h + 2 * j + s];
+          const float dl = d * static_cast<float>(sc & 15), ml = dmin * static_cast<float>(sc >> 4);
+          const uint8_t* q = b[i].qs + 32 * h + 16 * s;
+          for (int l = 0; l < 16; ++l) y[l] = dl * static_cast<float>((q[l] >> (2 * j)) & 3) - ml;
+        }
   }
 }
 
 void DequantizeQ3_K(const BlockQ3_K* b, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK_K; ++i, y += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = F16ToF32(b[i].d);
     int8_t sc[16];
     UnpackScalesQ3K(b[i].scales, sc);
-    for (int e = 0; e < kQK_K; ++e) {
-      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-      const float dl = d * static_cast<float>(sc[e / 16]);
-      const int q = ((b[i].qs[32 * h + l] >> (2 * j)) & 3) -
-                    ((b[i].hmask[l] >> (4 * h + j)) & 1 ? 0 : 4);
-      y[e] = dl * static_cast<float>(q);
-    }
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 4; ++j)
+        for (int s = 0; s < 2; ++s, y += 16) {
+          const float dl = d * static_cast<float>(sc[8 * h + 2 * j + s]);
+          const uint8_t* q = b[i].qs + 32 * h + 16 * s;
+          const uint8_t* hm = b[i].hmask + 16 * s;
+          const int bit = 4 * h + j;
+          for (int l = 0; l < 16; ++l)
+            y[l] = dl * static_cast<float>(((q[l] >> (2 * j)) & 3) - (((hm[l] >> bit) & 1) ? 0 : 4));
+        }
   }
 }
 
 template <typename B, bool kFifth>
 void DequantizeQ45_K(const B* b, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK_K; ++i, y += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = F16ToF32(b[i].d), dmin = F16ToF32(b[i].dmin);
     uint8_t sc[8], m[8];
     UnpackScalesMinsK4(b[i].scales, sc, m);
-    for (int e = 0; e < kQK_K; ++e) {
-      const int s = e / 32, c = e / 64, l = e % 32;
+    for (int s = 0; s < 8; ++s, y += 32) {  // sub-block s: chunk s / 2, nibble s % 2
       const float dl = d * static_cast<float>(sc[s]), ml = dmin * static_cast<float>(m[s]);
-      const uint8_t byte = b[i].qs[32 * c + l];
-      int q = (e % 64 < 32) ? (byte & 15) : (byte >> 4);
-      if constexpr (kFifth) q |= ((b[i].qh[l] >> s) & 1) << 4;
-      y[e] = dl * static_cast<float>(q) - ml;
+      const uint8_t* q = b[i].qs + 32 * (s / 2);
+      const int shift = 4 * (s % 2);
+      for (int l = 0; l < 32; ++l) {
+        int v = (q[l] >> shift) & 15;
+        if constexpr (kFifth) v |= ((b[i].qh[l] >> s) & 1) << 4;
+        y[l] = dl * static_cast<float>(v) - ml;
+      }
     }
   }
 }
 
 void DequantizeQ6_K(const BlockQ6_K* b, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK_K; ++i, y += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = F16ToF32(b[i].d);
-    for (int e = 0; e < kQK_K; ++e) {
-      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-      const uint8_t lo = b[i].ql[64 * h + l + 32 * (j & 1)];
-      const int q = ((j < 2 ? lo & 15 : lo >> 4) | ((b[i].qh[32 * h + l] >> (2 * j)) & 3) << 4) - 32;
-      const float dl = d * static_cast<float>(b[i].scales[e / 16]);
-      y[e] = dl * static_cast<float>(q);
-    }
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 4; ++j)
+        for (int s = 0; s < 2; ++s, y += 16) {
+          const float dl = d * static_cast<float>(b[i].scales[8 * h + 2 * j + s]);
+          const uint8_t* ql = b[i].ql + 64 * h + 32 * (j & 1) + 16 * s;
+          const uint8_t* qh = b[i].qh + 32 * h + 16 * s;
+          const int lshift = j < 2 ? 0 : 4;
+          for (int l = 0; l < 16; ++l) {
+            const int q = (((ql[l] >> lshift) & 15) | ((qh[l] >> (2 * j)) & 3) << 4) - 32;
+            y[l] = dl * static_cast<float>(q);
+          }
+        }
   }
 }
 
