@@ -36,15 +36,14 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
   return kGemvMaxTokensQuant * 192 * ((k / 32 + 1) / 2);
 }
 
-// Up to this many tokens, q2_K .. q6_K on AVX-512 (q4_K .. q6_K on AVX2) run
+// Up to this many tokens, q2_K .. q6_K on AVX-512 and AVX2 run
 // the m == 1 integer kernel once per token (activations quantized to 8 bits);
 // more tokens, the scalar ISA and the other block types dequantize weight rows
 // to f32 (exact) and run the f32 kernels.
 inline constexpr int kGemvKMaxTokens = 4;
-inline constexpr bool HasIntegerGemv(DType t, bool avx512) {
-  return avx512 ? (t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K ||
-                   t == DType::kQ5_K || t == DType::kQ6_K)
-                : (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K);
+inline constexpr bool HasIntegerGemv(DType t, bool /*avx512*/) {
+  return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K;
 }
 // Rows the f32 fallback of the block types dequantizes per task.
 inline constexpr int kDequantRows = 8;
@@ -73,7 +72,7 @@ inline constexpr int kDequantRows = 8;
 
 namespace avx2 {
 ROTOR_OPS_KERNELS
-// q4_K / q5_K / q6_K, one token; arguments as avx512::GemvK.
+// q2_K .. q6_K, one token; arguments as avx512::GemvK.
 void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
            int64_t r1, float* y);
 }  // namespace avx2

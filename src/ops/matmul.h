@@ -75,7 +75,7 @@ class MatmulScratch {
 // q8_0/q4_0: X quantized to q8_0 per block of 32 (f32 scale), exact integer
 // block dot products, f32 accumulation of the scaled block sums; the
 // quantization error per output is <= sum_j |w_j| * amax_block(x) / 254.
-// q2_K..q6_K on AVX-512 (q4_K..q6_K on AVX2) with m <= 4: the same q8_0 activation quantization
+// q2_K..q6_K on AVX-512 and AVX2 with m <= 4: the same q8_0 activation quantization
 // and bound (sum_j |w_j| * amax_block(x) / 254), exact int32 sums of 4
 // products, f32 accumulation of the scaled lane sums and of the sub-block min
 // terms (q2_K/q4_K/q5_K: dmin * m_i * dx * sum(qx)): <= (k / 4 + 64) * 2^-24 *
