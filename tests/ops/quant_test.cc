@@ -8,7 +8,9 @@
 #include <cstring>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "gguf/gguf.h"
+#include "ops/matmul.h"
 #include "ops/kernels.h"
 #include "ops/ref/ref.h"
 #include "ops_test_util.h"
@@ -261,6 +263,58 @@ TEST(QuantTest, GgmlTestVectorsDequantize) {
         EXPECT_LE(std::fabs(DotRow(v.q->type, v.q->data + r * rb, x.data(), k) - want_dot),
                   (k / 8.0 + 16) * kEps * mag + 4 * kEps * mag)
             << IsaName(isa) << " row " << r;
+      }
+    }
+  }
+}
+
+// Matmul (every path: the integer GEMV kernels at m = 1 and 3, the f32
+// fallbacks at m = 8) on llama-quantize's rows against dequantize-then-dot in
+// double. Bound: f32 accumulation (k / 4 + 64) u sum |w| (|x| + d_x), plus,
+// where the kernel quantizes x (q8_0 / q4_0 always; K-quants on AVX2 /
+// AVX-512 with m <= 4), the
+// activation rounding sum |w| d_x / 2 + 1e-6 sum |w x|.
+TEST(QuantTest, GgmlTestVectorsMatmul) {
+  auto file = GgufFile::Open(std::string(ROTOR_TESTDATA_DIR) + "/quant-vectors.gguf");
+  ASSERT_TRUE(file.ok()) << file.message();
+  ThreadPool pool(2);
+  for (const char* name : kVectorTypes) {
+    SCOPED_TRACE(name);
+    const Vectors v = FindVectors(**file, name);
+    ASSERT_TRUE(v.q && v.deq);
+    const DType t = v.q->type;
+    const int64_t k = v.q->ne[0], rows = v.q->rows();
+    const Weight w = MakeWeight(t, k, rows, v.q->data);
+    for (int64_t m : {1, 3, 8}) {
+      const std::vector<float> x = testing::RandomVector(m * k, static_cast<uint32_t>(m + 11));
+      std::vector<int8_t> qx(k);     // [k]
+      std::vector<float> dx(k / 32);  // [k / 32]
+      for (Isa isa : testing::Isas()) {
+        testing::ScopedIsa scoped(isa);
+        std::vector<float> y(m * rows);  // [m, rows]
+        MatmulScratch scratch(m, k);
+        Matmul(pool, w, x.data(), m, y.data(), rows, scratch);
+        const bool quantizes = t == DType::kQ8_0 || t == DType::kQ4_0 ||
+                               (isa != Isa::kScalar && m <= internal::kGemvKMaxTokens &&
+                                internal::HasIntegerGemv(t, isa == Isa::kAvx512));
+        for (int64_t tok = 0; tok < m; ++tok) {
+          ref::QuantizeActivations(x.data() + tok * k, qx.data(), dx.data(), k);
+          for (int64_t r = 0; r < rows; ++r) {
+            const std::vector<float> wr = F32Row(v.deq, r);
+            double exact = 0, mag = 0, magq = 0, qerr = 0;
+            for (int64_t i = 0; i < k; ++i) {
+              const double xi = x[tok * k + i];
+              exact += wr[i] * xi;
+              mag += std::fabs(wr[i] * xi);
+              magq += std::fabs(wr[i]) * (std::fabs(xi) + dx[i / 32]);
+              qerr += std::fabs(wr[i]) * dx[i / 32] * 0.5;
+            }
+            double bound = (k / 4.0 + 64) * kEps * magq + 1e-30;
+            if (quantizes) bound += qerr + 1e-6 * mag;
+            EXPECT_LE(std::fabs(y[tok * rows + r] - exact), bound)
+                << IsaName(isa) << " m=" << m << " t=" << tok << " r=" << r;
+          }
+        }
       }
     }
   }
