@@ -14,7 +14,9 @@
 namespace rotor::ops::ref {
 namespace {
 
-int Nearest(float v) { return static_cast<int>(std::lround(v)); }
+// Round half away from zero (inline; std::lround is a library call and
+// dominates the scale searches). Inputs are small (|v| < 2^22).
+int Nearest(float v) { return static_cast<int>(v + (v >= 0.f ? 0.5f : -0.5f)); }
 
 // x ~ s * q - m with q in [0, nmax], s >= 0, m >= 0 (GGML stores unsigned mins).
 void FitScaleMin(const float* x, int n, int nmax, float* s_out, float* m_out) {
