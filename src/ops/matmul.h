@@ -69,20 +69,23 @@ class MatmulScratch {
 };
 
 // Y[m, n] = X[m, k] * W^T; y's row stride is ldy floats (>= n). Every type
-// ops::IsSupported accepts.
-// f32: FMA in f32. f16/bf16: weights converted exactly to f32, then f32 FMA
-// (same error bound as f32: ~(k / 8 + 64) * 2^-24 * sum |w x| per output).
-// q8_0/q4_0: X quantized to q8_0 per block of 32 (f32 scale), exact integer
-// block dot products, f32 accumulation of the scaled block sums; the
-// quantization error per output is <= sum_j |w_j| * amax_block(x) / 254.
-// q2_K..q6_K on AVX-512 and AVX2 with m <= 4: the same q8_0 activation quantization
-// and bound (sum_j |w_j| * amax_block(x) / 254), exact int32 sums of 4
-// products, f32 accumulation of the scaled lane sums and of the sub-block min
-// terms (q2_K/q4_K/q5_K: dmin * m_i * dx * sum(qx)): <= (k / 4 + 64) * 2^-24 *
-// sum |w_j| (|x_j| + dx) more. Every other case of q4_1, q5_0, q5_1, iq4_nl,
-// q2_K..q6_K (other ISAs, larger m, scalar): the weights dequantized exactly
-// to f32 (GGML's arithmetic) and the f32 kernels, x not quantized: the f32
-// bound above. k must be a multiple of the type's block (256 for K-quants).
+// ops::IsSupported accepts; k a multiple of the type's block (32; 256 for the
+// K-quants). Error per output y = sum_j w_j x_j (u = 2^-24, w the exactly
+// dequantized weights, d_x(j) = amax of x's block of 32 / 127):
+// - f32: FMA in f32. f16/bf16: weights converted exactly to f32, then f32 FMA:
+//   ~(k / 8 + 64) u sum |w x|.
+// - q8_0/q4_0 (every m, every ISA): X quantized to q8_0 per block of 32 (f32
+//   scale), exact integer block dot products, f32 accumulation of the scaled
+//   block sums: <= sum_j |w_j| d_x(j) / 2 (= |w_j| amax_block / 254) + the f32
+//   accumulation (nb + 64) u sum |w| |x|.
+// - q2_K, q3_K, q4_K, q5_K, q6_K with m <= 4 on AVX-512 or AVX2: the same q8_0
+//   activation quantization (sum_j |w_j| d_x(j) / 2), exact int32 sums of 4
+//   products, f32 accumulation of the scaled lane sums and of the sub-block
+//   min terms (q2_K/q4_K/q5_K: dmin * m_i * d_x * sum of qx over the
+//   sub-block): + (k / 4 + 64) u sum |w_j| (|x_j| + d_x(j)).
+// - q4_1, q5_0, q5_1, iq4_nl (always), the K-quants with m > 4, and every
+//   block type on the scalar ISA: weight rows dequantized exactly to f32
+//   (GGML's arithmetic), x not quantized, the f32 kernels: the f32 bound.
 // m == 1 is matrix-vector (memory-bound: each weight read once, 4 rows per
 // pass, software prefetch); small batches (AVX-512: m <= 16 for float types,
 // <= 8 for q types) use the same kernels with several tokens per weight load;
