@@ -2,7 +2,7 @@
 // Llama-3.2-1B (k=2048, n=8192) FFN shapes, per weight type, 1 and 2 threads:
 // m = 1 reports GB/s of weight bytes (decode is memory-bound; the benchmark
 // cycles through copies of the matrix totalling >= 256 MiB so each call reads
-// from DRAM, as in a real forward pass), m = 512 reports GFLOP/s (2 m n k).
+// from DRAM, as in a real forward pass), m = 8, 16, 512 report GFLOP/s (2 m n k).
 // ROTOR_ISA=avx2|scalar lowers the kernel path. Types (the `type` argument):
 // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q4_1, 6 q5_0, 7 q5_1, 8 iq4_nl,
 // 9 q2_K, 10 q3_K, 11 q4_K, 12 q5_K, 13 q6_K.
@@ -88,7 +88,7 @@ void BM_Matmul(benchmark::State& state) {
 void MatmulArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "shape", "m", "threads"});
   for (int64_t shape = 0; shape < 2; ++shape)
-    for (int64_t m : {1, 512})
+    for (int64_t m : {1, 8, 16, 512})
       for (int64_t type = 0; type < kNumTypes; ++type)
         for (int64_t threads : {1, 2}) b->Args({type, shape, m, threads});
 }

@@ -78,12 +78,12 @@ class MatmulScratch {
 //   scale), exact integer block dot products, f32 accumulation of the scaled
 //   block sums: <= sum_j |w_j| d_x(j) / 2 (= |w_j| amax_block / 254) + the f32
 //   accumulation (nb + 64) u sum |w| |x|.
-// - q2_K, q3_K, q4_K, q5_K, q6_K with m <= 4 on AVX-512 or AVX2: the same q8_0
+// - q2_K, q3_K, q4_K, q5_K, q6_K with m <= 8 on AVX-512 or AVX2: the same q8_0
 //   activation quantization (sum_j |w_j| d_x(j) / 2), exact int32 sums of 4
 //   products, f32 accumulation of the scaled lane sums and of the sub-block
 //   min terms (q2_K/q4_K/q5_K: dmin * m_i * d_x * sum of qx over the
 //   sub-block): + (k / 4 + 64) u sum |w_j| (|x_j| + d_x(j)).
-// - q4_1, q5_0, q5_1, iq4_nl (always), the K-quants with m > 4, and every
+// - q4_1, q5_0, q5_1, iq4_nl (always), the K-quants with m > 8, and every
 //   block type on the scalar ISA: weight rows dequantized exactly to f32
 //   (GGML's arithmetic), x not quantized, the f32 kernels: the f32 bound.
 // m == 1 is matrix-vector (memory-bound: each weight read once, 4 rows per
