@@ -65,7 +65,7 @@ void GemvK45Rows(const Weight& w, const int8_t* qx, const float* dx, const float
       }
     }
   }
-  float mins[kR];
+  float mins[kR];  // [kR] min terms per row
   for (int r = 0; r < kR; ++r) mins[r] = Sum8(accm[r]);
   Store(acc, mins, kR, r0, y);
 }
@@ -118,7 +118,7 @@ void GemvK16Rows(const Weight& w, const int8_t* qx, const float* dx, const float
     }
   }
   if constexpr (kT == DType::kQ2_K) {
-    float mins[kR];
+    float mins[kR];  // [kR] min terms per row
     for (int r = 0; r < kR; ++r) mins[r] = _mm512_reduce_add_ps(accm[r]);
     Store(acc, mins, kR, r0, y);
   } else {

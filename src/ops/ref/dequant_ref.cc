@@ -82,7 +82,7 @@ void DequantizeQ2_K(const BlockQ2_K* b, float* y, int64_t n) {
 void DequantizeQ3_K(const BlockQ3_K* b, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = F16ToF32(b[i].d);
-    int8_t sc[16];
+    int8_t sc[16];  // [16] sub-block scales
     UnpackScalesQ3K(b[i].scales, sc);
     for (int h = 0; h < 2; ++h)
       for (int j = 0; j < 4; ++j)
@@ -101,7 +101,7 @@ template <typename B, bool kFifth>
 void DequantizeQ45_K(const B* b, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = F16ToF32(b[i].d), dmin = F16ToF32(b[i].dmin);
-    uint8_t sc[8], m[8];
+    uint8_t sc[8], m[8];  // [8] sub-block scales, [8] mins
     UnpackScalesMinsK4(b[i].scales, sc, m);
     for (int s = 0; s < 8; ++s, y += 32) {  // sub-block s: chunk s / 2, nibble s % 2
       const float dl = d * static_cast<float>(sc[s]), ml = dmin * static_cast<float>(m[s]);

@@ -32,7 +32,7 @@ void FitScaleMin(const float* x, int n, int nmax, float* s_out, float* m_out) {
   }
   double best_err = INFINITY;
   float best_s = (hi - lo) / static_cast<float>(nmax), best_m = -lo;
-  int q[32];
+  int q[32];  // [n <= 32] trial quants
   for (int t = -10; t <= 10; ++t) {
     const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(t)) / (hi - lo);
     double sq = 0, sqq = 0, sx = 0, sqx = 0;
@@ -134,9 +134,9 @@ void RoundAsym(const float* x, int sub, float ds, float dm, int nmax, uint8_t* q
 // q4_K / q5_K: 8 sub-blocks of 32, 6-bit scales and mins; q[256] in [0, nmax].
 void QuantizeK45(const float* x, int nmax, uint16_t* d, uint16_t* dmin, uint8_t* packed,
                  uint8_t* q) {
-  float s[8], m[8];
+  float s[8], m[8];  // [8] fitted sub-block scales, [8] mins
   for (int i = 0; i < 8; ++i) FitScaleMin(x + 32 * i, 32, nmax, &s[i], &m[i]);
-  uint8_t sc[8], mq[8];
+  uint8_t sc[8], mq[8];  // [8] quantized scales, [8] mins
   *d = QuantizeUnsigned(s, 8, 63, sc);
   *dmin = QuantizeUnsigned(m, 8, 63, mq);
   for (int i = 0; i < 4; ++i) {
@@ -154,13 +154,13 @@ void QuantizeK45(const float* x, int nmax, uint16_t* d, uint16_t* dmin, uint8_t*
 
 void QuantizeQ2_K(const float* x, BlockQ2_K* b, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    float s[16], m[16];
+    float s[16], m[16];  // [16] fitted sub-block scales, [16] mins
     for (int k = 0; k < 16; ++k) FitScaleMin(x + 16 * k, 16, 3, &s[k], &m[k]);
-    uint8_t sc[16], mq[16];
+    uint8_t sc[16], mq[16];  // [16] quantized scales, [16] mins
     b[i].d = QuantizeUnsigned(s, 16, 15, sc);
     b[i].dmin = QuantizeUnsigned(m, 16, 15, mq);
     const float df = F16ToF32(b[i].d), mf = F16ToF32(b[i].dmin);
-    uint8_t q[kQK_K];
+    uint8_t q[kQK_K];  // [256] quants
     for (int k = 0; k < 16; ++k) {
       b[i].scales[k] = static_cast<uint8_t>(sc[k] | mq[k] << 4);
       RoundAsym(x + 16 * k, 16, df * static_cast<float>(sc[k]), mf * static_cast<float>(mq[k]), 3,
@@ -176,9 +176,9 @@ void QuantizeQ2_K(const float* x, BlockQ2_K* b, int64_t n) {
 
 void QuantizeQ3_K(const float* x, BlockQ3_K* b, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    float s[16];
+    float s[16];  // [16] fitted sub-block scales
     for (int k = 0; k < 16; ++k) s[k] = FitScale(x + 16 * k, 16, 4, 3);
-    int sc[16];
+    int sc[16];  // [16] quantized scales
     b[i].d = QuantizeSigned(s, 16, -32, 31, sc);
     std::memset(b[i].scales, 0, sizeof(b[i].scales));
     for (int k = 0; k < 16; ++k) {
@@ -201,7 +201,7 @@ void QuantizeQ3_K(const float* x, BlockQ3_K* b, int64_t n) {
 
 void QuantizeQ4_K(const float* x, BlockQ4_K* b, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    uint8_t q[kQK_K];
+    uint8_t q[kQK_K];  // [256] quants
     QuantizeK45(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
     for (int c = 0; c < 4; ++c)
       for (int l = 0; l < 32; ++l)
@@ -211,7 +211,7 @@ void QuantizeQ4_K(const float* x, BlockQ4_K* b, int64_t n) {
 
 void QuantizeQ5_K(const float* x, BlockQ5_K* b, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    uint8_t q[kQK_K];
+    uint8_t q[kQK_K];  // [256] quants
     QuantizeK45(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
     std::memset(b[i].qh, 0, sizeof(b[i].qh));
     for (int c = 0; c < 4; ++c)
@@ -225,9 +225,9 @@ void QuantizeQ5_K(const float* x, BlockQ5_K* b, int64_t n) {
 
 void QuantizeQ6_K(const float* x, BlockQ6_K* b, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    float s[16];
+    float s[16];  // [16] fitted sub-block scales
     for (int k = 0; k < 16; ++k) s[k] = FitScale(x + 16 * k, 16, 32, 31);
-    int sc[16];
+    int sc[16];  // [16] quantized scales
     b[i].d = QuantizeSigned(s, 16, -128, 127, sc);
     for (int k = 0; k < 16; ++k) b[i].scales[k] = static_cast<int8_t>(sc[k]);
     const float df = F16ToF32(b[i].d);
