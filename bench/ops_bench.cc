@@ -2,8 +2,10 @@
 // Llama-3.2-1B (k=2048, n=8192) FFN shapes, per weight type, 1 and 2 threads:
 // m = 1 reports GB/s of weight bytes (decode is memory-bound; the benchmark
 // cycles through copies of the matrix totalling >= 256 MiB so each call reads
-// from DRAM, as in a real forward pass), m = 512 reports GFLOP/s (2 m n k).
-// ROTOR_ISA=avx2|scalar lowers the kernel path.
+// from DRAM, as in a real forward pass), m = 8, 16, 512 report GFLOP/s (2 m n k).
+// ROTOR_ISA=avx2|scalar lowers the kernel path. Types (the `type` argument):
+// 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q4_1, 6 q5_0, 7 q5_1, 8 iq4_nl,
+// 9 q2_K, 10 q3_K, 11 q4_K, 12 q5_K, 13 q6_K.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -21,7 +23,11 @@
 namespace rotor::ops {
 namespace {
 
-constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+constexpr DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                            DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                            DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+                            DType::kQ5_K, DType::kQ6_K};
+constexpr int64_t kNumTypes = sizeof(kTypes) / sizeof(kTypes[0]);
 constexpr int64_t kShapes[][2] = {{768, 2048}, {2048, 8192}};  // {k, n}
 
 struct Matrices {
@@ -82,8 +88,8 @@ void BM_Matmul(benchmark::State& state) {
 void MatmulArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "shape", "m", "threads"});
   for (int64_t shape = 0; shape < 2; ++shape)
-    for (int64_t m : {1, 512})
-      for (int64_t type = 0; type < 5; ++type)
+    for (int64_t m : {1, 8, 16, 512})
+      for (int64_t type = 0; type < kNumTypes; ++type)
         for (int64_t threads : {1, 2}) b->Args({type, shape, m, threads});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);

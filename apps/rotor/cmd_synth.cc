@@ -37,8 +37,8 @@ int RunSynth(const SynthArgs& a) {
   if (!type || !Traits(*type).supported) {
     Result<QuantTarget> t = ParseQuantTarget(a.type);
     if (!t.ok())
-      return Fail(Errorf("synth: --type '{}' is neither f32, f16, bf16, q8_0, q4_0 nor a "
-                         "quantize type: {}",
+      return Fail(Errorf("synth: --type '{}' is neither a weight type (f32, f16, bf16, q8_0, q4_0, q4_1, "
+                         "q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K) nor a quantize type: {}",
                          a.type, fmt::join(QuantTargetNames(), " ")));
     target = *t;
     type = DType::kF32;
@@ -83,8 +83,9 @@ Runner RegisterSynth(CLI::App& app) {
   sub->add_option("-o,--out", a->out, "output GGUF file")->required();
   sub->add_option("--shape", a->shape, fmt::format("preset: {}", fmt::join(SynthPresetNames(), ", ")))
       ->capture_default_str();
-  sub->add_option("--type", a->type, "weight type: f32|f16|bf16|q8_0|q4_0 (every matrix), or any rotor quantize "
-                  "type (Q4_K_M, q5_0, ...: written in f32, then quantized with its rules)")->capture_default_str();
+  sub->add_option("--type", a->type, "weight type: f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_K|q3_K|q4_K|q5_K|q6_K "
+                  "(every matrix; rows the type cannot hold fall back like llama-quantize: q4_K -> q5_0, ...), "
+                  "or a rotor quantize mix (Q4_K_M, Q5_K_S, ...: written in f32, then quantized with its rules)")->capture_default_str();
   sub->add_option("--seed", a->seed, "RNG seed")->capture_default_str();
   sub->add_option("--vocab-file", a->vocab, "GGUF whose tokenizer.* keys are copied")
       ->capture_default_str();

@@ -130,6 +130,27 @@ Status PadVocab(const GgufFile& vocab, int n_vocab, GgufWriter& w) {
   return Status::Ok();
 }
 
+// llama.cpp's general.file_type (LLAMA_FTYPE_*) of a model mostly of type t.
+uint32_t LlamaFileType(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
+    case DType::kQ8_0: return 7;
+    case DType::kQ5_0: return 8;
+    case DType::kQ5_1: return 9;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;  // Q3_K_S
+    case DType::kQ4_K: return 14;  // Q4_K_S
+    case DType::kQ5_K: return 16;  // Q5_K_S
+    case DType::kQ6_K: return 18;
+    case DType::kIQ4_NL: return 25;
+    case DType::kBF16: return 32;
+    default: return 0;
+  }
+}
+
 }  // namespace
 
 Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::string& path,
@@ -138,11 +159,7 @@ Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::
   if (s.n_embd % s.n_head != 0 || s.n_head % s.n_head_kv != 0)
     return Errorf("synth: dim {} / heads {} / kv heads {} do not divide", s.n_embd, s.n_head,
                   s.n_head_kv);
-  const int64_t block = Traits(s.type).block_size;
-  if (s.n_embd % block != 0 || s.n_ff % block != 0)
-    return Errorf("synth: type {} needs dim {} and ffn {} to be multiples of {}",
-                  DTypeName(s.type), s.n_embd, s.n_ff, block);
-  if (!Traits(s.type).supported)
+  if (!Traits(s.type).supported || Traits(s.type).block_size > 256)
     return Errorf("synth: type {} cannot be written", DTypeName(s.type));
   GgufWriter w;
   if (s.arch != "llama" && s.arch != "qwen2")
@@ -153,7 +170,7 @@ Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::
     return Errorf("synth: rope dimensions {} must be even and <= head size {}", n_rot, hd);
   w.SetString("general.architecture", s.arch);
   w.SetString("general.name", s.name);
-  w.SetU32("general.file_type", static_cast<uint32_t>(s.type));
+  w.SetU32("general.file_type", LlamaFileType(s.type));
   if (vocab != nullptr) {
     ASSIGN_OR_RETURN(std::vector<std::string> tokens, vocab->GetStringArray("tokenizer.ggml.tokens"));
     const int n_file = static_cast<int>(tokens.size());
@@ -192,8 +209,11 @@ Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::
 
   // Tensor payloads live until Write returns.
   std::vector<std::unique_ptr<std::vector<uint8_t>>> store;
+  // Rows of k elements the type's blocks cannot hold take llama-quantize's
+  // fallback type (e.g. q4_K -> q5_0 for k = 176), so files mix types.
   auto matrix = [&](const std::string& name, int64_t k, int64_t n, float stddev,
-                    DType type) -> Status {
+                    DType want) -> Status {
+    const DType type = FallbackForRowSize(want, k);
     const int64_t row_bytes = RowBytes(type, k);
     auto bytes = std::make_unique<std::vector<uint8_t>>(static_cast<size_t>(row_bytes * n));
     const uint64_t base = HashName(name, s.seed);

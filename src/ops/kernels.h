@@ -36,7 +36,20 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
   return kGemvMaxTokensQuant * 192 * ((k / 32 + 1) / 2);
 }
 
-// Aborts: t is not one of f32, f16, bf16, q8_0, q4_0 (portable code).
+// Up to this many tokens, q2_K .. q6_K on AVX-512 and AVX2 run
+// the m == 1 integer kernel once per token (activations quantized to 8 bits);
+// more tokens, the scalar ISA and the other block types dequantize weight rows
+// to f32 (exact) and run the f32 kernels (measured on q4_K / q6_K, k = 2048,
+// n = 8192: at m = 8 the per-token kernels take ~55% of the panel path's time).
+inline constexpr int kGemvKMaxTokens = 8;
+inline constexpr bool HasIntegerGemv(DType t, bool /*avx512*/) {
+  return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K;
+}
+// Rows the f32 fallback of the block types dequantizes per task.
+inline constexpr int kDequantRows = 8;
+
+// Aborts: t is not a type the kernel handles (portable code).
 [[noreturn]] void UnsupportedType(DType t);
 
 #define ROTOR_OPS_KERNELS                                                                       \
@@ -60,6 +73,9 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
 
 namespace avx2 {
 ROTOR_OPS_KERNELS
+// q2_K .. q6_K, one token; arguments as avx512::GemvK.
+void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
+           int64_t r1, float* y);
 }  // namespace avx2
 namespace avx512 {
 ROTOR_OPS_KERNELS
@@ -68,6 +84,13 @@ ROTOR_OPS_KERNELS
 // GemvScratchBytes(k) bytes.
 void GemvMulti(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t m,
                int64_t r0, int64_t r1, float* y, int64_t ldy, uint8_t* scratch);
+// q2_K .. q6_K, one token: y[r] for r in [r0, r1). qx [k], dx [k / 32] from
+// QuantizeActivations; xsum: q4_K / q5_K [k / 32] dx[b] * (sum of qx over
+// block b); q2_K [k / 16] the same per 16; unused for q3_K / q6_K.
+void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
+           int64_t r1, float* y);
+// q4_1, q5_0, q5_1, iq4_nl, q2_K .. q6_K -> f32, equal to ref::DequantizeRow.
+void DequantizeBlocks(DType t, const void* src, float* dst, int64_t n);
 }  // namespace avx512
 
 #undef ROTOR_OPS_KERNELS

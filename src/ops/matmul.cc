@@ -5,6 +5,8 @@
 #include "base/check.h"
 #include "base/cpu.h"
 #include "ops/kernels.h"
+#include "ops/quant.h"
+#include "ops/ref/blocks_ref.h"
 #include "ops/ref/ref.h"
 
 namespace rotor::ops {
@@ -28,6 +30,55 @@ void ScalarGemm(const Weight& w, const float* x, const int8_t* qx, const float* 
           ref::MatmulDot(w, r, x + t * w.k, qx ? qx + t * qs : nullptr, dx ? dx + t * ds : nullptr);
 }
 
+// q4_1, q5_0, q5_1, iq4_nl, q2_K..q6_K on a SIMD ISA (see Matmul's comment).
+void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y,
+                  int64_t ldy, MatmulScratch& scratch, Isa isa) {
+  if (isa != Isa::kScalar && internal::HasIntegerGemv(w.type, isa == Isa::kAvx512) &&
+      m <= internal::kGemvKMaxTokens) {
+    int8_t* qx = scratch.qx();    // [k]
+    float* dx = scratch.dx();     // [k / 32]
+    float* xsum = scratch.xsum();  // [k / group]
+    const int group = w.type == DType::kQ2_K ? 16 : 32;  // elements per sum
+    for (int64_t t = 0; t < m; ++t) {
+      if (isa == Isa::kAvx512)
+        internal::avx512::QuantizeActivations(x + t * w.k, qx, dx, w.k);
+      else
+        internal::avx2::QuantizeActivations(x + t * w.k, qx, dx, w.k);
+      for (int64_t b = 0; b < w.k / group; ++b) {
+        int32_t s = 0;
+        for (int j = 0; j < group; ++j) s += qx[b * group + j];
+        xsum[b] = dx[b * group / ref::kBlock] * static_cast<float>(s);
+      }
+      auto gemv = isa == Isa::kAvx512 ? &internal::avx512::GemvK : &internal::avx2::GemvK;
+      pool.ParallelFor(w.n, internal::kPanelRows,
+                       [&](int64_t r0, int64_t r1, int) { gemv(w, qx, dx, xsum, r0, r1, y + t * ldy); });
+    }
+    return;
+  }
+  const size_t rb = w.row_bytes;
+  const uint8_t* data = static_cast<const uint8_t*>(w.data);
+  if (m == 1) {
+    pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) y[r] = DotRow(w.type, data + r * rb, x, w.k);
+    });
+    return;
+  }
+  // Tasks: kRowsPerThread rows dequantized once x a chunk of <= 256 tokens.
+  auto gemm = isa == Isa::kAvx512 ? &internal::avx512::Gemm : &internal::avx2::Gemm;
+  constexpr int64_t kRows = MatmulScratch::kRowsPerThread;
+  const int64_t tb = 256, n_tb = (m + tb - 1) / tb, n_rb = (w.n + kRows - 1) / kRows;
+  CHECK_LE(n_rb * n_tb, int64_t{1} << 30);
+  pool.Run(static_cast<int>(n_rb * n_tb), [&](int task, int thread) {
+    const int64_t r0 = task % n_rb * kRows, t0 = task / n_rb * tb;
+    const int64_t rows = std::min(kRows, w.n - r0);
+    float* f = scratch.rows(thread);  // [rows, k]
+    for (int64_t r = 0; r < rows; ++r) DequantizeRow(w.type, data + (r0 + r) * rb, f + r * w.k, w.k);
+    const Weight fw = MakeWeight(DType::kF32, w.k, rows, f);
+    gemm(fw, x, nullptr, nullptr, t0, std::min(m, t0 + tb), 0, rows, y + r0, ldy,
+         scratch.panel(thread));
+  });
+}
+
 }  // namespace
 
 size_t MatmulScratch::PanelBytes(int64_t max_k) {
@@ -49,6 +100,7 @@ void MatmulScratch::Reserve(int64_t max_m, int64_t max_k, int max_threads) {
   qx_.Resize(static_cast<size_t>(max_m_ * internal::PackedQxStride(max_k_)));
   dx_.Resize(static_cast<size_t>(max_m_ * internal::PackedDxStride(max_k_)));
   panel_bytes_ = PanelBytes(max_k_);
+  xsum_.Resize(static_cast<size_t>(max_k_ / 16));
   n_threads_ = 0;
   EnsureThreads(max_threads > 0 ? max_threads : HardwareThreads());
 }
@@ -56,23 +108,25 @@ void MatmulScratch::Reserve(int64_t max_m, int64_t max_k, int max_threads) {
 void MatmulScratch::EnsureThreads(int n_threads) {
   if (n_threads <= n_threads_) return;
   panels_.Resize(static_cast<size_t>(n_threads) * panel_bytes_);
+  rows_.Resize(static_cast<size_t>(n_threads) * kRowsPerThread * static_cast<size_t>(max_k_));
   n_threads_ = n_threads;
 }
 
 void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y, int64_t ldy,
             MatmulScratch& scratch) {
-  CHECK_MSG(
-      w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16 || IsQuant(w.type),
-      "ops: Matmul: unsupported weight type");
+  CHECK_MSG(IsSupported(w.type), "ops: Matmul: unsupported weight type");
   CHECK_GE(ldy, w.n);
   CHECK_GE(w.row_bytes, static_cast<size_t>(RowBytes(w.type, w.k)));
   if (m <= 0 || w.n <= 0) return;
   const bool quant = IsQuant(w.type);
   if (quant) CHECK_MSG(w.k % ref::kBlock == 0, "ops: Matmul: k not a multiple of 32");
   CHECK_MSG(m <= scratch.max_m() && w.k <= scratch.max_k(), "ops: Matmul: scratch too small");
+  CHECK_MSG(w.k % Traits(w.type).block_size == 0, "ops: Matmul: k not a multiple of the block");
   scratch.EnsureThreads(pool.size());
 
   const Isa isa = ActiveIsa();
+  if (ref::IsExtraBlockType(w.type) && isa != Isa::kScalar)
+    return MatmulBlocks(pool, w, x, m, y, ldy, scratch, isa);
   auto quantize = [&](const float* xr, int8_t* q, float* d) {
     switch (isa) {
       case Isa::kAvx512:

@@ -48,6 +48,14 @@ class MatmulScratch {
   // Per-thread panel of repacked weights: PanelBytes(max_k) bytes each.
   uint8_t* panel(int thread) { return panels_.data() + static_cast<size_t>(thread) * panel_bytes_; }
   static size_t PanelBytes(int64_t max_k);
+  // Per-block sums of the quantized activation (K-quant kernels): [max_k / 16].
+  float* xsum() { return xsum_.data(); }
+  // Per-thread dequantized weight rows (block types without integer
+  // kernels): [kDequantRows = 8, max_k] floats each.
+  float* rows(int thread) {
+    return rows_.data() + static_cast<size_t>(thread) * kRowsPerThread * static_cast<size_t>(max_k_);
+  }
+  static constexpr int kRowsPerThread = 8;
 
  private:
   int64_t max_m_ = 0, max_k_ = 0;
@@ -56,14 +64,28 @@ class MatmulScratch {
   AlignedBuffer<int8_t> qx_;
   AlignedBuffer<float> dx_;
   AlignedBuffer<uint8_t> panels_;  // [n_threads, panel_bytes_]
+  AlignedBuffer<float> xsum_;      // [max_k / 16]
+  AlignedBuffer<float> rows_;      // [n_threads, kRowsPerThread, max_k]
 };
 
-// Y[m, n] = X[m, k] * W^T; y's row stride is ldy floats (>= n).
-// f32: FMA in f32. f16/bf16: weights converted exactly to f32, then f32 FMA
-// (same error bound as f32: ~(k / 8 + 64) * 2^-24 * sum |w x| per output).
-// q8_0/q4_0: X quantized to q8_0 per block of 32 (f32 scale), exact integer
-// block dot products, f32 accumulation of the scaled block sums; the
-// quantization error per output is <= sum_j |w_j| * amax_block(x) / 254.
+// Y[m, n] = X[m, k] * W^T; y's row stride is ldy floats (>= n). Every type
+// ops::IsSupported accepts; k a multiple of the type's block (32; 256 for the
+// K-quants). Error per output y = sum_j w_j x_j (u = 2^-24, w the exactly
+// dequantized weights, d_x(j) = amax of x's block of 32 / 127):
+// - f32: FMA in f32. f16/bf16: weights converted exactly to f32, then f32 FMA:
+//   ~(k / 8 + 64) u sum |w x|.
+// - q8_0/q4_0 (every m, every ISA): X quantized to q8_0 per block of 32 (f32
+//   scale), exact integer block dot products, f32 accumulation of the scaled
+//   block sums: <= sum_j |w_j| d_x(j) / 2 (= |w_j| amax_block / 254) + the f32
+//   accumulation (nb + 64) u sum |w| |x|.
+// - q2_K, q3_K, q4_K, q5_K, q6_K with m <= 8 on AVX-512 or AVX2: the same q8_0
+//   activation quantization (sum_j |w_j| d_x(j) / 2), exact int32 sums of 4
+//   products, f32 accumulation of the scaled lane sums and of the sub-block
+//   min terms (q2_K/q4_K/q5_K: dmin * m_i * d_x * sum of qx over the
+//   sub-block): + (k / 4 + 64) u sum |w_j| (|x_j| + d_x(j)).
+// - q4_1, q5_0, q5_1, iq4_nl (always), the K-quants with m > 8, and every
+//   block type on the scalar ISA: weight rows dequantized exactly to f32
+//   (GGML's arithmetic), x not quantized, the f32 kernels: the f32 bound.
 // m == 1 is matrix-vector (memory-bound: each weight read once, 4 rows per
 // pass, software prefetch); small batches (AVX-512: m <= 16 for float types,
 // <= 8 for q types) use the same kernels with several tokens per weight load;

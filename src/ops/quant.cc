@@ -1,11 +1,13 @@
 #include "ops/quant.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "base/check.h"
 #include "base/cpu.h"
 #include "ops/kernels.h"
+#include "ops/ref/blocks_ref.h"
 #include "ops/ref/ref.h"
 
 namespace rotor::ops {
@@ -18,10 +20,73 @@ void UnsupportedType(DType t) {
 
 bool IsSupported(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
-         t == DType::kQ4_0;
+         t == DType::kQ4_0 || ref::IsExtraBlockType(t);
 }
 
+namespace {
+
+// The block types q4_1 .. q6_K: dequantized (AVX-512 or scalar) 256 elements
+// at a time, then the ISA's f32 dot / axpy kernel.
+constexpr int64_t kChunk = 256;
+
+void DequantizeExtra(DType t, const void* src, float* dst, int64_t n) {
+  CHECK_MSG(n % Traits(t).block_size == 0, "ops: row not a multiple of the block size");
+  if (ActiveIsa() == Isa::kAvx512) return internal::avx512::DequantizeBlocks(t, src, dst, n);
+  ref::DequantizeExtra(t, src, dst, n);
+}
+
+float DotF32(const float* w, const float* x, int64_t n) {
+  switch (ActiveIsa()) {
+    case Isa::kAvx512:
+      return internal::avx512::DotRow(DType::kF32, w, x, n);
+    case Isa::kAvx2:
+      return internal::avx2::DotRow(DType::kF32, w, x, n);
+    case Isa::kScalar:
+      break;
+  }
+  return ref::DotRow(DType::kF32, w, x, n);
+}
+
+void AxpyF32(float a, const float* w, float* y, int64_t n) {
+  switch (ActiveIsa()) {
+    case Isa::kAvx512:
+      return internal::avx512::AxpyRow(DType::kF32, a, w, y, n);
+    case Isa::kAvx2:
+      return internal::avx2::AxpyRow(DType::kF32, a, w, y, n);
+    case Isa::kScalar:
+      break;
+  }
+  ref::AxpyRow(DType::kF32, a, w, y, n);
+}
+
+float DotExtra(DType t, const void* w_row, const float* x, int64_t n) {
+  CHECK_MSG(n % Traits(t).block_size == 0, "ops: DotRow: row not a multiple of the block size");
+  alignas(64) float buf[kChunk];  // [kChunk] dequantized weights
+  const int64_t chunk_bytes = RowBytes(t, kChunk);
+  float sum = 0.f;
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t len = std::min(kChunk, n - i);
+    DequantizeExtra(t, static_cast<const uint8_t*>(w_row) + i / kChunk * chunk_bytes, buf, len);
+    sum += DotF32(buf, x + i, len);
+  }
+  return sum;
+}
+
+void AxpyExtra(DType t, float a, const void* row, float* y, int64_t n) {
+  CHECK_MSG(n % Traits(t).block_size == 0, "ops: AxpyRow: row not a multiple of the block size");
+  alignas(64) float buf[kChunk];  // [kChunk] dequantized row
+  const int64_t chunk_bytes = RowBytes(t, kChunk);
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t len = std::min(kChunk, n - i);
+    DequantizeExtra(t, static_cast<const uint8_t*>(row) + i / kChunk * chunk_bytes, buf, len);
+    AxpyF32(a, buf, y + i, len);
+  }
+}
+
+}  // namespace
+
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
+  if (ref::IsExtraBlockType(t)) return DequantizeExtra(t, src, dst, n);
   switch (ActiveIsa()) {
     case Isa::kAvx512:
       return internal::avx512::DequantizeRow(t, src, dst, n);
@@ -39,6 +104,7 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
 }
 
 float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
+  if (ref::IsExtraBlockType(t)) return DotExtra(t, w_row, x, n);
   switch (ActiveIsa()) {
     case Isa::kAvx512:
       return internal::avx512::DotRow(t, w_row, x, n);
@@ -51,6 +117,7 @@ float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
 }
 
 void AxpyRow(DType t, float a, const void* row, float* y, int64_t n) {
+  if (ref::IsExtraBlockType(t)) return AxpyExtra(t, a, row, y, n);
   switch (ActiveIsa()) {
     case Isa::kAvx512:
       return internal::avx512::AxpyRow(t, a, row, y, n);

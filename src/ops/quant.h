@@ -1,5 +1,6 @@
 // Row conversions between f32 and the weight types rotor reads (f32, f16,
-// bf16, q8_0, q4_0), and dot products of one weight row with an f32 vector.
+// bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K),
+// and dot products of one weight row with an f32 vector.
 #pragma once
 
 #include <cstdint>
@@ -8,14 +9,22 @@
 
 namespace rotor::ops {
 
-// True for the types these kernels read: f32, f16, bf16, q8_0, q4_0.
+// True for the types these kernels read: f32, f16, bf16, q8_0, q4_0, q4_1,
+// q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K (Traits(t).supported).
 bool IsSupported(DType t);
 
-// n elements of type t -> f32. For q8_0/q4_0 n is a multiple of 32.
+// n elements of type t -> f32, exactly GGML's f32 arithmetic. n is a multiple
+// of Traits(t).block_size (32; 256 for the K-quants).
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
 // f32 -> n elements of type t, GGML's choices: f16/bf16 round to nearest even;
 // q8_0 d = amax / 127, q = roundf(x / d); q4_0 d = max / -8 (max: the signed
-// value of largest magnitude), q = min(15, (int)(x / d + 8.5)).
+// value of largest magnitude), q = min(15, (int)(x / d + 8.5)); q5_0 the same
+// with 16 / 31; q4_1 / q5_1 d = (max - min) / 15 (31), m = min, q =
+// (int)((x - min) / d + 0.5). iq4_nl: a scale search per block with a least-
+// squares refit. K-quants: per sub-block scale (and min) search with least-
+// squares refits, sub-block scales quantized against the f16 super-block
+// scale(s), values re-rounded with the final scales (GGML's format, error
+// comparable to llama-quantize without an importance matrix; not byte-equal).
 void QuantizeRow(DType t, const float* src, void* dst, int64_t n);
 // Dot product of one weight row (dequantized exactly) with f32 x, accumulated in
 // f32 lanes: |error| <= ~(n / 8 + 16) * 2^-24 * sum |w_i x_i|. x is not quantized.

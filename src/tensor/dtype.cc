@@ -12,18 +12,18 @@ constexpr std::array<DTypeTraits, 21> kTable = {{
     {DType::kF32, "f32", 1, 4, true},
     {DType::kF16, "f16", 1, 2, true},
     {DType::kQ4_0, "q4_0", 32, 18, true},
-    {DType::kQ4_1, "q4_1", 32, 20, false},
-    {DType::kQ5_0, "q5_0", 32, 22, false},
-    {DType::kQ5_1, "q5_1", 32, 24, false},
+    {DType::kQ4_1, "q4_1", 32, 20, true},
+    {DType::kQ5_0, "q5_0", 32, 22, true},
+    {DType::kQ5_1, "q5_1", 32, 24, true},
     {DType::kQ8_0, "q8_0", 32, 34, true},
     {DType::kQ8_1, "q8_1", 32, 36, false},
-    {DType::kQ2_K, "q2_K", 256, 84, false},
-    {DType::kQ3_K, "q3_K", 256, 110, false},
-    {DType::kQ4_K, "q4_K", 256, 144, false},
-    {DType::kQ5_K, "q5_K", 256, 176, false},
-    {DType::kQ6_K, "q6_K", 256, 210, false},
+    {DType::kQ2_K, "q2_K", 256, 84, true},
+    {DType::kQ3_K, "q3_K", 256, 110, true},
+    {DType::kQ4_K, "q4_K", 256, 144, true},
+    {DType::kQ5_K, "q5_K", 256, 176, true},
+    {DType::kQ6_K, "q6_K", 256, 210, true},
     {DType::kQ8_K, "q8_K", 256, 292, false},
-    {DType::kIQ4_NL, "iq4_nl", 32, 18, false},
+    {DType::kIQ4_NL, "iq4_nl", 32, 18, true},
     {DType::kI8, "i8", 1, 1, false},
     {DType::kI16, "i16", 1, 2, false},
     {DType::kI32, "i32", 1, 4, false},
@@ -43,6 +43,31 @@ const DTypeTraits& Traits(DType t) {
   for (const auto& tr : kTable)
     if (tr.type == t) return tr;
   CHECK_MSG(false, "unknown DType");
+}
+
+DType FallbackForRowSize(DType want, int64_t k) {
+  DType t = want;
+  if (k % Traits(t).block_size != 0) {
+    switch (t) {
+      case DType::kQ2_K:
+      case DType::kQ3_K:
+        t = DType::kIQ4_NL;
+        break;
+      case DType::kQ4_K:
+        t = DType::kQ5_0;
+        break;
+      case DType::kQ5_K:
+        t = DType::kQ5_1;
+        break;
+      case DType::kQ6_K:
+        t = DType::kQ8_0;
+        break;
+      default:
+        break;
+    }
+  }
+  if (k % Traits(t).block_size != 0) t = DType::kF16;
+  return t;
 }
 
 std::optional<DType> ParseDType(std::string_view name) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "ops/kernels.h"
 #include "ops/quant.h"
 #include "ops/ref/ref.h"
 #include "ops_test_util.h"
@@ -175,6 +176,104 @@ TEST(MatmulEdgeTest, ZeroBlocks) {
       MatmulScratch scratch(3, 96);
       Matmul(pool, ops::MakeWeight(t, 96, 9, bytes.data()), x.data(), 3, y.data(), 9, scratch);
       for (float v : y) EXPECT_EQ(v, 0.f) << DTypeName(t) << " " << IsaName(isa);
+    }
+  }
+}
+
+// The block types beyond q8_0 / q4_0 against dequantize-then-dot in double.
+// Bound per output: the f32 paths (dequantized weights, x unquantized):
+// (k / 8 + 64) u sum |w x|; the K-quant integer kernels (AVX-512 / AVX2,
+// m <= kGemvKMaxTokens) quantize x as q8_0 does: + sum_j |w_j| d_x / 2 +
+// 1e-6 sum |w x| (the reciprocal's ulps), + (k / 4 + 64) u sum |w| (|x| + d_x).
+bool QuantizesActivations(DType t, int64_t m, Isa isa) {
+  return isa != Isa::kScalar && m <= internal::kGemvKMaxTokens &&
+         internal::HasIntegerGemv(t, isa == Isa::kAvx512);
+}
+
+void CheckBlockCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa) {
+  SCOPED_TRACE(::testing::Message() << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type)
+                                    << " k=" << c.k << " n=" << c.n << " m=" << m);
+  const TestWeight w = MakeWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 17 + c.n));
+  const std::vector<float> x = testing::RandomVector(m * c.k, static_cast<uint32_t>(m + 3));
+  const int64_t ldy = c.n + 1;
+  std::vector<float> y(m * ldy, -12345.f);  // [m, ldy]
+  MatmulScratch scratch(m, c.k);
+  {
+    testing::ScopedIsa scoped(isa);
+    Matmul(pool, w.view, x.data(), m, y.data(), ldy, scratch);
+  }
+  const bool qa = QuantizesActivations(c.type, m, isa);
+  std::vector<int8_t> qx(c.k);    // [k]
+  std::vector<float> dx(c.k / 32);  // [k / 32]
+  int bad = 0;
+  for (int64_t t = 0; t < m; ++t) {
+    const float* xt = x.data() + t * c.k;
+    ref::QuantizeActivations(xt, qx.data(), dx.data(), c.k);
+    for (int64_t r = 0; r < c.n; ++r) {
+      const float* wr = w.deq.data() + r * c.k;
+      double exact = 0, mag = 0, quant_err = 0, mag_q = 0;
+      for (int64_t j = 0; j < c.k; ++j) {
+        exact += static_cast<double>(wr[j]) * xt[j];
+        mag += std::fabs(static_cast<double>(wr[j]) * xt[j]);
+        quant_err += std::fabs(wr[j]) * dx[j / 32] * 0.5;
+        mag_q += std::fabs(wr[j]) * (std::fabs(xt[j]) + dx[j / 32]);
+      }
+      double bound = (c.k / 8.0 + 64) * kEps * mag + 1e-30;
+      if (qa) bound += quant_err + 1e-6 * mag + (c.k / 4.0 + 64) * kEps * mag_q;
+      const double got = y[t * ldy + r];
+      if (!(std::fabs(got - exact) <= bound) && ++bad <= 5)
+        ADD_FAILURE() << "t=" << t << " r=" << r << " got " << got << " exact " << exact
+                      << " bound " << bound;
+    }
+    for (int64_t r = c.n; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -12345.f) << "wrote past n";
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(MatmulBlockTypesTest, EveryTypeIsaAndBatch) {
+  ThreadPool pool(2);
+  std::vector<Case> cases;
+  for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (int64_t n : {1, 7, 33}) cases.push_back({t, 256, n});
+    cases.push_back({t, 768, 37});
+    cases.push_back({t, 256, 4099});
+  }
+  for (DType t : {DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL}) {
+    for (int64_t n : {1, 7, 33}) cases.push_back({t, 96, n});
+    cases.push_back({t, 768, 37});
+    cases.push_back({t, 32, 4099});
+  }
+  for (Isa isa : testing::Isas())
+    for (const Case& c : cases)
+      for (int64_t m : {1, 3, 8, 17, 70}) {
+        if (c.n > 1000 && m > 8) continue;  // the double reference; the kernels repeat per chunk
+        CheckBlockCase(pool, c, m, isa);
+      }
+}
+
+// The integer kernels' activation quantization is what the bound above
+// allows for: with x exactly representable (d_x = 1, integer x) they are exact
+// up to f32 accumulation.
+TEST(MatmulBlockTypesTest, IntegerActivationsExact) {
+  ThreadPool pool(1);
+  for (Isa isa : testing::Isas()) {
+    testing::ScopedIsa scoped(isa);
+    for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+      const TestWeight w = MakeWeight(t, 512, 9, 5);
+      std::vector<float> x(512);  // [512] integers in [-127, 127], each block's amax 127
+      for (int j = 0; j < 512; ++j) x[j] = j % 32 == 0 ? 127.f : static_cast<float>((j * 37) % 255 - 127);
+      std::vector<float> y(9);
+      MatmulScratch scratch(1, 512);
+      Matmul(pool, w.view, x.data(), 1, y.data(), 9, scratch);
+      for (int r = 0; r < 9; ++r) {
+        double exact = 0, mag = 0;
+        for (int j = 0; j < 512; ++j) {
+          exact += static_cast<double>(w.deq[r * 512 + j]) * x[j];
+          mag += std::fabs(static_cast<double>(w.deq[r * 512 + j]) * x[j]);
+        }
+        EXPECT_LE(std::fabs(y[r] - exact), (512 / 4.0 + 64) * kEps * mag)
+            << DTypeName(t) << " " << IsaName(isa) << " r=" << r;
+      }
     }
   }
 }

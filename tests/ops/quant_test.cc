@@ -8,7 +8,9 @@
 #include <cstring>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "gguf/gguf.h"
+#include "ops/matmul.h"
 #include "ops/kernels.h"
 #include "ops/ref/ref.h"
 #include "ops_test_util.h"
@@ -19,11 +21,15 @@ namespace {
 
 using testing::kEps;
 
-constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+constexpr DType kBasic[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+constexpr DType kAll[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,  DType::kQ4_0,
+                          DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K,
+                          DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
-bool IsQuant(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+bool IsQuant(DType t) { return Traits(t).block_size > 1; }
 
 std::vector<int64_t> Sizes(DType t) {
+  if (Traits(t).block_size == 256) return {256, 768, 4096 + 256};
   if (IsQuant(t)) return {32, 64, 96, 4096 + 32};
   return {1, 7, 33, 4099};
 }
@@ -66,7 +72,7 @@ TEST(QuantTest, DequantizeMatchesReferenceExactly) {
 // |d| = amax / 8: half a step, except values of the opposite sign to the
 // largest one, which clamp at 7 d while reaching up to 8 d (GGML's asymmetry).
 TEST(QuantTest, RoundTripWithinBounds) {
-  for (DType t : kAll)
+  for (DType t : kBasic)
     for (int64_t n : Sizes(t)) {
       const std::vector<float> x = testing::RandomVector(n, static_cast<uint32_t>(3 * n));
       const std::vector<uint8_t> q = Quantized(t, x);
@@ -204,45 +210,165 @@ TEST(QuantTest, ActivationQuantizationIsExact) {
 
 // GGML test vectors: T.q as llama-quantize wrote it, T.deq its dequantization
 // by gguf-py (numpy), T.src the values before quantization.
-TEST(QuantTest, GgmlTestVectors) {
+constexpr const char* kVectorTypes[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
+                                        "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL"};
+
+struct Vectors {
+  const GgufTensor* q;
+  const GgufTensor* deq;
+  const GgufTensor* src;
+};
+
+Vectors FindVectors(const GgufFile& file, const std::string& name) {
+  return {file.FindTensor(name + ".q"), file.FindTensor(name + ".deq"),
+          file.FindTensor(name + ".src")};
+}
+
+std::vector<float> F32Row(const GgufTensor* t, int64_t r) {
+  std::vector<float> row(t->ne[0]);
+  std::memcpy(row.data(), t->data + r * t->ne[0] * 4, t->ne[0] * 4);
+  return row;
+}
+
+TEST(QuantTest, GgmlTestVectorsDequantize) {
   auto file = GgufFile::Open(std::string(ROTOR_TESTDATA_DIR) + "/quant-vectors.gguf");
   ASSERT_TRUE(file.ok()) << file.message();
-  for (const char* name : {"Q8_0", "Q4_0"}) {
+  for (const char* name : kVectorTypes) {
     SCOPED_TRACE(name);
-    const GgufTensor* q = (*file)->FindTensor(std::string(name) + ".q");
-    const GgufTensor* deq = (*file)->FindTensor(std::string(name) + ".deq");
-    const GgufTensor* src = (*file)->FindTensor(std::string(name) + ".src");
-    ASSERT_TRUE(q && deq);
-    ASSERT_EQ(deq->type, DType::kF32);
-    ASSERT_EQ(q->ne, deq->ne);
-    const int64_t k = q->ne[0], rows = q->rows();
+    const Vectors v = FindVectors(**file, name);
+    ASSERT_TRUE(v.q && v.deq && v.src);
+    ASSERT_EQ(v.deq->type, DType::kF32);
+    ASSERT_EQ(v.q->ne, v.deq->ne);
+    EXPECT_EQ(ParseDType(name), v.q->type);
+    EXPECT_TRUE(IsSupported(v.q->type));
+    const int64_t k = v.q->ne[0], rows = v.q->rows();
     EXPECT_EQ(rows, 8);
-    const int64_t rb = RowBytes(q->type, k);
+    const int64_t rb = RowBytes(v.q->type, k);
     for (Isa isa : testing::Isas()) {
       testing::ScopedIsa scoped(isa);
       std::vector<float> got(k);
       for (int64_t r = 0; r < rows; ++r) {
-        DequantizeRow(q->type, q->data + r * rb, got.data(), k);
+        DequantizeRow(v.q->type, v.q->data + r * rb, got.data(), k);
+        const std::vector<float> want = F32Row(v.deq, r);
+        for (int64_t i = 0; i < k; ++i)
+          ASSERT_LE(UlpDistance(got[i], want[i]), 4) << IsaName(isa) << " row " << r << " i " << i
+                                                     << ": " << got[i] << " vs " << want[i];
+        // Every dot path agrees with dequantize-then-dot on these rows.
+        const std::vector<float> x = testing::RandomVector(k, static_cast<uint32_t>(r + 77));
+        double want_dot = 0, mag = 0;
         for (int64_t i = 0; i < k; ++i) {
-          float want;
-          std::memcpy(&want, deq->data + (r * k + i) * 4, 4);
-          ASSERT_LE(UlpDistance(got[i], want), 4)
-              << IsaName(isa) << " row " << r << " i " << i << ": " << got[i] << " vs " << want;
+          want_dot += static_cast<double>(want[i]) * x[i];
+          mag += std::fabs(static_cast<double>(want[i]) * x[i]);
+        }
+        EXPECT_LE(std::fabs(DotRow(v.q->type, v.q->data + r * rb, x.data(), k) - want_dot),
+                  (k / 8.0 + 16) * kEps * mag + 4 * kEps * mag)
+            << IsaName(isa) << " row " << r;
+      }
+    }
+  }
+}
+
+// Matmul (every path: the integer GEMV kernels at m = 1 and 3, the f32
+// fallbacks at m = 12) on llama-quantize's rows against dequantize-then-dot in
+// double. Bound: f32 accumulation (k / 4 + 64) u sum |w| (|x| + d_x), plus,
+// where the kernel quantizes x (q8_0 / q4_0 always; K-quants on AVX2 /
+// AVX-512 with m <= kGemvKMaxTokens = 8), the
+// activation rounding sum |w| d_x / 2 + 1e-6 sum |w x|.
+TEST(QuantTest, GgmlTestVectorsMatmul) {
+  auto file = GgufFile::Open(std::string(ROTOR_TESTDATA_DIR) + "/quant-vectors.gguf");
+  ASSERT_TRUE(file.ok()) << file.message();
+  ThreadPool pool(2);
+  for (const char* name : kVectorTypes) {
+    SCOPED_TRACE(name);
+    const Vectors v = FindVectors(**file, name);
+    ASSERT_TRUE(v.q && v.deq);
+    const DType t = v.q->type;
+    const int64_t k = v.q->ne[0], rows = v.q->rows();
+    const Weight w = MakeWeight(t, k, rows, v.q->data);
+    for (int64_t m : {1, 3, 12}) {
+      const std::vector<float> x = testing::RandomVector(m * k, static_cast<uint32_t>(m + 11));
+      std::vector<int8_t> qx(k);     // [k]
+      std::vector<float> dx(k / 32);  // [k / 32]
+      for (Isa isa : testing::Isas()) {
+        testing::ScopedIsa scoped(isa);
+        std::vector<float> y(m * rows);  // [m, rows]
+        MatmulScratch scratch(m, k);
+        Matmul(pool, w, x.data(), m, y.data(), rows, scratch);
+        const bool quantizes = t == DType::kQ8_0 || t == DType::kQ4_0 ||
+                               (isa != Isa::kScalar && m <= internal::kGemvKMaxTokens &&
+                                internal::HasIntegerGemv(t, isa == Isa::kAvx512));
+        for (int64_t tok = 0; tok < m; ++tok) {
+          ref::QuantizeActivations(x.data() + tok * k, qx.data(), dx.data(), k);
+          for (int64_t r = 0; r < rows; ++r) {
+            const std::vector<float> wr = F32Row(v.deq, r);
+            double exact = 0, mag = 0, magq = 0, qerr = 0;
+            for (int64_t i = 0; i < k; ++i) {
+              const double xi = x[tok * k + i];
+              exact += wr[i] * xi;
+              mag += std::fabs(wr[i] * xi);
+              magq += std::fabs(wr[i]) * (std::fabs(xi) + dx[i / 32]);
+              qerr += std::fabs(wr[i]) * dx[i / 32] * 0.5;
+            }
+            double bound = (k / 4.0 + 64) * kEps * magq + 1e-30;
+            if (quantizes) bound += qerr + 1e-6 * mag;
+            EXPECT_LE(std::fabs(y[tok * rows + r] - exact), bound)
+                << IsaName(isa) << " m=" << m << " t=" << tok << " r=" << r;
+          }
         }
       }
     }
-    // Our quantizer reproduces llama-quantize's bytes from the source values.
-    if (src != nullptr) {
-      int64_t same = 0;
-      std::vector<float> row(k);
-      std::vector<uint8_t> mine(rb);
-      for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(row.data(), src->data + r * k * 4, k * 4);
-        QuantizeRow(q->type, row.data(), mine.data(), k);
-        same += std::memcmp(mine.data(), q->data + r * rb, rb) == 0;
-      }
-      EXPECT_EQ(same, rows) << "rows re-quantized identically";
+  }
+}
+
+// q8_0 / q4_0: our quantizer reproduces llama-quantize's bytes.
+TEST(QuantTest, GgmlTestVectorsRequantizeIdentically) {
+  auto file = GgufFile::Open(std::string(ROTOR_TESTDATA_DIR) + "/quant-vectors.gguf");
+  ASSERT_TRUE(file.ok()) << file.message();
+  for (const char* name : {"Q8_0", "Q4_0"}) {
+    SCOPED_TRACE(name);
+    const Vectors v = FindVectors(**file, name);
+    ASSERT_TRUE(v.q && v.src);
+    const int64_t k = v.q->ne[0], rows = v.q->rows(), rb = RowBytes(v.q->type, k);
+    int64_t same = 0;
+    std::vector<uint8_t> mine(rb);
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> row = F32Row(v.src, r);
+      QuantizeRow(v.q->type, row.data(), mine.data(), k);
+      same += std::memcmp(mine.data(), v.q->data + r * rb, rb) == 0;
     }
+    EXPECT_EQ(same, rows) << "rows re-quantized identically";
+  }
+}
+
+// Every type: quantizing T.src with QuantizeRow and dequantizing gives an RMS
+// error at most 1.25x that of llama-quantize's own T.q (dequantized as T.deq).
+TEST(QuantTest, QuantizeErrorComparableToLlamaQuantize) {
+  auto file = GgufFile::Open(std::string(ROTOR_TESTDATA_DIR) + "/quant-vectors.gguf");
+  ASSERT_TRUE(file.ok()) << file.message();
+  for (const char* name : kVectorTypes) {
+    SCOPED_TRACE(name);
+    const Vectors v = FindVectors(**file, name);
+    ASSERT_TRUE(v.q && v.deq && v.src);
+    const DType t = v.q->type;
+    const int64_t k = v.q->ne[0], rows = v.q->rows();
+    double err_mine = 0, err_llama = 0;
+    std::vector<uint8_t> q(RowBytes(t, k));
+    std::vector<float> back(k);
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> src = F32Row(v.src, r), theirs = F32Row(v.deq, r);
+      QuantizeRow(t, src.data(), q.data(), k);
+      DequantizeRow(t, q.data(), back.data(), k);
+      for (int64_t i = 0; i < k; ++i) {
+        err_mine += std::pow(static_cast<double>(back[i]) - src[i], 2);
+        err_llama += std::pow(static_cast<double>(theirs[i]) - src[i], 2);
+      }
+    }
+    const double rms_mine = std::sqrt(err_mine / (k * rows)),
+                 rms_llama = std::sqrt(err_llama / (k * rows));
+    std::printf("%-7s rms error: rotor %.6g, llama-quantize %.6g (ratio %.3f)\n", name, rms_mine,
+                rms_llama, rms_mine / rms_llama);
+    EXPECT_LE(rms_mine, 1.25 * rms_llama);
+    EXPECT_GT(rms_llama, 0);
   }
 }
 

@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "ops/ref/blocks_ref.h"
 #include "ops/ref/ref.h"
 #include "tensor/fp16.h"
 
@@ -57,8 +58,13 @@ float MatmulDot(const Weight& w, int64_t r, const float* x, const int8_t* qx, co
       }
       break;
     }
-    default:
-      CHECK_MSG(false, "ops: Matmul: unsupported weight type");
+    default: {
+      CHECK_MSG(IsExtraBlockType(w.type), "ops: Matmul: unsupported weight type");
+      std::vector<float> wr(w.k);  // [k] the row, dequantized exactly
+      DequantizeExtra(w.type, row, wr.data(), w.k);
+      for (int64_t j = 0; j < w.k; ++j) sum += static_cast<double>(wr[j]) * x[j];
+      break;
+    }
   }
   return static_cast<float>(sum);
 }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "ops/ref/blocks_ref.h"
 #include "ops/ref/ref.h"
 #include "tensor/fp16.h"
 
@@ -61,8 +62,7 @@ void QuantizeQ4_0(const float* x, BlockQ4_0* b, int64_t n) {
 }
 
 void CheckBlocks(DType t, int64_t n) {
-  if (t == DType::kQ8_0 || t == DType::kQ4_0)
-    CHECK_MSG(n % kBlock == 0, "ops: row not a multiple of 32");
+  CHECK_MSG(n % Traits(t).block_size == 0, "ops: row not a multiple of the block size");
 }
 
 }  // namespace
@@ -90,7 +90,8 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
       DequantizeQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
       return;
     default:
-      CHECK_MSG(false, "ops: DequantizeRow: unsupported type");
+      CHECK_MSG(IsExtraBlockType(t), "ops: DequantizeRow: unsupported type");
+      DequantizeExtra(t, src, dst, n);
   }
 }
 
@@ -117,7 +118,8 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
       QuantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), n);
       return;
     default:
-      CHECK_MSG(false, "ops: QuantizeRow: unsupported type");
+      CHECK_MSG(IsExtraBlockType(t), "ops: QuantizeRow: unsupported type");
+      QuantizeExtra(t, src, dst, n);
   }
 }
 

@@ -25,7 +25,8 @@ void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k);
 // Single-threaded Y[m, n] = X[m, k] * W^T with the math the fast paths use:
 // f32/f16/bf16 exact products summed in double; q8_0/q4_0 with X quantized by
 // QuantizeActivations, exact integer block sums, s_b = d_w * d_x rounded to f32
-// (as the fast paths do), sum_b s_b * isum_b in double.
+// (as the fast paths do), sum_b s_b * isum_b in double. The other block types
+// (q4_1 .. q6_K): rows dequantized exactly, products with f32 x in double.
 void Matmul(const Weight& w, const float* x, int64_t m, float* y, int64_t ldy);
 // One output: row r of w against one quantized/f32 activation row.
 float MatmulDot(const Weight& w, int64_t r, const float* x, const int8_t* qx, const float* dx);
