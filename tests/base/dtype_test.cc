@@ -40,7 +40,9 @@ TEST(Fp16, RoundsToNearest) {
     // No other half is closer.
     float up = F16ToF32(static_cast<uint16_t>(h + 1)), down = F16ToF32(static_cast<uint16_t>(h - 1));
     ASSERT_LE(std::fabs(y - x), std::fabs(up - x) + 1e-30f) << x;
-    if ((h & 0x7fff) != 0) ASSERT_LE(std::fabs(y - x), std::fabs(down - x) + 1e-30f) << x;
+    if ((h & 0x7fff) != 0) {
+      ASSERT_LE(std::fabs(y - x), std::fabs(down - x) + 1e-30f) << x;
+    }
   }
 }
 

@@ -98,17 +98,20 @@ TEST(QuantizeCliTest, LeaveOutputAndPure) {
 
 TEST(QuantizeCliTest, SynthWritesAMix) {
   TempDir dir;
-  const std::string model = dir.File("s15m-q6k.gguf");
+  // A mix (not a plain type, which synth writes directly): f32, then quantize.
+  const std::string model = dir.File("s15m-q4km.gguf");
   CliResult r = RunRotor({"synth", "-o", model, "--shape", "stories15m", "--layers", "1", "--ffn",
-                          "800", "--type", "Q6_K", "--vocab-file", LlamaVocab(), "-t", "2"});
+                          "800", "--type", "Q4_K_M", "--vocab-file", LlamaVocab(), "-t", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("Q6_K"));
+  EXPECT_THAT(r.err, HasSubstr("Q4_K_M"));
   EXPECT_FALSE(std::filesystem::exists(model + ".f32.tmp"));
   CliResult info = RunRotor({"info", model});
   ASSERT_EQ(info.exit_code, 0) << info.err;
-  EXPECT_THAT(info.out, ::testing::ContainsRegex("general.file_type +u32 +18"));
-  // Rows of 288 and 800 are not multiples of 256: q6_K falls back to q8_0.
-  EXPECT_THAT(info.out, ::testing::ContainsRegex("blk.0.attn_q.weight +q8_0"));
+  EXPECT_THAT(info.out, ::testing::ContainsRegex("general.file_type +u32 +15"));
+  // Rows of 288 and 800 are not multiples of 256: q4_K falls back to q5_0,
+  // q6_K (attn_v, ffn_down and output in Q4_K_M) to q8_0.
+  EXPECT_THAT(info.out, ::testing::ContainsRegex("blk.0.attn_q.weight +q5_0"));
+  EXPECT_THAT(info.out, ::testing::ContainsRegex("blk.0.attn_v.weight +q8_0"));
   CliResult gen = RunRotor({"generate", "-m", model, "-p", "Hello", "-n", "4", "-t", "2"});
   EXPECT_EQ(gen.exit_code, 0) << gen.err;
   CliResult bad = RunRotor({"synth", "-o", dir.File("x.gguf"), "--type", "q7"});
