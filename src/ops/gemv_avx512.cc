@@ -138,11 +138,22 @@ inline __m512i LoadGemvQuants(const uint8_t* blk, bool half, bool tail, __m512* 
   }
 }
 
+// Block pair j of a row: prefetches ahead, returns LoadGemvQuants'.
+template <DType kT>
+inline __m512i LoadRowPair(const uint8_t* row, int64_t j, bool half, bool tail, __m512* scale) {
+  constexpr int kBlockBytes = kT == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  const uint8_t* blk = row + 2 * j * kBlockBytes;
+  const char* pf =
+      reinterpret_cast<const char*>(blk) + (kT == DType::kQ8_0 ? kGemvPrefetchQ8 : kGemvPrefetch);
+  _mm_prefetch(pf, _MM_HINT_T0);
+  if constexpr (kT == DType::kQ8_0) _mm_prefetch(pf + 64, _MM_HINT_T0);
+  return LoadGemvQuants<kT>(blk, half, tail, scale);
+}
+
 // Block pair j of kR rows for one token into acc (kEdge: as GemvQuantMultiStep).
 template <DType kT, int kR, bool kEdge>
 inline void GemvQuantStep(const uint8_t* const* rows, const int8_t* qx, const float* dx,
                           int64_t nb, int64_t j, __m512 (&acc)[kR]) {
-  constexpr int kBlockBytes = kT == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
   const __m512i bias = _mm512_set1_epi8(kT == DType::kQ8_0 ? static_cast<char>(0x80) : 8);
   const bool half = kEdge && 2 * j + 1 == nb;
   const bool tail = kEdge && 2 * j + 4 > nb;  // fewer than 64 bytes of the row left (q4_0)
@@ -153,13 +164,8 @@ inline void GemvQuantStep(const uint8_t* const* rows, const int8_t* qx, const fl
                                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, xv));
 #pragma GCC unroll 4
   for (int r = 0; r < kR; ++r) {
-    const uint8_t* blk = rows[r] + 2 * j * kBlockBytes;
-    const char* pf = reinterpret_cast<const char*>(blk) +
-                     (kT == DType::kQ8_0 ? kGemvPrefetchQ8 : kGemvPrefetch);
-    _mm_prefetch(pf, _MM_HINT_T0);
-    if constexpr (kT == DType::kQ8_0) _mm_prefetch(pf + 64, _MM_HINT_T0);
     __m512 sw;
-    const __m512i wu = LoadGemvQuants<kT>(blk, half, tail, &sw);
+    const __m512i wu = LoadRowPair<kT>(rows[r], j, half, tail, &sw);
     const __m512i d = _mm512_dpbusd_epi32(corr, wu, xv);
     acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sw, sx), acc[r]);
   }
@@ -264,18 +270,12 @@ void PrepareGemvActs(const int8_t* qx, const float* dx, int64_t k, int64_t m, ui
 template <DType kT, int kR, int kTok, bool kEdge>
 inline void GemvQuantMultiStep(const uint8_t* const* rows, const uint8_t* xs, int64_t nb,
                                int64_t nbp, int64_t j, __m512 (&acc)[kR][kTok]) {
-  constexpr int kBlockBytes = kT == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
   const bool half = kEdge && 2 * j + 1 == nb, tail = kEdge && 2 * j + 4 > nb;
   __m512i wu[kR];
   __m512 sw[kR];
 #pragma GCC unroll 4
   for (int r = 0; r < kR; ++r) {
-    const uint8_t* blk = rows[r] + 2 * j * kBlockBytes;
-    const char* pf = reinterpret_cast<const char*>(blk) +
-                     (kT == DType::kQ8_0 ? kGemvPrefetchQ8 : kGemvPrefetch);
-    _mm_prefetch(pf, _MM_HINT_T0);
-    if constexpr (kT == DType::kQ8_0) _mm_prefetch(pf + 64, _MM_HINT_T0);
-    wu[r] = LoadGemvQuants<kT>(blk, half, tail, &sw[r]);
+    wu[r] = LoadRowPair<kT>(rows[r], j, half, tail, &sw[r]);
   }
 #pragma GCC unroll 4
   for (int t = 0; t < kTok; ++t) {
