@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -51,7 +52,7 @@ Matrices MakeMatrices(DType t, int64_t k, int64_t n, bool many) {
   }
   for (size_t c = 1; c < n_copies; ++c) {
     out.copies[c].Resize(out.bytes);
-    std::copy(out.copies[0].data(), out.copies[0].data() + out.bytes, out.copies[c].data());
+    std::memcpy(out.copies[c].data(), out.copies[0].data(), out.bytes);
   }
   return out;
 }
