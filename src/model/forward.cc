@@ -102,9 +102,9 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
 
   // Attention block.
   norm_rows(w.attn_norm);
-  ops::Matmul(pool_, w.wq, xn_.data(), n_tokens, q_.data(), q_dim, matmul_scratch_);
-  ops::Matmul(pool_, w.wk, xn_.data(), n_tokens, k_.data(), kv_dim, matmul_scratch_);
-  ops::Matmul(pool_, w.wv, xn_.data(), n_tokens, v_.data(), kv_dim, matmul_scratch_);
+  const ops::MatmulOut qkv[] = {
+      {&w.wq, q_.data(), q_dim}, {&w.wk, k_.data(), kv_dim}, {&w.wv, v_.data(), kv_dim}};
+  ops::MatmulGroup(pool_, qkv, xn_.data(), n_tokens, matmul_scratch_);
   BiasAndPermute(w, n_tokens);
   int64_t row = 0;
   for (size_t si = 0; si < seqs.size(); ++si) {
@@ -142,8 +142,9 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
 
   // Feed-forward block (SwiGLU).
   norm_rows(w.ffn_norm);
-  ops::Matmul(pool_, w.w_gate, xn_.data(), n_tokens, gate_.data(), c.n_ff, matmul_scratch_);
-  ops::Matmul(pool_, w.w_up, xn_.data(), n_tokens, up_.data(), c.n_ff, matmul_scratch_);
+  const ops::MatmulOut gate_up[] = {{&w.w_gate, gate_.data(), c.n_ff},
+                                     {&w.w_up, up_.data(), c.n_ff}};
+  ops::MatmulGroup(pool_, gate_up, xn_.data(), n_tokens, matmul_scratch_);
   ops::SwiGlu(gate_.data(), up_.data(), gate_.data(), n_tokens * c.n_ff);
   ops::Matmul(pool_, w.w_down, gate_.data(), n_tokens, out_.data(), E, matmul_scratch_);
   ops::Add(x_.data(), out_.data(), n_tokens * E);

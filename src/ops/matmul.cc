@@ -199,4 +199,65 @@ void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float*
   });
 }
 
+void MatmulGroup(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x, int64_t m,
+                 MatmulScratch& scratch) {
+  if (outs.empty() || m <= 0) return;
+  const Weight& w0 = *outs[0].w;
+  const Isa isa = ActiveIsa();
+  const bool quant = IsQuant(w0.type);
+  bool fused = !ref::IsExtraBlockType(w0.type) &&
+               (m == 1 || (isa == Isa::kAvx512 && m <= (quant ? internal::kGemvMaxTokensQuant
+                                                              : internal::kGemvMaxTokensFloat)));
+  int64_t rows = 0;
+  for (const MatmulOut& o : outs) {
+    fused = fused && o.w->type == w0.type && o.w->k == w0.k;
+    rows += o.w->n;
+  }
+  if (!fused) {
+    for (const MatmulOut& o : outs) Matmul(pool, *o.w, x, m, o.y, o.ldy, scratch);
+    return;
+  }
+  for (const MatmulOut& o : outs) {
+    CHECK_MSG(IsSupported(o.w->type), "ops: MatmulGroup: unsupported weight type");
+    CHECK_GE(o.ldy, o.w->n);
+    CHECK_GE(o.w->row_bytes, static_cast<size_t>(RowBytes(o.w->type, o.w->k)));
+  }
+  if (quant) CHECK_MSG(w0.k % ref::kBlock == 0, "ops: MatmulGroup: k not a multiple of 32");
+  CHECK_MSG(m <= scratch.max_m() && w0.k <= scratch.max_k(), "ops: MatmulGroup: scratch too small");
+  scratch.EnsureThreads(pool.size());
+
+  int8_t* qx = quant ? scratch.qx() : nullptr;  // [m, k]
+  float* dx = quant ? scratch.dx() : nullptr;   // [m, k / 32]
+  const int64_t nb = w0.k / ref::kBlock;
+  for (int64_t t = 0; quant && t < m; ++t) {
+    switch (isa) {
+      case Isa::kAvx512:
+        internal::avx512::QuantizeActivations(x + t * w0.k, qx + t * w0.k, dx + t * nb, w0.k);
+        break;
+      case Isa::kAvx2:
+        internal::avx2::QuantizeActivations(x + t * w0.k, qx + t * w0.k, dx + t * nb, w0.k);
+        break;
+      case Isa::kScalar:
+        ref::QuantizeActivations(x + t * w0.k, qx + t * w0.k, dx + t * nb, w0.k);
+        break;
+    }
+  }
+  auto gemv = isa == Isa::kAvx512 ? &internal::avx512::Gemv
+              : isa == Isa::kAvx2 ? &internal::avx2::Gemv
+                                  : &ScalarGemv;
+  // The weights' rows laid end to end; each thread takes one range of them.
+  pool.ParallelFor(rows, internal::kPanelRows, [&](int64_t r0, int64_t r1, int thread) {
+    int64_t base = 0;
+    for (const MatmulOut& o : outs) {
+      const int64_t a = std::max(r0, base) - base, b = std::min(r1, base + o.w->n) - base;
+      base += o.w->n;
+      if (a >= b) continue;
+      if (m == 1)
+        gemv(*o.w, x, qx, dx, a, b, o.y);
+      else
+        internal::avx512::GemvMulti(*o.w, x, qx, dx, m, a, b, o.y, o.ldy, scratch.panel(thread));
+    }
+  });
+}
+
 }  // namespace rotor::ops

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "base/memory.h"
 #include "base/thread_pool.h"
@@ -96,5 +97,20 @@ class MatmulScratch {
 // reentrant for one scratch: concurrent calls need their own MatmulScratch.
 void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y, int64_t ldy,
             MatmulScratch& scratch);
+
+// One product of a MatmulGroup: Y[m, w.n] (row stride ldy) = X * W^T.
+struct MatmulOut {
+  const Weight* w;
+  float* y;
+  int64_t ldy;
+};
+// Several weights applied to the same X (Q, K and V; gate and up): the same
+// results as one Matmul per weight, bit for bit. When the weights share type
+// and k and the matrix-vector kernels apply (m == 1, or small batches on
+// AVX-512), X is quantized once and every row of every weight is split among
+// the threads in one parallel region (one synchronisation instead of one per
+// weight); otherwise the Matmuls run one after the other.
+void MatmulGroup(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x, int64_t m,
+                 MatmulScratch& scratch);
 
 }  // namespace rotor::ops

@@ -280,3 +280,55 @@ TEST(MatmulBlockTypesTest, IntegerActivationsExact) {
 
 }  // namespace
 }  // namespace rotor::ops
+
+namespace rotor::ops {
+namespace {
+
+// A group gives exactly the separate Matmuls' results (same kernels, same
+// rows): for every fusable type and for groups that must fall back (mixed
+// types, a block type without a fused path), on every ISA, 1 and 2 threads.
+TEST(MatmulGroupTest, EqualsSeparateMatmulsBitForBit) {
+  struct G {
+    DType types[3];
+    int64_t k;
+  };
+  const G groups[] = {{{DType::kF32, DType::kF32, DType::kF32}, 96},
+                      {{DType::kF16, DType::kF16, DType::kF16}, 64},
+                      {{DType::kBF16, DType::kBF16, DType::kBF16}, 33},
+                      {{DType::kQ8_0, DType::kQ8_0, DType::kQ8_0}, 96},
+                      {{DType::kQ4_0, DType::kQ4_0, DType::kQ4_0}, 160},
+                      {{DType::kQ4_K, DType::kQ4_K, DType::kQ4_K}, 256},
+                      {{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}, 256}};
+  const int64_t ns[3] = {37, 8, 13};
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (Isa isa : testing::Isas()) {
+      testing::ScopedIsa scoped(isa);
+      for (const G& g : groups) {
+        std::vector<TestWeight> ws;
+        for (int i = 0; i < 3; ++i) ws.push_back(MakeWeight(g.types[i], g.k, ns[i], 11 + i));
+        for (int64_t m : {1, 3, 8, 17}) {
+          std::vector<float> x = testing::RandomVector(m * g.k, 5, 1.f);  // [m, k]
+          MatmulScratch scratch(m, g.k, threads);
+          std::vector<std::vector<float>> want(3), got(3);  // each [m, n_i + 2]
+          std::vector<MatmulOut> outs;
+          for (int i = 0; i < 3; ++i) {
+            const int64_t ldy = ns[i] + 2;
+            want[i].assign(m * ldy, -7.f);
+            got[i].assign(m * ldy, -7.f);
+            Matmul(pool, ws[i].view, x.data(), m, want[i].data(), ldy, scratch);
+          }
+          for (int i = 0; i < 3; ++i) outs.push_back({&ws[i].view, got[i].data(), ns[i] + 2});
+          MatmulGroup(pool, outs, x.data(), m, scratch);
+          for (int i = 0; i < 3; ++i)
+            ASSERT_EQ(got[i], want[i]) << DTypeName(g.types[i]) << " k " << g.k << " m " << m
+                                       << " weight " << i << " " << IsaName(isa) << " threads "
+                                       << threads;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rotor::ops
