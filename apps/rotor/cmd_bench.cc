@@ -97,6 +97,12 @@ int RunBench(BenchArgs a) {
       rooflines.push_back(*r);
     }
   }
+  // Read bandwidth next to a test: a 256 MiB buffer (8x the L3), best of 3.
+  auto ReadProbe = [&](int threads) -> double {
+    ThreadPool pool(threads);
+    Result<double> gbps = MeasureReadBandwidth(pool, size_t{256} << 20, 3);
+    return gbps.ok() ? *gbps : 0.0;
+  };
   auto roofline_for = [&](int threads) -> const Roofline* {
     for (const Roofline& r : rooflines)
       if (r.threads == threads) return &r;
@@ -119,6 +125,8 @@ int RunBench(BenchArgs a) {
     const std::string what = fmt::format("[{}/{}] {} {} (t={}, kv={}{})", i + 1, n_cases, m.path,
                                          c.test.Name(), c.threads, KvPolicyName(c.kv.policy),
                                          c.kv.size > 0 ? fmt::format(" {}", c.kv.size) : "");
+    const double read_before =
+        a.roofline && c.test.n_prompt == 0 ? ReadProbe(c.threads) : 0.0;
     progress.Start(what);
     Result<BenchResult> r = RunBenchCase(
         m, c, a.repetitions, a.seed,
@@ -136,7 +144,16 @@ int RunBench(BenchArgs a) {
                  "rotor: bench: cannot reset the peak RSS counter (/proc/self/clear_refs); "
                  "peak_rss_bytes is the process's peak so far\n");
     }
-    writer->Row(MakeBenchRow(m, c, *r, roofline_for(c.threads)));
+    const Roofline* roof = roofline_for(c.threads);
+    Roofline adjacent;
+    if (roof != nullptr && c.test.n_prompt == 0) {
+      // Generation is memory-bound: its ceiling is the bandwidth measured next
+      // to it (the better of just before and just after), not at the start.
+      adjacent = *roof;
+      adjacent.read_gbps = std::max(read_before, ReadProbe(c.threads));
+      roof = &adjacent;
+    }
+    writer->Row(MakeBenchRow(m, c, *r, roof));
   }
   writer->End();
   if (failed > 0) {

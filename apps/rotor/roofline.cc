@@ -244,20 +244,22 @@ double MeasureMatmul(ThreadPool& pool, int passes, Roofline* r) {
 
 }  // namespace
 
-Result<Roofline> MeasureRoofline(ThreadPool& pool, const RooflineOptions& options) {
-  if (options.passes < 1) return Errorf("roofline: passes {} must be positive", options.passes);
+Result<double> MeasureReadBandwidth(ThreadPool& pool, size_t buffer_bytes, int passes) {
+  if (passes < 1) return Errorf("roofline: passes {} must be positive", passes);
   const size_t min_bytes = static_cast<size_t>(pool.size()) * 16 * 4096;
-  if (options.buffer_bytes < min_bytes)
-    return Errorf("roofline: buffer of {} bytes is too small (at least {})", options.buffer_bytes,
+  if (buffer_bytes < min_bytes)
+    return Errorf("roofline: buffer of {} bytes is too small (at least {})", buffer_bytes,
                   min_bytes);
+  MappedBuffer buf;
+  RETURN_IF_ERROR(buf.Map(buffer_bytes));
+  return MeasureRead(pool, buf, passes);
+}
+
+Result<Roofline> MeasureRoofline(ThreadPool& pool, const RooflineOptions& options) {
   Roofline r;
   r.threads = pool.size();
   r.buffer_bytes = options.buffer_bytes;
-  {
-    MappedBuffer buf;
-    RETURN_IF_ERROR(buf.Map(options.buffer_bytes));
-    r.read_gbps = MeasureRead(pool, buf, options.passes);
-  }
+  ASSIGN_OR_RETURN(r.read_gbps, MeasureReadBandwidth(pool, options.buffer_bytes, options.passes));
   r.fma_gflops = MeasureFma(pool, options.passes, &r.fma_isa);
   r.int8_gops = MeasureInt8(pool, options.passes);
   r.matmul_gflops = MeasureMatmul(pool, options.passes, &r);

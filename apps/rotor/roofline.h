@@ -37,6 +37,13 @@ struct Roofline {
 // Measures all three numbers on `pool` (its size is the thread count).
 Result<Roofline> MeasureRoofline(ThreadPool& pool, const RooflineOptions& options);
 
+// The read bandwidth alone (GB/s, best of `passes`), on a buffer mapped for
+// the call and unmapped after it: `rotor bench --roofline` measures it right
+// before and after every generation test, because this machine's bandwidth
+// moves by up to 2x within minutes, so a ceiling taken at the start of a long
+// run does not describe a test run later.
+Result<double> MeasureReadBandwidth(ThreadPool& pool, size_t buffer_bytes, int passes);
+
 // "memory read 55.2 GB/s (1024 MiB buffer), f32 FMA peak 221.0 GFLOP/s (avx512), ..."
 std::string RooflineSummary(const Roofline& r);
 

@@ -222,6 +222,15 @@ TEST(BenchCliTest, RooflineNumbersArePositiveAndFinite) {
   ASSERT_EQ(rows.size(), 2u);
   for (const Json& row : rows) ExpectRow(row, 1, /*roofline=*/true);
   EXPECT_THAT(r.err, HasSubstr("memory read"));
+  // A generation row's ceiling is the bandwidth measured next to it, and its
+  // percentage is taken against that same number.
+  for (const Json& row : rows) {
+    if (row["n_gen"].get<int>() == 0) continue;
+    EXPECT_EQ(row["roofline_bound"], "memory");
+    EXPECT_NEAR(row["roofline_pct"].get<double>(),
+                100.0 * row["gbps"].get<double>() / row["roofline_read_gbps"].get<double>(),
+                1e-6 * row["roofline_pct"].get<double>());
+  }
 
   CliResult md = RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "8", "-r", "1", "-t",
                            "1", "--roofline", "--roofline-mib", "128"});
