@@ -14,10 +14,29 @@
 namespace rotor::cli {
 namespace {
 
+constexpr const char* kDefaultVocab = "models/ggml-vocab-llama-spm.gguf";
+
+// The bundled vocabulary from any working directory: as given (relative to
+// the current directory), else beside the binary's build directory
+// (build/rotor -> models/...), else in the source tree rotor was built from.
+std::string FindDefaultVocab() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(kDefaultVocab, ec)) return kDefaultVocab;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path near = exe.parent_path().parent_path() / kDefaultVocab;
+    if (fs::exists(near, ec)) return near.string();
+  }
+  const fs::path src = fs::path(ROTOR_SOURCE_DIR) / kDefaultVocab;
+  if (fs::exists(src, ec)) return src.string();
+  return kDefaultVocab;
+}
+
 struct SynthArgs {
   std::string shape = "stories15m";
   std::string type = "f32";
-  std::string vocab = "models/ggml-vocab-llama-spm.gguf";
+  std::string vocab;  // empty: FindDefaultVocab()
   std::string out;
   uint64_t seed = 1;
   int threads = 0;
@@ -55,8 +74,11 @@ int RunSynth(const SynthArgs& a) {
   if (a.rope_base > 0) s.rope_base = a.rope_base;
   std::unique_ptr<GgufFile> vocab;
   if (!a.no_vocab) {
-    Result<std::unique_ptr<GgufFile>> v = GgufFile::Open(a.vocab);
-    if (!v.ok()) return Fail(v.status().WithContext("synth: --vocab-file"));
+    Result<std::unique_ptr<GgufFile>> v =
+        GgufFile::Open(a.vocab.empty() ? FindDefaultVocab() : a.vocab);
+    if (!v.ok())
+      return Fail(v.status().WithContext(
+          "synth: --vocab-file (or --no-vocab-file for a small byte-level vocabulary)"));
     vocab = std::move(*v);
   }
   ThreadPool pool(a.threads > 0 ? a.threads : HardwareThreads());
@@ -87,7 +109,7 @@ Runner RegisterSynth(CLI::App& app) {
                   "(every matrix; rows the type cannot hold fall back like llama-quantize: q4_K -> q5_0, ...), "
                   "or a rotor quantize mix (Q4_K_M, Q5_K_S, ...: written in f32, then quantized with its rules)")->capture_default_str();
   sub->add_option("--seed", a->seed, "RNG seed")->capture_default_str();
-  sub->add_option("--vocab-file", a->vocab, "GGUF whose tokenizer.* keys are copied")
+  sub->add_option("--vocab-file", a->vocab, "GGUF whose tokenizer.* keys are copied (default: the bundled models/ggml-vocab-llama-spm.gguf)")
       ->capture_default_str();
   sub->add_flag("--no-vocab-file", a->no_vocab, "generate a small byte-level vocabulary instead");
   sub->add_option("--dim", a->dim, "embedding length")->check(CLI::Range(1, 1 << 16));

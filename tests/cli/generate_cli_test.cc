@@ -28,6 +28,22 @@ TEST(GenerateCliTest, SynthModelReloadsAndGenerates) {
   EXPECT_THAT(gen.err, HasSubstr("generated 16 tokens"));
 }
 
+// Without --vocab-file, synth finds the bundled Llama-2 vocabulary from any
+// working directory (ctest runs this one in the build tree).
+TEST(GenerateCliTest, SynthFindsTheBundledVocabularyFromAnyDirectory) {
+  TempDir dir;
+  const std::string model = dir.File("s15m-1l.gguf");
+  CliResult synth =
+      RunRotor({"synth", "-o", model, "--shape", "stories15m", "--layers", "1", "-t", "2"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  CliResult info = RunRotor({"info", model});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr("[32000 x string]"));
+  CliResult tok = RunRotor({"tokenize", "-m", model, "-p", "Once upon a time"});
+  ASSERT_EQ(tok.exit_code, 0) << tok.err;
+  EXPECT_THAT(tok.out, HasSubstr("[1, 9038, 2501, 263, 931]"));  // as llama.cpp's Llama-2 vocab
+}
+
 TEST(GenerateCliTest, MissingModelNamesThePath) {
   const std::string path = "/nonexistent-dir/no-such-model.gguf";
   CliResult r = RunRotor({"generate", "-m", path, "-p", "hi"});
