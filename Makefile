@@ -6,8 +6,9 @@ ASAN_DIR ?= build-asan
 JOBS ?= $(shell nproc)
 MODEL ?= models/stories260K.gguf
 PROMPT ?= Once upon a time
-# Tests run under AddressSanitizer + UBSan (ctest label "asan").
-ASAN_TARGETS ?= gguf_test gguf_malformed_test
+# Tests run under AddressSanitizer + UBSan (ctest label "asan"): the GGUF reader and the
+# tokenizer, the code that parses untrusted files and text.
+ASAN_TARGETS ?= gguf_test gguf_malformed_test tokenizer_test
 
 DEB_PACKAGES := cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev \
 	nlohmann-json3-dev libcpp-httplib-dev libfmt-dev pkgconf \
