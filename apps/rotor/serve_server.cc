@@ -220,15 +220,13 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) 
   seq->options = api.options;
   seq->options.prefill_step = options_.defaults.prefill_step;
   if (api.endpoint == Endpoint::kChat) {
-    // Special tokens only in the template's markup: message content cannot
-    // inject control tokens ("<|im_end|>" in a message is plain text).
+    // Message content cannot inject control tokens ("<|im_end|>" in a
+    // message is plain text).
     const std::vector<ChatSegment> segments =
         chat_template_.Render(api.messages, /*add_generation_prompt=*/true);
-    std::vector<Tokenizer::TextPiece> pieces;
-    for (const ChatSegment& s : segments) pieces.push_back({s.text, /*parse_special=*/!s.content});
     seq->tokens.clear();
     if (seq->options.add_bos && tok.add_bos() && tok.bos() >= 0) seq->tokens.push_back(tok.bos());
-    tok.EncodeAppend(pieces, /*after_special=*/true, &seq->tokens);
+    EncodeChatSegments(tok, segments, /*after_special=*/true, &seq->tokens);
   } else if (!api.prompt_tokens.empty()) {
     for (int32_t t : api.prompt_tokens)
       if (t >= tok.n_vocab())

@@ -153,9 +153,7 @@ ChatSession::NewTokens ChatSession::Plan(const std::vector<ChatMessage>& message
     rest = full;
     if (tok.add_bos() && tok.bos() >= 0) out.tokens.push_back(tok.bos());
   }
-  std::vector<Tokenizer::TextPiece> pieces;
-  for (const ChatSegment& s : rest) pieces.push_back({s.text, /*parse_special=*/!s.content});
-  out.after_special = tok.EncodeAppend(pieces, after_special, &out.tokens);
+  out.after_special = EncodeChatSegments(tok, rest, after_special, &out.tokens);
   return out;
 }
 

@@ -155,6 +155,12 @@ std::vector<std::string> QuantTargetNames() {
   return out;
 }
 
+FileType FileTypeOf(DType t) {
+  for (const TargetRow& r : kTargets)
+    if (r.type == t) return r.file_type;
+  return FileType::kAllF32;
+}
+
 Result<QuantTarget> ParseQuantTarget(std::string_view name) {
   const std::string want = Lower(name);
   for (const TargetRow& r : kTargets)

@@ -71,6 +71,10 @@ struct QuantTarget {
 // --pure for every tensor in one type). Error lists the valid names.
 Result<QuantTarget> ParseQuantTarget(std::string_view name);
 std::vector<std::string> QuantTargetNames();
+// general.file_type of a file whose matrices are all of type t (the first
+// target of that type: q4_K -> Q4_K_S, as llama.cpp labels such a file);
+// kAllF32 for a type no target has.
+FileType FileTypeOf(DType t);
 
 // What the rules need to know about the model.
 struct QuantModelInfo {

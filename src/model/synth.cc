@@ -7,6 +7,7 @@
 
 #include "gguf/gguf_writer.h"
 #include "model/model_config.h"
+#include "model/quantize_rules.h"
 #include "ops/quant.h"
 
 namespace rotor {
@@ -130,27 +131,6 @@ Status PadVocab(const GgufFile& vocab, int n_vocab, GgufWriter& w) {
   return Status::Ok();
 }
 
-// llama.cpp's general.file_type (LLAMA_FTYPE_*) of a model mostly of type t.
-uint32_t LlamaFileType(DType t) {
-  switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kQ4_0: return 2;
-    case DType::kQ4_1: return 3;
-    case DType::kQ8_0: return 7;
-    case DType::kQ5_0: return 8;
-    case DType::kQ5_1: return 9;
-    case DType::kQ2_K: return 10;
-    case DType::kQ3_K: return 11;  // Q3_K_S
-    case DType::kQ4_K: return 14;  // Q4_K_S
-    case DType::kQ5_K: return 16;  // Q5_K_S
-    case DType::kQ6_K: return 18;
-    case DType::kIQ4_NL: return 25;
-    case DType::kBF16: return 32;
-    default: return 0;
-  }
-}
-
 }  // namespace
 
 Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::string& path,
@@ -170,7 +150,7 @@ Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::
     return Errorf("synth: rope dimensions {} must be even and <= head size {}", n_rot, hd);
   w.SetString("general.architecture", s.arch);
   w.SetString("general.name", s.name);
-  w.SetU32("general.file_type", LlamaFileType(s.type));
+  w.SetU32("general.file_type", static_cast<uint32_t>(FileTypeOf(s.type)));
   if (vocab != nullptr) {
     ASSIGN_OR_RETURN(std::vector<std::string> tokens, vocab->GetStringArray("tokenizer.ggml.tokens"));
     const int n_file = static_cast<int>(tokens.size());

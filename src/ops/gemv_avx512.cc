@@ -138,6 +138,10 @@ inline __m512i LoadGemvQuants(const uint8_t* blk, bool half, bool tail, __m512* 
   }
 }
 
+// The first block pair of a row of nb blocks that needs the edge path: pairs
+// before it are whole and have at least 64 readable bytes (2j + 4 <= nb).
+inline int64_t FirstEdgePair(int64_t nb) { return std::max<int64_t>(0, (nb - 2) / 2); }
+
 // Block pair j of a row: prefetches ahead, returns LoadGemvQuants'.
 template <DType kT>
 inline __m512i LoadRowPair(const uint8_t* row, int64_t j, bool half, bool tail, __m512* scale) {
@@ -175,7 +179,7 @@ template <DType kT, int kR>
 inline void GemvQuantRows(const Weight& w, const int8_t* qx, const float* dx, int64_t r0,
                           float* y) {
   const int64_t nb = w.k / 32, nbp = (nb + 1) / 2;
-  const int64_t j_edge = std::max<int64_t>(0, (nb - 2) / 2);  // pairs with 2j + 4 <= nb
+  const int64_t j_edge = FirstEdgePair(nb);
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r)
     rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes;
@@ -294,8 +298,7 @@ template <DType kT, int kR, int kTok>
 inline void GemvQuantMultiRows(const Weight& w, const uint8_t* xs, int64_t r0, float* y,
                                int64_t ldy) {
   const int64_t nb = w.k / 32, nbp = (nb + 1) / 2;
-  // Pairs before j_edge are whole and have >= 64 bytes of the row from their start.
-  const int64_t j_edge = std::max<int64_t>(0, (nb - 2) / 2);  // 2j + 4 <= nb
+  const int64_t j_edge = FirstEdgePair(nb);
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r)
     rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes;

@@ -14,6 +14,18 @@ namespace {
 
 bool IsQuant(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
 
+// One token's activations -> q8_0 blocks (natural order) on the given ISA.
+void QuantizeActivationsOn(Isa isa, const float* x, int8_t* q, float* d, int64_t k) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return internal::avx512::QuantizeActivations(x, q, d, k);
+    case Isa::kAvx2:
+      return internal::avx2::QuantizeActivations(x, q, d, k);
+    case Isa::kScalar:
+      return ref::QuantizeActivations(x, q, d, k);
+  }
+}
+
 // The scalar path: ref math per output, threads over rows.
 void ScalarGemv(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t r0,
                 int64_t r1, float* y) {
@@ -40,10 +52,7 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
     float* xsum = scratch.xsum();  // [k / group]
     const int group = w.type == DType::kQ2_K ? 16 : 32;  // elements per sum
     for (int64_t t = 0; t < m; ++t) {
-      if (isa == Isa::kAvx512)
-        internal::avx512::QuantizeActivations(x + t * w.k, qx, dx, w.k);
-      else
-        internal::avx2::QuantizeActivations(x + t * w.k, qx, dx, w.k);
+      QuantizeActivationsOn(isa, x + t * w.k, qx, dx, w.k);
       for (int64_t b = 0; b < w.k / group; ++b) {
         int32_t s = 0;
         for (int j = 0; j < group; ++j) s += qx[b * group + j];
@@ -128,14 +137,7 @@ void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float*
   if (ref::IsExtraBlockType(w.type) && isa != Isa::kScalar)
     return MatmulBlocks(pool, w, x, m, y, ldy, scratch, isa);
   auto quantize = [&](const float* xr, int8_t* q, float* d) {
-    switch (isa) {
-      case Isa::kAvx512:
-        return internal::avx512::QuantizeActivations(xr, q, d, w.k);
-      case Isa::kAvx2:
-        return internal::avx2::QuantizeActivations(xr, q, d, w.k);
-      case Isa::kScalar:
-        return ref::QuantizeActivations(xr, q, d, w.k);
-    }
+    QuantizeActivationsOn(isa, xr, q, d, w.k);
   };
   int8_t* qx = quant ? scratch.qx() : nullptr;  // [m, PackedQxStride(k)]
   float* dx = quant ? scratch.dx() : nullptr;   // [m, PackedDxStride(k)]
@@ -229,19 +231,8 @@ void MatmulGroup(ThreadPool& pool, std::span<const MatmulOut> outs, const float*
   int8_t* qx = quant ? scratch.qx() : nullptr;  // [m, k]
   float* dx = quant ? scratch.dx() : nullptr;   // [m, k / 32]
   const int64_t nb = w0.k / ref::kBlock;
-  for (int64_t t = 0; quant && t < m; ++t) {
-    switch (isa) {
-      case Isa::kAvx512:
-        internal::avx512::QuantizeActivations(x + t * w0.k, qx + t * w0.k, dx + t * nb, w0.k);
-        break;
-      case Isa::kAvx2:
-        internal::avx2::QuantizeActivations(x + t * w0.k, qx + t * w0.k, dx + t * nb, w0.k);
-        break;
-      case Isa::kScalar:
-        ref::QuantizeActivations(x + t * w0.k, qx + t * w0.k, dx + t * nb, w0.k);
-        break;
-    }
-  }
+  for (int64_t t = 0; quant && t < m; ++t)
+    QuantizeActivationsOn(isa, x + t * w0.k, qx + t * w0.k, dx + t * nb, w0.k);
   auto gemv = isa == Isa::kAvx512 ? &internal::avx512::Gemv
               : isa == Isa::kAvx2 ? &internal::avx2::Gemv
                                   : &ScalarGemv;

@@ -5,6 +5,8 @@
 #include <cctype>
 #include <utility>
 
+#include "tokenizer/tokenizer.h"
+
 namespace rotor {
 namespace {
 
@@ -299,6 +301,14 @@ std::string_view ChatTemplate::EndOfTurn() const {
 std::vector<std::string> ChatTemplate::StopStrings() const {
   if (format_ == ChatFormat::kPlain) return {"\nUser:"};
   return {};
+}
+
+bool EncodeChatSegments(const Tokenizer& tokenizer, std::span<const ChatSegment> segments,
+                        bool after_special, std::vector<int32_t>* out) {
+  std::vector<Tokenizer::TextPiece> pieces;
+  pieces.reserve(segments.size());
+  for (const ChatSegment& s : segments) pieces.push_back({s.text, /*parse_special=*/!s.content});
+  return tokenizer.EncodeAppend(pieces, after_special, out);
 }
 
 }  // namespace rotor

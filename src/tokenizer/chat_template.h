@@ -33,6 +33,8 @@
 // "You are a helpful assistant.") are not reproduced.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +42,8 @@
 #include "base/status.h"
 
 namespace rotor {
+
+class Tokenizer;
 
 struct ChatMessage {
   std::string role;
@@ -92,5 +96,13 @@ class ChatTemplate {
  private:
   ChatFormat format_ = ChatFormat::kPlain;
 };
+
+// Appends the tokens of rendered segments to `out`: special tokens are
+// matched in the template's markup only, never in message content, so a
+// message cannot inject control tokens. `after_special` as in
+// Tokenizer::EncodeAppend (true at the start of a prompt); returns its value
+// for what follows. Adds no BOS.
+bool EncodeChatSegments(const Tokenizer& tokenizer, std::span<const ChatSegment> segments,
+                        bool after_special, std::vector<int32_t>* out);
 
 }  // namespace rotor

@@ -222,8 +222,9 @@ TEST(BenchCliTest, RooflineNumbersArePositiveAndFinite) {
   ASSERT_EQ(rows.size(), 2u);
   for (const Json& row : rows) ExpectRow(row, 1, /*roofline=*/true);
   EXPECT_THAT(r.err, HasSubstr("memory read"));
-  // A generation row's ceiling is the bandwidth measured next to it, and its
-  // percentage is taken against that same number.
+  // A generation row's percentage is taken against the ceiling the row
+  // reports (measured next to the test; which measurement it is cannot be
+  // told apart from outside, only that the two numbers agree).
   for (const Json& row : rows) {
     if (row["n_gen"].get<int>() == 0) continue;
     EXPECT_EQ(row["roofline_bound"], "memory");

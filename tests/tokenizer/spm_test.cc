@@ -124,19 +124,7 @@ TEST(Spm, ByteFallbackWithoutByteTokensUsesUnk) {
 TEST(Spm, InvalidUtf8DoesNotCrashAndRoundTrips) {
   const Tokenizer* tok = LlamaSpm();
   ASSERT_NE(tok, nullptr);
-  const std::vector<std::string> inputs = {
-      "\xFF",
-      "\xFF\xFE",
-      "\x80\x80",
-      "a\xC3",
-      "\xE2\x96",
-      "\xF0\x9F\xA6",
-      "\xC3(",
-      "\xF8\x88\x80\x80\x80",
-      std::string("a\0b", 3),
-      "\xED\xA0\x80",
-      "\xC0\xAF",
-  };
+  const std::vector<std::string> inputs = testing::InvalidUtf8Samples();
   for (const std::string& s : inputs) {
     std::vector<int32_t> ids = tok->Encode(s, true);
     ASSERT_FALSE(ids.empty());

@@ -18,6 +18,15 @@
 
 namespace rotor::testing {
 
+// Invalid or truncated UTF-8 that every tokenizer must round-trip without
+// crashing: stray continuation bytes, cut sequences, overlong and surrogate
+// forms, a 5-byte lead, an embedded NUL.
+inline std::vector<std::string> InvalidUtf8Samples() {
+  return {"\xFF",         "\xFF\xFE",         "\x80\x80",      "a\xC3",
+          "\xE2\x96",     "\xF0\x9F\xA6",     "\xC3(",        "\xF8\x88\x80\x80\x80",
+          std::string("a\0b", 3), "\xED\xA0\x80", "\xC0\xAF"};
+}
+
 inline std::string ReadFileBytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::ostringstream ss;
