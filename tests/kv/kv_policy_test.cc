@@ -39,13 +39,17 @@ TEST_P(KvPolicies, EqualFullUntilFirstEviction) {
   std::vector<float> full = AllLogits(m, KvConfig{}, prompt, 0);
   std::vector<float> full_deferred =
       AllLogits(m, Kv(KvPolicy::kFull, 0, 0, RopeK::kDeferred), prompt, 7);
-  EXPECT_LT(MaxAbsDiff(full, full_deferred), 1e-5);
+  // Cached and deferred K round the rotation differently (and the AVX2 and
+  // AVX-512 attention kernels differently again): a few f32 ulps of logits
+  // of magnitude ~10.
+  constexpr double kTol = 4e-5;
+  EXPECT_LT(MaxAbsDiff(full, full_deferred), kTol);
   for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow, KvPolicy::kH2o}) {
     for (Mode mode : kModes) {
       for (int step : {0, 7}) {
         std::vector<float> got =
             AllLogits(m, Kv(p, 64, 4, mode.rope, mode.positions), prompt, step);
-        EXPECT_LT(MaxAbsDiff(full, got), 1e-5) << Name(p, mode) << " step " << step;
+        EXPECT_LT(MaxAbsDiff(full, got), kTol) << Name(p, mode) << " step " << step;
       }
     }
   }
