@@ -178,49 +178,54 @@ class TaskRunner {
 
 }  // namespace
 
-void Attend(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
-  const KvPlan& plan = *a.plan;
+namespace {
+
+using Cut = AttentionScratch::Cut;
+
+Cut CutOf(const ThreadPool& pool, const AttentionArgs& a) {
   const int32_t n_cells = a.cache->n_cells;
-  const int n_tokens = plan.n_tokens;
-  const int hd = a.head_dim, nh = a.n_head;
-  CHECK(a.rope != nullptr);
-  CHECK_LE(pool.size(), scratch.n_threads());
+  const int n_tokens = a.plan->n_tokens;
   const bool deferred = a.cache->rope_k == RopeK::kDeferred;
   const bool normal = a.rope->config().layout == ops::RopeLayout::kNormal;
-  const bool avx512 = ActiveIsa() == Isa::kAvx512 && hd % 16 == 0 && hd <= 256 &&
-                      (!deferred || normal);
-  if (plan.per_lane) return AttendH2o(pool, a, *a.plan, scratch, avx512);
+  Cut c;
+  c.avx512 = ActiveIsa() == Isa::kAvx512 && a.head_dim % 16 == 0 && a.head_dim <= 256 &&
+             (!deferred || normal);
   // Few tokens: split the cells so every thread has work (flash-decoding).
-  int splits = 1;
   if (n_tokens < 2 * pool.size() && n_cells >= 256)
-    splits = std::min<int>((4 * pool.size() + n_tokens - 1) / n_tokens, n_cells / 128);
-  const int32_t per_split = (n_cells + splits - 1) / splits;
-  const int64_t n_tasks = static_cast<int64_t>(n_tokens) * splits;
-  float* partials = splits > 1 ? scratch.Partials(n_tasks) : nullptr;
-  const size_t part_stride = static_cast<size_t>(nh) * (hd + 2);
+    c.splits = std::min<int>((4 * pool.size() + n_tokens - 1) / n_tokens, n_cells / 128);
+  c.per_split = (n_cells + c.splits - 1) / c.splits;
+  c.n_tasks = static_cast<int64_t>(n_tokens) * c.splits;
+  return c;
+}
 
-  pool.Run(static_cast<int>(n_tasks), [&](int task, int thread) {
-    const int i = task / splits, s = task % splits;
-    TaskRunner runner(a, scratch.thread(thread), avx512);
-    const int32_t c0 = std::min(n_cells, s * per_split), c1 = std::min(n_cells, c0 + per_split);
-    runner.Run(i, c0, c1, /*chunk=*/s == splits - 1);
-    const attn::FoldState& st = runner.state();
-    if (splits == 1) {
-      for (int h = 0; h < nh; ++h) {
-        float* out = a.out + i * a.out_stride + static_cast<int64_t>(h) * hd;
-        const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
-        for (int d = 0; d < hd; ++d) out[d] = st.acc[h * hd + d] * inv;
-      }
-    } else {
-      float* p = partials + task * part_stride;
-      std::memcpy(p, st.m, sizeof(float) * nh);
-      std::memcpy(p + nh, st.l, sizeof(float) * nh);
-      std::memcpy(p + 2 * nh, st.acc, sizeof(float) * nh * hd);
+// Task `task` of ubatch a: token task / splits over split task % splits.
+void RunTask(const AttentionArgs& a, const Cut& c, int64_t task, AttentionScratch::Thread th,
+             float* partial) {
+  const int nh = a.n_head, hd = a.head_dim;
+  const int32_t n_cells = a.cache->n_cells;
+  const int i = static_cast<int>(task / c.splits), s = static_cast<int>(task % c.splits);
+  TaskRunner runner(a, th, c.avx512);
+  const int32_t c0 = std::min(n_cells, s * c.per_split), c1 = std::min(n_cells, c0 + c.per_split);
+  runner.Run(i, c0, c1, /*chunk=*/s == c.splits - 1);
+  const attn::FoldState& st = runner.state();
+  if (c.splits == 1) {
+    for (int h = 0; h < nh; ++h) {
+      float* out = a.out + i * a.out_stride + static_cast<int64_t>(h) * hd;
+      const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
+      for (int d = 0; d < hd; ++d) out[d] = st.acc[h * hd + d] * inv;
     }
-  });
-  if (splits == 1) return;
-  // Merge the partial softmax states of each token's splits.
-  for (int i = 0; i < n_tokens; ++i) {
+  } else {
+    std::memcpy(partial, st.m, sizeof(float) * nh);
+    std::memcpy(partial + nh, st.l, sizeof(float) * nh);
+    std::memcpy(partial + 2 * nh, st.acc, sizeof(float) * nh * hd);
+  }
+}
+
+// Merges the partial softmax states of each token's splits into a.out.
+void MergeSplits(const AttentionArgs& a, const Cut& c, const float* partials) {
+  const int nh = a.n_head, hd = a.head_dim, splits = c.splits;
+  const size_t part_stride = static_cast<size_t>(nh) * (hd + 2);
+  for (int i = 0; i < a.plan->n_tokens; ++i) {
     for (int h = 0; h < nh; ++h) {
       float m = -std::numeric_limits<float>::infinity();
       for (int s = 0; s < splits; ++s) m = std::max(m, partials[(i * splits + s) * part_stride + h]);
@@ -238,6 +243,59 @@ void Attend(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch)
       const float inv = l > 0.f ? 1.0f / l : 0.f;
       for (int d = 0; d < hd; ++d) out[d] *= inv;
     }
+  }
+}
+
+}  // namespace
+
+void Attend(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
+  AttendBatch(pool, std::span<const AttentionArgs>(&a, 1), scratch);
+}
+
+void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
+                 AttentionScratch& scratch) {
+  CHECK_LE(pool.size(), scratch.n_threads());
+  std::vector<AttentionScratch::Cut>& cuts = scratch.cuts();
+  cuts.assign(batch.size(), Cut{});
+  int64_t n_tasks = 0, n_partials = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const AttentionArgs& a = batch[b];
+    CHECK(a.rope != nullptr);
+    CHECK(a.n_head == batch[0].n_head && a.head_dim == batch[0].head_dim);
+    if (a.plan->per_lane) continue;  // h2o: below, one ubatch at a time
+    cuts[b] = CutOf(pool, a);
+    cuts[b].first_task = n_tasks;
+    n_tasks += cuts[b].n_tasks;
+    if (cuts[b].splits > 1) {
+      cuts[b].first_partial = n_partials;
+      n_partials += cuts[b].n_tasks;
+    }
+  }
+  if (n_tasks > 0) {
+    const size_t part_stride = static_cast<size_t>(batch[0].n_head) * (batch[0].head_dim + 2);
+    // [n_partials, part_stride]: the split tasks' softmax states.
+    float* partials = n_partials > 0 ? scratch.Partials(n_partials) : nullptr;
+    CHECK_LE(n_tasks, int64_t{1} << 30);
+    pool.Run(static_cast<int>(n_tasks), [&](int task, int thread) {
+      // The ubatch holding `task` (batches are small: a linear scan).
+      size_t b = 0;
+      while (cuts[b].n_tasks == 0 || task >= cuts[b].first_task + cuts[b].n_tasks) ++b;
+      const Cut& c = cuts[b];
+      const int64_t t = task - c.first_task;
+      RunTask(batch[b], c, t, scratch.thread(thread),
+              c.splits > 1 ? partials + (c.first_partial + t) * part_stride : nullptr);
+    });
+    for (size_t b = 0; b < batch.size(); ++b)
+      if (cuts[b].splits > 1)
+        MergeSplits(batch[b], cuts[b], partials + cuts[b].first_partial * part_stride);
+  }
+  for (const AttentionArgs& a : batch) {
+    if (!a.plan->per_lane) continue;
+    const bool deferred = a.cache->rope_k == RopeK::kDeferred;
+    const bool normal = a.rope->config().layout == ops::RopeLayout::kNormal;
+    const bool avx512 = ActiveIsa() == Isa::kAvx512 && a.head_dim % 16 == 0 &&
+                        a.head_dim <= 256 && (!deferred || normal);
+    AttendH2o(pool, a, *a.plan, scratch, avx512);
   }
 }
 

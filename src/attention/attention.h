@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "attention/rope_distance.h"
@@ -69,6 +70,18 @@ class AttentionScratch {
     size_t stride = 0;
   };
   H2oBuffers& h2o(int thread, size_t max_keys, int group, int n_tokens);
+  // How AttendBatch cut each ubatch into tasks: its tokens x splits of the
+  // cells. Depends only on that ubatch, never on the others in the batch, so a
+  // sequence's result is the same alone and batched.
+  struct Cut {
+    int splits = 1;
+    int32_t per_split = 0;
+    int64_t first_task = 0;     // in the batch's task numbering
+    int64_t n_tasks = 0;
+    int64_t first_partial = 0;  // in Partials(), when splits > 1
+    bool avx512 = false;
+  };
+  std::vector<Cut>& cuts() { return cuts_; }  // capacity kept between calls
 
  private:
   int n_threads_, n_head_, head_dim_;
@@ -76,8 +89,15 @@ class AttentionScratch {
   AlignedBuffer<float> buf_;
   AlignedBuffer<float> partials_;
   std::vector<H2oBuffers> h2o_;
+  std::vector<Cut> cuts_;
 };
 
 void Attend(ThreadPool& pool, const AttentionArgs& args, AttentionScratch& scratch);
+// The attention of several ubatches (one per sequence, each over its own
+// cache) in one parallel region: the same results as one Attend per ubatch,
+// bit for bit, with the threads shared among all their tasks (a decode step
+// of 8 sequences of 1 token keeps both threads busy).
+void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
+                 AttentionScratch& scratch);
 
 }  // namespace rotor

@@ -18,6 +18,8 @@ Forward::Forward(const Model& model, ThreadPool& pool, int max_tokens, int n_ctx
                       max_tokens) {
   CHECK_GT(max_tokens, 0);
   decode_inputs_.reserve(max_tokens);
+  attn_args_.reserve(max_tokens);
+  attn_views_.reserve(max_tokens);
   const ModelConfig& c = model.config();
   const size_t t = max_tokens;
   x_.Resize(t * c.n_embd);
@@ -107,14 +109,16 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
   ops::MatmulGroup(pool_, qkv, xn_.data(), n_tokens, matmul_scratch_);
   BiasAndPermute(w, n_tokens);
   int64_t row = 0;
+  attn_args_.clear();
+  attn_views_.clear();
+  for (size_t si = 0; si < seqs.size(); ++si) attn_views_.push_back(seqs[si].cache->View(il));
   for (size_t si = 0; si < seqs.size(); ++si) {
     KvPlan& plan = plans_[si];
-    KvCache& cache = *seqs[si].cache;
     const int64_t n = plan.n_tokens;
     float* q = q_.data() + row * q_dim;
     float* k = k_.data() + row * kv_dim;
     float* v = v_.data() + row * kv_dim;
-    const KvLayerView view = cache.View(il);
+    const KvLayerView& view = attn_views_[si];
     if (view.rope_k == RopeK::kCached) {  // deferred: attention rotates on the fly
       ops::Rope(rope, q, n, c.n_head, plan.pos.data());
       ops::Rope(rope, k, n, c.n_head_kv, plan.pos.data());
@@ -133,9 +137,15 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
     args.rope = &rope_table_;
     args.out = att_.data() + row * q_dim;
     args.out_stride = q_dim;
-    Attend(pool_, args, attn_scratch_);
-    cache.Write(il, plan, k, v, kv_dim);
+    attn_args_.push_back(args);
     row += n;
+  }
+  // Every sequence's attention in one parallel region, then the writes (each
+  // ubatch reads its own keys and values from k_/v_, not from its cache).
+  AttendBatch(pool_, attn_args_, attn_scratch_);
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const AttentionArgs& a = attn_args_[si];
+    seqs[si].cache->Write(il, plans_[si], a.k, a.v, kv_dim);
   }
   ops::Matmul(pool_, w.wo, att_.data(), n_tokens, out_.data(), E, matmul_scratch_);
   ops::Add(x_.data(), out_.data(), n_tokens * E);

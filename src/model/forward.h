@@ -65,6 +65,8 @@ class Forward {
   int max_tokens_;
   std::vector<KvPlan> plans_;
   std::vector<SeqInput> decode_inputs_;  // reserved for max_tokens sequences
+  std::vector<AttentionArgs> attn_args_;  // one per sequence of a step
+  std::vector<KvLayerView> attn_views_;   // what attn_args_ point to
   ops::MatmulScratch matmul_scratch_;
   AttentionScratch attn_scratch_;
   RopeDistanceTable rope_table_;

@@ -31,6 +31,21 @@ Result<ops::Weight> Model::Matrix(const std::string& name, int64_t k, int64_t n)
   return w;
 }
 
+void Model::PackMatrices() {
+  std::vector<ops::Weight*> all = {&output_};
+  for (LayerWeights& l : layers_)
+    for (ops::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      all.push_back(w);
+  for (ops::Weight* w : all) {
+    if (!ops::PackingHelps(w->type) || w->k % 32 != 0) continue;
+    AlignedBuffer<uint8_t>& buf = packed_.emplace_back(static_cast<size_t>(ops::PackedWeightBytes(*w)));
+    ops::PackWeight(*w, buf.data(), 0, w->n);
+    w->packed = buf.data();
+    // The rows stay readable (other ISAs, embedding lookups of a tied output).
+    file_->ReleasePages(static_cast<const uint8_t*>(w->data), w->row_bytes * w->n);
+  }
+}
+
 Result<const float*> Model::Vector(const std::string& name, int64_t n) {
   const GgufTensor* t = file_->FindTensor(name);
   if (t == nullptr) return Errorf("missing tensor '{}'", name);
@@ -108,6 +123,7 @@ Status Model::Init() {
     int best = 0;
     for (const auto& [name, count] : type_count)
       if (count > best) best = count, type_name_ = name;
+    PackMatrices();
     return Status::Ok();
   }();
   return s.WithContext("model: " + file_->path());

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/memory.h"
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "model/model_config.h"
@@ -56,6 +57,9 @@ class Model {
   Result<ops::Weight> Matrix(const std::string& name, int64_t k, int64_t n);
   Result<const float*> Vector(const std::string& name, int64_t n);
   Result<const float*> OptionalVector(const std::string& name, int64_t n);  // null if absent
+  // Row-interleaved copies of the matrices the active kernels read faster so
+  // (ops::PackingHelps); the mapped pages they replace are released.
+  void PackMatrices();
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
@@ -65,6 +69,7 @@ class Model {
   bool tied_output_ = false;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<float>> owned_vectors_;  // norms stored in a non-f32 type
+  std::vector<AlignedBuffer<uint8_t>> packed_;     // each [ops::PackedWeightBytes(w)]
   int64_t weight_bytes_ = 0;
   int64_t n_params_ = 0;
   std::string type_name_;

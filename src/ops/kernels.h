@@ -36,6 +36,21 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
   return kGemvMaxTokensQuant * 192 * ((k / 32 + 1) / 2);
 }
 
+// Row-interleaved q8_0 (PackWeight, matmul.h): per group of 16 rows, nb
+// blocks of 512 quant bytes (8 zmm of 4 bytes x 16 rows, as unsigned q + 128),
+// then the 16 rows' f16 scales per block, padded to 64 bytes.
+inline constexpr int kPackedRows = 16;
+inline constexpr int kPackedBlockBytes = 512;
+inline constexpr int64_t PackedGroupBytes(int64_t k) {
+  return k / 32 * kPackedBlockBytes + (k / 32 * 32 + 63) / 64 * 64;
+}
+// Activations for the packed kernel, tiles of up to 8 tokens: tile i (tokens
+// [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 40
+// bytes: 8 int32 quads [quad][token], then -128 * sum(q) [token] (int32),
+// then the q8_0 scale [token] (f32).
+inline constexpr int kPackedTileTokens = 8;
+inline constexpr int kPackedActBytes = 40;
+
 // Up to this many tokens, q2_K .. q6_K on AVX-512 and AVX2 run
 // the m == 1 integer kernel once per token (activations quantized to 8 bits);
 // more tokens, the scalar ISA and the other block types dequantize weight rows
@@ -89,6 +104,14 @@ void GemvMulti(const Weight& w, const float* x, const int8_t* qx, const float* d
 // block b); q2_K [k / 16] the same per 16; unused for q3_K / q6_K.
 void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
            int64_t r1, float* y);
+// Token t of m quantized into the packed tiles at acts; tmp [k] and d [k / 32]:
+// the caller's scratch (per token or per thread).
+void PackActivations(const float* x, int64_t t, int64_t m, int64_t k, int8_t* tmp, float* d,
+                     uint8_t* acts);
+// y[t * ldy + r] for every token t < m and the rows of groups [g0, g1) of
+// w.packed (row r = 16 g + lane; rows >= w.n are not written).
+void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
+                  float* y, int64_t ldy);
 // q4_1, q5_0, q5_1, iq4_nl, q2_K .. q6_K -> f32, equal to ref::DequantizeRow.
 void DequantizeBlocks(DType t, const void* src, float* dst, int64_t n);
 }  // namespace avx512

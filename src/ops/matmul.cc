@@ -88,6 +88,55 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
   });
 }
 
+// Every product of `outs` (all packed, one k) for m tokens: X quantized once
+// into the tile layout, then the 16-row groups of all the weights, laid end to
+// end, split among the threads. Up to 8 tokens one pass over the weights; more,
+// tasks of 4 groups (64 rows, in L2) each run every tile of 8 tokens.
+void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x, int64_t m,
+                    MatmulScratch& scratch) {
+  constexpr int64_t kRows = internal::kPackedRows;
+  const int64_t k = outs[0].w->k;
+  uint8_t* acts = scratch.acts();  // [m, k / 32, 40] in tiles
+  int8_t* qx = scratch.qx();       // [m, PackedQxStride(k)]: per-token quantization
+  float* dx = scratch.dx();        // [m, PackedDxStride(k)]
+  const int64_t qs = internal::PackedQxStride(k), ds = internal::PackedDxStride(k);
+  auto pack = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t)
+      internal::avx512::PackActivations(x + t * k, t, m, k, qx + t * qs, dx + t * ds, acts);
+  };
+  if (m == 1)
+    pack(0, 1, 0);
+  else
+    pool.ParallelFor(m, 1, pack);
+  int64_t groups = 0;
+  for (const MatmulOut& o : outs) groups += (o.w->n + kRows - 1) / kRows;
+  auto run = [&](int64_t g0, int64_t g1) {
+    int64_t base = 0;
+    for (const MatmulOut& o : outs) {
+      const int64_t ng = (o.w->n + kRows - 1) / kRows;
+      const int64_t a = std::max(g0, base) - base, b = std::min(g1, base + ng) - base;
+      base += ng;
+      if (a < b) internal::avx512::PackedMatmul(*o.w, acts, m, a, b, o.y, o.ldy);
+    }
+  };
+  if (m <= internal::kPackedTileTokens) {
+    pool.ParallelFor(groups, 1, [&](int64_t g0, int64_t g1, int) { run(g0, g1); });
+    return;
+  }
+  constexpr int64_t kChunk = 4;
+  const int64_t n_tasks = (groups + kChunk - 1) / kChunk;
+  CHECK_LE(n_tasks, int64_t{1} << 30);
+  pool.Run(static_cast<int>(n_tasks), [&](int task, int) {
+    run(task * kChunk, std::min(groups, (task + 1) * kChunk));
+  });
+}
+
+bool AllPacked(std::span<const MatmulOut> outs) {
+  for (const MatmulOut& o : outs)
+    if (o.w->packed == nullptr || o.w->type != DType::kQ8_0 || o.w->k != outs[0].w->k) return false;
+  return true;
+}
+
 }  // namespace
 
 size_t MatmulScratch::PanelBytes(int64_t max_k) {
@@ -110,6 +159,7 @@ void MatmulScratch::Reserve(int64_t max_m, int64_t max_k, int max_threads) {
   dx_.Resize(static_cast<size_t>(max_m_ * internal::PackedDxStride(max_k_)));
   panel_bytes_ = PanelBytes(max_k_);
   xsum_.Resize(static_cast<size_t>(max_k_ / 16));
+  acts_.Resize(static_cast<size_t>(max_m_ * (max_k_ / ref::kBlock) * internal::kPackedActBytes));
   n_threads_ = 0;
   EnsureThreads(max_threads > 0 ? max_threads : HardwareThreads());
 }
@@ -134,6 +184,11 @@ void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float*
   scratch.EnsureThreads(pool.size());
 
   const Isa isa = ActiveIsa();
+  if (isa == Isa::kAvx512 && w.packed != nullptr) {
+    CHECK_MSG(w.type == DType::kQ8_0, "ops: Matmul: packed weights must be q8_0");
+    const MatmulOut out{&w, y, ldy};
+    return PackedProducts(pool, std::span<const MatmulOut>(&out, 1), x, m, scratch);
+  }
   if (ref::IsExtraBlockType(w.type) && isa != Isa::kScalar)
     return MatmulBlocks(pool, w, x, m, y, ldy, scratch, isa);
   auto quantize = [&](const float* xr, int8_t* q, float* d) {
@@ -206,6 +261,13 @@ void MatmulGroup(ThreadPool& pool, std::span<const MatmulOut> outs, const float*
   if (outs.empty() || m <= 0) return;
   const Weight& w0 = *outs[0].w;
   const Isa isa = ActiveIsa();
+  if (isa == Isa::kAvx512 && AllPacked(outs)) {
+    CHECK_MSG(m <= scratch.max_m() && w0.k <= scratch.max_k(),
+              "ops: MatmulGroup: scratch too small");
+    for (const MatmulOut& o : outs) CHECK_GE(o.ldy, o.w->n);
+    scratch.EnsureThreads(pool.size());
+    return PackedProducts(pool, outs, x, m, scratch);
+  }
   const bool quant = IsQuant(w0.type);
   bool fused = !ref::IsExtraBlockType(w0.type) &&
                (m == 1 || (isa == Isa::kAvx512 && m <= (quant ? internal::kGemvMaxTokensQuant

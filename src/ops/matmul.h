@@ -19,7 +19,23 @@ struct Weight {
   int64_t n;
   const void* data;
   size_t row_bytes;  // >= RowBytes(type, k)
+  // Optional: the same matrix in PackWeight's layout (q8_0 only). The AVX-512
+  // kernels use it for every m; other ISAs read `data`, which stays valid.
+  const uint8_t* packed = nullptr;
 };
+
+// Row-interleaved copies for the AVX-512 q8_0 kernels: groups of 16 rows
+// whose weights sit side by side, 4 bytes of each row per 64-byte vector, so
+// one instruction advances 16 rows and the f32 scaling runs once per block
+// for 16 rows (a batch of 8 tokens costs ~1.1x one token where the row-major
+// kernels cost ~1.3-2x). Same size as the q8_0 rows (+ < 64 bytes per group).
+// Worth it when the AVX-512 kernels run: PackingHelps().
+bool PackingHelps(DType type);
+// Bytes PackWeight writes (64-byte aligned destination).
+int64_t PackedWeightBytes(const Weight& w);
+// Copies w (q8_0, k a multiple of 32) into dst in the packed layout. Rows
+// [r0, r1) only (multiples of 16, or r1 = n), so callers can split the work.
+void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1);
 
 // A weight view over packed rows (row_bytes = RowBytes(type, k)).
 inline Weight MakeWeight(DType type, int64_t k, int64_t n, const void* data) {
@@ -49,6 +65,9 @@ class MatmulScratch {
   // Per-thread panel of repacked weights: PanelBytes(max_k) bytes each.
   uint8_t* panel(int thread) { return panels_.data() + static_cast<size_t>(thread) * panel_bytes_; }
   static size_t PanelBytes(int64_t max_k);
+  // Activations of the packed (row-interleaved) kernels:
+  // [max_m * max_k / 32 * 40] bytes, in tiles of 8 tokens (kernels.h).
+  uint8_t* acts() { return acts_.data(); }
   // Per-block sums of the quantized activation (K-quant kernels): [max_k / 16].
   float* xsum() { return xsum_.data(); }
   // Per-thread dequantized weight rows (block types without integer
@@ -66,6 +85,7 @@ class MatmulScratch {
   AlignedBuffer<float> dx_;
   AlignedBuffer<uint8_t> panels_;  // [n_threads, panel_bytes_]
   AlignedBuffer<float> xsum_;      // [max_k / 16]
+  AlignedBuffer<uint8_t> acts_;    // [max_m, max_k / 32, 40] (tiles of 8 tokens)
   AlignedBuffer<float> rows_;      // [n_threads, kRowsPerThread, max_k]
 };
 

@@ -186,5 +186,46 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
   EXPECT_FALSE(fwd.Decode(caches, std::vector<int32_t>{1, 2}, logits.data()).ok());
 }
 
+// With q8_0 weights on AVX-512 (row-interleaved, one kernel for every m) and
+// the batch's attention in one parallel region, a sequence's logits in a
+// decode step of several sequences are bit for bit what it gets alone.
+TEST(ForwardDecode, PackedQ8BatchEqualsAloneBitForBit) {
+  if (!ops::PackingHelps(DType::kQ8_0)) GTEST_SKIP() << "the packed kernels are AVX-512";
+  Result<std::unique_ptr<Model>> loaded = Model::Load(testing::ModelPath("gqa-q8_0"));
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  const Model& m = **loaded;
+  ASSERT_NE(m.output().packed, nullptr);
+  ASSERT_NE(m.layer(0).wq.packed, nullptr);
+  const int n_vocab = m.config().n_vocab;
+  ThreadPool pool(2);
+  Forward fwd(m, pool, 64, 256);
+  std::vector<std::unique_ptr<KvCache>> batch, alone;
+  const KvConfig kvs[] = {KvConfig{}, testing::Kv(KvPolicy::kSink, 16),
+                          testing::Kv(KvPolicy::kWindow, 24, 0, RopeK::kDeferred)};
+  static_assert(sizeof(kvs) / sizeof(kvs[0]) == 3);
+  for (const KvConfig& kv : kvs) {
+    batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
+    alone.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
+  }
+  std::vector<float> logits(3 * n_vocab), one(n_vocab), other(n_vocab);
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> p = testing::Prompt(5 + 11 * i, n_vocab, i);
+    ASSERT_TRUE(fwd.Prefill(SeqInput{batch[i].get(), p}, 8, one.data()).ok());
+    ASSERT_TRUE(fwd.Prefill(SeqInput{alone[i].get(), p}, 8, other.data()).ok());
+    ASSERT_EQ(one, other) << "prompt " << i;
+  }
+  std::vector<KvCache*> caches = {batch[0].get(), batch[1].get(), batch[2].get()};
+  for (int step = 0; step < 30; ++step) {
+    const std::vector<int32_t> tokens = {7 + step, 50 + step, 100 + step};
+    ASSERT_TRUE(fwd.Decode(caches, tokens, logits.data()).ok());
+    for (int i = 0; i < 3; ++i) {
+      SeqInput in{alone[i].get(), std::span<const int32_t>(&tokens[i], 1)};
+      ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), one.data()).ok());
+      ASSERT_TRUE(std::equal(one.begin(), one.end(), logits.begin() + i * n_vocab))
+          << "seq " << i << " step " << step;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rotor

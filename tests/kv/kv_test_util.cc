@@ -42,14 +42,22 @@ const std::string& ModelPath(const std::string& name) {
   } remover;
   auto it = paths.find(name);
   if (it != paths.end()) return it->second;
-  Result<SynthSpec> spec = SynthPreset(name == "qwen2" || name == "qwen2-partial" ? "qwen2-tiny" : "llama3-tiny");
-  EXPECT_TRUE(spec.ok());
-  SynthSpec s = *spec;
-  s.n_vocab = 300, s.seed = 9;
-  if (name == "qwen2-partial") s.n_rot = 16, s.rope_scaling = "linear", s.rope_scale = 2.f;
-  if (name == "llama3-keys") s.rope_freqs = false, s.n_rot = 24;
-  EXPECT_TRUE(name == "qwen2" || name == "qwen2-partial" || name == "llama3" || name == "llama3-keys")
-      << name;
+  SynthSpec s;
+  if (name == "gqa-q8_0") {  // GqaModelPath's shape, q8_0 matrices (300 rows: a partial group)
+    s.n_embd = 128, s.n_ff = 256, s.n_layer = 2, s.n_head = 4, s.n_head_kv = 2;
+    s.n_vocab = 300, s.n_ctx = 512, s.seed = 5, s.type = DType::kQ8_0;
+  } else {
+    Result<SynthSpec> spec =
+        SynthPreset(name == "qwen2" || name == "qwen2-partial" ? "qwen2-tiny" : "llama3-tiny");
+    EXPECT_TRUE(spec.ok());
+    s = *spec;
+    s.n_vocab = 300, s.seed = 9;
+    if (name == "qwen2-partial") s.n_rot = 16, s.rope_scaling = "linear", s.rope_scale = 2.f;
+    if (name == "llama3-keys") s.rope_freqs = false, s.n_rot = 24;
+    EXPECT_TRUE(name == "qwen2" || name == "qwen2-partial" || name == "llama3" ||
+                name == "llama3-keys")
+        << name;
+  }
   const std::string p = (std::filesystem::temp_directory_path() /
                          ("rotor_kv_" + name + "_" + std::to_string(::getpid()) + ".gguf"))
                             .string();

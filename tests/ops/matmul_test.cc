@@ -22,6 +22,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/memory.h"
 #include "base/thread_pool.h"
 #include "ops/kernels.h"
 #include "ops/quant.h"
@@ -45,6 +46,15 @@ struct TestWeight {
   std::vector<uint8_t> bytes;  // [n, RowBytes(t, k)]
   std::vector<float> deq;      // [n, k]
   Weight view;
+  AlignedBuffer<uint8_t> packed;  // [PackedWeightBytes] when Pack() was called
+  // Adds the row-interleaved copy (q8_0), packed in two row ranges.
+  void Pack() {
+    packed.Resize(static_cast<size_t>(PackedWeightBytes(view)));
+    const int64_t half = std::min<int64_t>(view.n, (view.n / 2 + 15) / 16 * 16);
+    PackWeight(view, packed.data(), 0, half);
+    PackWeight(view, packed.data(), half, view.n);
+    view.packed = packed.data();
+  }
 };
 
 TestWeight MakeWeight(DType t, int64_t k, int64_t n, uint32_t seed) {
@@ -61,11 +71,13 @@ TestWeight MakeWeight(DType t, int64_t k, int64_t n, uint32_t seed) {
   return w;
 }
 
-void CheckCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa) {
+void CheckCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa, bool packed = false) {
   SCOPED_TRACE(::testing::Message()
                << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type) << " k=" << c.k
-               << " n=" << c.n << " m=" << m << " threads=" << pool.size());
-  const TestWeight w = MakeWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 131 + c.n));
+               << " n=" << c.n << " m=" << m << " threads=" << pool.size()
+               << (packed ? " packed" : ""));
+  TestWeight w = MakeWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 131 + c.n));
+  if (packed) w.Pack();
   const std::vector<float> x =
       testing::RandomVector(m * c.k, static_cast<uint32_t>(m + 7));  // [m, k]
   const int64_t ldy = c.n + 3;
@@ -140,7 +152,52 @@ TEST_P(MatmulTest, MatchesReferenceOnEveryIsa) {
       }
 }
 
+// Row-interleaved q8_0 (the AVX-512 kernel reads the packed copy; other ISAs
+// the rows): the same bounds. The packed kernel accumulates the scaled block
+// sums of a row one block after the other, nb roundings.
+TEST_P(MatmulTest, PackedQ8MatchesReferenceOnEveryIsa) {
+  ThreadPool pool(GetParam());
+  std::vector<Case> cases;
+  for (int64_t k : {32, 64, 96, 4096 + 32})
+    for (int64_t n : {1, 7, 16, 33}) cases.push_back({DType::kQ8_0, k, n});
+  cases.push_back({DType::kQ8_0, 96, 4099});
+  for (Isa isa : testing::Isas())
+    for (const Case& c : cases)
+      for (int64_t m : {1, 2, 3, 7, 8, 9, 16, 33}) {
+        if (c.n * c.k * m > 3'000'000 && m > 8) continue;
+        CheckCase(pool, c, m, isa, /*packed=*/true);
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, MatmulTest, ::testing::Values(1, 2, 3));
+
+// A token's outputs from packed weights do not depend on the other tokens of
+// the call (tile position, tile size, thread split): bit for bit.
+TEST(MatmulPackedTest, EachTokenAloneEqualsInABatch) {
+  if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "the packed kernel is AVX-512";
+  testing::ScopedIsa scoped(Isa::kAvx512);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const Case& c : {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 4096 + 32, 33}}) {
+      TestWeight w = MakeWeight(c.type, c.k, c.n, 3);
+      w.Pack();
+      const int64_t m_max = 300;
+      const std::vector<float> x = testing::RandomVector(m_max * c.k, 9, 2.f);  // [m_max, k]
+      MatmulScratch scratch(m_max, c.k, threads);
+      std::vector<float> alone(m_max * c.n);  // [m_max, n]
+      for (int64_t t = 0; t < m_max; ++t)
+        Matmul(pool, w.view, x.data() + t * c.k, 1, alone.data() + t * c.n, c.n, scratch);
+      for (int64_t m : {2, 3, 8, 9, 17, 300}) {
+        if (c.k > 1000 && m == 300) continue;
+        std::vector<float> y(m * c.n);  // [m, n]
+        Matmul(pool, w.view, x.data(), m, y.data(), c.n, scratch);
+        for (int64_t i = 0; i < m * c.n; ++i)
+          ASSERT_EQ(y[i], alone[i]) << "k " << c.k << " m " << m << " token " << i / c.n << " row "
+                                    << i % c.n << " threads " << threads;
+      }
+    }
+  }
+}
 
 // A large m exercises several token chunks and the full register tiles.
 TEST(MatmulLargeTest, ManyTokens) {
@@ -291,11 +348,13 @@ TEST(MatmulGroupTest, EqualsSeparateMatmulsBitForBit) {
   struct G {
     DType types[3];
     int64_t k;
+    bool packed = false;  // row-interleaved copies (q8_0)
   };
   const G groups[] = {{{DType::kF32, DType::kF32, DType::kF32}, 96},
                       {{DType::kF16, DType::kF16, DType::kF16}, 64},
                       {{DType::kBF16, DType::kBF16, DType::kBF16}, 33},
                       {{DType::kQ8_0, DType::kQ8_0, DType::kQ8_0}, 96},
+                      {{DType::kQ8_0, DType::kQ8_0, DType::kQ8_0}, 96, true},
                       {{DType::kQ4_0, DType::kQ4_0, DType::kQ4_0}, 160},
                       {{DType::kQ4_K, DType::kQ4_K, DType::kQ4_K}, 256},
                       {{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}, 256}};
@@ -306,7 +365,10 @@ TEST(MatmulGroupTest, EqualsSeparateMatmulsBitForBit) {
       testing::ScopedIsa scoped(isa);
       for (const G& g : groups) {
         std::vector<TestWeight> ws;
-        for (int i = 0; i < 3; ++i) ws.push_back(MakeWeight(g.types[i], g.k, ns[i], 11 + i));
+        for (int i = 0; i < 3; ++i) {
+          ws.push_back(MakeWeight(g.types[i], g.k, ns[i], 11 + i));
+          if (g.packed) ws.back().Pack();
+        }
         for (int64_t m : {1, 3, 8, 17}) {
           std::vector<float> x = testing::RandomVector(m * g.k, 5, 1.f);  // [m, k]
           MatmulScratch scratch(m, g.k, threads);
