@@ -113,8 +113,12 @@ class MatmulScratch {
 // larger m packs 8-row weight panels once per chunk of <= 256 tokens and runs
 // register tiles (f32: 4 rows x 5 tokens; int8: 4 x 4 over a layout where each
 // int32 lane accumulates a whole block, so the f32 scaling runs once per 16
-// blocks). Threads split rows (and token chunks) through the pool. Not
-// reentrant for one scratch: concurrent calls need their own MatmulScratch.
+// blocks). q8_0 weights with a packed copy on AVX-512 take one kernel for
+// every m instead (see PackWeight): the scaled block sums of a row are
+// accumulated one block after the other (nb roundings, within the bound
+// above), identically for every m. Threads split rows (and token chunks)
+// through the pool. Not reentrant for one scratch: concurrent calls need
+// their own MatmulScratch.
 void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y, int64_t ldy,
             MatmulScratch& scratch);
 
