@@ -1,5 +1,5 @@
-// AVX-512 q8_0 products over row-interleaved weights (PackWeight's layout,
-// see matmul.h), one kernel for every number of tokens.
+// AVX-512 q8_0 / q4_0 products over row-interleaved weights (PackWeight's
+// layout, see matmul.h), one kernel for every number of tokens.
 //
 // A zmm holds 4 weights of each of 16 rows; vpdpbusd multiplies it with 4
 // activation bytes of one token broadcast from memory, so each int32 lane
@@ -35,31 +35,49 @@ inline void DotBroadcast(__m512i& acc, __m512i w, const int32_t* a) {
 }
 
 // Rows [16 g, 16 g + valid) of kTok tokens (tile at `acts`).
-template <int kTok>
+template <DType kT, int kTok>
 void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int valid, float* y,
                  int64_t ldy) {
-  const __m256i* scales = reinterpret_cast<const __m256i*>(group + nb * kPackedBlockBytes);
+  constexpr int kBlockBytes = PackedBlockBytes(kT);
+  constexpr int kBias = kT == DType::kQ8_0 ? 128 : 8;  // the stored unsigned q - the value
+  const __m256i* scales = reinterpret_cast<const __m256i*>(group + nb * kBlockBytes);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[kTok];  // [token] x 16 rows
   for (int t = 0; t < kTok; ++t) acc[t] = _mm512_setzero_ps();
-  // Fewer than 4 tokens: two int32 chains per token (even / odd quads) keep
-  // the vpdpbusd latency hidden; integer sums are exact in any order.
+  // Fewer than 4 tokens: two int32 chains per token keep the vpdpbusd
+  // latency hidden; integer sums are exact in any order.
   constexpr bool kSplit = kTok < 4;
   for (int64_t j = 0; j < nb; ++j) {
-    const uint8_t* wj = group + j * kPackedBlockBytes;
+    const uint8_t* wj = group + j * kBlockBytes;
     const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes);
 #pragma GCC unroll 8
-    for (int l = 0; l < kPackedBlockBytes / 64; ++l)
+    for (int l = 0; l < kBlockBytes / 64; ++l)
       _mm_prefetch(reinterpret_cast<const char*>(wj) + kPrefetch + 64 * l, _MM_HINT_T0);
     __m512i s0[kTok], s1[kTok];
     for (int t = 0; t < kTok; ++t) {
-      s0[t] = _mm512_set1_epi32(aj[8 * kTok + t]);  // -128 * sum of the block's x
+      s0[t] = _mm512_set1_epi32(-kBias * aj[8 * kTok + t]);
       if (kSplit) s1[t] = _mm512_setzero_si512();
     }
+    if constexpr (kT == DType::kQ8_0) {
 #pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q) {
-      const __m512i w = _mm512_load_si512(wj + q * 64);
+      for (int q = 0; q < 8; ++q) {
+        const __m512i w = _mm512_load_si512(wj + q * 64);
 #pragma GCC unroll 8
-      for (int t = 0; t < kTok; ++t) DotBroadcast(kSplit && (q & 1) ? s1[t] : s0[t], w, aj + q * kTok + t);
+        for (int t = 0; t < kTok; ++t)
+          DotBroadcast(kSplit && (q & 1) ? s1[t] : s0[t], w, aj + q * kTok + t);
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        const __m512i v = _mm512_load_si512(wj + q * 64);
+        const __m512i lo = _mm512_and_si512(v, low4);                          // elements 4q..
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);  // 16 + 4q..
+#pragma GCC unroll 8
+        for (int t = 0; t < kTok; ++t) {
+          DotBroadcast(s0[t], lo, aj + q * kTok + t);
+          DotBroadcast(kSplit ? s1[t] : s0[t], hi, aj + (4 + q) * kTok + t);
+        }
+      }
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(scales + j));
     const float* dx = reinterpret_cast<const float*>(aj + 9 * kTok);
@@ -74,13 +92,33 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
   for (int t = 0; t < kTok; ++t) _mm512_mask_storeu_ps(y + t * ldy, mk, acc[t]);
 }
 
-template <int kTok>
+template <DType kT, int kTok>
 void PackedGroups(const Weight& w, int64_t g0, int64_t g1, const uint8_t* acts, float* y,
                   int64_t ldy) {
-  const int64_t nb = w.k / 32, stride = PackedGroupBytes(w.k);
+  const int64_t nb = w.k / 32, stride = PackedGroupBytes(kT, w.k);
   for (int64_t g = g0; g < g1; ++g) {
     const int valid = static_cast<int>(std::min<int64_t>(16, w.n - 16 * g));
-    PackedGroup<kTok>(w.packed + g * stride, nb, acts, valid, y + 16 * g, ldy);
+    PackedGroup<kT, kTok>(w.packed + g * stride, nb, acts, valid, y + 16 * g, ldy);
+  }
+}
+
+template <DType kT>
+void PackedTiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
+                 float* y, int64_t ldy) {
+  const int64_t nb = w.k / 32;
+  for (int64_t t0 = 0; t0 < m; t0 += kPackedTileTokens) {
+    const uint8_t* a = acts + t0 * nb * kPackedActBytes;
+    float* yt = y + t0 * ldy;
+    switch (std::min<int64_t>(kPackedTileTokens, m - t0)) {
+      case 1: PackedGroups<kT, 1>(w, g0, g1, a, yt, ldy); break;
+      case 2: PackedGroups<kT, 2>(w, g0, g1, a, yt, ldy); break;
+      case 3: PackedGroups<kT, 3>(w, g0, g1, a, yt, ldy); break;
+      case 4: PackedGroups<kT, 4>(w, g0, g1, a, yt, ldy); break;
+      case 5: PackedGroups<kT, 5>(w, g0, g1, a, yt, ldy); break;
+      case 6: PackedGroups<kT, 6>(w, g0, g1, a, yt, ldy); break;
+      case 7: PackedGroups<kT, 7>(w, g0, g1, a, yt, ldy); break;
+      default: PackedGroups<kT, 8>(w, g0, g1, a, yt, ldy); break;
+    }
   }
 }
 
@@ -99,28 +137,16 @@ void PackActivations(const float* x, int64_t t, int64_t m, int64_t k, int8_t* tm
     _mm256_store_si256(reinterpret_cast<__m256i*>(quads), q);
     for (int i = 0; i < 8; ++i) aj[i * tokens + tt] = quads[i];
     const __m512i wide = _mm512_cvtepi8_epi16(q);
-    aj[8 * tokens + tt] = -128 * _mm512_reduce_add_epi32(_mm512_madd_epi16(wide, _mm512_set1_epi16(1)));
+    aj[8 * tokens + tt] = _mm512_reduce_add_epi32(_mm512_madd_epi16(wide, _mm512_set1_epi16(1)));
     std::memcpy(&aj[9 * tokens + tt], &d[j], 4);
   }
 }
 
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
                   float* y, int64_t ldy) {
-  const int64_t nb = w.k / 32;
-  for (int64_t t0 = 0; t0 < m; t0 += kPackedTileTokens) {
-    const uint8_t* a = acts + t0 * nb * kPackedActBytes;
-    float* yt = y + t0 * ldy;
-    switch (std::min<int64_t>(kPackedTileTokens, m - t0)) {
-      case 1: PackedGroups<1>(w, g0, g1, a, yt, ldy); break;
-      case 2: PackedGroups<2>(w, g0, g1, a, yt, ldy); break;
-      case 3: PackedGroups<3>(w, g0, g1, a, yt, ldy); break;
-      case 4: PackedGroups<4>(w, g0, g1, a, yt, ldy); break;
-      case 5: PackedGroups<5>(w, g0, g1, a, yt, ldy); break;
-      case 6: PackedGroups<6>(w, g0, g1, a, yt, ldy); break;
-      case 7: PackedGroups<7>(w, g0, g1, a, yt, ldy); break;
-      default: PackedGroups<8>(w, g0, g1, a, yt, ldy); break;
-    }
-  }
+  if (w.type == DType::kQ8_0) return PackedTiles<DType::kQ8_0>(w, acts, m, g0, g1, y, ldy);
+  if (w.type == DType::kQ4_0) return PackedTiles<DType::kQ4_0>(w, acts, m, g0, g1, y, ldy);
+  UnsupportedType(w.type);
 }
 
 }  // namespace rotor::ops::internal::avx512

@@ -36,18 +36,20 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
   return kGemvMaxTokensQuant * 192 * ((k / 32 + 1) / 2);
 }
 
-// Row-interleaved q8_0 (PackWeight, matmul.h): per group of 16 rows, nb
-// blocks of 512 quant bytes (8 zmm of 4 bytes x 16 rows, as unsigned q + 128),
-// then the 16 rows' f16 scales per block, padded to 64 bytes.
+// Row-interleaved q8_0 / q4_0 (PackWeight, matmul.h): per group of 16 rows,
+// nb blocks of quant bytes, then the 16 rows' f16 scales per block, padded to
+// 64 bytes. A q8_0 block is 8 zmm of 4 bytes x 16 rows (unsigned q + 128); a
+// q4_0 block 4 zmm of 4 bytes x 16 rows, as stored (byte i: element i in the
+// low nibble, i + 16 in the high one; unsigned q + 8).
 inline constexpr int kPackedRows = 16;
-inline constexpr int kPackedBlockBytes = 512;
-inline constexpr int64_t PackedGroupBytes(int64_t k) {
-  return k / 32 * kPackedBlockBytes + (k / 32 * 32 + 63) / 64 * 64;
+inline constexpr int PackedBlockBytes(DType t) { return t == DType::kQ8_0 ? 512 : 256; }
+inline constexpr int64_t PackedGroupBytes(DType t, int64_t k) {
+  return k / 32 * PackedBlockBytes(t) + (k / 32 * 32 + 63) / 64 * 64;
 }
 // Activations for the packed kernel, tiles of up to 8 tokens: tile i (tokens
 // [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 40
-// bytes: 8 int32 quads [quad][token], then -128 * sum(q) [token] (int32),
-// then the q8_0 scale [token] (f32).
+// bytes: 8 int32 quads [quad][token], then sum(q) [token] (int32), then the
+// q8_0 scale [token] (f32).
 inline constexpr int kPackedTileTokens = 8;
 inline constexpr int kPackedActBytes = 40;
 

@@ -133,7 +133,7 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
 
 bool AllPacked(std::span<const MatmulOut> outs) {
   for (const MatmulOut& o : outs)
-    if (o.w->packed == nullptr || o.w->type != DType::kQ8_0 || o.w->k != outs[0].w->k) return false;
+    if (o.w->packed == nullptr || o.w->k != outs[0].w->k) return false;
   return true;
 }
 
@@ -185,7 +185,8 @@ void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float*
 
   const Isa isa = ActiveIsa();
   if (isa == Isa::kAvx512 && w.packed != nullptr) {
-    CHECK_MSG(w.type == DType::kQ8_0, "ops: Matmul: packed weights must be q8_0");
+    CHECK_MSG(w.type == DType::kQ8_0 || w.type == DType::kQ4_0,
+              "ops: Matmul: packed weights must be q8_0 or q4_0");
     const MatmulOut out{&w, y, ldy};
     return PackedProducts(pool, std::span<const MatmulOut>(&out, 1), x, m, scratch);
   }

@@ -19,21 +19,21 @@ struct Weight {
   int64_t n;
   const void* data;
   size_t row_bytes;  // >= RowBytes(type, k)
-  // Optional: the same matrix in PackWeight's layout (q8_0 only). The AVX-512
+  // Optional: the same matrix in PackWeight's layout (q8_0, q4_0). The AVX-512
   // kernels use it for every m; other ISAs read `data`, which stays valid.
   const uint8_t* packed = nullptr;
 };
 
-// Row-interleaved copies for the AVX-512 q8_0 kernels: groups of 16 rows
+// Row-interleaved copies for the AVX-512 q8_0 / q4_0 kernels: groups of 16 rows
 // whose weights sit side by side, 4 bytes of each row per 64-byte vector, so
 // one instruction advances 16 rows and the f32 scaling runs once per block
 // for 16 rows (a batch of 8 tokens costs ~1.1x one token where the row-major
-// kernels cost ~1.3-2x). Same size as the q8_0 rows (+ < 64 bytes per group).
+// kernels cost ~1.3-2x). Same size as the rows (+ < 64 bytes per group).
 // Worth it when the AVX-512 kernels run: PackingHelps().
 bool PackingHelps(DType type);
 // Bytes PackWeight writes (64-byte aligned destination).
 int64_t PackedWeightBytes(const Weight& w);
-// Copies w (q8_0, k a multiple of 32) into dst in the packed layout. Rows
+// Copies w (q8_0 or q4_0, k a multiple of 32) into dst in the packed layout. Rows
 // [r0, r1) only (multiples of 16, or r1 = n), so callers can split the work.
 void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1);
 
@@ -113,7 +113,7 @@ class MatmulScratch {
 // larger m packs 8-row weight panels once per chunk of <= 256 tokens and runs
 // register tiles (f32: 4 rows x 5 tokens; int8: 4 x 4 over a layout where each
 // int32 lane accumulates a whole block, so the f32 scaling runs once per 16
-// blocks). q8_0 weights with a packed copy on AVX-512 take one kernel for
+// blocks). q8_0 / q4_0 weights with a packed copy on AVX-512 take one kernel for
 // every m instead (see PackWeight): the scaled block sums of a row are
 // accumulated one block after the other (nb roundings, within the bound
 // above), identically for every m. Threads split rows (and token chunks)

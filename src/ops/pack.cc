@@ -1,5 +1,5 @@
-// PackWeight: q8_0 rows -> the row-interleaved layout of the AVX-512 kernels
-// (kernels.h: kPackedRows, kPackedBlockBytes, PackedGroupBytes).
+// PackWeight: q8_0 / q4_0 rows -> the row-interleaved layout of the AVX-512
+// kernels (kernels.h: kPackedRows, PackedBlockBytes, PackedGroupBytes).
 #include <algorithm>
 #include <cstring>
 
@@ -10,40 +10,49 @@
 
 namespace rotor::ops {
 
-bool PackingHelps(DType type) { return type == DType::kQ8_0 && ActiveIsa() == Isa::kAvx512; }
+namespace {
+bool Packable(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+}  // namespace
+
+bool PackingHelps(DType type) { return Packable(type) && ActiveIsa() == Isa::kAvx512; }
 
 int64_t PackedWeightBytes(const Weight& w) {
-  CHECK(w.type == DType::kQ8_0 && w.k % 32 == 0);
+  CHECK(Packable(w.type) && w.k % 32 == 0);
   const int64_t groups = (w.n + internal::kPackedRows - 1) / internal::kPackedRows;
-  return groups * internal::PackedGroupBytes(w.k);
+  return groups * internal::PackedGroupBytes(w.type, w.k);
 }
 
 void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
   constexpr int kRows = internal::kPackedRows;
-  CHECK(w.type == DType::kQ8_0 && w.k % 32 == 0);
   if (r0 == r1) return;
+  CHECK(Packable(w.type) && w.k % 32 == 0);
   CHECK(r0 % kRows == 0 && r0 <= r1 && r1 <= w.n && (r1 % kRows == 0 || r1 == w.n));
-  const int64_t nb = w.k / 32, stride = internal::PackedGroupBytes(w.k);
+  const bool q8 = w.type == DType::kQ8_0;
+  // A block as stored: f16 scale, then 32 (q8_0) or 16 (q4_0) quant bytes.
+  const int qbytes = q8 ? 32 : 16, block = 2 + qbytes;
+  const uint8_t bias = q8 ? 0x80 : 0x00;  // q4_0 nibbles are already unsigned
+  const int64_t nb = w.k / 32, stride = internal::PackedGroupBytes(w.type, w.k);
+  const int64_t bb = internal::PackedBlockBytes(w.type);
   for (int64_t g = r0 / kRows; g * kRows < r1; ++g) {
-    uint8_t* quants = dst + g * stride;                   // [nb, 8, 16 rows, 4]
-    uint8_t* scales = quants + nb * internal::kPackedBlockBytes;  // [nb, 16 rows] f16
-    std::memset(scales, 0, static_cast<size_t>(stride - nb * internal::kPackedBlockBytes));
+    uint8_t* quants = dst + g * stride;  // [nb, qbytes / 4, 16 rows, 4]
+    uint8_t* scales = quants + nb * bb;  // [nb, 16 rows] f16
+    std::memset(scales, 0, static_cast<size_t>(stride - nb * bb));
     for (int r = 0; r < kRows; ++r) {
       const int64_t row = g * kRows + r;
       const uint8_t* src =
           row < w.n ? static_cast<const uint8_t*>(w.data) + row * w.row_bytes : nullptr;
       for (int64_t j = 0; j < nb; ++j) {
-        // q8_0 block: f16 scale, 32 int8 quants. Rows past n: scale 0, q = 0.
+        // Rows past n: scale 0 and zero quants (value 0 either way).
         uint8_t q[32];
         if (src) {
-          std::memcpy(scales + (j * kRows + r) * 2, src + j * 34, 2);
-          std::memcpy(q, src + j * 34 + 2, 32);
+          std::memcpy(scales + (j * kRows + r) * 2, src + j * block, 2);
+          std::memcpy(q, src + j * block + 2, static_cast<size_t>(qbytes));
         } else {
-          std::memset(q, 0, 32);
+          std::memset(q, q8 ? 0 : 0x88, static_cast<size_t>(qbytes));
         }
-        uint8_t* out = quants + j * internal::kPackedBlockBytes + r * 4;
-        for (int quad = 0; quad < 8; ++quad)
-          for (int b = 0; b < 4; ++b) out[quad * 64 + b] = q[quad * 4 + b] ^ 0x80;
+        uint8_t* out = quants + j * bb + r * 4;
+        for (int quad = 0; quad < qbytes / 4; ++quad)
+          for (int b = 0; b < 4; ++b) out[quad * 64 + b] = q[quad * 4 + b] ^ bias;
       }
     }
   }

@@ -186,12 +186,14 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
   EXPECT_FALSE(fwd.Decode(caches, std::vector<int32_t>{1, 2}, logits.data()).ok());
 }
 
-// With q8_0 weights on AVX-512 (row-interleaved, one kernel for every m) and
+// With q8_0 / q4_0 weights on AVX-512 (row-interleaved, one kernel for every m) and
 // the batch's attention in one parallel region, a sequence's logits in a
 // decode step of several sequences are bit for bit what it gets alone.
-TEST(ForwardDecode, PackedQ8BatchEqualsAloneBitForBit) {
+class PackedDecode : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   if (!ops::PackingHelps(DType::kQ8_0)) GTEST_SKIP() << "the packed kernels are AVX-512";
-  Result<std::unique_ptr<Model>> loaded = Model::Load(testing::ModelPath("gqa-q8_0"));
+  Result<std::unique_ptr<Model>> loaded = Model::Load(testing::ModelPath(GetParam()));
   ASSERT_TRUE(loaded.ok()) << loaded.message();
   const Model& m = **loaded;
   ASSERT_NE(m.output().packed, nullptr);
@@ -226,6 +228,8 @@ TEST(ForwardDecode, PackedQ8BatchEqualsAloneBitForBit) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, PackedDecode, ::testing::Values("gqa-q8_0", "gqa-q4_0"));
 
 }  // namespace
 }  // namespace rotor

@@ -43,9 +43,11 @@ const std::string& ModelPath(const std::string& name) {
   auto it = paths.find(name);
   if (it != paths.end()) return it->second;
   SynthSpec s;
-  if (name == "gqa-q8_0") {  // GqaModelPath's shape, q8_0 matrices (300 rows: a partial group)
+  if (name == "gqa-q8_0" || name == "gqa-q4_0") {
+    // GqaModelPath's shape in a quantized type (300 rows: a partial group of 16).
     s.n_embd = 128, s.n_ff = 256, s.n_layer = 2, s.n_head = 4, s.n_head_kv = 2;
-    s.n_vocab = 300, s.n_ctx = 512, s.seed = 5, s.type = DType::kQ8_0;
+    s.n_vocab = 300, s.n_ctx = 512, s.seed = 5;
+    s.type = name == "gqa-q8_0" ? DType::kQ8_0 : DType::kQ4_0;
   } else {
     Result<SynthSpec> spec =
         SynthPreset(name == "qwen2" || name == "qwen2-partial" ? "qwen2-tiny" : "llama3-tiny");

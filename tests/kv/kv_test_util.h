@@ -24,7 +24,7 @@ const std::string& GqaModelPath();
 //   "llama3"         llama3-tiny: rope_freqs.weight + llama3 scaling keys
 //   "llama3-keys"    llama3 scaling from the keys alone (factors computed),
 //                    24 of 32 dims rotated
-// "gqa" is GqaModelPath(), "gqa-q8_0" the same shape in q8_0, "stories260K"
+// "gqa" is GqaModelPath(), "gqa-q8_0" / "gqa-q4_0" the same shape quantized, "stories260K"
 // the bundled model; "qwen2", "qwen2-partial", "llama3", "llama3-keys" tiny
 // random models of those architectures.
 const std::string& ModelPath(const std::string& name);

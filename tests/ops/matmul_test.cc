@@ -152,15 +152,17 @@ TEST_P(MatmulTest, MatchesReferenceOnEveryIsa) {
       }
 }
 
-// Row-interleaved q8_0 (the AVX-512 kernel reads the packed copy; other ISAs
+// Row-interleaved q8_0 / q4_0 (the AVX-512 kernel reads the packed copy; other ISAs
 // the rows): the same bounds. The packed kernel accumulates the scaled block
 // sums of a row one block after the other, nb roundings.
-TEST_P(MatmulTest, PackedQ8MatchesReferenceOnEveryIsa) {
+TEST_P(MatmulTest, PackedMatchesReferenceOnEveryIsa) {
   ThreadPool pool(GetParam());
   std::vector<Case> cases;
-  for (int64_t k : {32, 64, 96, 4096 + 32})
-    for (int64_t n : {1, 7, 16, 33}) cases.push_back({DType::kQ8_0, k, n});
-  cases.push_back({DType::kQ8_0, 96, 4099});
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    for (int64_t k : {32, 64, 96, 4096 + 32})
+      for (int64_t n : {1, 7, 16, 33}) cases.push_back({t, k, n});
+    cases.push_back({t, 96, 4099});
+  }
   for (Isa isa : testing::Isas())
     for (const Case& c : cases)
       for (int64_t m : {1, 2, 3, 7, 8, 9, 16, 33}) {
@@ -178,7 +180,8 @@ TEST(MatmulPackedTest, EachTokenAloneEqualsInABatch) {
   testing::ScopedIsa scoped(Isa::kAvx512);
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
-    for (const Case& c : {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 4096 + 32, 33}}) {
+    for (const Case& c : {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 4096 + 32, 33},
+                          Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 4096 + 32, 17}}) {
       TestWeight w = MakeWeight(c.type, c.k, c.n, 3);
       w.Pack();
       const int64_t m_max = 300;
@@ -355,6 +358,8 @@ TEST(MatmulGroupTest, EqualsSeparateMatmulsBitForBit) {
                       {{DType::kBF16, DType::kBF16, DType::kBF16}, 33},
                       {{DType::kQ8_0, DType::kQ8_0, DType::kQ8_0}, 96},
                       {{DType::kQ8_0, DType::kQ8_0, DType::kQ8_0}, 96, true},
+                      {{DType::kQ4_0, DType::kQ4_0, DType::kQ4_0}, 160, true},
+                      {{DType::kQ4_0, DType::kQ8_0, DType::kQ4_0}, 64, true},
                       {{DType::kQ4_0, DType::kQ4_0, DType::kQ4_0}, 160},
                       {{DType::kQ4_K, DType::kQ4_K, DType::kQ4_K}, 256},
                       {{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}, 256}};
