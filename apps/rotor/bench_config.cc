@@ -90,7 +90,9 @@ Result<BenchTest> ParseBenchTest(const std::string& spec) {
 Result<BenchModel> LoadBenchModel(const std::string& path) {
   BenchModel m;
   m.path = path;
-  ASSIGN_OR_RETURN(m.model, Model::Load(path));
+  // Packed (row-interleaved) copies are made when the model's tests start, so
+  // one model's copies never count in another's peak RSS.
+  ASSIGN_OR_RETURN(m.model, Model::Load(path, /*pack_matrices=*/false));
   const Model& model = *m.model;
   const ModelConfig& c = model.config();
   for (const GgufTensor& t : model.file().tensors())

@@ -125,6 +125,7 @@ int RunBench(BenchArgs a) {
     const std::string what = fmt::format("[{}/{}] {} {} (t={}, kv={}{})", i + 1, n_cases, m.path,
                                          c.test.Name(), c.threads, KvPolicyName(c.kv.policy),
                                          c.kv.size > 0 ? fmt::format(" {}", c.kv.size) : "");
+    m.model->PackMatrices();  // once, at the model's first case (LoadBenchModel)
     const double read_before =
         a.roofline && c.test.n_prompt == 0 ? ReadProbe(c.threads) : 0.0;
     progress.Start(what);

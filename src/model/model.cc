@@ -6,15 +6,17 @@
 
 namespace rotor {
 
-Result<std::unique_ptr<Model>> Model::Load(const std::string& path) {
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path, bool pack_matrices) {
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
-  return FromGguf(std::move(file));
+  return FromGguf(std::move(file), pack_matrices);
 }
 
-Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> file) {
+Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> file,
+                                               bool pack_matrices) {
   std::unique_ptr<Model> model(new Model());
   model->file_ = std::move(file);
   RETURN_IF_ERROR(model->Init());
+  if (pack_matrices) model->PackMatrices();
   return model;
 }
 
@@ -37,7 +39,7 @@ void Model::PackMatrices() {
     for (ops::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
       all.push_back(w);
   for (ops::Weight* w : all) {
-    if (!ops::PackingHelps(w->type) || w->k % 32 != 0) continue;
+    if (w->packed != nullptr || !ops::PackingHelps(w->type) || w->k % 32 != 0) continue;
     AlignedBuffer<uint8_t>& buf = packed_.emplace_back(static_cast<size_t>(ops::PackedWeightBytes(*w)));
     ops::PackWeight(*w, buf.data(), 0, w->n);
     w->packed = buf.data();
@@ -123,7 +125,6 @@ Status Model::Init() {
     int best = 0;
     for (const auto& [name, count] : type_count)
       if (count > best) best = count, type_name_ = name;
-    PackMatrices();
     return Status::Ok();
   }();
   return s.WithContext("model: " + file_->path());

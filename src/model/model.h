@@ -34,9 +34,12 @@ struct LayerWeights {
 class Model {
  public:
   // Opens and validates a GGUF model file. Errors name the file, key or tensor.
-  static Result<std::unique_ptr<Model>> Load(const std::string& path);
+  // pack_matrices false: run from the mapped rows until PackMatrices() (rotor
+  // bench validates every model first and packs each when its tests start).
+  static Result<std::unique_ptr<Model>> Load(const std::string& path, bool pack_matrices = true);
   // Builds a model from an already opened file (takes ownership).
-  static Result<std::unique_ptr<Model>> FromGguf(std::unique_ptr<GgufFile> file);
+  static Result<std::unique_ptr<Model>> FromGguf(std::unique_ptr<GgufFile> file,
+                                                 bool pack_matrices = true);
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& file() const { return *file_; }
@@ -45,6 +48,10 @@ class Model {
   const ops::Weight& output() const { return output_; }          // [n_embd] -> [n_vocab]
   bool tied_output() const { return tied_output_; }
   const LayerWeights& layer(int i) const { return layers_[i]; }
+  // Row-interleaved copies of the matrices the active kernels read faster so
+  // (ops::PackingHelps); the mapped pages they replace are released. Load
+  // does it unless asked not to; a second call does nothing.
+  void PackMatrices();
   // Bytes of weights a decode step reads (every matrix once; embeddings one row).
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t n_params() const { return n_params_; }
@@ -57,9 +64,6 @@ class Model {
   Result<ops::Weight> Matrix(const std::string& name, int64_t k, int64_t n);
   Result<const float*> Vector(const std::string& name, int64_t n);
   Result<const float*> OptionalVector(const std::string& name, int64_t n);  // null if absent
-  // Row-interleaved copies of the matrices the active kernels read faster so
-  // (ops::PackingHelps); the mapped pages they replace are released.
-  void PackMatrices();
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
