@@ -5,7 +5,8 @@
 // from DRAM, as in a real forward pass), m = 8, 16, 512 report GFLOP/s (2 m n k).
 // ROTOR_ISA=avx2|scalar lowers the kernel path. Types (the `type` argument):
 // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q4_1, 6 q5_0, 7 q5_1, 8 iq4_nl,
-// 9 q2_K, 10 q3_K, 11 q4_K, 12 q5_K, 13 q6_K.
+// 9 q2_K, 10 q3_K, 11 q4_K, 12 q5_K, 13 q6_K. BM_MatmulPacked: q8_0 / q4_0
+// with the row-interleaved copy a model gets on AVX-512.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -57,7 +58,9 @@ Matrices MakeMatrices(DType t, int64_t k, int64_t n, bool many) {
   return out;
 }
 
-void BM_Matmul(benchmark::State& state) {
+// packed: every copy also carries its row-interleaved copy (PackWeight), as
+// a model loaded on AVX-512 does for q8_0 / q4_0.
+void RunMatmul(benchmark::State& state, bool packed) {
   const DType t = kTypes[state.range(0)];
   const int64_t k = kShapes[state.range(1)][0], n = kShapes[state.range(1)][1];
   const int64_t m = state.range(2);
@@ -69,13 +72,23 @@ void BM_Matmul(benchmark::State& state) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (auto& v : x) v = u(rng);
   MatmulScratch scratch(m, k, threads);
+  std::vector<Weight> views;
+  std::vector<AlignedBuffer<uint8_t>> packs(packed ? w.copies.size() : 0);
+  for (size_t i = 0; i < w.copies.size(); ++i) {
+    views.push_back(MakeWeight(t, k, n, w.copies[i].data()));
+    if (!packed) continue;
+    packs[i].Resize(static_cast<size_t>(PackedWeightBytes(views[i])));
+    PackWeight(views[i], packs[i].data(), 0, n);
+    views[i].packed = packs[i].data();
+  }
   size_t c = 0;
   for (auto _ : state) {
-    Matmul(pool, MakeWeight(t, k, n, w.copies[c].data()), x.data(), m, y.data(), n, scratch);
+    Matmul(pool, views[c], x.data(), m, y.data(), n, scratch);
     c = c + 1 == w.copies.size() ? 0 : c + 1;
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(DTypeName(t)) + " " + std::string(IsaName(ActiveIsa())));
+  state.SetLabel(std::string(DTypeName(t)) + " " + std::string(IsaName(ActiveIsa())) +
+                 (packed ? " packed" : ""));
   const double iters = static_cast<double>(state.iterations());
   if (m == 1) {
     state.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(w.bytes) * 1e-9,
@@ -93,7 +106,26 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
       for (int64_t type = 0; type < kNumTypes; ++type)
         for (int64_t threads : {1, 2}) b->Args({type, shape, m, threads});
 }
+void BM_Matmul(benchmark::State& state) { RunMatmul(state, false); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// q8_0 / q4_0 with their row-interleaved copies (the AVX-512 path): compare
+// with BM_Matmul of the same type, shape, m and threads in the same run.
+void BM_MatmulPacked(benchmark::State& state) {
+  if (ActiveIsa() != Isa::kAvx512) {
+    state.SkipWithError("the packed kernels are AVX-512");
+    return;
+  }
+  RunMatmul(state, true);
+}
+void MatmulPackedArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "shape", "m", "threads"});
+  for (int64_t shape = 0; shape < 2; ++shape)
+    for (int64_t m : {1, 8, 16, 512})
+      for (int64_t type : {3, 4})
+        for (int64_t threads : {1, 2}) b->Args({type, shape, m, threads});
+}
+BENCHMARK(BM_MatmulPacked)->Apply(MatmulPackedArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void BM_RmsNorm(benchmark::State& state) {
   const int64_t n = state.range(0);

@@ -182,14 +182,20 @@ namespace {
 
 using Cut = AttentionScratch::Cut;
 
+// The AVX-512 fold handles this ubatch (head size, and deferred RoPE only with
+// interleaved pairs).
+bool UseAvx512(const AttentionArgs& a) {
+  const bool deferred = a.cache->rope_k == RopeK::kDeferred;
+  const bool normal = a.rope->config().layout == ops::RopeLayout::kNormal;
+  return ActiveIsa() == Isa::kAvx512 && a.head_dim % 16 == 0 && a.head_dim <= 256 &&
+         (!deferred || normal);
+}
+
 Cut CutOf(const ThreadPool& pool, const AttentionArgs& a) {
   const int32_t n_cells = a.cache->n_cells;
   const int n_tokens = a.plan->n_tokens;
-  const bool deferred = a.cache->rope_k == RopeK::kDeferred;
-  const bool normal = a.rope->config().layout == ops::RopeLayout::kNormal;
   Cut c;
-  c.avx512 = ActiveIsa() == Isa::kAvx512 && a.head_dim % 16 == 0 && a.head_dim <= 256 &&
-             (!deferred || normal);
+  c.avx512 = UseAvx512(a);
   // Few tokens: split the cells so every thread has work (flash-decoding).
   if (n_tokens < 2 * pool.size() && n_cells >= 256)
     c.splits = std::min<int>((4 * pool.size() + n_tokens - 1) / n_tokens, n_cells / 128);
@@ -289,14 +295,8 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
       if (cuts[b].splits > 1)
         MergeSplits(batch[b], cuts[b], partials + cuts[b].first_partial * part_stride);
   }
-  for (const AttentionArgs& a : batch) {
-    if (!a.plan->per_lane) continue;
-    const bool deferred = a.cache->rope_k == RopeK::kDeferred;
-    const bool normal = a.rope->config().layout == ops::RopeLayout::kNormal;
-    const bool avx512 = ActiveIsa() == Isa::kAvx512 && a.head_dim % 16 == 0 &&
-                        a.head_dim <= 256 && (!deferred || normal);
-    AttendH2o(pool, a, *a.plan, scratch, avx512);
-  }
+  for (const AttentionArgs& a : batch)
+    if (a.plan->per_lane) AttendH2o(pool, a, *a.plan, scratch, UseAvx512(a));
 }
 
 }  // namespace rotor
