@@ -22,10 +22,9 @@
 namespace rotor::ops::internal::avx512 {
 namespace {
 
-// Bytes prefetched ahead, shared by the weight streams walked at once
-// (measured on 2048 x 768, one stream: 4 KiB leaves the 8-token kernel
-// waiting on DRAM, 16 KiB was the best of 2 / 4 / 8 / 16 / 32 KiB; with 4
-// streams, 32 or 64 KiB in all measured the same as 16 within the noise).
+// Bytes ahead of the weight stream to prefetch (measured on 2048 x 768:
+// 4 KiB leaves the 8-token kernel waiting on DRAM, 16 KiB was the best of
+// 2 / 4 / 8 / 16 / 32 KiB for 1 and 8 tokens).
 constexpr int kPrefetch = 16 << 10;
 
 // acc += u8 x s8 products of w and the 4 activation bytes at a, broadcast.
@@ -35,117 +34,81 @@ inline void DotBroadcast(__m512i& acc, __m512i w, const int32_t* a) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
 }
 
-// kG groups of 16 rows (each its own weight stream) x kTok tokens (the tile
-// at `acts`): rows [16 g, 16 g + valid[i]) of group i go to y[i].
-template <DType kT, int kTok, int kG>
-void PackedGroupsAtOnce(const uint8_t* const (&group)[kG], int64_t nb, const uint8_t* acts,
-                        const int (&valid)[kG], float* const (&y)[kG], int64_t ldy) {
+// Rows [16 g, 16 g + valid) of kTok tokens (the tile at `acts`); `group` is
+// the group's one stream of block pairs (kernels.h).
+template <DType kT, int kTok>
+void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int valid, float* y,
+                 int64_t ldy) {
   constexpr int kBlockBytes = PackedBlockBytes(kT);
   constexpr int kBias = kT == DType::kQ8_0 ? 128 : 8;  // the stored unsigned q - the value
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[kG][kTok];  // [group][token] x 16 rows
-  for (int g = 0; g < kG; ++g)
-    for (int t = 0; t < kTok; ++t) acc[g][t] = _mm512_setzero_ps();
-  // Fewer than 4 (group, token) pairs: more int32 chains per pair keep the
-  // vpdpbusd latency hidden; integer sums are exact in any order, so the
-  // result does not depend on the number of chains.
-  // q4_0 keeps its high nibbles in place (x16) in chains of their own, shifted
-  // back once per block (their sums are multiples of 16: exact).
-  constexpr int kChains = kT == DType::kQ4_0 ? (kG * kTok >= 4 ? 2 : 4)
-                          : kG * kTok >= 4   ? 1
-                                             : 4 / (kG * kTok);
+  __m512 acc[kTok];  // [token] x 16 rows
+  for (int t = 0; t < kTok; ++t) acc[t] = _mm512_setzero_ps();
+  // Few tokens: several int32 chains per token keep the vpdpbusd latency
+  // hidden; integer sums are exact in any order, so the result does not
+  // depend on the number of chains. q4_0 keeps its high nibbles in place
+  // (x16) in chains of their own, shifted back once per block (their sums
+  // are multiples of 16: exact).
+  constexpr int kChains = kT == DType::kQ4_0 ? (kTok >= 4 ? 2 : 4) : kTok >= 4 ? 1 : 4 / kTok;
+  constexpr int kHalf = kT == DType::kQ4_0 ? kChains / 2 : kChains;  // q4_0: [0, kHalf) low
   for (int64_t j = 0; j < nb; ++j) {
     const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes);
-    __m512i sum[kG][kChains][kTok];
-    for (int g = 0; g < kG; ++g)
-      for (int t = 0; t < kTok; ++t) {
-        sum[g][0][t] = _mm512_set1_epi32(-kBias * aj[8 * kTok + t]);
-        for (int c = 1; c < kChains; ++c) sum[g][c][t] = _mm512_setzero_si512();
+    const uint8_t* wj = group + PackedQuantsAt(kT, j);
+#pragma GCC unroll 9
+    for (int l = j % 2 == 0 ? -1 : 0; l < kBlockBytes / 64; ++l)  // -1: the pair's scales
+      _mm_prefetch(reinterpret_cast<const char*>(wj) + kPrefetch + 64 * l, _MM_HINT_T0);
+    __m512i sum[kChains][kTok];
+    for (int t = 0; t < kTok; ++t) {
+      sum[0][t] = _mm512_set1_epi32(-kBias * aj[8 * kTok + t]);
+      for (int c = 1; c < kChains; ++c) sum[c][t] = _mm512_setzero_si512();
+    }
+    if constexpr (kT == DType::kQ8_0) {
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+        const __m512i w = _mm512_load_si512(wj + q * 64);
+#pragma GCC unroll 8
+        for (int t = 0; t < kTok; ++t) DotBroadcast(sum[q % kChains][t], w, aj + q * kTok + t);
       }
+    } else {
 #pragma GCC unroll 4
-    for (int g = 0; g < kG; ++g) {
-      const uint8_t* wj = group[g] + j * kBlockBytes;
+      for (int q = 0; q < 4; ++q) {
+        const __m512i v = _mm512_load_si512(wj + q * 64);
+        const __m512i lo = _mm512_and_si512(v, low4);       // elements 4q..
+        const __m512i hi16 = _mm512_andnot_si512(low4, v);  // 16 x elements 16 + 4q..
 #pragma GCC unroll 8
-      for (int l = 0; l < kBlockBytes / 64; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(wj) + kPrefetch / kG + 64 * l, _MM_HINT_T0);
-      if constexpr (kT == DType::kQ8_0) {
-#pragma GCC unroll 8
-        for (int q = 0; q < 8; ++q) {
-          const __m512i w = _mm512_load_si512(wj + q * 64);
-#pragma GCC unroll 8
-          for (int t = 0; t < kTok; ++t) DotBroadcast(sum[g][q % kChains][t], w, aj + q * kTok + t);
-        }
-      } else {
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) {
-          const __m512i v = _mm512_load_si512(wj + q * 64);
-          const __m512i lo = _mm512_and_si512(v, low4);     // elements 4q..
-          const __m512i hi16 = _mm512_andnot_si512(low4, v);  // 16 x elements 16 + 4q..
-          constexpr int kHalf = kChains / 2;  // chains [0, kHalf): low, the rest high
-#pragma GCC unroll 8
-          for (int t = 0; t < kTok; ++t) {
-            DotBroadcast(sum[g][q % kHalf][t], lo, aj + q * kTok + t);
-            DotBroadcast(sum[g][kHalf + q % kHalf][t], hi16, aj + (4 + q) * kTok + t);
-          }
+        for (int t = 0; t < kTok; ++t) {
+          DotBroadcast(sum[q % kHalf][t], lo, aj + q * kTok + t);
+          DotBroadcast(sum[kHalf + q % kHalf][t], hi16, aj + (4 + q) * kTok + t);
         }
       }
     }
+    const __m512 dw = _mm512_cvtph_ps(
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(group + PackedScalesAt(kT, j))));
     const float* dx = reinterpret_cast<const float*>(aj + 9 * kTok);
-#pragma GCC unroll 4
-    for (int g = 0; g < kG; ++g) {
-      const __m512 dw = _mm512_cvtph_ps(
-          _mm256_load_si256(reinterpret_cast<const __m256i*>(group[g] + nb * kBlockBytes) + j));
 #pragma GCC unroll 8
-      for (int t = 0; t < kTok; ++t) {
-        __m512i s = sum[g][0][t];
-        if constexpr (kT == DType::kQ4_0) {
-          constexpr int kHalf = kChains / 2;
-          __m512i h = sum[g][kHalf][t];
-          for (int c = 1; c < kHalf; ++c) s = _mm512_add_epi32(s, sum[g][c][t]);
-          for (int c = kHalf + 1; c < kChains; ++c) h = _mm512_add_epi32(h, sum[g][c][t]);
-          s = _mm512_add_epi32(s, _mm512_srai_epi32(h, 4));
-        } else {
-          for (int c = 1; c < kChains; ++c) s = _mm512_add_epi32(s, sum[g][c][t]);
-        }
-        acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
-                                    _mm512_mul_ps(dw, _mm512_set1_ps(dx[t])), acc[g][t]);
+    for (int t = 0; t < kTok; ++t) {
+      __m512i s = sum[0][t];
+      for (int c = 1; c < kHalf; ++c) s = _mm512_add_epi32(s, sum[c][t]);
+      if constexpr (kT == DType::kQ4_0) {
+        __m512i h = sum[kHalf][t];
+        for (int c = kHalf + 1; c < kChains; ++c) h = _mm512_add_epi32(h, sum[c][t]);
+        s = _mm512_add_epi32(s, _mm512_srai_epi32(h, 4));
       }
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx[t])),
+                               acc[t]);
     }
   }
-  for (int g = 0; g < kG; ++g) {
-    const __mmask16 mk = valid[g] >= 16 ? __mmask16(0xffff) : __mmask16((1u << valid[g]) - 1);
-    for (int t = 0; t < kTok; ++t) _mm512_mask_storeu_ps(y[g] + t * ldy, mk, acc[g][t]);
-  }
+  const __mmask16 mk = valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
+  for (int t = 0; t < kTok; ++t) _mm512_mask_storeu_ps(y + t * ldy, mk, acc[t]);
 }
 
-// Groups [g0, g1) for kTok tokens. Few tokens leave the kernel waiting on
-// DRAM with one weight stream per thread (measured: 0.77-0.92x the row-major
-// kernel, whose 4 rows are 4 streams), so they walk kG parts of the range at
-// once.
 template <DType kT, int kTok>
 void PackedGroups(const Weight& w, int64_t g0, int64_t g1, const uint8_t* acts, float* y,
                   int64_t ldy) {
-  constexpr int kG = kTok == 1 ? 4 : kTok <= 3 ? 2 : 1;
   const int64_t nb = w.k / 32, stride = PackedGroupBytes(kT, w.k);
-  auto valid = [&](int64_t g) { return static_cast<int>(std::min<int64_t>(16, w.n - 16 * g)); };
-  const int64_t part = (g1 - g0) / kG;
-  for (int64_t i = 0; i < part; ++i) {
-    const uint8_t* groups[kG];
-    int n_valid[kG];
-    float* ys[kG];
-    for (int p = 0; p < kG; ++p) {
-      const int64_t g = g0 + p * part + i;
-      groups[p] = w.packed + g * stride;
-      n_valid[p] = valid(g);
-      ys[p] = y + 16 * g;
-    }
-    PackedGroupsAtOnce<kT, kTok, kG>(groups, nb, acts, n_valid, ys, ldy);
-  }
-  for (int64_t g = g0 + kG * part; g < g1; ++g) {
-    const uint8_t* groups[1] = {w.packed + g * stride};
-    const int n_valid[1] = {valid(g)};
-    float* const ys[1] = {y + 16 * g};
-    PackedGroupsAtOnce<kT, kTok, 1>(groups, nb, acts, n_valid, ys, ldy);
+  for (int64_t g = g0; g < g1; ++g) {
+    const int valid = static_cast<int>(std::min<int64_t>(16, w.n - 16 * g));
+    PackedGroup<kT, kTok>(w.packed + g * stride, nb, acts, valid, y + 16 * g, ldy);
   }
 }
 

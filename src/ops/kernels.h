@@ -37,15 +37,25 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
 }
 
 // Row-interleaved q8_0 / q4_0 (PackWeight, matmul.h): per group of 16 rows,
-// nb blocks of quant bytes, then the 16 rows' f16 scales per block, padded to
-// 64 bytes. A q8_0 block is 8 zmm of 4 bytes x 16 rows (unsigned q + 128); a
-// q4_0 block 4 zmm of 4 bytes x 16 rows, as stored (byte i: element i in the
-// low nibble, i + 16 in the high one; unsigned q + 8).
+// one stream of block pairs: the 16 rows' f16 scales of both blocks (64
+// bytes), then the two blocks' quants. A q8_0 block is 8 zmm of 4 bytes x 16
+// rows (unsigned q + 128); a q4_0 block 4 zmm of 4 bytes x 16 rows, as stored
+// (byte i: element i in the low nibble, i + 16 in the high one; unsigned
+// q + 8). An odd last block is padded to a pair.
 inline constexpr int kPackedRows = 16;
 inline constexpr int PackedBlockBytes(DType t) { return t == DType::kQ8_0 ? 512 : 256; }
+inline constexpr int64_t PackedPairBytes(DType t) { return 64 + 2 * PackedBlockBytes(t); }
 inline constexpr int64_t PackedGroupBytes(DType t, int64_t k) {
-  return k / 32 * PackedBlockBytes(t) + (k / 32 * 32 + 63) / 64 * 64;
+  return (k / 32 + 1) / 2 * PackedPairBytes(t);
 }
+// Block j of a group: its 16 scales and its quants.
+inline constexpr int64_t PackedScalesAt(DType t, int64_t j) {
+  return j / 2 * PackedPairBytes(t) + j % 2 * 32;
+}
+inline constexpr int64_t PackedQuantsAt(DType t, int64_t j) {
+  return j / 2 * PackedPairBytes(t) + 64 + j % 2 * PackedBlockBytes(t);
+}
+
 // Activations for the packed kernel, tiles of up to 8 tokens: tile i (tokens
 // [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 40
 // bytes: 8 int32 quads [quad][token], then sum(q) [token] (int32), then the

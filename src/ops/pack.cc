@@ -32,11 +32,9 @@ void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
   const int qbytes = q8 ? 32 : 16, block = 2 + qbytes;
   const uint8_t bias = q8 ? 0x80 : 0x00;  // q4_0 nibbles are already unsigned
   const int64_t nb = w.k / 32, stride = internal::PackedGroupBytes(w.type, w.k);
-  const int64_t bb = internal::PackedBlockBytes(w.type);
   for (int64_t g = r0 / kRows; g * kRows < r1; ++g) {
-    uint8_t* quants = dst + g * stride;  // [nb, qbytes / 4, 16 rows, 4]
-    uint8_t* scales = quants + nb * bb;  // [nb, 16 rows] f16
-    std::memset(scales, 0, static_cast<size_t>(stride - nb * bb));
+    uint8_t* group = dst + g * stride;  // [nb / 2 pairs: 2 x 16 f16 scales, 2 x quants]
+    std::memset(group, 0, static_cast<size_t>(stride));
     for (int r = 0; r < kRows; ++r) {
       const int64_t row = g * kRows + r;
       const uint8_t* src =
@@ -45,12 +43,12 @@ void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
         // Rows past n: scale 0 and zero quants (value 0 either way).
         uint8_t q[32];
         if (src) {
-          std::memcpy(scales + (j * kRows + r) * 2, src + j * block, 2);
+          std::memcpy(group + internal::PackedScalesAt(w.type, j) + r * 2, src + j * block, 2);
           std::memcpy(q, src + j * block + 2, static_cast<size_t>(qbytes));
         } else {
           std::memset(q, q8 ? 0 : 0x88, static_cast<size_t>(qbytes));
         }
-        uint8_t* out = quants + j * bb + r * 4;
+        uint8_t* out = group + internal::PackedQuantsAt(w.type, j) + r * 4;
         for (int quad = 0; quad < qbytes / 4; ++quad)
           for (int b = 0; b < 4; ++b) out[quad * 64 + b] = q[quad * 4 + b] ^ bias;
       }
