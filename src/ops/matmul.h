@@ -27,8 +27,8 @@ struct Weight {
 // Row-interleaved copies for the AVX-512 q8_0 / q4_0 kernels: groups of 16 rows
 // whose weights sit side by side, 4 bytes of each row per 64-byte vector, so
 // one instruction advances 16 rows and the f32 scaling runs once per block
-// for 16 rows (a batch of 8 tokens costs ~1.1x one token where the row-major
-// kernels cost ~1.3-2x). Same size as the rows (+ < 64 bytes per group).
+// for 16 rows (ops_bench, 2 threads: 1.1-1.3x the row-major kernels for one
+// token, 2.1-2.5x for 8). Same size as the rows (+ an odd block's padding).
 // Worth it when the AVX-512 kernels run: PackingHelps().
 bool PackingHelps(DType type);
 // Bytes PackWeight writes (64-byte aligned destination).
