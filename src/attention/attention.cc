@@ -8,6 +8,7 @@
 #include "attention/attention_internal.h"
 #include "base/check.h"
 #include "base/cpu.h"
+#include "ops/quant.h"
 #include "ops/rope.h"
 
 namespace rotor {
@@ -53,6 +54,11 @@ AttentionScratch::H2oBuffers& AttentionScratch::h2o(int thread, size_t max_keys,
   return b;
 }
 
+uint16_t* AttentionScratch::ChunkF16(size_t elements) {
+  if (chunk16_.size() < elements) chunk16_.Resize(elements);
+  return chunk16_.data();
+}
+
 float* AttentionScratch::Partials(int64_t n_tasks) {
   const size_t need = static_cast<size_t>(n_tasks) * n_head_ * (head_dim_ + 2);
   if (partials_.size() < need) partials_.Resize(need);  // grows to its bound once
@@ -96,12 +102,14 @@ namespace {
 // Builds key blocks for one (token, cell range) task and folds them.
 class TaskRunner {
  public:
-  TaskRunner(const AttentionArgs& a, AttentionScratch::Thread th, bool avx512)
+  TaskRunner(const AttentionArgs& a, const AttentionScratch::Cut& cut, AttentionScratch::Thread th)
       : a_(a),
+        cut_(cut),
         th_(th),
-        avx512_(avx512),
         deferred_(a.cache->rope_k == RopeK::kDeferred),
-        state_(MakeFoldState(a, th, a.n_head, a.n_head_kv)) {}
+        state_(MakeFoldState(a, th, a.n_head, a.n_head_kv)) {
+    block_.f16 = cut.f16;
+  }
 
   // Processes cells [c0, c1) (and the ubatch's own keys if `chunk`) for token i.
   void Run(int i, int32_t c0, int32_t c1, bool chunk) {
@@ -124,12 +132,11 @@ class TaskRunner {
       ops::RopeShift(a_.rope->config(), th_.q_sink, nh, -delta);
       q_sink = th_.q_sink;
     }
-    const size_t row = static_cast<size_t>(a_.n_head_kv) * hd;
     const bool two_pass = shifted_sinks && !deferred_;
     for (int pass = 0; pass < (two_pass ? 2 : 1); ++pass) {
       const bool sink_pass = pass == 1;
       state_.q = sink_pass ? q_sink : q;
-      auto add = [&](const float* k, const float* v, int32_t pos_k, TextIndex idx) {
+      auto add = [&](const void* k, const void* v, int32_t pos_k, TextIndex idx) {
         if (!plan.visibility.Visible(t, idx)) return;
         const bool sink = idx < cache.keep;
         if (two_pass && sink != sink_pass) return;
@@ -138,11 +145,12 @@ class TaskRunner {
       };
       for (int32_t c = c0; c < c1; ++c) {
         const TextIndex idx = cache.index[c];
-        if (idx >= 0) add(cache.k + c * row, cache.v + c * row, cache.pos[c], idx);
+        if (idx >= 0) add(cache.KRow(c), cache.VRow(c), cache.pos[c], idx);
       }
       if (chunk)
         for (int j = 0; j <= i; ++j)
-          add(a_.k + j * a_.kv_stride, a_.v + j * a_.kv_stride, plan.pos[j], plan.first + j);
+          add(cut_.chunk_k + j * cut_.chunk_row_bytes, cut_.chunk_v + j * cut_.chunk_row_bytes,
+              plan.pos[j], plan.first + j);
       Flush();
     }
   }
@@ -150,7 +158,7 @@ class TaskRunner {
   const attn::FoldState& state() const { return state_; }
 
  private:
-  void Push(const float* k, const float* v, int64_t distance) {
+  void Push(const void* k, const void* v, int64_t distance) {
     const int n = block_.n;
     block_.k[n] = k;
     block_.v[n] = v;
@@ -161,15 +169,15 @@ class TaskRunner {
 
   void Flush() {
     if (block_.n == 0) return;
-    if (avx512_) attn::FoldAvx512(state_, block_);
+    if (cut_.avx512) attn::FoldAvx512(state_, block_);
     else attn::FoldScalar(state_, block_);
     block_.n = 0;
     far_used_ = 0;
   }
 
   const AttentionArgs& a_;
+  const AttentionScratch::Cut& cut_;
   AttentionScratch::Thread th_;
-  bool avx512_;
   bool deferred_;
   attn::FoldState state_;
   attn::KeyBlock block_;
@@ -204,13 +212,44 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a) {
   return c;
 }
 
+// Where each ubatch's own K/V rows are read from: in place (f32 caches) or
+// rounded to f16 (f16 caches), so they are the values the cache will hold.
+void SetChunks(std::span<const AttentionArgs> batch, AttentionScratch& scratch,
+               std::vector<Cut>& cuts) {
+  size_t n16 = 0;
+  for (const AttentionArgs& a : batch)
+    if (a.cache->type == KvType::kF16)
+      n16 += 2 * static_cast<size_t>(a.plan->n_tokens) * a.n_head_kv * a.head_dim;
+  uint16_t* buf = n16 > 0 ? scratch.ChunkF16(n16) : nullptr;  // [sum of 2 x n_tokens x row]
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const AttentionArgs& a = batch[b];
+    Cut& c = cuts[b];
+    if (a.cache->type == KvType::kF32) {
+      c.chunk_k = reinterpret_cast<const uint8_t*>(a.k);
+      c.chunk_v = reinterpret_cast<const uint8_t*>(a.v);
+      c.chunk_row_bytes = static_cast<size_t>(a.kv_stride) * sizeof(float);
+      continue;
+    }
+    const int64_t row = static_cast<int64_t>(a.n_head_kv) * a.head_dim, n = a.plan->n_tokens;
+    for (int64_t j = 0; j < n; ++j) {
+      ops::F32ToF16Row(a.k + j * a.kv_stride, buf + j * row, row);
+      ops::F32ToF16Row(a.v + j * a.kv_stride, buf + (n + j) * row, row);
+    }
+    c.chunk_k = reinterpret_cast<const uint8_t*>(buf);
+    c.chunk_v = reinterpret_cast<const uint8_t*>(buf + n * row);
+    c.chunk_row_bytes = static_cast<size_t>(row) * sizeof(uint16_t);
+    c.f16 = true;
+    buf += 2 * n * row;
+  }
+}
+
 // Task `task` of ubatch a: token task / splits over split task % splits.
 void RunTask(const AttentionArgs& a, const Cut& c, int64_t task, AttentionScratch::Thread th,
              float* partial) {
   const int nh = a.n_head, hd = a.head_dim;
   const int32_t n_cells = a.cache->n_cells;
   const int i = static_cast<int>(task / c.splits), s = static_cast<int>(task % c.splits);
-  TaskRunner runner(a, th, c.avx512);
+  TaskRunner runner(a, c, th);
   const int32_t c0 = std::min(n_cells, s * c.per_split), c1 = std::min(n_cells, c0 + c.per_split);
   runner.Run(i, c0, c1, /*chunk=*/s == c.splits - 1);
   const attn::FoldState& st = runner.state();
@@ -263,13 +302,17 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
   CHECK_LE(pool.size(), scratch.n_threads());
   std::vector<AttentionScratch::Cut>& cuts = scratch.cuts();
   cuts.assign(batch.size(), Cut{});
+  SetChunks(batch, scratch, cuts);
   int64_t n_tasks = 0, n_partials = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
     const AttentionArgs& a = batch[b];
     CHECK(a.rope != nullptr);
     CHECK(a.n_head == batch[0].n_head && a.head_dim == batch[0].head_dim);
     if (a.plan->per_lane) continue;  // h2o: below, one ubatch at a time
+    const Cut chunk = cuts[b];
     cuts[b] = CutOf(pool, a);
+    cuts[b].chunk_k = chunk.chunk_k, cuts[b].chunk_v = chunk.chunk_v;
+    cuts[b].chunk_row_bytes = chunk.chunk_row_bytes, cuts[b].f16 = chunk.f16;
     cuts[b].first_task = n_tasks;
     n_tasks += cuts[b].n_tasks;
     if (cuts[b].splits > 1) {
@@ -295,8 +338,11 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
       if (cuts[b].splits > 1)
         MergeSplits(batch[b], cuts[b], partials + cuts[b].first_partial * part_stride);
   }
-  for (const AttentionArgs& a : batch)
-    if (a.plan->per_lane) AttendH2o(pool, a, *a.plan, scratch, UseAvx512(a));
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (!batch[b].plan->per_lane) continue;
+    cuts[b].avx512 = UseAvx512(batch[b]);
+    AttendH2o(pool, batch[b], *batch[b].plan, scratch, cuts[b]);
+  }
 }
 
 }  // namespace rotor

@@ -80,14 +80,23 @@ class AttentionScratch {
     int64_t n_tasks = 0;
     int64_t first_partial = 0;  // in Partials(), when splits > 1
     bool avx512 = false;
+    // The ubatch's own K and V as attention reads them: args.k / args.v, or
+    // their rounding to the cache's type. [n_tokens, n_head_kv, head_dim].
+    const uint8_t* chunk_k = nullptr;
+    const uint8_t* chunk_v = nullptr;
+    size_t chunk_row_bytes = 0;
+    bool f16 = false;             // cache and chunk rows hold f16
   };
   std::vector<Cut>& cuts() { return cuts_; }  // capacity kept between calls
+  // f16 copies of the ubatches' K/V, grown to the largest request once.
+  uint16_t* ChunkF16(size_t elements);
 
  private:
   int n_threads_, n_head_, head_dim_;
   size_t per_thread_;
   AlignedBuffer<float> buf_;
   AlignedBuffer<float> partials_;
+  AlignedBuffer<uint16_t> chunk16_;
   std::vector<H2oBuffers> h2o_;
   std::vector<Cut> cuts_;
 };

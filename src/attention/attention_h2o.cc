@@ -17,11 +17,12 @@
 namespace rotor {
 
 void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, AttentionScratch& scratch,
-               bool avx512) {
+               const AttentionScratch::Cut& cut) {
+  const bool avx512 = cut.avx512;
   const KvLayerView& cache = *a.cache;
   const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
   const int32_t n_cells = plan.lane_cells, n = plan.n_tokens;
-  const size_t row = static_cast<size_t>(a.n_head_kv) * hd;
+  const size_t head_bytes = static_cast<size_t>(hd) * KvTypeBytes(cache.type);
   const bool deferred = cache.rope_k == RopeK::kDeferred;
 
   pool.Run(a.n_head_kv, [&](int g, int thread) {
@@ -36,6 +37,7 @@ void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attention
     for (int32_t c = 0; c < n_cells; ++c) count += index[c] >= 0 ? 1 : 0;
     attn::FoldState st = MakeFoldState(a, th, group, 1);
     attn::KeyBlock block;
+    block.f16 = cut.f16;
     for (int i = 0; i < n; ++i) {
       const TextIndex t = plan.first + i;
       if (count >= n_cells) {  // evict the lightest token outside the recent window
@@ -75,7 +77,7 @@ void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attention
         block.n = 0;
         far_used = 0;
       };
-      auto push = [&](int id, const float* k, const float* v, int32_t pos_k) {
+      auto push = [&](int id, const void* k, const void* v, int32_t pos_k) {
         const int b = block.n;
         block.k[b] = k;
         block.v[b] = v;
@@ -86,11 +88,13 @@ void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attention
         if (++block.n == attn::kBlock) flush();
       };
       for (int32_t c = 0; c < n_cells; ++c)
-        if (index[c] >= 0) push(c, cache.k + c * row + g * hd, cache.v + c * row + g * hd, pos[c]);
+        if (index[c] >= 0)
+          push(c, static_cast<const uint8_t*>(cache.KRow(c)) + g * head_bytes,
+               static_cast<const uint8_t*>(cache.VRow(c)) + g * head_bytes, pos[c]);
       for (int j = 0; j <= i; ++j)
         if (buf.kept[j])
-          push(n_cells + j, a.k + j * a.kv_stride + g * hd, a.v + j * a.kv_stride + g * hd,
-               plan.pos[j]);
+          push(n_cells + j, cut.chunk_k + j * cut.chunk_row_bytes + g * head_bytes,
+               cut.chunk_v + j * cut.chunk_row_bytes + g * head_bytes, plan.pos[j]);
       flush();
       for (int h = 0; h < group; ++h) {
         float* out = a.out + i * a.out_stride + (static_cast<int64_t>(g) * group + h) * hd;

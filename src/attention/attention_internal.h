@@ -19,6 +19,6 @@ void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBloc
 
 // h2o: per kv head, token by token; updates the plan's lane state.
 void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, AttentionScratch& scratch,
-               bool avx512);
+               const AttentionScratch::Cut& cut);
 
 }  // namespace rotor

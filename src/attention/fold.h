@@ -25,8 +25,9 @@ struct FoldState {
 
 struct KeyBlock {
   int n = 0;
-  const float* k[kBlock];     // each [n_head_kv, head_dim]
-  const float* v[kBlock];     // each [n_head_kv, head_dim]
+  bool f16 = false;           // k and v rows hold f16 (else f32) values
+  const void* k[kBlock];      // each [n_head_kv, head_dim]
+  const void* v[kBlock];      // each [n_head_kv, head_dim]
   const float* cos[kBlock];   // deferred: [head_dim] rotation rows; null when keys are rotated
   const float* sin[kBlock];
   // Deferred, two-level: the fine rows to combine with cos/sin by angle

@@ -29,9 +29,19 @@ inline __m512 Exp(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// 16 values of a K or V row from element 16 * i on, as f32.
+template <bool F16>
+inline __m512 Load16(const void* row, int64_t i) {
+  if constexpr (F16)
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + 16 * i)));
+  else
+    return _mm512_loadu_ps(static_cast<const float*>(row) + 16 * i);
+}
+
 // NV = head_dim / 16, a compile-time constant so the key, rotation and
-// accumulator vectors stay in registers.
-template <int NV>
+// accumulator vectors stay in registers. F16: the rows hold f16 values.
+template <int NV, bool F16>
 void Fold(FoldState& s, const KeyBlock& b) {
   constexpr int nv = NV, hd = 16 * NV;
   const int group = s.n_head / s.n_head_kv;
@@ -53,15 +63,15 @@ void Fold(FoldState& s, const KeyBlock& b) {
       }
     }
     for (int g = 0; g < s.n_head_kv; ++g) {
-      const float* kr = b.k[j] + g * hd;
+      const int64_t kv0 = static_cast<int64_t>(g) * nv;  // this head's first vector
       if (rotate) {
         for (int i = 0; i < nv; ++i) {
-          const __m512 x = _mm512_loadu_ps(kr + 16 * i);
+          const __m512 x = Load16<F16>(b.k[j], kv0 + i);
           const __m512 sw = _mm512_permute_ps(x, 0xB1);  // swap lanes of each pair
           k[i] = _mm512_fmadd_ps(cr[i], x, _mm512_mul_ps(sr[i], sw));
         }
       } else {
-        for (int i = 0; i < nv; ++i) k[i] = _mm512_loadu_ps(kr + 16 * i);
+        for (int i = 0; i < nv; ++i) k[i] = Load16<F16>(b.k[j], kv0 + i);
       }
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const float* q = s.q + h * hd;
@@ -98,31 +108,36 @@ void Fold(FoldState& s, const KeyBlock& b) {
     const __m512 vcorr = _mm512_set1_ps(corr);
     __m512 a[NV];
     for (int i = 0; i < nv; ++i) a[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * i), vcorr);
-    const int off = (h / group) * hd;
+    const int64_t v0 = static_cast<int64_t>(h / group) * nv;
     for (int j = 0; j < b.n; ++j) {
       const __m512 pj = _mm512_set1_ps(p[j]);
-      const float* v = b.v[j] + off;
-      for (int i = 0; i < nv; ++i) a[i] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * i), a[i]);
+      for (int i = 0; i < nv; ++i) a[i] = _mm512_fmadd_ps(pj, Load16<F16>(b.v[j], v0 + i), a[i]);
     }
     for (int i = 0; i < nv; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
+  }
+}
+
+template <bool F16>
+void FoldTyped(FoldState& s, const KeyBlock& b) {
+  switch (s.head_dim / 16) {
+    case 1: return Fold<1, F16>(s, b);
+    case 2: return Fold<2, F16>(s, b);
+    case 3: return Fold<3, F16>(s, b);
+    case 4: return Fold<4, F16>(s, b);
+    case 5: return Fold<5, F16>(s, b);
+    case 6: return Fold<6, F16>(s, b);
+    case 7: return Fold<7, F16>(s, b);
+    case 8: return Fold<8, F16>(s, b);
+    case 16: return Fold<16, F16>(s, b);
+    default: return FoldScalar(s, b);
   }
 }
 
 }  // namespace
 
 void FoldAvx512(FoldState& s, const KeyBlock& b) {
-  switch (s.head_dim / 16) {
-    case 1: return Fold<1>(s, b);
-    case 2: return Fold<2>(s, b);
-    case 3: return Fold<3>(s, b);
-    case 4: return Fold<4>(s, b);
-    case 5: return Fold<5>(s, b);
-    case 6: return Fold<6>(s, b);
-    case 7: return Fold<7>(s, b);
-    case 8: return Fold<8>(s, b);
-    case 16: return Fold<16>(s, b);
-    default: return FoldScalar(s, b);
-  }
+  if (b.f16) FoldTyped<true>(s, b);
+  else FoldTyped<false>(s, b);
 }
 
 }  // namespace rotor::attn

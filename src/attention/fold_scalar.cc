@@ -5,8 +5,17 @@
 #include <limits>
 
 #include "attention/fold.h"
+#include "tensor/fp16.h"
 
 namespace rotor::attn {
+namespace {
+
+// Element d of a K or V row of head g, as f32.
+inline float At(const void* row, bool f16, int64_t d) {
+  return f16 ? F16ToF32(static_cast<const uint16_t*>(row)[d]) : static_cast<const float*>(row)[d];
+}
+
+}  // namespace
 
 void FoldScalar(FoldState& s, const KeyBlock& b) {
   const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
@@ -23,11 +32,14 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
       cosr = c, sinr = sn;
     }
     for (int g = 0; g < s.n_head_kv; ++g) {
-      const float* k = b.k[j] + g * hd;
+      const int64_t o = static_cast<int64_t>(g) * hd;
       if (cosr != nullptr) {  // deferred: rotate the key by -distance
-        for (int d = 0; d < hd; ++d) s.k_rot[d] = cosr[d] * k[d] + sinr[d] * k[s.partner[d]];
-        k = s.k_rot;
+        for (int d = 0; d < hd; ++d)
+          s.k_rot[d] = cosr[d] * At(b.k[j], b.f16, o + d) + sinr[d] * At(b.k[j], b.f16, o + s.partner[d]);
+      } else {
+        for (int d = 0; d < hd; ++d) s.k_rot[d] = At(b.k[j], b.f16, o + d);
       }
+      const float* k = s.k_rot;
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const float* q = s.q + h * hd;
         float dot = 0.f;
@@ -49,8 +61,8 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
     for (int j = 0; j < b.n; ++j) {
       const float p = std::exp(sc[j] - new_max);
       sum += p;
-      const float* v = b.v[j] + g * hd;
-      for (int d = 0; d < hd; ++d) acc[d] += p * v[d];
+      const int64_t o = static_cast<int64_t>(g) * hd;
+      for (int d = 0; d < hd; ++d) acc[d] += p * At(b.v[j], b.f16, o + d);
     }
     s.l[h] = sum;
     s.m[h] = new_max;

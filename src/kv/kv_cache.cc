@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "ops/quant.h"
 #include "ops/rope.h"
 
 namespace rotor {
@@ -17,7 +18,8 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape, const KvC
 }
 
 KvCache::KvCache(const KvShape& shape, const KvConfig& config) : shape_(shape), config_(config) {
-  const size_t n = static_cast<size_t>(shape.n_layer) * config.size * RowFloats();
+  elem_bytes_ = KvTypeBytes(config.type);
+  const size_t n = static_cast<size_t>(shape.n_layer) * config.size * RowFloats() * elem_bytes_;
   k_.Resize(n);
   v_.Resize(n);
   // Touch the storage now: the cache is preallocated, its memory is paid up front.
@@ -29,6 +31,39 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config) : shape_(shape), 
   }
   index_.assign(static_cast<size_t>(n_lanes_) * config.size, -1);
   pos_.assign(static_cast<size_t>(n_lanes_) * config.size, 0);
+  if (config.type != KvType::kF32) shift_row_.resize(RowFloats());
+}
+
+void KvCache::Store(AlignedBuffer<uint8_t>& dst, size_t at, const float* src, size_t n) {
+  if (config_.type == KvType::kF32) std::memcpy(dst.data() + at, src, n * sizeof(float));
+  else ops::F32ToF16Row(src, reinterpret_cast<uint16_t*>(dst.data() + at), static_cast<int64_t>(n));
+}
+
+void KvCache::ShiftKey(size_t at, int n_heads, int32_t delta) {
+  const ops::RopeConfig& rope = shape_.rope;
+  if (config_.type == KvType::kF32) {
+    ops::RopeShift(rope, reinterpret_cast<float*>(k_.data() + at), n_heads, delta);
+    return;
+  }
+  // f16: rotate in f32 and round once more (as llama.cpp's K-shift does).
+  const int64_t n = static_cast<int64_t>(n_heads) * shape_.head_dim;
+  ops::DequantizeRow(DType::kF16, k_.data() + at, shift_row_.data(), n);
+  ops::RopeShift(rope, shift_row_.data(), n_heads, delta);
+  ops::F32ToF16Row(shift_row_.data(), reinterpret_cast<uint16_t*>(k_.data() + at), n);
+}
+
+std::vector<float> KvCache::CellK(int layer, int32_t cell) const {
+  std::vector<float> out(RowFloats());
+  if (config_.type == KvType::kF32) std::memcpy(out.data(), k_.data() + Offset(layer, cell), out.size() * 4);
+  else ops::DequantizeRow(DType::kF16, k_.data() + Offset(layer, cell), out.data(), out.size());
+  return out;
+}
+
+std::vector<float> KvCache::CellV(int layer, int32_t cell) const {
+  std::vector<float> out(RowFloats());
+  if (config_.type == KvType::kF32) std::memcpy(out.data(), v_.data() + Offset(layer, cell), out.size() * 4);
+  else ops::DequantizeRow(DType::kF16, v_.data() + Offset(layer, cell), out.data(), out.size());
+  return out;
 }
 
 size_t KvCache::memory_bytes() const {
@@ -64,6 +99,8 @@ KvLayerView KvCache::View(int layer) const {
   KvLayerView view;
   view.k = k_.data() + Offset(layer, 0);
   view.v = v_.data() + Offset(layer, 0);
+  view.type = config_.type;
+  view.row_bytes = RowFloats() * elem_bytes_;
   const size_t lane = n_lanes_ > 1 ? Lane(layer * shape_.n_head_kv) : 0;
   view.index = index_.data() + lane;
   view.pos = pos_.data() + lane;
@@ -81,8 +118,8 @@ void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* 
   for (int32_t i = 0; i < plan.n_tokens; ++i) {
     const Slot s = plan.slot[i];
     if (!s.valid()) continue;
-    std::memcpy(k_.data() + Offset(layer, s.v), k + i * row_stride, row * sizeof(float));
-    std::memcpy(v_.data() + Offset(layer, s.v), v + i * row_stride, row * sizeof(float));
+    Store(k_, Offset(layer, s.v), k + i * row_stride, row);
+    Store(v_, Offset(layer, s.v), v + i * row_stride, row);
   }
 }
 
@@ -110,7 +147,7 @@ void KvCache::RenumberWindow(int32_t shift) {
     pos_[c] -= shift;
     if (!rotate) continue;
     for (int l = 0; l < shape_.n_layer; ++l)
-      ops::RopeShift(shape_.rope, k_.data() + Offset(l, c), shape_.n_head_kv, -shift);
+      ShiftKey(Offset(l, c), shape_.n_head_kv, -shift);
   }
 }
 

@@ -78,14 +78,18 @@ struct KvPlan {
 
 // What attention reads for one layer. Cells whose index is -1 are empty.
 struct KvLayerView {
-  const float* k = nullptr;           // [n_cells, n_head_kv, head_dim]
-  const float* v = nullptr;           // [n_cells, n_head_kv, head_dim]
+  const void* k = nullptr;            // [n_cells, n_head_kv, head_dim] of `type`
+  const void* v = nullptr;            // [n_cells, n_head_kv, head_dim] of `type`
+  KvType type = KvType::kF32;
+  size_t row_bytes = 0;               // bytes of one cell's K (or V) row
   const TextIndex* index = nullptr;   // [n_cells] text index held by each cell, -1 = empty
   const int32_t* pos = nullptr;       // [n_cells] RoPE position of each cell
   int32_t n_cells = 0;                // cells to scan: every occupied cell is below this
   int layer = 0;
   TextIndex keep = 0;                 // text indices below this are sinks
   RopeK rope_k = RopeK::kCached;      // keys stored rotated (cached) or not (deferred)
+  const void* KRow(int32_t cell) const { return static_cast<const uint8_t*>(k) + cell * row_bytes; }
+  const void* VRow(int32_t cell) const { return static_cast<const uint8_t*>(v) + cell * row_bytes; }
 };
 
 class KvCache {
@@ -119,15 +123,21 @@ class KvCache {
   int32_t CellPos(int32_t cell, int lane = 0) const { return pos_[Lane(lane) + cell]; }
   float CellMass(int32_t cell, int lane) const { return mass_.empty() ? 0.f : mass_[Lane(lane) + cell]; }
   int n_lanes() const { return n_lanes_; }
-  const float* CellK(int layer, int32_t cell) const { return k_.data() + Offset(layer, cell); }
-  const float* CellV(int layer, int32_t cell) const { return v_.data() + Offset(layer, cell); }
+  // A cell's K (V) row of one layer in f32: [n_head_kv * head_dim].
+  std::vector<float> CellK(int layer, int32_t cell) const;
+  std::vector<float> CellV(int layer, int32_t cell) const;
 
  private:
   KvCache(const KvShape& shape, const KvConfig& config);
   size_t RowFloats() const { return static_cast<size_t>(shape_.n_head_kv) * shape_.head_dim; }
+  // Byte offset of a cell's row in k_ / v_.
   size_t Offset(int layer, int32_t cell) const {
-    return (static_cast<size_t>(layer) * config_.size + cell) * RowFloats();
+    return (static_cast<size_t>(layer) * config_.size + cell) * RowFloats() * elem_bytes_;
   }
+  // Stores n f32 values at byte offset `at` of k_ or v_, in the cache's type.
+  void Store(AlignedBuffer<uint8_t>& dst, size_t at, const float* src, size_t n);
+  // Re-rotates the stored key at byte offset `at` (n_heads heads) by delta positions.
+  void ShiftKey(size_t at, int n_heads, int32_t delta);
   size_t Lane(int lane) const { return static_cast<size_t>(lane) * config_.size; }
   Status PlanFull(int32_t n_tokens, KvPlan* plan) const;
   Status PlanRing(int32_t n_tokens, KvPlan* plan) const;
@@ -139,8 +149,10 @@ class KvCache {
 
   KvShape shape_;
   KvConfig config_;
-  AlignedBuffer<float> k_;           // [n_layer, n_cells, n_head_kv, head_dim]
-  AlignedBuffer<float> v_;           // [n_layer, n_cells, n_head_kv, head_dim]
+  size_t elem_bytes_ = 4;            // KvTypeBytes(config_.type)
+  AlignedBuffer<uint8_t> k_;         // [n_layer, n_cells, n_head_kv, head_dim] of config_.type
+  AlignedBuffer<uint8_t> v_;         // [n_layer, n_cells, n_head_kv, head_dim] of config_.type
+  std::vector<float> shift_row_;     // [n_head_kv * head_dim] f16 re-rotation scratch
   int n_lanes_ = 1;                  // h2o: n_layer * n_head_kv; else every lane is the same
   std::vector<TextIndex> index_;     // [n_lanes, n_cells]
   std::vector<int32_t> pos_;         // [n_lanes, n_cells]

@@ -17,6 +17,9 @@ std::string_view KvPositionsName(KvPositions p) {
   return p == KvPositions::kOriginal ? "original" : "compact";
 }
 
+std::string_view KvTypeName(KvType t) { return t == KvType::kF32 ? "f32" : "f16"; }
+size_t KvTypeBytes(KvType t) { return t == KvType::kF32 ? 4 : 2; }
+
 std::optional<KvPolicy> ParseKvPolicy(std::string_view s) {
   for (KvPolicy p : {KvPolicy::kFull, KvPolicy::kSink, KvPolicy::kWindow, KvPolicy::kH2o})
     if (s == KvPolicyName(p)) return p;
@@ -32,6 +35,12 @@ std::optional<RopeK> ParseRopeK(std::string_view s) {
 std::optional<KvPositions> ParseKvPositions(std::string_view s) {
   for (KvPositions p : {KvPositions::kOriginal, KvPositions::kCompact})
     if (s == KvPositionsName(p)) return p;
+  return std::nullopt;
+}
+
+std::optional<KvType> ParseKvType(std::string_view s) {
+  for (KvType t : {KvType::kF32, KvType::kF16})
+    if (s == KvTypeName(t)) return t;
   return std::nullopt;
 }
 

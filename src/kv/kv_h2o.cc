@@ -42,9 +42,9 @@ void KvCache::WriteLanes(int layer, const KvPlan& plan, const float* k, const fl
                            static_cast<size_t>(layer * shape_.n_head_kv + g) * plan.n_tokens;
     for (int32_t i = 0; i < plan.n_tokens; ++i) {
       if (slots[i] < 0) continue;
-      const size_t dst = Offset(layer, slots[i]) + static_cast<size_t>(g) * hd;
-      std::memcpy(k_.data() + dst, k + i * row_stride + g * hd, hd * sizeof(float));
-      std::memcpy(v_.data() + dst, v + i * row_stride + g * hd, hd * sizeof(float));
+      const size_t dst = Offset(layer, slots[i]) + static_cast<size_t>(g) * hd * elem_bytes_;
+      Store(k_, dst, k + i * row_stride + g * hd, hd);
+      Store(v_, dst, v + i * row_stride + g * hd, hd);
     }
   }
 }
@@ -70,7 +70,6 @@ void KvCache::CommitLanes(KvPlan& plan) {
 void KvCache::RenumberLanesByRank() {
   std::vector<int32_t> order(config_.size);
   const int hd = shape_.head_dim;
-  ops::RopeConfig one_head = shape_.rope;
   for (int lane = 0; lane < n_lanes_; ++lane) {
     const TextIndex* index = index_.data() + Lane(lane);
     int32_t* pos = pos_.data() + Lane(lane);
@@ -82,8 +81,7 @@ void KvCache::RenumberLanesByRank() {
       const int32_t c = *it, rank = static_cast<int32_t>(it - order.begin());
       if (pos[c] == rank) continue;
       if (config_.rope_k == RopeK::kCached)
-        ops::RopeShift(one_head, k_.data() + Offset(layer, c) + static_cast<size_t>(g) * hd, 1,
-                       rank - pos[c]);
+        ShiftKey(Offset(layer, c) + static_cast<size_t>(g) * hd * elem_bytes_, 1, rank - pos[c]);
       pos[c] = rank;
     }
   }

@@ -90,6 +90,7 @@ inline constexpr int kDequantRows = 8;
   /* For Gemm: q [PackedQxStride(k)], d [PackedDxStride(k)] in the ISA's own order. */          \
   void QuantizeActivationsPacked(const float* x, int8_t* q, float* d, int64_t k);               \
   void DequantizeRow(DType t, const void* src, float* dst, int64_t n);                          \
+  void F32ToF16Row(const float* src, uint16_t* dst, int64_t n);                                 \
   float DotRow(DType t, const void* w_row, const float* x, int64_t n);                          \
   void AxpyRow(DType t, float a, const void* row, float* y, int64_t n);                         \
   void RmsNorm(const float* x, const float* weight, float* out, int64_t n, float eps);          \

@@ -103,6 +103,18 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
   ref::QuantizeRow(t, src, dst, n);
 }
 
+void F32ToF16Row(const float* src, uint16_t* dst, int64_t n) {
+  switch (ActiveIsa()) {
+    case Isa::kAvx512:
+      return internal::avx512::F32ToF16Row(src, dst, n);
+    case Isa::kAvx2:
+      return internal::avx2::F32ToF16Row(src, dst, n);
+    case Isa::kScalar:
+      break;
+  }
+  ref::QuantizeRow(DType::kF16, src, dst, n);
+}
+
 float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
   if (ref::IsExtraBlockType(t)) return DotExtra(t, w_row, x, n);
   switch (ActiveIsa()) {

@@ -26,6 +26,9 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
 // scale(s), values re-rounded with the final scales (GGML's format, error
 // comparable to llama-quantize without an importance matrix; not byte-equal).
 void QuantizeRow(DType t, const float* src, void* dst, int64_t n);
+// f32 -> f16, round to nearest even: the bytes of QuantizeRow(kF16) for every
+// value but NaN (hardware keeps the NaN's payload; still a NaN).
+void F32ToF16Row(const float* src, uint16_t* dst, int64_t n);
 // Dot product of one weight row (dequantized exactly) with f32 x, accumulated in
 // f32 lanes: |error| <= ~(n / 8 + 16) * 2^-24 * sum |w_i x_i|. x is not quantized.
 float DotRow(DType t, const void* w_row, const float* x, int64_t n);

@@ -113,6 +113,14 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
       [&](int64_t i, float f) { dst[i] = f; });
 }
 
+void F32ToF16Row(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   float tail = 0.f;

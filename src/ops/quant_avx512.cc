@@ -91,6 +91,15 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
             [&](int64_t i, __m512 v, __mmask16 mk) { _mm512_mask_storeu_ps(dst + i, mk, v); });
 }
 
+void F32ToF16Row(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mk = TailMask(n - i);
+    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(mk, src + i),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_mask_storeu_epi16(dst + i, mk, h);
+  }
+}
+
 float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
   ForEach16(t, w_row, n, [&](int64_t i, __m512 v, __mmask16 mk) {

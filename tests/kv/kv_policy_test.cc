@@ -151,13 +151,15 @@ TEST(SinkCache, HoldsSinksAndRecentTokensAfterLongGeneration) {
       int64_t want_pos = idx;
       if (mode.positions == KvPositions::kCompact && idx >= keep) want_pos = idx - (n - size);
       EXPECT_EQ(cache->CellPos(c), want_pos) << "cell " << c << " index " << idx;
-      std::vector<float> want(full->CellK(0, static_cast<int32_t>(idx)), full->CellK(0, static_cast<int32_t>(idx)) + row);
+      std::vector<float> want = full->CellK(0, static_cast<int32_t>(idx));
       if (mode.rope == RopeK::kCached && want_pos != idx)
         ops::RopeShift(m.config().rope(), want.data(), m.config().n_head_kv,
                        static_cast<int32_t>(want_pos - idx));
+      const std::vector<float> got_k = cache->CellK(0, c), got_v = cache->CellV(0, c);
+      const std::vector<float> want_v = full->CellV(0, static_cast<int32_t>(idx));
       for (int e = 0; e < row; ++e) {
-        EXPECT_NEAR(cache->CellK(0, c)[e], want[e], 1e-4) << "cell " << c;
-        EXPECT_NEAR(cache->CellV(0, c)[e], full->CellV(0, static_cast<int32_t>(idx))[e], 1e-5);
+        EXPECT_NEAR(got_k[e], want[e], 1e-4) << "cell " << c;
+        EXPECT_NEAR(got_v[e], want_v[e], 1e-5);
       }
     }
     std::sort(held.begin(), held.end());

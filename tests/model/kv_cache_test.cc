@@ -63,8 +63,10 @@ TEST(KvCache, FullPlansConsecutiveSlotsAndFailsCleanlyWhenFull) {
   EXPECT_EQ(view.n_cells, 10);
   EXPECT_EQ(view.index[3], 3);
   // Head 1 of token 3 is k[3 * 8 + 4 ...]; storage is [cell, head, dim].
-  EXPECT_EQ(view.k[(3 * 2 + 1) * 4 + 2], k[3 * 8 + 4 + 2]);
-  EXPECT_EQ(view.v[(9 * 2 + 0) * 4 + 0], v[9 * 8]);
+  EXPECT_EQ(view.type, KvType::kF32);
+  EXPECT_EQ(view.row_bytes, 8 * sizeof(float));
+  EXPECT_EQ(static_cast<const float*>(view.KRow(3))[1 * 4 + 2], k[3 * 8 + 4 + 2]);
+  EXPECT_EQ(static_cast<const float*>(view.VRow(9))[0], v[9 * 8]);
   Status s = c.Plan(7, &plan);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("context full"), std::string::npos) << s.message();
