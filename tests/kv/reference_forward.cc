@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ops/quant.h"
+#include "tensor/fp16.h"
 
 namespace rotor::testing {
 namespace {
@@ -107,7 +108,7 @@ void AddBias(const Model& model, const std::string& name, std::vector<float>& x)
 }  // namespace
 
 std::vector<float> ReferenceLogits(const Model& model, const std::vector<int32_t>& tokens,
-                                   const DistanceFn& distance) {
+                                   const DistanceFn& distance, bool kv_f16) {
   const ModelConfig& c = model.config();
   const int64_t n = static_cast<int64_t>(tokens.size()), hd = c.head_dim;
   const int group = c.n_head / c.n_head_kv;
@@ -124,6 +125,9 @@ std::vector<float> ReferenceLogits(const Model& model, const std::vector<int32_t
       AddBias(model, b + "attn_q.bias", q[t]);
       AddBias(model, b + "attn_k.bias", k[t]);
       AddBias(model, b + "attn_v.bias", v[t]);
+      if (kv_f16)
+        for (std::vector<float>* r : {&k[t], &v[t]})
+          for (float& e : *r) e = F16ToF32(F32ToF16(e));
     }
     for (int64_t t = 0; t < n; ++t) {
       std::vector<float> att(static_cast<size_t>(c.n_head) * hd, 0.f);

@@ -18,7 +18,9 @@ namespace rotor::testing {
 using DistanceFn = std::function<int64_t(int64_t t, int64_t j)>;
 
 // Logits [n_tokens, n_vocab]. Weights are dequantized and dotted in double.
+// kv_f16: every key (before RoPE) and value is rounded to f16 first, as a
+// cache storing f16 keys before RoPE holds them.
 std::vector<float> ReferenceLogits(const Model& model, const std::vector<int32_t>& tokens,
-                                   const DistanceFn& distance);
+                                   const DistanceFn& distance, bool kv_f16 = false);
 
 }  // namespace rotor::testing

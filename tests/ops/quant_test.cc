@@ -177,6 +177,28 @@ TEST(QuantTest, AxpyRowMatchesReference) {
   }
 }
 
+// The KV cache's f32 -> f16 conversion: the reference's bytes on every ISA,
+// for odd lengths and values across f16's range (ties to even, subnormals,
+// overflow to inf, signed zeros, infinities).
+TEST(QuantTest, F32ToF16RowMatchesReferenceBytes) {
+  for (Isa isa : testing::Isas()) {
+    testing::ScopedIsa scoped(isa);
+    for (int64_t n : {1, 7, 15, 16, 17, 33, 4099}) {
+      std::vector<float> x = testing::RandomVector(n, static_cast<uint32_t>(n + 11));
+      for (int64_t i = 0; i < n; ++i) x[i] = std::ldexp(x[i], static_cast<int>(i % 48) - 30);
+      const float special[] = {0.f, -0.f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.f, 65520.f,
+                               -1e9f, INFINITY, -INFINITY, 6e-8f, 3e-8f, -2.9e-8f, 1e-45f};
+      for (size_t j = 0; j < std::size(special) && static_cast<int64_t>(j) < n; ++j)
+        x[(j * 13) % n] = special[j];
+      std::vector<uint16_t> got(n), want(n);
+      F32ToF16Row(x.data(), got.data(), n);
+      QuantizeRow(DType::kF16, x.data(), want.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[i], want[i]) << IsaName(isa) << " n=" << n << " x=" << x[i];
+    }
+  }
+}
+
 // The integer kernels' activation quantizer must equal the reference bit for
 // bit, including round-half-away ties (x / d = 2.5 rounds to 3, not 2).
 TEST(QuantTest, ActivationQuantizationIsExact) {
