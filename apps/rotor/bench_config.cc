@@ -159,6 +159,12 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
     if (!r) return Errorf("bench: --rope-k '{}' is not one of cached, deferred", s);
     ropes.push_back(*r);
   }
+  std::vector<KvType> kv_types;
+  for (const std::string& s : a.kv_type) {
+    std::optional<KvType> t = ParseKvType(s);
+    if (!t) return Errorf("bench: --kv-type '{}' is not one of f32, f16", s);
+    kv_types.push_back(*t);
+  }
   for (int b : a.batch)
     if (b < 1) return Errorf("bench: --batch {} must be at least 1", b);
   ASSIGN_OR_RETURN(std::vector<BenchTest> tests, ExpandTests(a));
@@ -173,26 +179,28 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
           if (policy == KvPolicy::kFull && si > 0) continue;
           const int kv_size = policy == KvPolicy::kFull ? 0 : a.kv_size[si];
           for (RopeK rope : ropes)
-            for (int step : a.prefill_step)
-              for (int ctx : a.n_ctx)
-                for (int n_seq : a.batch)
-                for (const BenchTest& test : tests) {
-                  BenchCase c;
-                  c.n_seq = n_seq;
-                  c.model = mi;
-                  c.threads = threads;
-                  c.kv.policy = policy;
-                  c.kv.size = kv_size;
-                  c.kv.rope_k = rope;
-                  c.prefill_step = step;
-                  c.test = test;
-                  ASSIGN_OR_RETURN(c.n_ctx, ResolveContext(ctx, test, kv_size));
-                  Result<KvConfig> resolved = ResolveKvConfig(c.kv, mc.kv_shape(c.n_ctx));
-                  if (!resolved.ok())
-                    return resolved.status().WithContext(
-                        fmt::format("bench: {} {} (-c {})", models[mi].path, test.Name(), c.n_ctx));
-                  cases.push_back(c);
-                }
+            for (KvType kv_type : kv_types)
+              for (int step : a.prefill_step)
+                for (int ctx : a.n_ctx)
+                  for (int n_seq : a.batch)
+                    for (const BenchTest& test : tests) {
+                      BenchCase c;
+                      c.n_seq = n_seq;
+                      c.model = mi;
+                      c.threads = threads;
+                      c.kv.policy = policy;
+                      c.kv.size = kv_size;
+                      c.kv.rope_k = rope;
+                      c.kv.type = kv_type;
+                      c.prefill_step = step;
+                      c.test = test;
+                      ASSIGN_OR_RETURN(c.n_ctx, ResolveContext(ctx, test, kv_size));
+                      Result<KvConfig> resolved = ResolveKvConfig(c.kv, mc.kv_shape(c.n_ctx));
+                      if (!resolved.ok())
+                        return resolved.status().WithContext(fmt::format(
+                            "bench: {} {} (-c {})", models[mi].path, test.Name(), c.n_ctx));
+                      cases.push_back(c);
+                    }
         }
   }
   return cases;

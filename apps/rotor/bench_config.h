@@ -1,6 +1,6 @@
 // rotor bench: the flags, and their expansion into test cases. Every list flag
 // is a sweep dimension; the cases are the cartesian product, in the order
-// model > threads > kv > kv-size > rope-k > prefill-step > ctx > batch > depth > test
+// model > threads > kv > kv-size > rope-k > kv-type > prefill-step > ctx > batch > depth > test
 // (pp tests before tg tests), as llama-bench orders its instances.
 // --kv-size sizes the evicting policies only: `full` always holds the whole
 // context, so it is run once whatever the --kv-size list says.
@@ -31,6 +31,7 @@ struct BenchArgs {
   std::vector<std::string> kv = {"full"};
   std::vector<int> kv_size = {0};
   std::vector<std::string> rope_k = {"cached"};
+  std::vector<std::string> kv_type = {"f32"};
   std::vector<int> prefill_step = {512};
   std::vector<int> n_ctx = {0};  // 0: what the test needs (see ResolveContext)
   std::vector<int> batch = {1};  // sequences decoded together (n_seq)

@@ -51,7 +51,8 @@ double StdDev(const std::vector<double>& v) {
 BenchWork EstimateWork(const BenchModel& bm, const BenchCase& c, int kv_cells) {
   const ModelConfig& mc = bm.model->config();
   const double attn_flops_per_key = 4.0 * mc.n_layer * mc.n_head * mc.head_dim;
-  const double kv_bytes_per_token = 2.0 * mc.n_layer * mc.n_head_kv * mc.head_dim * sizeof(float);
+  const double kv_bytes_per_token =
+      2.0 * mc.n_layer * mc.n_head_kv * mc.head_dim * KvTypeBytes(c.kv.type);
   const int64_t cap = std::max(kv_cells, 1);
   const BenchTest& t = c.test;
   BenchWork w;

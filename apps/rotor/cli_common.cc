@@ -42,6 +42,8 @@ void AddKvOptions(CLI::App* app, KvConfig* kv) {
       {"h2o", KvPolicy::kH2o}};
   static const std::map<std::string, RopeK> kRope = {{"cached", RopeK::kCached},
                                                      {"deferred", RopeK::kDeferred}};
+  static const std::map<std::string, KvType> kTypes = {{"f32", KvType::kF32},
+                                                      {"f16", KvType::kF16}};
   static const std::map<std::string, KvPositions> kPositions = {
       {"original", KvPositions::kOriginal}, {"compact", KvPositions::kCompact}};
   app->add_option("--kv", kv->policy, "KV cache policy: full|sink|window|h2o")
@@ -54,6 +56,9 @@ void AddKvOptions(CLI::App* app, KvConfig* kv) {
       ->check(CLI::Range(-1, 1 << 24));
   app->add_option("--rope-k", kv->rope_k, "keys stored after RoPE (cached) or before (deferred)")
       ->transform(CLI::CheckedTransformer(kRope, CLI::ignore_case));
+  app->add_option("--kv-type", kv->type,
+                  "element type of stored K and V: f32 (exact) | f16 (half the memory and reads)")
+      ->transform(CLI::CheckedTransformer(kTypes, CLI::ignore_case));
   app->add_option("--kv-positions", kv->positions,
                   "positions after eviction: original|compact")
       ->transform(CLI::CheckedTransformer(kPositions, CLI::ignore_case));

@@ -20,7 +20,8 @@ int Fail(const Status& status);
 void AddEngineOptions(CLI::App* app, EngineOptions* o);
 // --temp, --top-k, ... on a subcommand.
 void AddSamplingOptions(CLI::App* app, SamplingParams* p);
-// --kv, --kv-size, --kv-keep, --kv-recent, --rope-k, --kv-positions.
+// --kv, --kv-size, --kv-keep, --kv-recent, --rope-k, --kv-positions,
+// --kv-type.
 void AddKvOptions(CLI::App* app, KvConfig* kv);
 
 // Reads a whole file; error names the path.

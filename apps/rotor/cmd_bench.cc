@@ -58,6 +58,7 @@ BenchColumns ColumnsFor(const BenchArgs& a, const std::vector<BenchCase>& cases)
   for (const BenchCase& c : cases) {
     cols.kv_size |= c.kv.policy != KvPolicy::kFull;
     cols.rope_k |= c.kv.rope_k != RopeK::kCached;
+    cols.kv_type |= c.kv.type != KvType::kF32;
     cols.prefill_step |= c.prefill_step != 512;
     cols.n_seq |= c.n_seq != 1;
   }
@@ -212,6 +213,10 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--rope-k", a->rope_k, "keys stored after RoPE (cached) or before (deferred)")
       ->delimiter(',')
       ->check(CLI::IsMember({"cached", "deferred"}))
+      ->capture_default_str();
+  sub->add_option("--kv-type", a->kv_type, "element type of stored K and V: f32, f16")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();
   sub->add_option("--prefill-step", a->prefill_step,
                   "tokens per forward pass for pp tests and the depth fill (0 = all at once)")

@@ -74,6 +74,12 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
         if (!rk)
           return Errorf("--prompts line {}: unknown rope_k '{}'", line_no, v.get<std::string>());
         o.kv.rope_k = *rk;
+      } else if (key == "kv_type") {
+        auto kt = ParseKvType(v.get<std::string>());
+        if (!kt)
+          return Errorf("--prompts line {}: unknown kv_type '{}' (f32 or f16)", line_no,
+                        v.get<std::string>());
+        o.kv.type = *kt;
       } else if (key == "kv_positions") {
         auto kp = ParseKvPositions(v.get<std::string>());
         if (!kp)

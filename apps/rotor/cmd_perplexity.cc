@@ -93,6 +93,11 @@ Runner RegisterPerplexity(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::IsMember({"original", "compact"}))
       ->capture_default_str();
+  sub->add_option("--kv-type", a->kv_type,
+                  "element type of stored K and V of every run: f32, f16 (--kl-read compares with a base "
+                  "written under another type)")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   sub->add_option("--rope-k", a->rope_k,
                   "keys stored after RoPE (cached) or before (deferred), comma-separated")
       ->delimiter(',')

@@ -31,6 +31,8 @@ Result<std::vector<PerplexityRun>> ExpandPerplexityRuns(const PerplexityArgs& a,
     if (!r) return Errorf("perplexity: --rope-k '{}' is not one of cached, deferred", s);
     ropes.push_back(*r);
   }
+  const std::optional<KvType> kv_type = ParseKvType(a.kv_type);
+  if (!kv_type) return Errorf("perplexity: --kv-type '{}' is not one of f32, f16", a.kv_type);
   // Beside evicting policies, full holds the whole context with original
   // positions whatever --kv-size and --kv-positions list; alone, it takes them
   // as given (and ResolveKvConfig explains what does not fit).
@@ -46,6 +48,7 @@ Result<std::vector<PerplexityRun>> ExpandPerplexityRuns(const PerplexityArgs& a,
           kv.size = size;
           kv.positions = pos;
           kv.rope_k = rope;
+          kv.type = *kv_type;
           kv.keep = a.kv_keep;
           kv.recent = a.kv_recent;
           if (policy == KvPolicy::kFull && !only_full) {

@@ -24,6 +24,7 @@ struct PerplexityArgs {
   std::vector<int> kv_size = {0};
   std::vector<std::string> kv_positions = {"original"};
   std::vector<std::string> rope_k = {"cached"};
+  std::string kv_type = "f32";
   int kv_keep = 4;
   int kv_recent = -1;
   // KL divergence against a full-cache base.

@@ -218,12 +218,14 @@ std::optional<ApiError> ParseKv(Fields& f, const KvConfig& server, KvConfig* kv)
     *kv = fresh;
     kv->policy = policy;
     kv->rope_k = server.rope_k;
+    kv->type = server.type;
   }
   f.Int("kv_size", 0, 1 << 24, &kv->size);
   f.Int("kv_keep", 0, 1 << 24, &kv->keep);
   f.Int("kv_recent", -1, 1 << 24, &kv->recent);
   f.Enum("rope_k", ParseRopeK, "cached or deferred", &kv->rope_k);
   f.Enum("kv_positions", ParseKvPositions, "original or compact", &kv->positions);
+  f.Enum("kv_type", ParseKvType, "f32 or f16", &kv->type);
   return f.error();
 }
 

@@ -257,6 +257,31 @@ TEST(BenchCliTest, UnavailablePolicyIsReportedAndTheSweepGoesOn) {
   }
 }
 
+// --kv-type sweeps the cache's element type: llama-bench's type_k / type_v
+// fields, a type_kv column in the table, and the KV bytes of a deep decode
+// counted at the type's size (the f16 row's GB/s is below the f32 row's at
+// the same speed; here: bytes per token, from gbps / t/s).
+TEST(BenchCliTest, KvTypeSweep) {
+  CliResult r = RunRotor({"bench", "-m", BundledModel(), "--kv-type", "f32,f16", "-p", "0", "-n",
+                          "4", "-d", "200", "-r", "1", "-t", "1", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json rows = Json::parse(r.out);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["type_k"], "f32");
+  EXPECT_EQ(rows[0]["type_v"], "f32");
+  EXPECT_EQ(rows[1]["type_k"], "f16");
+  EXPECT_EQ(rows[1]["type_v"], "f16");
+  auto bytes_per_token = [](const Json& row) {
+    return row["gbps"].get<double>() * 1e9 / row["avg_ts"].get<double>();
+  };
+  EXPECT_LT(bytes_per_token(rows[1]), bytes_per_token(rows[0]));
+  CliResult md = RunRotor({"bench", "-m", BundledModel(), "--kv-type", "f16", "-p", "0", "-n", "4",
+                           "-r", "1", "-t", "1"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_THAT(md.out, HasSubstr("type_kv"));
+  EXPECT_THAT(md.out, HasSubstr("| f16 |"));
+}
+
 struct BenchError {
   std::string name;
   std::vector<std::string> args;
@@ -288,7 +313,8 @@ INSTANTIATE_TEST_SUITE_P(
                                  {"-c", "64", "-d", "128", "-p", "16", "-n", "0"},
                                  "more than -c 64"},
                       BenchError{"NoTests", {"-p", "0", "-n", "0"}, "no tests"},
-                      BenchError{"BadTestSpec", {"--tests", "tg8@x"}, "tg8@x"}),
+                      BenchError{"BadTestSpec", {"--tests", "tg8@x"}, "tg8@x"},
+                      BenchError{"BadKvType", {"--kv-type", "q8"}, "q8"}),
     [](const ::testing::TestParamInfo<BenchError>& info) { return info.param.name; });
 
 }  // namespace

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "run_cli.h"
@@ -11,6 +15,7 @@ namespace rotor::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using Json = nlohmann::json;
 
 TEST(GenerateCliTest, SynthModelReloadsAndGenerates) {
   TempDir dir;
@@ -56,6 +61,60 @@ TEST(GenerateCliTest, UnknownFlag) {
   CliResult r = RunRotor({"generate", "-m", BundledModel(), "--no-such-flag"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("--no-such-flag"));
+}
+
+TEST(GenerateCliTest, KvTypeF16AndBadKvType) {
+  CliResult r = RunRotor({"generate", "-m", BundledModel(), "-p", "Once upon a time", "-n", "24",
+                          "--temp", "0", "--kv-type", "f16", "-t", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << r.out;
+  CliResult bad = RunRotor({"generate", "-m", BundledModel(), "-p", "hi", "--kv-type", "q4"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--kv-type"));
+  EXPECT_THAT(bad.err, HasSubstr("q4"));
+}
+
+// --prompts FILE --parallel P: plain and JSONL lines with their own options,
+// one JSON line per prompt; greedy text the same as each prompt alone.
+TEST(GenerateCliTest, PromptsFileInParallelEqualsEachAlone) {
+  TempDir dir;
+  const std::string file = dir.File("prompts.txt");
+  {
+    std::ofstream out(file);
+    out << "Once upon a time\n"
+        << R"({"prompt": "Lily had a dog", "n_predict": 12, "kv": "sink", "kv_size": 24, "kv_type": "f16"})"
+        << "\n"
+        << R"({"prompt": "The sun", "n_predict": 20, "rope_k": "deferred", "kv_type": "f32"})" << "\n";
+  }
+  CliResult r = RunRotor({"generate", "-m", BundledModel(), "--prompts", file, "--parallel", "3",
+                          "-n", "16", "--temp", "0", "-t", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<int, Json> by_id;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const Json j = Json::parse(line);
+    by_id[j["id"].get<int>()] = j;
+  }
+  ASSERT_EQ(by_id.size(), 3u) << r.out;
+  EXPECT_EQ(by_id[0]["tokens"].size(), 16u);
+  EXPECT_EQ(by_id[1]["tokens"].size(), 12u);
+  EXPECT_EQ(by_id[2]["tokens"].size(), 20u);
+  const std::vector<std::vector<std::string>> alone = {
+      {"-p", "Once upon a time", "-n", "16"},
+      {"-p", "Lily had a dog", "-n", "12", "--kv", "sink", "--kv-size", "24", "--kv-type", "f16"},
+      {"-p", "The sun", "-n", "20", "--rope-k", "deferred"}};
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> args = {"generate", "-m", BundledModel(), "--temp", "0", "-t", "2"};
+    args.insert(args.end(), alone[i].begin(), alone[i].end());
+    CliResult one = RunRotor(args);
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    EXPECT_EQ(alone[i][1] + by_id[i]["text"].get<std::string>() + "\n", one.out) << "prompt " << i;
+  }
+  std::ofstream(file) << R"({"prompt": "x", "kv_type": "q4_0"})" << "\n";
+  CliResult bad = RunRotor({"generate", "-m", BundledModel(), "--prompts", file});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("line 1"));
+  EXPECT_THAT(bad.err, HasSubstr("q4_0"));
 }
 
 TEST(GenerateCliTest, NegativeTokenCount) {

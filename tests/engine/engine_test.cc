@@ -50,6 +50,24 @@ TEST(Engine, GreedyGenerationMatchesReferenceTokensAndText) {
   EXPECT_EQ(r->finish, FinishReason::kLength);
 }
 
+// llama.cpp stores K/V in f16 by default and printed the reference text: so
+// does rotor with --kv-type f16, cached or deferred keys.
+TEST(Engine, GreedyGenerationWithF16KvMatchesReferenceTokens) {
+  auto e = MakeEngine();
+  const std::vector<int32_t> ref = ReferenceIds();
+  for (RopeK rope : {RopeK::kCached, RopeK::kDeferred}) {
+    GenerateOptions o;
+    o.prompt = "Once upon a time";
+    o.sampling.temperature = 0;
+    o.n_predict = 196;
+    o.kv.type = KvType::kF16;
+    o.kv.rope_k = rope;
+    auto r = e->Generate(o, nullptr);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(r->tokens, std::vector<int32_t>(ref.begin() + 4, ref.end())) << RopeKName(rope);
+  }
+}
+
 TEST(Engine, SeededSamplingIsReproducible) {
   auto e = MakeEngine();
   GenerateOptions o;

@@ -188,7 +188,8 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
 
 // With q8_0 / q4_0 weights on AVX-512 (row-interleaved, one kernel for every m) and
 // the batch's attention in one parallel region, a sequence's logits in a
-// decode step of several sequences are bit for bit what it gets alone.
+// decode step of several sequences are bit for bit what it gets alone, f16
+// and f32 caches of every kind side by side.
 class PackedDecode : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
@@ -202,25 +203,29 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   ThreadPool pool(2);
   Forward fwd(m, pool, 64, 256);
   std::vector<std::unique_ptr<KvCache>> batch, alone;
+  KvConfig sink16 = testing::Kv(KvPolicy::kSink, 16), h2o16 = testing::Kv(KvPolicy::kH2o, 32);
+  sink16.type = h2o16.type = KvType::kF16;  // f16 caches beside f32 ones in one step
   const KvConfig kvs[] = {KvConfig{}, testing::Kv(KvPolicy::kSink, 16),
-                          testing::Kv(KvPolicy::kWindow, 24, 0, RopeK::kDeferred)};
-  static_assert(sizeof(kvs) / sizeof(kvs[0]) == 3);
+                          testing::Kv(KvPolicy::kWindow, 24, 0, RopeK::kDeferred), sink16, h2o16};
+  constexpr int kSeqs = sizeof(kvs) / sizeof(kvs[0]);
   for (const KvConfig& kv : kvs) {
     batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
     alone.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
   }
-  std::vector<float> logits(3 * n_vocab), one(n_vocab), other(n_vocab);
-  for (int i = 0; i < 3; ++i) {
+  std::vector<float> logits(kSeqs * n_vocab), one(n_vocab), other(n_vocab);
+  for (int i = 0; i < kSeqs; ++i) {
     std::vector<int32_t> p = testing::Prompt(5 + 11 * i, n_vocab, i);
     ASSERT_TRUE(fwd.Prefill(SeqInput{batch[i].get(), p}, 8, one.data()).ok());
     ASSERT_TRUE(fwd.Prefill(SeqInput{alone[i].get(), p}, 8, other.data()).ok());
     ASSERT_EQ(one, other) << "prompt " << i;
   }
-  std::vector<KvCache*> caches = {batch[0].get(), batch[1].get(), batch[2].get()};
+  std::vector<KvCache*> caches;
+  for (auto& c : batch) caches.push_back(c.get());
   for (int step = 0; step < 30; ++step) {
-    const std::vector<int32_t> tokens = {7 + step, 50 + step, 100 + step};
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < kSeqs; ++i) tokens.push_back(7 + 43 * i + step);
     ASSERT_TRUE(fwd.Decode(caches, tokens, logits.data()).ok());
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < kSeqs; ++i) {
       SeqInput in{alone[i].get(), std::span<const int32_t>(&tokens[i], 1)};
       ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), one.data()).ok());
       ASSERT_TRUE(std::equal(one.begin(), one.end(), logits.begin() + i * n_vocab))
