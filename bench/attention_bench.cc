@@ -1,6 +1,6 @@
 // Decode attention (one query token) over a full cache at depth d, keys stored
-// rotated (cached) or not (deferred, rotated in the kernel). Reports the KV
-// bytes read per second; compare the two modes in the same run.
+// rotated (cached) or not (deferred, rotated in the kernel), K/V in f32 or f16.
+// Reports the KV bytes read per second; compare the modes in the same run.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -19,13 +19,14 @@ struct Shape {
 constexpr Shape kStories110M{12, 12, 64};
 constexpr Shape kLlama1B{32, 8, 64};
 
-void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k) {
+void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType type) {
   const int depth = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
   ops::RopeConfig rope{s.head_dim, s.head_dim, 10000.f};
   KvShape shape{1, s.n_head_kv, s.head_dim, depth + 1, rope};
   KvConfig cfg;
   cfg.rope_k = rope_k;
+  cfg.type = type;
   auto cache = std::move(KvCache::Create(shape, cfg)).value();
   const int row = s.n_head_kv * s.head_dim;
   std::mt19937 rng(1);
@@ -63,23 +64,29 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k) {
     Attend(pool, a, scratch);
     benchmark::DoNotOptimize(out.data());
   }
-  const double bytes = 2.0 * depth * row * sizeof(float);
+  const double bytes = 2.0 * depth * row * KvTypeBytes(type);
   state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1000);
 }
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
-    for (int depth : {512, 2048, 8192}) b->Args({depth, threads});
+    for (int depth : {512, 2048, 8192, 32768}) b->Args({depth, threads});  // 32768: past L3
   b->UseRealTime();
 }
 
-BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached, kStories110M, RopeK::kCached)
+BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached, kStories110M, RopeK::kCached, KvType::kF32)
     ->Apply(Args);
-BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred, kStories110M, RopeK::kDeferred)
+BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred, kStories110M, RopeK::kDeferred, KvType::kF32)
     ->Apply(Args);
-BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached, kLlama1B, RopeK::kCached)->Apply(Args);
-BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred, kLlama1B, RopeK::kDeferred)->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached_f16, kStories110M, RopeK::kCached, KvType::kF16)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred_f16, kStories110M, RopeK::kDeferred, KvType::kF16)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached, kLlama1B, RopeK::kCached, KvType::kF32)->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred, kLlama1B, RopeK::kDeferred, KvType::kF32)->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached_f16, kLlama1B, RopeK::kCached, KvType::kF16)->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred_f16, kLlama1B, RopeK::kDeferred, KvType::kF16)->Apply(Args);
 
 }  // namespace
 }  // namespace rotor

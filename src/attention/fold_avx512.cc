@@ -39,6 +39,8 @@ inline __m512 Load16(const void* row, int64_t i) {
     return _mm512_loadu_ps(static_cast<const float*>(row) + 16 * i);
 }
 
+constexpr int kAheadK = 4;  // keys whose K row is fetched ahead of its use
+
 // NV = head_dim / 16, a compile-time constant so the key, rotation and
 // accumulator vectors stay in registers. F16: the rows hold f16 values.
 template <int NV, bool F16>
@@ -48,7 +50,17 @@ void Fold(FoldState& s, const KeyBlock& b) {
   const __m512 scale = _mm512_set1_ps(s.scale);
   __m512 k[NV];
   __m512 cr[NV], sr[NV];
+  // Bytes of one key's K or V row (every kv head of the fold).
+  const int v_bytes = s.n_head_kv * hd * static_cast<int>(F16 ? sizeof(uint16_t) : sizeof(float));
   for (int j = 0; j < b.n; ++j) {
+    // The V pass below walks the block head by head, a stride of v_bytes
+    // between keys that the hardware prefetchers do not follow: fetch each
+    // key's V row now, while its K row is being used.
+    for (int o = 0; o < v_bytes; o += 64)
+      _mm_prefetch(static_cast<const char*>(b.v[j]) + o, _MM_HINT_T0);
+    if (j + kAheadK < b.n)
+      for (int o = 0; o < v_bytes; o += 64)
+        _mm_prefetch(static_cast<const char*>(b.k[j + kAheadK]) + o, _MM_HINT_T0);
     const bool rotate = b.cos[j] != nullptr;
     if (rotate) {  // this key's rotation row, once for every head
       for (int i = 0; i < nv; ++i) {
