@@ -84,18 +84,11 @@ TEST_P(F16Models, DeferredMatchesF16ReferenceOnEveryIsa) {
   cases.push_back({F16(Kv(KvPolicy::kFull, 0, 0, RopeK::kDeferred)),
                    ReferenceLogits(m, prompt, [](int64_t t, int64_t j) { return t - j; }, true)});
   for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
-    const int k = p == KvPolicy::kWindow ? 0 : keep, window = size - k;
+    const int k = p == KvPolicy::kWindow ? 0 : keep;
     for (bool compact : {false, true}) {
       const KvPositions pos = compact ? KvPositions::kCompact : KvPositions::kOriginal;
       cases.push_back({F16(Kv(p, size, keep, RopeK::kDeferred, pos)),
-                       ReferenceLogits(
-                           m, prompt,
-                           [&](int64_t t, int64_t j) -> int64_t {
-                             if (!(j < k || t - j < window)) return -1;
-                             if (compact && j < k) return std::min<int64_t>(t, size - 1) - j;
-                             return t - j;
-                           },
-                           true)});
+                       ReferenceLogits(m, prompt, RingDistance(size, k, compact), true)});
     }
   }
   const Isa saved = ActiveIsa();

@@ -63,13 +63,9 @@ TEST_P(KvPolicies, MatchMaskedReferenceAcrossEvictions) {
   const int n = 150, size = 48, keep = 4;
   std::vector<int32_t> prompt = Prompt(n, m.config().n_vocab);
   for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
-    const int k = p == KvPolicy::kWindow ? 0 : keep, window = size - k;
+    const int k = p == KvPolicy::kWindow ? 0 : keep;
     for (bool compact : {false, true}) {
-      std::vector<float> ref = ReferenceLogits(m, prompt, [&](int64_t t, int64_t j) -> int64_t {
-        if (!(j < k || t - j < window)) return -1;
-        if (compact && j < k) return std::min<int64_t>(t, size - 1) - j;
-        return t - j;
-      });
+      std::vector<float> ref = ReferenceLogits(m, prompt, RingDistance(size, k, compact));
       for (Mode mode : kModes) {
         if ((mode.positions == KvPositions::kCompact) != compact) continue;
         std::vector<float> got = AllLogits(m, Kv(p, size, keep, mode.rope, mode.positions), prompt, 7);

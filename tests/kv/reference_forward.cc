@@ -1,5 +1,6 @@
 #include "reference_forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -106,6 +107,14 @@ void AddBias(const Model& model, const std::string& name, std::vector<float>& x)
 }
 
 }  // namespace
+
+DistanceFn RingDistance(int size, int keep, bool compact) {
+  return [=](int64_t t, int64_t j) -> int64_t {
+    if (!(j < keep || t - j < size - keep)) return -1;
+    if (compact && j < keep) return std::min<int64_t>(t, size - 1) - j;
+    return t - j;
+  };
+}
 
 std::vector<float> ReferenceLogits(const Model& model, const std::vector<int32_t>& tokens,
                                    const DistanceFn& distance, bool kv_f16) {

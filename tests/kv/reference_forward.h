@@ -17,6 +17,11 @@ namespace rotor::testing {
 // the key is masked out. Original positions: t - j.
 using DistanceFn = std::function<int64_t(int64_t t, int64_t j)>;
 
+// What a sink cache of `size` cells keeping `keep` sinks promises (a window
+// cache: keep 0): query t sees the sinks and the size - keep most recent keys;
+// with compact positions a sink sits at min(t, size - 1) - j from the query.
+DistanceFn RingDistance(int size, int keep, bool compact);
+
 // Logits [n_tokens, n_vocab]. Weights are dequantized and dotted in double.
 // kv_f16: every key (before RoPE) and value is rounded to f16 first, as a
 // cache storing f16 keys before RoPE holds them.
