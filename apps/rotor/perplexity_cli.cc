@@ -80,7 +80,7 @@ std::string DescribeKv(const KvConfig& c) {
   if (c.policy == KvPolicy::kH2o)
     s += fmt::format(" ({} heavy hitters + {} recent)", c.size - c.recent, c.recent);
   if (c.policy != KvPolicy::kFull) s += fmt::format(", {} positions", KvPositionsName(c.positions));
-  return s + fmt::format(", {} keys", RopeKName(c.rope_k));
+  return s + fmt::format(", {} keys, {} K/V", RopeKName(c.rope_k), KvTypeName(c.type));
 }
 
 std::string FileName(const std::string& path) {

@@ -85,6 +85,17 @@ TEST(PerplexityCli, KlBaseWorkflow) {
   EXPECT_THAT(self.out, HasSubstr("Same top p: 100.000 ±  0.000 %"));
   EXPECT_EQ(FinalPpl(self.out), FinalPpl(w.out));
 
+  // The f16 cache against the f32 base: a small divergence, not none, and the
+  // same top token everywhere on this text.
+  CliResult f16 = Ppl({"-f", kText, "-c", "128", "--kl-base", base, "--kl-read", "--kv-type", "f16"});
+  ASSERT_EQ(f16.exit_code, 0) << f16.err;
+  EXPECT_THAT(f16.out, HasSubstr("f32 K/V"));  // the base's description
+  std::smatch max_kld;
+  ASSERT_TRUE(std::regex_search(f16.out, max_kld, std::regex("Maximum KLD: +([0-9.]+)"))) << f16.out;
+  EXPECT_GT(std::stod(max_kld[1]), 0.0);
+  EXPECT_LT(std::stod(max_kld[1]), 1e-3);
+  EXPECT_THAT(f16.out, HasSubstr("Same top p: 100.000"));
+
   CliResult ctx =
       Ppl({"-f", kText, "-c", "64", "--kl-base", base, "--kv", "window", "--kv-size", "32"});
   EXPECT_NE(ctx.exit_code, 0);
