@@ -108,7 +108,7 @@ class TaskRunner {
         th_(th),
         deferred_(a.cache->rope_k == RopeK::kDeferred),
         state_(MakeFoldState(a, th, a.n_head, a.n_head_kv)) {
-    block_.f16 = cut.f16;
+    block_.f16 = a.cache->type == KvType::kF16;
   }
 
   // Processes cells [c0, c1) (and the ubatch's own keys if `chunk`) for token i.
@@ -238,7 +238,6 @@ void SetChunks(std::span<const AttentionArgs> batch, AttentionScratch& scratch,
     c.chunk_k = reinterpret_cast<const uint8_t*>(buf);
     c.chunk_v = reinterpret_cast<const uint8_t*>(buf + n * row);
     c.chunk_row_bytes = static_cast<size_t>(row) * sizeof(uint16_t);
-    c.f16 = true;
     buf += 2 * n * row;
   }
 }
@@ -302,17 +301,13 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
   CHECK_LE(pool.size(), scratch.n_threads());
   std::vector<AttentionScratch::Cut>& cuts = scratch.cuts();
   cuts.assign(batch.size(), Cut{});
-  SetChunks(batch, scratch, cuts);
   int64_t n_tasks = 0, n_partials = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
     const AttentionArgs& a = batch[b];
     CHECK(a.rope != nullptr);
     CHECK(a.n_head == batch[0].n_head && a.head_dim == batch[0].head_dim);
     if (a.plan->per_lane) continue;  // h2o: below, one ubatch at a time
-    const Cut chunk = cuts[b];
     cuts[b] = CutOf(pool, a);
-    cuts[b].chunk_k = chunk.chunk_k, cuts[b].chunk_v = chunk.chunk_v;
-    cuts[b].chunk_row_bytes = chunk.chunk_row_bytes, cuts[b].f16 = chunk.f16;
     cuts[b].first_task = n_tasks;
     n_tasks += cuts[b].n_tasks;
     if (cuts[b].splits > 1) {
@@ -320,6 +315,7 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
       n_partials += cuts[b].n_tasks;
     }
   }
+  SetChunks(batch, scratch, cuts);
   if (n_tasks > 0) {
     const size_t part_stride = static_cast<size_t>(batch[0].n_head) * (batch[0].head_dim + 2);
     // [n_partials, part_stride]: the split tasks' softmax states.

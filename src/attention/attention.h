@@ -85,7 +85,6 @@ class AttentionScratch {
     const uint8_t* chunk_k = nullptr;
     const uint8_t* chunk_v = nullptr;
     size_t chunk_row_bytes = 0;
-    bool f16 = false;             // cache and chunk rows hold f16
   };
   std::vector<Cut>& cuts() { return cuts_; }  // capacity kept between calls
   // f16 copies of the ubatches' K/V, grown to the largest request once.

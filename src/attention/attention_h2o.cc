@@ -37,7 +37,7 @@ void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attention
     for (int32_t c = 0; c < n_cells; ++c) count += index[c] >= 0 ? 1 : 0;
     attn::FoldState st = MakeFoldState(a, th, group, 1);
     attn::KeyBlock block;
-    block.f16 = cut.f16;
+    block.f16 = cache.type == KvType::kF16;
     for (int i = 0; i < n; ++i) {
       const TextIndex t = plan.first + i;
       if (count >= n_cells) {  // evict the lightest token outside the recent window

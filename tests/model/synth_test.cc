@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "model/forward.h"
+#include "greedy_run.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -94,24 +95,8 @@ TEST(SynthPresets, NewShapesKeepGreedyRunsDiverse) {
     ASSERT_TRUE(WriteSynthModel(*SynthPreset(preset), vocab->get(), path, pool).ok());
     auto m = Model::Load(path);
     ASSERT_TRUE(m.ok()) << m.message();
-    Forward fwd(**m, pool, 64, 128);
-    auto cache = std::move(KvCache::Create((*m)->config().kv_shape(128), KvConfig{})).value();
-    std::vector<int32_t> text = {1, 9038, 2501, 263, 931};  // <s> Once upon a time
-    std::vector<float> logits((*m)->config().n_vocab);
-    ASSERT_TRUE(fwd.Prefill(SeqInput{cache.get(), text}, 0, logits.data()).ok());
-    std::vector<int32_t> out;
-    for (int i = 0; i < 64; ++i) {
-      const int32_t t =
-          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      ASSERT_TRUE(std::isfinite(logits[t]));
-      out.push_back(t);
-      SeqInput in{cache.get(), std::span<const int32_t>(&out.back(), 1)};
-      ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), logits.data()).ok());
-    }
-    std::sort(out.begin(), out.end());
-    const auto distinct = std::unique(out.begin(), out.end()) - out.begin();
-    EXPECT_GE(distinct, 8) << preset << ": 64 greedy tokens used " << distinct
-                           << " distinct tokens";
+    const int distinct = testing::DistinctGreedyTokens(**m, pool);
+    EXPECT_GE(distinct, 8) << preset << ": 64 greedy tokens used " << distinct << " distinct tokens";
     std::filesystem::remove(path);
   }
 }
