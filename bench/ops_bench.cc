@@ -5,8 +5,8 @@
 // from DRAM, as in a real forward pass), m = 8, 16, 512 report GFLOP/s (2 m n k).
 // ROTOR_ISA=avx2|scalar lowers the kernel path. Types (the `type` argument):
 // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q4_1, 6 q5_0, 7 q5_1, 8 iq4_nl,
-// 9 q2_K, 10 q3_K, 11 q4_K, 12 q5_K, 13 q6_K. BM_MatmulPacked: q8_0 / q4_0
-// with the row-interleaved copy a model gets on AVX-512.
+// 9 q2_K, 10 q3_K, 11 q4_K, 12 q5_K, 13 q6_K. BM_MatmulPacked: q8_0, q4_0,
+// q4_K, q5_K, q6_K with the row-interleaved copy a model gets on AVX-512.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -25,10 +25,9 @@
 namespace rotor::ops {
 namespace {
 
-constexpr DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                            DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-                            DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
-                            DType::kQ5_K, DType::kQ6_K};
+constexpr DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,   DType::kQ4_0,
+                            DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K,
+                            DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 constexpr int64_t kNumTypes = sizeof(kTypes) / sizeof(kTypes[0]);
 constexpr int64_t kShapes[][2] = {{768, 2048}, {2048, 8192}};  // {k, n}
 
@@ -59,7 +58,7 @@ Matrices MakeMatrices(DType t, int64_t k, int64_t n, bool many) {
 }
 
 // packed: every copy also carries its row-interleaved copy (PackWeight), as
-// a model loaded on AVX-512 does for q8_0 / q4_0.
+// a model loaded on AVX-512 does for q8_0, q4_0, q4_K, q5_K and q6_K.
 void RunMatmul(benchmark::State& state, bool packed) {
   const DType t = kTypes[state.range(0)];
   const int64_t k = kShapes[state.range(1)][0], n = kShapes[state.range(1)][1];
@@ -109,7 +108,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 void BM_Matmul(benchmark::State& state) { RunMatmul(state, false); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// q8_0 / q4_0 with their row-interleaved copies (the AVX-512 path): compare
+// q8_0 / q4_0 / q4_K / q5_K / q6_K with their row-interleaved copies (the AVX-512 path): compare
 // with BM_Matmul of the same type, shape, m and threads in the same run.
 void BM_MatmulPacked(benchmark::State& state) {
   if (ActiveIsa() != Isa::kAvx512) {
@@ -122,7 +121,7 @@ void MatmulPackedArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "shape", "m", "threads"});
   for (int64_t shape = 0; shape < 2; ++shape)
     for (int64_t m : {1, 8, 16, 512})
-      for (int64_t type : {3, 4})
+      for (int64_t type : {3, 4, 11, 12, 13})
         for (int64_t threads : {1, 2}) b->Args({type, shape, m, threads});
 }
 BENCHMARK(BM_MatmulPacked)->Apply(MatmulPackedArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
+
+#include "ops/matmul.h"
+#include "tensor/dtype.h"
 
 namespace rotor::cli {
 namespace {
@@ -104,7 +108,11 @@ Result<BenchModel> LoadBenchModel(const std::string& path) {
       m.layer_matmul_params += w->k * w->n;
   }
   m.output_matmul_params = model.output().k * model.output().n;
-  m.int8_matmul = model.type_name() == "q8_0" || model.type_name() == "q4_0";
+  // q8_0 / q4_0 run int8 dot products on every SIMD ISA; the K-quants with
+  // row-interleaved copies (AVX-512: q4_K, q5_K, q6_K) too.
+  const std::optional<DType> main_type = ParseDType(model.type_name());
+  m.int8_matmul = main_type && (*main_type == DType::kQ8_0 || *main_type == DType::kQ4_0 ||
+                                ops::PackingHelps(*main_type));
   m.type = fmt::format("{} {} {}", c.arch.empty() ? "llama" : c.arch, ParamsLabel(m.n_params),
                        Upper(model.type_name()));
   return m;

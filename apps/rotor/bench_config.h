@@ -65,7 +65,7 @@ struct BenchModel {
   int64_t n_params = 0;
   int64_t layer_matmul_params = 0;   // elements of every block's projection matrices
   int64_t output_matmul_params = 0;  // elements of the output (logits) matrix
-  bool int8_matmul = false;          // main weight type q8_0/q4_0: matmuls run as int8 dot products
+  bool int8_matmul = false;          // main weight type q8_0/q4_0 (or packed K-quant): int8 dot products
 };
 
 Result<BenchModel> LoadBenchModel(const std::string& path);

@@ -18,21 +18,10 @@
 
 #include "ops/avx512_util.h"
 #include "ops/kernels.h"
+#include "ops/packed_avx512.h"
 
 namespace rotor::ops::internal::avx512 {
 namespace {
-
-// Bytes ahead of the weight stream to prefetch (measured on 2048 x 768:
-// 4 KiB leaves the 8-token kernel waiting on DRAM, 16 KiB was the best of
-// 2 / 4 / 8 / 16 / 32 KiB for 1 and 8 tokens).
-constexpr int kPrefetch = 16 << 10;
-
-// acc += u8 x s8 products of w and the 4 activation bytes at a, broadcast.
-// (GCC 12 does not fold _mm512_set1_epi32 into the instruction's {1to16}
-// memory operand; a separate broadcast per product costs a fifth of the time.)
-inline void DotBroadcast(__m512i& acc, __m512i w, const int32_t* a) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
-}
 
 // Rows [16 g, 16 g + valid) of kTok tokens (the tile at `acts`); `group` is
 // the group's one stream of block pairs (kernels.h).
@@ -56,10 +45,10 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
 #pragma GCC unroll 9
     for (int l = j % 2 == 0 ? -1 : 0; l < kBlockBytes / 64; ++l)  // -1: the pair's scales
-      _mm_prefetch(reinterpret_cast<const char*>(wj) + kPrefetch + 64 * l, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wj) + kPackedPrefetch + 64 * l, _MM_HINT_T0);
     __m512i sum[kChains][kTok];
     for (int t = 0; t < kTok; ++t) {
-      sum[0][t] = _mm512_set1_epi32(-kBias * aj[8 * kTok + t]);
+      sum[0][t] = _mm512_set1_epi32(-kBias * *ActField<kTok>(aj, kActSum, t));
       for (int c = 1; c < kChains; ++c) sum[c][t] = _mm512_setzero_si512();
     }
     if constexpr (kT == DType::kQ8_0) {
@@ -84,7 +73,6 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
     }
     const __m512 dw = _mm512_cvtph_ps(
         _mm256_load_si256(reinterpret_cast<const __m256i*>(group + PackedScalesAt(kT, j))));
-    const float* dx = reinterpret_cast<const float*>(aj + 9 * kTok);
 #pragma GCC unroll 8
     for (int t = 0; t < kTok; ++t) {
       __m512i s = sum[0][t];
@@ -94,12 +82,12 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
         for (int c = kHalf + 1; c < kChains; ++c) h = _mm512_add_epi32(h, sum[c][t]);
         s = _mm512_add_epi32(s, _mm512_srai_epi32(h, 4));
       }
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx[t])),
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(ActFloat<kTok>(aj, kActScale, t))),
                                acc[t]);
     }
   }
-  const __mmask16 mk = valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
-  for (int t = 0; t < kTok; ++t) _mm512_mask_storeu_ps(y + t * ldy, mk, acc[t]);
+  for (int t = 0; t < kTok; ++t) _mm512_mask_storeu_ps(y + t * ldy, RowsMask(valid), acc[t]);
 }
 
 template <DType kT, int kTok>
@@ -113,23 +101,11 @@ void PackedGroups(const Weight& w, int64_t g0, int64_t g1, const uint8_t* acts, 
 }
 
 template <DType kT>
-void PackedTiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
-                 float* y, int64_t ldy) {
-  const int64_t nb = w.k / 32;
-  for (int64_t t0 = 0; t0 < m; t0 += kPackedTileTokens) {
-    const uint8_t* a = acts + t0 * nb * kPackedActBytes;
-    float* yt = y + t0 * ldy;
-    switch (std::min<int64_t>(kPackedTileTokens, m - t0)) {
-      case 1: PackedGroups<kT, 1>(w, g0, g1, a, yt, ldy); break;
-      case 2: PackedGroups<kT, 2>(w, g0, g1, a, yt, ldy); break;
-      case 3: PackedGroups<kT, 3>(w, g0, g1, a, yt, ldy); break;
-      case 4: PackedGroups<kT, 4>(w, g0, g1, a, yt, ldy); break;
-      case 5: PackedGroups<kT, 5>(w, g0, g1, a, yt, ldy); break;
-      case 6: PackedGroups<kT, 6>(w, g0, g1, a, yt, ldy); break;
-      case 7: PackedGroups<kT, 7>(w, g0, g1, a, yt, ldy); break;
-      default: PackedGroups<kT, 8>(w, g0, g1, a, yt, ldy); break;
-    }
-  }
+void PackedTiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
+                 int64_t ldy) {
+  ForEachTile(w.k / 32, m, acts, y, ldy, [&](auto tok, const uint8_t* a, float* yt) {
+    PackedGroups<kT, decltype(tok)::value>(w, g0, g1, a, yt, ldy);
+  });
 }
 
 }  // namespace
@@ -138,7 +114,8 @@ void PackActivations(const float* x, int64_t t, int64_t m, int64_t k, int8_t* tm
                      uint8_t* acts) {
   const int64_t nb = k / 32, tile = t / kPackedTileTokens, tt = t % kPackedTileTokens;
   const int64_t tokens = std::min<int64_t>(kPackedTileTokens, m - tile * kPackedTileTokens);
-  int32_t* base = reinterpret_cast<int32_t*>(acts + tile * kPackedTileTokens * nb * kPackedActBytes);
+  int32_t* base =
+      reinterpret_cast<int32_t*>(acts + tile * kPackedTileTokens * nb * kPackedActBytes);
   QuantizeActivations(x, tmp, d, k);
   for (int64_t j = 0; j < nb; ++j) {
     int32_t* aj = base + j * tokens * (kPackedActBytes / 4);
@@ -147,15 +124,21 @@ void PackActivations(const float* x, int64_t t, int64_t m, int64_t k, int8_t* tm
     _mm256_store_si256(reinterpret_cast<__m256i*>(quads), q);
     for (int i = 0; i < 8; ++i) aj[i * tokens + tt] = quads[i];
     const __m512i wide = _mm512_cvtepi8_epi16(q);
-    aj[8 * tokens + tt] = _mm512_reduce_add_epi32(_mm512_madd_epi16(wide, _mm512_set1_epi16(1)));
-    std::memcpy(&aj[9 * tokens + tt], &d[j], 4);
+    const __m512i pairs = _mm512_madd_epi16(wide, _mm512_set1_epi16(1));  // 16 sums of 2
+    const int32_t sum = _mm512_reduce_add_epi32(pairs);
+    const float xsum = d[j] * static_cast<float>(sum);
+    aj[kActSum * tokens + tt] = sum;
+    std::memcpy(&aj[kActScale * tokens + tt], &d[j], 4);
+    aj[kActSumLo * tokens + tt] = _mm512_mask_reduce_add_epi32(0x00ff, pairs);
+    std::memcpy(&aj[kActXsum * tokens + tt], &xsum, 4);
   }
 }
 
-void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
-                  float* y, int64_t ldy) {
+void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
+                  int64_t ldy) {
   if (w.type == DType::kQ8_0) return PackedTiles<DType::kQ8_0>(w, acts, m, g0, g1, y, ldy);
   if (w.type == DType::kQ4_0) return PackedTiles<DType::kQ4_0>(w, acts, m, g0, g1, y, ldy);
+  if (IsPackedK(w.type)) return PackedMatmulK(w, acts, m, g0, g1, y, ldy);
   UnsupportedType(w.type);
 }
 

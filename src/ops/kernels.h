@@ -42,13 +42,35 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
 // rows (unsigned q + 128); a q4_0 block 4 zmm of 4 bytes x 16 rows, as stored
 // (byte i: element i in the low nibble, i + 16 in the high one; unsigned
 // q + 8). An odd last block is padded to a pair.
+//
+// Row-interleaved q4_K / q5_K / q6_K: per group of 16 rows, one record per
+// super-block (256 weights), records end to end. A record holds each field of
+// the 16 rows' blocks side by side: f16 fields (d, dmin) as 16 halves, byte
+// fields as zmm of 4 bytes x 16 rows (bytes 4 i .. 4 i + 3 of every row in zmm
+// i), bytes unchanged. Offsets: PackedK below. Same size as the rows (q6_K:
+// + 32 bytes per record, to keep records 64-byte aligned).
 inline constexpr int kPackedRows = 16;
+inline constexpr bool IsPackedK(DType t) {
+  return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+}
+// Byte offsets inside a K record; -1: the type has no such field.
+struct PackedKLayout {
+  int d, dmin, scales, qh, qs, bytes;
+};
+inline constexpr PackedKLayout PackedK(DType t) {
+  // q4_K: d, dmin, 12 scale bytes (3 zmm), qs 128 (32 zmm).
+  // q5_K: as q4_K with qh 32 (8 zmm) before qs.
+  // q6_K: 16 int8 scales (4 zmm), ql 128 (32 zmm), qh 64 (16 zmm), d, padding.
+  return t == DType::kQ4_K   ? PackedKLayout{0, 32, 64, -1, 256, 2304}
+         : t == DType::kQ5_K ? PackedKLayout{0, 32, 64, 256, 768, 2816}
+                             : PackedKLayout{3328, -1, 0, 2304, 256, 3392};
+}
 inline constexpr int PackedBlockBytes(DType t) { return t == DType::kQ8_0 ? 512 : 256; }
 inline constexpr int64_t PackedPairBytes(DType t) { return 64 + 2 * PackedBlockBytes(t); }
 inline constexpr int64_t PackedGroupBytes(DType t, int64_t k) {
-  return (k / 32 + 1) / 2 * PackedPairBytes(t);
+  return IsPackedK(t) ? k / 256 * PackedK(t).bytes : (k / 32 + 1) / 2 * PackedPairBytes(t);
 }
-// Block j of a group: its 16 scales and its quants.
+// Block j of a q8_0 / q4_0 group: its 16 scales and its quants.
 inline constexpr int64_t PackedScalesAt(DType t, int64_t j) {
   return j / 2 * PackedPairBytes(t) + j % 2 * 32;
 }
@@ -56,12 +78,14 @@ inline constexpr int64_t PackedQuantsAt(DType t, int64_t j) {
   return j / 2 * PackedPairBytes(t) + 64 + j % 2 * PackedBlockBytes(t);
 }
 
-// Activations for the packed kernel, tiles of up to 8 tokens: tile i (tokens
-// [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 40
-// bytes: 8 int32 quads [quad][token], then sum(q) [token] (int32), then the
-// q8_0 scale [token] (f32).
+// Activations for the packed kernels, tiles of up to 8 tokens: tile i (tokens
+// [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 48
+// bytes of 12 fields [field][token], 4 bytes each: 8 int32 quads, then
+// sum(q) (int32), the q8_0 scale dx (f32), the sum of the first 16 q (int32;
+// q6_K's sub-blocks of 16) and dx * sum(q) (f32; the K-quant mins).
 inline constexpr int kPackedTileTokens = 8;
-inline constexpr int kPackedActBytes = 40;
+inline constexpr int kPackedActBytes = 48;
+inline constexpr int kActSum = 8, kActScale = 9, kActSumLo = 10, kActXsum = 11;
 
 // Up to this many tokens, q2_K .. q6_K on AVX-512 and AVX2 run
 // the m == 1 integer kernel once per token (activations quantized to 8 bits);
@@ -123,8 +147,8 @@ void PackActivations(const float* x, int64_t t, int64_t m, int64_t k, int8_t* tm
                      uint8_t* acts);
 // y[t * ldy + r] for every token t < m and the rows of groups [g0, g1) of
 // w.packed (row r = 16 g + lane; rows >= w.n are not written).
-void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
-                  float* y, int64_t ldy);
+void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
+                  int64_t ldy);
 // q4_1, q5_0, q5_1, iq4_nl, q2_K .. q6_K -> f32, equal to ref::DequantizeRow.
 void DequantizeBlocks(DType t, const void* src, float* dst, int64_t n);
 }  // namespace avx512

@@ -47,9 +47,9 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
                   int64_t ldy, MatmulScratch& scratch, Isa isa) {
   if (isa != Isa::kScalar && internal::HasIntegerGemv(w.type, isa == Isa::kAvx512) &&
       m <= internal::kGemvKMaxTokens) {
-    int8_t* qx = scratch.qx();    // [k]
-    float* dx = scratch.dx();     // [k / 32]
-    float* xsum = scratch.xsum();  // [k / group]
+    int8_t* qx = scratch.qx();                           // [k]
+    float* dx = scratch.dx();                            // [k / 32]
+    float* xsum = scratch.xsum();                        // [k / group]
     const int group = w.type == DType::kQ2_K ? 16 : 32;  // elements per sum
     for (int64_t t = 0; t < m; ++t) {
       QuantizeActivationsOn(isa, x + t * w.k, qx, dx, w.k);
@@ -59,8 +59,9 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
         xsum[b] = dx[b * group / ref::kBlock] * static_cast<float>(s);
       }
       auto gemv = isa == Isa::kAvx512 ? &internal::avx512::GemvK : &internal::avx2::GemvK;
-      pool.ParallelFor(w.n, internal::kPanelRows,
-                       [&](int64_t r0, int64_t r1, int) { gemv(w, qx, dx, xsum, r0, r1, y + t * ldy); });
+      pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
+        gemv(w, qx, dx, xsum, r0, r1, y + t * ldy);
+      });
     }
     return;
   }
@@ -81,7 +82,8 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
     const int64_t r0 = task % n_rb * kRows, t0 = task / n_rb * tb;
     const int64_t rows = std::min(kRows, w.n - r0);
     float* f = scratch.rows(thread);  // [rows, k]
-    for (int64_t r = 0; r < rows; ++r) DequantizeRow(w.type, data + (r0 + r) * rb, f + r * w.k, w.k);
+    for (int64_t r = 0; r < rows; ++r)
+      DequantizeRow(w.type, data + (r0 + r) * rb, f + r * w.k, w.k);
     const Weight fw = MakeWeight(DType::kF32, w.k, rows, f);
     gemm(fw, x, nullptr, nullptr, t0, std::min(m, t0 + tb), 0, rows, y + r0, ldy,
          scratch.panel(thread));
@@ -96,7 +98,7 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
                     MatmulScratch& scratch) {
   constexpr int64_t kRows = internal::kPackedRows;
   const int64_t k = outs[0].w->k;
-  uint8_t* acts = scratch.acts();  // [m, k / 32, 40] in tiles
+  uint8_t* acts = scratch.acts();  // [m, k / 32, kPackedActBytes] in tiles
   int8_t* qx = scratch.qx();       // [m, PackedQxStride(k)]: per-token quantization
   float* dx = scratch.dx();        // [m, PackedDxStride(k)]
   const int64_t qs = internal::PackedQxStride(k), ds = internal::PackedDxStride(k);
@@ -126,9 +128,8 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
   constexpr int64_t kChunk = 4;
   const int64_t n_tasks = (groups + kChunk - 1) / kChunk;
   CHECK_LE(n_tasks, int64_t{1} << 30);
-  pool.Run(static_cast<int>(n_tasks), [&](int task, int) {
-    run(task * kChunk, std::min(groups, (task + 1) * kChunk));
-  });
+  pool.Run(static_cast<int>(n_tasks),
+           [&](int task, int) { run(task * kChunk, std::min(groups, (task + 1) * kChunk)); });
 }
 
 bool AllPacked(std::span<const MatmulOut> outs) {
@@ -185,8 +186,8 @@ void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float*
 
   const Isa isa = ActiveIsa();
   if (isa == Isa::kAvx512 && w.packed != nullptr) {
-    CHECK_MSG(w.type == DType::kQ8_0 || w.type == DType::kQ4_0,
-              "ops: Matmul: packed weights must be q8_0 or q4_0");
+    CHECK_MSG(w.type == DType::kQ8_0 || w.type == DType::kQ4_0 || internal::IsPackedK(w.type),
+              "ops: Matmul: packed weights must be q8_0, q4_0, q4_K, q5_K or q6_K");
     const MatmulOut out{&w, y, ldy};
     return PackedProducts(pool, std::span<const MatmulOut>(&out, 1), x, m, scratch);
   }

@@ -19,21 +19,24 @@ struct Weight {
   int64_t n;
   const void* data;
   size_t row_bytes;  // >= RowBytes(type, k)
-  // Optional: the same matrix in PackWeight's layout (q8_0, q4_0). The AVX-512
+  // Optional: the same matrix in PackWeight's layout (q8_0, q4_0, q4_K, q5_K,
+  // q6_K). The AVX-512
   // kernels use it for every m; other ISAs read `data`, which stays valid.
   const uint8_t* packed = nullptr;
 };
 
-// Row-interleaved copies for the AVX-512 q8_0 / q4_0 kernels: groups of 16 rows
-// whose weights sit side by side, 4 bytes of each row per 64-byte vector, so
-// one instruction advances 16 rows and the f32 scaling runs once per block
-// for 16 rows (ops_bench, 2 threads: 1.1-1.3x the row-major kernels for one
-// token, 2.1-2.5x for 8). Same size as the rows (+ an odd block's padding).
+// Row-interleaved copies for the AVX-512 q8_0 / q4_0 / q4_K / q5_K / q6_K
+// kernels: groups of 16 rows whose weights sit side by side, 4 bytes of each
+// row per 64-byte vector, so one instruction advances 16 rows and the f32
+// scaling runs once per block (sub-block) for 16 rows (ops_bench, 2 threads:
+// q8_0 / q4_0 1.1-1.3x the row-major kernels for one token, 2.1-2.5x for 8;
+// BENCHMARKS.md "Packed weights", "Packed K-quants"). Same size as the rows
+// (+ an odd block's padding; q6_K + 32 bytes per super-block).
 // Worth it when the AVX-512 kernels run: PackingHelps().
 bool PackingHelps(DType type);
 // Bytes PackWeight writes (64-byte aligned destination).
 int64_t PackedWeightBytes(const Weight& w);
-// Copies w (q8_0 or q4_0, k a multiple of 32) into dst in the packed layout. Rows
+// Copies w (a PackingHelps type, k a multiple of its block) into dst in the packed layout. Rows
 // [r0, r1) only (multiples of 16, or r1 = n), so callers can split the work.
 void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1);
 
@@ -66,14 +69,15 @@ class MatmulScratch {
   uint8_t* panel(int thread) { return panels_.data() + static_cast<size_t>(thread) * panel_bytes_; }
   static size_t PanelBytes(int64_t max_k);
   // Activations of the packed (row-interleaved) kernels:
-  // [max_m * max_k / 32 * 40] bytes, in tiles of 8 tokens (kernels.h).
+  // [max_m * max_k / 32 * kPackedActBytes] bytes, in tiles of 8 tokens (kernels.h).
   uint8_t* acts() { return acts_.data(); }
   // Per-block sums of the quantized activation (K-quant kernels): [max_k / 16].
   float* xsum() { return xsum_.data(); }
   // Per-thread dequantized weight rows (block types without integer
   // kernels): [kDequantRows = 8, max_k] floats each.
   float* rows(int thread) {
-    return rows_.data() + static_cast<size_t>(thread) * kRowsPerThread * static_cast<size_t>(max_k_);
+    return rows_.data() +
+           static_cast<size_t>(thread) * kRowsPerThread * static_cast<size_t>(max_k_);
   }
   static constexpr int kRowsPerThread = 8;
 
@@ -85,7 +89,7 @@ class MatmulScratch {
   AlignedBuffer<float> dx_;
   AlignedBuffer<uint8_t> panels_;  // [n_threads, panel_bytes_]
   AlignedBuffer<float> xsum_;      // [max_k / 16]
-  AlignedBuffer<uint8_t> acts_;    // [max_m, max_k / 32, 40] (tiles of 8 tokens)
+  AlignedBuffer<uint8_t> acts_;    // [max_m, max_k / 32, kPackedActBytes] (tiles of 8)
   AlignedBuffer<float> rows_;      // [n_threads, kRowsPerThread, max_k]
 };
 
@@ -104,6 +108,7 @@ class MatmulScratch {
 //   products, f32 accumulation of the scaled lane sums and of the sub-block
 //   min terms (q2_K/q4_K/q5_K: dmin * m_i * d_x * sum of qx over the
 //   sub-block): + (k / 4 + 64) u sum |w_j| (|x_j| + d_x(j)).
+// - q4_K, q5_K, q6_K with a packed copy on AVX-512 (every m): the same bound.
 // - q4_1, q5_0, q5_1, iq4_nl (always), the K-quants with m > 8, and every
 //   block type on the scalar ISA: weight rows dequantized exactly to f32
 //   (GGML's arithmetic), x not quantized, the f32 kernels: the f32 bound.
@@ -113,7 +118,7 @@ class MatmulScratch {
 // larger m packs 8-row weight panels once per chunk of <= 256 tokens and runs
 // register tiles (f32: 4 rows x 5 tokens; int8: 4 x 4 over a layout where each
 // int32 lane accumulates a whole block, so the f32 scaling runs once per 16
-// blocks). q8_0 / q4_0 weights with a packed copy on AVX-512 take one kernel for
+// blocks). Weights with a packed copy on AVX-512 take one kernel for
 // every m instead (see PackWeight): the scaled block sums of a row are
 // accumulated one block after the other (nb roundings, within the bound
 // above), identically for every m. Threads split rows (and token chunks)

@@ -135,8 +135,8 @@ TEST(Scheduler, KvBudgetMakesSequencesWaitNotFail) {
     o.n_predict = 5;
     o.sampling.temperature = 0;
     ASSERT_TRUE(s.Add(SeqRequest{"Once upon a time", {}, o}, [&](const SeqEvent& ev) {
-      finished += ev.finished;
-    }).ok());
+                   finished += ev.finished;
+                 }).ok());
   }
   ASSERT_TRUE(s.Step().ok());
   EXPECT_EQ(s.n_running(), 2u);
@@ -161,7 +161,8 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
   ThreadPool pool(2);
   Forward fwd(m, pool, 64, 256);
   std::vector<std::unique_ptr<KvCache>> batch, alone;
-  const KvConfig kvs[] = {KvConfig{}, testing::Kv(KvPolicy::kSink, 16), testing::Kv(KvPolicy::kH2o, 16)};
+  const KvConfig kvs[] = {KvConfig{}, testing::Kv(KvPolicy::kSink, 16),
+                          testing::Kv(KvPolicy::kH2o, 16)};
   for (const KvConfig& kv : kvs) {
     batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
     alone.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
@@ -186,7 +187,7 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
   EXPECT_FALSE(fwd.Decode(caches, std::vector<int32_t>{1, 2}, logits.data()).ok());
 }
 
-// With q8_0 / q4_0 weights on AVX-512 (row-interleaved, one kernel for every m) and
+// With q8_0 / q4_0 / K-quant weights on AVX-512 (row-interleaved, one kernel for every m) and
 // the batch's attention in one parallel region, a sequence's logits in a
 // decode step of several sequences are bit for bit what it gets alone, f16
 // and f32 caches of every kind side by side.
@@ -234,7 +235,8 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, PackedDecode, ::testing::Values("gqa-q8_0", "gqa-q4_0"));
+INSTANTIATE_TEST_SUITE_P(Types, PackedDecode,
+                         ::testing::Values("gqa-q8_0", "gqa-q4_0", "gqa256-Q4_K_M", "gqa256-q5_K"));
 
 }  // namespace
 }  // namespace rotor

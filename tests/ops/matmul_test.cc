@@ -47,7 +47,7 @@ struct TestWeight {
   std::vector<float> deq;      // [n, k]
   Weight view;
   AlignedBuffer<uint8_t> packed;  // [PackedWeightBytes] when Pack() was called
-  // Adds the row-interleaved copy (q8_0), packed in two row ranges.
+  // Adds the row-interleaved copy, packed in two row ranges.
   void Pack() {
     packed.Resize(static_cast<size_t>(PackedWeightBytes(view)));
     const int64_t half = std::min<int64_t>(view.n, (view.n / 2 + 15) / 16 * 16);
@@ -72,10 +72,9 @@ TestWeight MakeWeight(DType t, int64_t k, int64_t n, uint32_t seed) {
 }
 
 void CheckCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa, bool packed = false) {
-  SCOPED_TRACE(::testing::Message()
-               << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type) << " k=" << c.k
-               << " n=" << c.n << " m=" << m << " threads=" << pool.size()
-               << (packed ? " packed" : ""));
+  SCOPED_TRACE(::testing::Message() << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type)
+                                    << " k=" << c.k << " n=" << c.n << " m=" << m
+                                    << " threads=" << pool.size() << (packed ? " packed" : ""));
   TestWeight w = MakeWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 131 + c.n));
   if (packed) w.Pack();
   const std::vector<float> x =
@@ -181,7 +180,9 @@ TEST(MatmulPackedTest, EachTokenAloneEqualsInABatch) {
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     for (const Case& c : {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 4096 + 32, 33},
-                          Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 4096 + 32, 17}}) {
+                          Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 4096 + 32, 17},
+                          Case{DType::kQ4_K, 512, 37}, Case{DType::kQ5_K, 768, 19},
+                          Case{DType::kQ6_K, 512, 45}, Case{DType::kQ6_K, 4096, 17}}) {
       TestWeight w = MakeWeight(c.type, c.k, c.n, 3);
       w.Pack();
       const int64_t m_max = 300;
@@ -245,15 +246,19 @@ TEST(MatmulEdgeTest, ZeroBlocks) {
 // (k / 8 + 64) u sum |w x|; the K-quant integer kernels (AVX-512 / AVX2,
 // m <= kGemvKMaxTokens) quantize x as q8_0 does: + sum_j |w_j| d_x / 2 +
 // 1e-6 sum |w x| (the reciprocal's ulps), + (k / 4 + 64) u sum |w| (|x| + d_x).
-bool QuantizesActivations(DType t, int64_t m, Isa isa) {
+// Packed (row-interleaved) q4_K / q5_K / q6_K on AVX-512 quantize x for every m.
+bool QuantizesActivations(DType t, int64_t m, Isa isa, bool packed) {
+  if (packed && isa == Isa::kAvx512) return true;
   return isa != Isa::kScalar && m <= internal::kGemvKMaxTokens &&
          internal::HasIntegerGemv(t, isa == Isa::kAvx512);
 }
 
-void CheckBlockCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa) {
-  SCOPED_TRACE(::testing::Message() << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type)
-                                    << " k=" << c.k << " n=" << c.n << " m=" << m);
-  const TestWeight w = MakeWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 17 + c.n));
+void CheckBlockCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa, bool packed = false) {
+  SCOPED_TRACE(::testing::Message()
+               << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type) << " k=" << c.k
+               << " n=" << c.n << " m=" << m << (packed ? " packed" : ""));
+  TestWeight w = MakeWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 17 + c.n));
+  if (packed) w.Pack();
   const std::vector<float> x = testing::RandomVector(m * c.k, static_cast<uint32_t>(m + 3));
   const int64_t ldy = c.n + 1;
   std::vector<float> y(m * ldy, -12345.f);  // [m, ldy]
@@ -262,8 +267,8 @@ void CheckBlockCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa) {
     testing::ScopedIsa scoped(isa);
     Matmul(pool, w.view, x.data(), m, y.data(), ldy, scratch);
   }
-  const bool qa = QuantizesActivations(c.type, m, isa);
-  std::vector<int8_t> qx(c.k);    // [k]
+  const bool qa = QuantizesActivations(c.type, m, isa, packed);
+  std::vector<int8_t> qx(c.k);      // [k]
   std::vector<float> dx(c.k / 32);  // [k / 32]
   int bad = 0;
   for (int64_t t = 0; t < m; ++t) {
@@ -311,6 +316,29 @@ TEST(MatmulBlockTypesTest, EveryTypeIsaAndBatch) {
       }
 }
 
+// Row-interleaved q4_K / q5_K / q6_K (PackWeight): the AVX-512 kernel reads
+// the packed copy for every m (other ISAs the rows), within the same bound.
+// n covers partial groups of 16 rows; k up to 16 super-blocks.
+TEST(MatmulBlockTypesTest, PackedKQuantsEveryIsaAndBatch) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<Case> cases;
+    for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+      for (int64_t n : {1, 7, 16, 33}) cases.push_back({t, 256, n});
+      cases.push_back({t, 768, 37});
+      cases.push_back({t, 4096, 17});
+      cases.push_back({t, 256, 4099});
+    }
+    for (Isa isa : testing::Isas())
+      for (const Case& c : cases)
+        for (int64_t m : {1, 2, 3, 7, 8, 9, 17, 70}) {
+          if (c.n * c.k * m > 3'000'000 && m > 8) continue;  // the double reference
+          if (threads != 2 && (m == 70 || c.n > 1000)) continue;
+          CheckBlockCase(pool, c, m, isa, /*packed=*/true);
+        }
+  }
+}
+
 // The integer kernels' activation quantization is what the bound above
 // allows for: with x exactly representable (d_x = 1, integer x) they are exact
 // up to f32 accumulation.
@@ -318,23 +346,27 @@ TEST(MatmulBlockTypesTest, IntegerActivationsExact) {
   ThreadPool pool(1);
   for (Isa isa : testing::Isas()) {
     testing::ScopedIsa scoped(isa);
-    for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
-      const TestWeight w = MakeWeight(t, 512, 9, 5);
-      std::vector<float> x(512);  // [512] integers in [-127, 127], each block's amax 127
-      for (int j = 0; j < 512; ++j) x[j] = j % 32 == 0 ? 127.f : static_cast<float>((j * 37) % 255 - 127);
-      std::vector<float> y(9);
-      MatmulScratch scratch(1, 512);
-      Matmul(pool, w.view, x.data(), 1, y.data(), 9, scratch);
-      for (int r = 0; r < 9; ++r) {
-        double exact = 0, mag = 0;
-        for (int j = 0; j < 512; ++j) {
-          exact += static_cast<double>(w.deq[r * 512 + j]) * x[j];
-          mag += std::fabs(static_cast<double>(w.deq[r * 512 + j]) * x[j]);
+    for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+      for (bool packed : {false, true}) {
+        if (packed && !internal::IsPackedK(t)) continue;
+        TestWeight w = MakeWeight(t, 512, 9, 5);
+        if (packed) w.Pack();
+        std::vector<float> x(512);  // [512] integers in [-127, 127], each block's amax 127
+        for (int j = 0; j < 512; ++j)
+          x[j] = j % 32 == 0 ? 127.f : static_cast<float>((j * 37) % 255 - 127);
+        std::vector<float> y(9);
+        MatmulScratch scratch(1, 512);
+        Matmul(pool, w.view, x.data(), 1, y.data(), 9, scratch);
+        for (int r = 0; r < 9; ++r) {
+          double exact = 0, mag = 0;
+          for (int j = 0; j < 512; ++j) {
+            exact += static_cast<double>(w.deq[r * 512 + j]) * x[j];
+            mag += std::fabs(static_cast<double>(w.deq[r * 512 + j]) * x[j]);
+          }
+          EXPECT_LE(std::fabs(y[r] - exact), (512 / 4.0 + 64) * kEps * mag)
+              << DTypeName(t) << " " << IsaName(isa) << " r=" << r << (packed ? " packed" : "");
         }
-        EXPECT_LE(std::fabs(y[r] - exact), (512 / 4.0 + 64) * kEps * mag)
-            << DTypeName(t) << " " << IsaName(isa) << " r=" << r;
       }
-    }
   }
 }
 
@@ -351,7 +383,7 @@ TEST(MatmulGroupTest, EqualsSeparateMatmulsBitForBit) {
   struct G {
     DType types[3];
     int64_t k;
-    bool packed = false;  // row-interleaved copies (q8_0)
+    bool packed = false;  // row-interleaved copies
   };
   const G groups[] = {{{DType::kF32, DType::kF32, DType::kF32}, 96},
                       {{DType::kF16, DType::kF16, DType::kF16}, 64},
@@ -362,7 +394,9 @@ TEST(MatmulGroupTest, EqualsSeparateMatmulsBitForBit) {
                       {{DType::kQ4_0, DType::kQ8_0, DType::kQ4_0}, 64, true},
                       {{DType::kQ4_0, DType::kQ4_0, DType::kQ4_0}, 160},
                       {{DType::kQ4_K, DType::kQ4_K, DType::kQ4_K}, 256},
-                      {{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}, 256}};
+                      {{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}, 256},
+                      {{DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}, 512, true},
+                      {{DType::kQ4_K, DType::kQ8_0, DType::kQ6_K}, 256, true}};
   const int64_t ns[3] = {37, 8, 13};
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
@@ -388,9 +422,9 @@ TEST(MatmulGroupTest, EqualsSeparateMatmulsBitForBit) {
           for (int i = 0; i < 3; ++i) outs.push_back({&ws[i].view, got[i].data(), ns[i] + 2});
           MatmulGroup(pool, outs, x.data(), m, scratch);
           for (int i = 0; i < 3; ++i)
-            ASSERT_EQ(got[i], want[i]) << DTypeName(g.types[i]) << " k " << g.k << " m " << m
-                                       << " weight " << i << " " << IsaName(isa) << " threads "
-                                       << threads;
+            ASSERT_EQ(got[i], want[i])
+                << DTypeName(g.types[i]) << " k " << g.k << " m " << m << " weight " << i << " "
+                << IsaName(isa) << " threads " << threads;
         }
       }
     }

@@ -1,0 +1,86 @@
+// Internal helpers of the AVX-512 kernels over row-interleaved weights
+// (gemv_packed_avx512.cc: q8_0 / q4_0; gemv_packed_kquant_avx512.cc: q4_K,
+// q5_K, q6_K). Include ONLY from *_avx512.cc files (see avx512_util.h).
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/kernels.h"
+
+namespace rotor::ops::internal::avx512 {
+
+// Bytes ahead of the weight stream to prefetch (measured on 2048 x 768:
+// 4 KiB leaves the 8-token kernel waiting on DRAM, 16 KiB was the best of
+// 2 / 4 / 8 / 16 / 32 KiB for 1 and 8 tokens).
+inline constexpr int kPackedPrefetch = 16 << 10;
+
+// acc += u8 x s8 products of w and the 4 activation bytes at a, broadcast.
+// (GCC 12 does not fold _mm512_set1_epi32 into the instruction's {1to16}
+// memory operand; a separate broadcast per product costs a fifth of the time.)
+inline void DotBroadcast(__m512i& acc, __m512i w, const int32_t* a) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
+}
+
+// Field f of token t in the activation block at aj of a tile of kTok tokens.
+template <int kTok>
+inline const int32_t* ActField(const int32_t* aj, int f, int t) {
+  return aj + f * kTok + t;
+}
+template <int kTok>
+inline float ActFloat(const int32_t* aj, int f, int t) {
+  float v;
+  __builtin_memcpy(&v, aj + f * kTok + t, 4);
+  return v;
+}
+
+// f(std::integral_constant<int, kTok>, tile activations, tile outputs) for
+// each tile of up to kPackedTileTokens tokens of m (nb activation blocks per
+// token); the tile size is a compile-time constant of the kernel.
+template <class F>
+void ForEachTile(int64_t nb, int64_t m, const uint8_t* acts, float* y, int64_t ldy, F&& f) {
+  for (int64_t t0 = 0; t0 < m; t0 += kPackedTileTokens) {
+    const uint8_t* a = acts + t0 * nb * kPackedActBytes;
+    float* yt = y + t0 * ldy;
+    switch (std::min<int64_t>(kPackedTileTokens, m - t0)) {
+      case 1:
+        f(std::integral_constant<int, 1>{}, a, yt);
+        break;
+      case 2:
+        f(std::integral_constant<int, 2>{}, a, yt);
+        break;
+      case 3:
+        f(std::integral_constant<int, 3>{}, a, yt);
+        break;
+      case 4:
+        f(std::integral_constant<int, 4>{}, a, yt);
+        break;
+      case 5:
+        f(std::integral_constant<int, 5>{}, a, yt);
+        break;
+      case 6:
+        f(std::integral_constant<int, 6>{}, a, yt);
+        break;
+      case 7:
+        f(std::integral_constant<int, 7>{}, a, yt);
+        break;
+      default:
+        f(std::integral_constant<int, 8>{}, a, yt);
+        break;
+    }
+  }
+}
+
+// The first `valid` of 16 rows.
+inline __mmask16 RowsMask(int valid) {
+  return valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
+}
+
+// q4_K / q5_K / q6_K groups [g0, g1) of w.packed for m tokens (PackedMatmul).
+void PackedMatmulK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
+                   float* y, int64_t ldy);
+
+}  // namespace rotor::ops::internal::avx512
