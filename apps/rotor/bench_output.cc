@@ -211,7 +211,7 @@ const std::vector<std::string>& BenchFieldNames() {
       "n_prompt", "n_gen", "n_depth", "test", "test_time",
       "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts",
       "gbps", "gflops", "roofline_pct", "roofline_bound",
-      "roofline_read_gbps", "roofline_fma_gflops", "roofline_int8_gops", "roofline_matmul_gflops",
+      "roofline_read_gbps", "roofline_read_best_gbps", "roofline_fma_gflops", "roofline_int8_gops", "roofline_matmul_gflops",
       "peak_rss_bytes", "peak_rss_scope"};
   // clang-format on
   return kNames;
@@ -254,6 +254,7 @@ Json BenchRowJson(const BenchRow& row) {
   j["roofline_pct"] = OrNull(row.roofline_pct);
   j["roofline_bound"] = row.roofline_bound ? Json(row.roofline_bound) : Json(nullptr);
   j["roofline_read_gbps"] = roof ? Json(roof->read_gbps) : Json(nullptr);
+  j["roofline_read_best_gbps"] = roof ? Json(roof->read_best_gbps) : Json(nullptr);
   j["roofline_fma_gflops"] = roof ? Json(roof->fma_gflops) : Json(nullptr);
   j["roofline_int8_gops"] = roof && roof->int8_gops > 0 ? Json(roof->int8_gops) : Json(nullptr);
   j["roofline_matmul_gflops"] = roof ? Json(roof->matmul_gflops) : Json(nullptr);

@@ -10,8 +10,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "base/thread_pool.h"
 #include "bench_config.h"
@@ -98,11 +102,16 @@ int RunBench(BenchArgs a) {
       rooflines.push_back(*r);
     }
   }
-  // Read bandwidth next to a test: a 256 MiB buffer (8x the L3), best of 3.
-  auto ReadProbe = [&](int threads) -> double {
-    ThreadPool pool(threads);
-    Result<double> gbps = MeasureReadBandwidth(pool, size_t{256} << 20, 3);
-    return gbps.ok() ? *gbps : 0.0;
+  // Read bandwidth next to a generation test: a 256 MiB buffer (8x the L3)
+  // read once before each repetition and once after the last (ReadProbe).
+  std::map<int, std::pair<std::unique_ptr<ThreadPool>, std::unique_ptr<ReadProbe>>> probes;
+  auto probe_for = [&](int threads) -> Result<ReadProbe*> {
+    auto& [pool, probe] = probes[threads];
+    if (!probe) {
+      pool = std::make_unique<ThreadPool>(threads);
+      ASSIGN_OR_RETURN(probe, ReadProbe::Create(*pool, size_t{256} << 20));
+    }
+    return probe.get();
   };
   auto roofline_for = [&](int threads) -> const Roofline* {
     for (const Roofline& r : rooflines)
@@ -127,12 +136,20 @@ int RunBench(BenchArgs a) {
                                          c.test.Name(), c.threads, KvPolicyName(c.kv.policy),
                                          c.kv.size > 0 ? fmt::format(" {}", c.kv.size) : "");
     m.model->PackMatrices();  // once, at the model's first case (LoadBenchModel)
-    const double read_before =
-        a.roofline && c.test.n_prompt == 0 ? ReadProbe(c.threads) : 0.0;
+    ReadProbe* probe = nullptr;
+    if (a.roofline && c.test.n_prompt == 0) {
+      Result<ReadProbe*> p = probe_for(c.threads);
+      if (!p.ok()) return Fail(p.status().WithContext("bench: --roofline"));
+      probe = *p;
+    }
+    std::vector<double> passes;  // GB/s, before each repetition and after the last
     progress.Start(what);
-    Result<BenchResult> r = RunBenchCase(
-        m, c, a.repetitions, a.seed,
-        [&](const char* phase, int rep) { progress.Update(phase, rep, a.repetitions); });
+    Result<BenchResult> r =
+        RunBenchCase(m, c, a.repetitions, a.seed, [&](const char* phase, int rep) {
+          if (probe != nullptr && std::strcmp(phase, "run") == 0) passes.push_back(probe->Pass());
+          progress.Update(phase, rep, a.repetitions);
+        });
+    if (probe != nullptr) passes.push_back(probe->Pass());
     progress.Clear();
     if (last_case[c.model] == i) models[c.model].model.reset();  // rows need only its numbers
     if (!r.ok()) {
@@ -148,11 +165,13 @@ int RunBench(BenchArgs a) {
     }
     const Roofline* roof = roofline_for(c.threads);
     Roofline adjacent;
-    if (roof != nullptr && c.test.n_prompt == 0) {
-      // Generation is memory-bound: its ceiling is the bandwidth measured next
-      // to it (the better of just before and just after), not at the start.
+    if (roof != nullptr && c.test.n_prompt == 0 && !passes.empty()) {
+      // Generation is memory-bound: its ceiling is the bandwidth measured
+      // between its repetitions (their mean), not at the start of the run.
       adjacent = *roof;
-      adjacent.read_gbps = std::max(read_before, ReadProbe(c.threads));
+      adjacent.read_gbps = 0;
+      for (double g : passes) adjacent.read_gbps += g / static_cast<double>(passes.size());
+      adjacent.read_best_gbps = *std::max_element(passes.begin(), passes.end());
       roof = &adjacent;
     }
     writer->Row(MakeBenchRow(m, c, *r, roof));

@@ -149,28 +149,37 @@ __attribute__((target("avx512f,avx512vnni"))) uint32_t DotAvx512Vnni(int64_t ite
 // Keeps results alive so the measured loops are not optimised away.
 std::atomic<uint64_t> g_sink{0};
 
-double MeasureRead(ThreadPool& pool, MappedBuffer& buf, int passes) {
+// First touch by the threads that read, with non-zero bytes (no shared zero page).
+void Touch(ThreadPool& pool, MappedBuffer& buf) {
   const int n_tasks = pool.size() * 16;
   const size_t chunk = buf.size() / n_tasks / 256 * 256;
-  // First touch by the threads that read, with non-zero bytes (no shared zero page).
   pool.Run(n_tasks, [&](int task, int) { std::memset(buf.data() + task * chunk, 1, chunk); });
+}
+
+// One pass over the buffer on every thread of the pool: GB/s.
+double ReadPass(ThreadPool& pool, MappedBuffer& buf) {
+  const int n_tasks = pool.size() * 16;
+  const size_t chunk = buf.size() / n_tasks / 256 * 256;
   const bool avx2 = ActiveIsa() >= Isa::kAvx2;
-  double best = 0;
-  for (int p = 0; p < passes; ++p) {
-    std::vector<uint64_t> out(n_tasks);
-    Timer timer;
-    pool.Run(n_tasks, [&](int task, int) {
-      const uint8_t* q = buf.data() + task * chunk;
+  std::vector<uint64_t> out(n_tasks);
+  Timer timer;
+  pool.Run(n_tasks, [&](int task, int) {
+    const uint8_t* q = buf.data() + task * chunk;
 #if defined(__x86_64__)
-      out[task] = avx2 ? ReadAvx2(q, chunk) : ReadScalar(q, chunk);
+    out[task] = avx2 ? ReadAvx2(q, chunk) : ReadScalar(q, chunk);
 #else
-      out[task] = ReadScalar(q, chunk);
+    out[task] = ReadScalar(q, chunk);
 #endif
-    });
-    const double s = timer.ElapsedSeconds();
-    for (uint64_t v : out) g_sink.fetch_xor(v, std::memory_order_relaxed);
-    best = std::max(best, static_cast<double>(chunk) * n_tasks / s / 1e9);
-  }
+  });
+  const double s = timer.ElapsedSeconds();
+  for (uint64_t v : out) g_sink.fetch_xor(v, std::memory_order_relaxed);
+  return static_cast<double>(chunk) * n_tasks / s / 1e9;
+}
+
+double MeasureRead(ThreadPool& pool, MappedBuffer& buf, int passes) {
+  Touch(pool, buf);
+  double best = 0;
+  for (int p = 0; p < passes; ++p) best = std::max(best, ReadPass(pool, buf));
   return best;
 }
 
@@ -255,11 +264,33 @@ Result<double> MeasureReadBandwidth(ThreadPool& pool, size_t buffer_bytes, int p
   return MeasureRead(pool, buf, passes);
 }
 
+struct ReadProbe::Buffer {
+  MappedBuffer mapped;
+};
+
+Result<std::unique_ptr<ReadProbe>> ReadProbe::Create(ThreadPool& pool, size_t buffer_bytes) {
+  const size_t min_bytes = static_cast<size_t>(pool.size()) * 16 * 4096;
+  if (buffer_bytes < min_bytes)
+    return Errorf("roofline: buffer of {} bytes is too small (at least {})", buffer_bytes,
+                  min_bytes);
+  std::unique_ptr<ReadProbe> probe(new ReadProbe(pool));
+  probe->buf_ = std::make_unique<Buffer>();
+  RETURN_IF_ERROR(probe->buf_->mapped.Map(buffer_bytes));
+  Touch(pool, probe->buf_->mapped);
+  return probe;
+}
+
+ReadProbe::ReadProbe(ThreadPool& pool) : pool_(pool) {}
+ReadProbe::~ReadProbe() = default;
+
+double ReadProbe::Pass() { return ReadPass(pool_, buf_->mapped); }
+
 Result<Roofline> MeasureRoofline(ThreadPool& pool, const RooflineOptions& options) {
   Roofline r;
   r.threads = pool.size();
   r.buffer_bytes = options.buffer_bytes;
   ASSIGN_OR_RETURN(r.read_gbps, MeasureReadBandwidth(pool, options.buffer_bytes, options.passes));
+  r.read_best_gbps = r.read_gbps;
   r.fma_gflops = MeasureFma(pool, options.passes, &r.fma_isa);
   r.int8_gops = MeasureInt8(pool, options.passes);
   r.matmul_gflops = MeasureMatmul(pool, options.passes, &r);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "base/status.h"
@@ -21,7 +22,10 @@ struct RooflineOptions {
 struct Roofline {
   int threads = 0;
   // Every thread streams its share of one buffer with 256-bit loads; best pass.
+  // Generation rows of `rotor bench`: the mean of the passes interleaved with
+  // the test's repetitions (ReadProbe), and read_best_gbps their best.
   double read_gbps = 0;  // 1e9 bytes per second
+  double read_best_gbps = 0;
   // A register-blocked FMA loop on every thread (no memory traffic): the f32 peak.
   double fma_gflops = 0;
   std::string fma_isa;  // "avx512", "avx2" or "scalar": the widest vectors the loop used
@@ -43,6 +47,25 @@ Result<Roofline> MeasureRoofline(ThreadPool& pool, const RooflineOptions& option
 // moves by up to 2x within minutes, so a ceiling taken at the start of a long
 // run does not describe a test run later.
 Result<double> MeasureReadBandwidth(ThreadPool& pool, size_t buffer_bytes, int passes);
+
+// Read passes to interleave with a test: the buffer is mapped and touched once
+// (Create), then each Pass() streams it once on the pool's threads and returns
+// GB/s. `rotor bench --roofline` runs one pass before each repetition of a
+// generation test and one after the last, and takes their mean as the test's
+// ceiling: the test's speed is a mean over the same seconds, so a host whose
+// bandwidth drifts (this one: 39-80 GB/s within a session) moves both.
+class ReadProbe {
+ public:
+  static Result<std::unique_ptr<ReadProbe>> Create(ThreadPool& pool, size_t buffer_bytes);
+  ~ReadProbe();
+  double Pass();
+
+ private:
+  explicit ReadProbe(ThreadPool& pool);
+  ThreadPool& pool_;
+  struct Buffer;
+  std::unique_ptr<Buffer> buf_;
+};
 
 // "memory read 55.2 GB/s (1024 MiB buffer), f32 FMA peak 221.0 GFLOP/s (avx512), ..."
 std::string RooflineSummary(const Roofline& r);
