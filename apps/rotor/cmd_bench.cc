@@ -103,7 +103,10 @@ int RunBench(BenchArgs a) {
     }
   }
   // Read bandwidth next to a generation test: a 256 MiB buffer (8x the L3)
-  // read once before each repetition and once after the last (ReadProbe).
+  // read kProbePasses times before each repetition and after the last
+  // (ReadProbe; a pass takes ~5 ms, three smooth out the host's shortest
+  // hiccups).
+  constexpr int kProbePasses = 3;
   std::map<int, std::pair<std::unique_ptr<ThreadPool>, std::unique_ptr<ReadProbe>>> probes;
   auto probe_for = [&](int threads) -> Result<ReadProbe*> {
     auto& [pool, probe] = probes[threads];
@@ -146,10 +149,11 @@ int RunBench(BenchArgs a) {
     progress.Start(what);
     Result<BenchResult> r =
         RunBenchCase(m, c, a.repetitions, a.seed, [&](const char* phase, int rep) {
-          if (probe != nullptr && std::strcmp(phase, "run") == 0) passes.push_back(probe->Pass());
+          if (probe != nullptr && std::strcmp(phase, "run") == 0)
+            for (int i = 0; i < kProbePasses; ++i) passes.push_back(probe->Pass());
           progress.Update(phase, rep, a.repetitions);
         });
-    if (probe != nullptr) passes.push_back(probe->Pass());
+    for (int i = 0; probe != nullptr && i < kProbePasses; ++i) passes.push_back(probe->Pass());
     progress.Clear();
     if (last_case[c.model] == i) models[c.model].model.reset();  // rows need only its numbers
     if (!r.ok()) {

@@ -50,8 +50,8 @@ Result<double> MeasureReadBandwidth(ThreadPool& pool, size_t buffer_bytes, int p
 
 // Read passes to interleave with a test: the buffer is mapped and touched once
 // (Create), then each Pass() streams it once on the pool's threads and returns
-// GB/s. `rotor bench --roofline` runs one pass before each repetition of a
-// generation test and one after the last, and takes their mean as the test's
+// GB/s. `rotor bench --roofline` runs three passes before each repetition of
+// a generation test and after the last, and takes their mean as the test's
 // ceiling: the test's speed is a mean over the same seconds, so a host whose
 // bandwidth drifts (this one: 39-80 GB/s within a session) moves both.
 class ReadProbe {
