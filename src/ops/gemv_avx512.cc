@@ -34,6 +34,28 @@ inline void GemvFloatRows(const Weight& w, const float* x, int64_t r0, float* y)
   __m512 acc0[kR], acc1[kR];
   for (int r = 0; r < kR; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
   int64_t i = 0;
+  if constexpr (kT == DType::kBF16) {
+    // 32 bf16 weights per 64-byte load: element 2j is the low half of dword j
+    // (shifted up: its f32), 2j + 1 the high half (masked: its f32), against
+    // x split into even and odd elements once per pass for all kR rows (two
+    // integer ops per 32 weights instead of four widening ones).
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    for (; i + 32 <= w.k; i += 32) {
+      const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+      const __m512 xe = _mm512_permutex2var_ps(x0, even, x1),
+                   xo = _mm512_permutex2var_ps(x0, odd, x1);
+#pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + 2 * i) + kGemvPrefetch, _MM_HINT_T0);
+        const __m512i v = _mm512_loadu_si512(rows[r] + 2 * i);
+        acc0[r] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, high)), xo, acc1[r]);
+      }
+    }
+  }
   for (; i + 32 <= w.k; i += 32) {
     const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
 #pragma GCC unroll 4
@@ -156,8 +178,8 @@ inline __m512i LoadRowPair(const uint8_t* row, int64_t j, bool half, bool tail, 
 
 // Block pair j of kR rows for one token into acc (kEdge: as GemvQuantMultiStep).
 template <DType kT, int kR, bool kEdge>
-inline void GemvQuantStep(const uint8_t* const* rows, const int8_t* qx, const float* dx,
-                          int64_t nb, int64_t j, __m512 (&acc)[kR]) {
+inline void GemvQuantStep(const uint8_t* const* rows, const int8_t* qx, const float* dx, int64_t nb,
+                          int64_t j, __m512 (&acc)[kR]) {
   const __m512i bias = _mm512_set1_epi8(kT == DType::kQ8_0 ? static_cast<char>(0x80) : 8);
   const bool half = kEdge && 2 * j + 1 == nb;
   const bool tail = kEdge && 2 * j + 4 > nb;  // fewer than 64 bytes of the row left (q4_0)
