@@ -3,6 +3,10 @@
 #include <cstdio>
 #include <cstring>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace rotor {
 namespace {
 int64_t ReadStatusKb(const char* key) {
@@ -31,6 +35,18 @@ bool ResetPeakRss() {
   bool ok = std::fputs("5", f) >= 0;
   ok = (std::fclose(f) == 0) && ok;
   return ok;
+}
+
+void AdviseHugePages(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kPage - 1) / kPage * kPage;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / kPage * kPage;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
 }
 
 }  // namespace rotor

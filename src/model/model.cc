@@ -11,8 +11,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, bool pack_ma
   return FromGguf(std::move(file), pack_matrices);
 }
 
-Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> file,
-                                               bool pack_matrices) {
+Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> file, bool pack_matrices) {
   std::unique_ptr<Model> model(new Model());
   model->file_ = std::move(file);
   RETURN_IF_ERROR(model->Init());
@@ -34,15 +33,30 @@ Result<ops::Weight> Model::Matrix(const std::string& name, int64_t k, int64_t n)
 }
 
 void Model::PackMatrices() {
+  if (!packed_.empty()) return;  // done before
   std::vector<ops::Weight*> all = {&output_};
   for (LayerWeights& l : layers_)
     for (ops::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
       all.push_back(w);
+  // One arena for every packed copy, with 2 MiB pages as the roofline's read
+  // probe has (most matrices are smaller than a huge page on their own).
+  std::vector<ops::Weight*> todo;
+  std::vector<size_t> offsets;
+  size_t total = 0;
   for (ops::Weight* w : all) {
     if (w->packed != nullptr || !ops::PackingHelps(w->type) || w->k % 32 != 0) continue;
-    AlignedBuffer<uint8_t>& buf = packed_.emplace_back(static_cast<size_t>(ops::PackedWeightBytes(*w)));
-    ops::PackWeight(*w, buf.data(), 0, w->n);
-    w->packed = buf.data();
+    todo.push_back(w);
+    offsets.push_back(total);
+    total += (static_cast<size_t>(ops::PackedWeightBytes(*w)) + kAlignment - 1) / kAlignment *
+             kAlignment;
+  }
+  if (todo.empty()) return;
+  AlignedBuffer<uint8_t>& arena = packed_.emplace_back(total);  // [total]
+  AdviseHugePages(arena.data(), arena.bytes());                 // before PackWeight writes it
+  for (size_t i = 0; i < todo.size(); ++i) {
+    ops::Weight* w = todo[i];
+    ops::PackWeight(*w, arena.data() + offsets[i], 0, w->n);
+    w->packed = arena.data() + offsets[i];
     // The rows stay readable (other ISAs, embedding lookups of a tied output).
     file_->ReleasePages(static_cast<const uint8_t*>(w->data), w->row_bytes * w->n);
   }
@@ -107,11 +121,11 @@ Status Model::Init() {
       ASSIGN_OR_RETURN(l.bk, OptionalVector(b + "attn_k.bias", kv_dim));
       ASSIGN_OR_RETURN(l.bv, OptionalVector(b + "attn_v.bias", kv_dim));
       // Biases the graph has no place for must not be silently dropped.
-      for (const char* name : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias",
-                               "ffn_down.bias", "attn_norm.bias", "ffn_norm.bias"})
+      for (const char* name : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias",
+                               "attn_norm.bias", "ffn_norm.bias"})
         if (file_->FindTensor(b + name) != nullptr)
-          return Errorf("tensor '{}{}': architecture '{}' with this bias is not supported", b,
-                        name, c.arch);
+          return Errorf("tensor '{}{}': architecture '{}' with this bias is not supported", b, name,
+                        c.arch);
       ASSIGN_OR_RETURN(l.wo, Matrix(b + "attn_output.weight", q_dim, c.n_embd));
       ASSIGN_OR_RETURN(l.ffn_norm, Vector(b + "ffn_norm.weight", c.n_embd));
       ASSIGN_OR_RETURN(l.w_gate, Matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff));

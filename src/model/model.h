@@ -49,8 +49,9 @@ class Model {
   bool tied_output() const { return tied_output_; }
   const LayerWeights& layer(int i) const { return layers_[i]; }
   // Row-interleaved copies of the matrices the active kernels read faster so
-  // (ops::PackingHelps); the mapped pages they replace are released. Load
-  // does it unless asked not to; a second call does nothing.
+  // (ops::PackingHelps), in one arena of 2 MiB pages; the mapped pages they
+  // replace are released. Load does it unless asked not to; a second call
+  // does nothing.
   void PackMatrices();
   // Bytes of weights a decode step reads (every matrix once; embeddings one row).
   int64_t weight_bytes() const { return weight_bytes_; }
@@ -73,7 +74,7 @@ class Model {
   bool tied_output_ = false;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<float>> owned_vectors_;  // norms stored in a non-f32 type
-  std::vector<AlignedBuffer<uint8_t>> packed_;     // each [ops::PackedWeightBytes(w)]
+  std::vector<AlignedBuffer<uint8_t>> packed_;  // one arena: every PackedWeightBytes(w), 64-aligned
   int64_t weight_bytes_ = 0;
   int64_t n_params_ = 0;
   std::string type_name_;

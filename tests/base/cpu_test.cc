@@ -23,5 +23,16 @@ TEST(Memory, RssIsReported) {
   EXPECT_EQ(buf.size(), 1000u);
 }
 
+// Advisory only: any range (unaligned, shorter than a page, empty) is
+// accepted, and the memory reads back what was written after the advice.
+TEST(Memory, AdviseHugePagesKeepsTheBuffer) {
+  AlignedBuffer<uint8_t> buf(size_t{5} << 20);  // [5 MiB]: holds a whole 2 MiB extent
+  AdviseHugePages(buf.data() + 3, buf.bytes() - 3);
+  AdviseHugePages(buf.data() + 100, 10);
+  AdviseHugePages(buf.data(), 0);
+  for (size_t i = 0; i < buf.bytes(); ++i) buf[i] = static_cast<uint8_t>(i * 7);
+  for (size_t i = 0; i < buf.bytes(); i += 4093) ASSERT_EQ(buf[i], static_cast<uint8_t>(i * 7));
+}
+
 }  // namespace
 }  // namespace rotor
