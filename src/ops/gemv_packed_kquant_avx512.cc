@@ -11,12 +11,14 @@
 //   q4_K / q5_K: acc += (d * sc) * dx * isum - (dmin * m) * (dx * sum(qx))
 //   q6_K:        acc += (d * sc) * dx * (isum - 32 * sum(qx over the 16))
 // with the 6-bit (q6_K: int8) scales unpacked for 16 rows at once from the
-// record's scale zmm. Every output is the same sequence of operations for
-// every m and tile (batched == alone, bit for bit).
+// record's scale zmm. q6_K's values were recombined at packing so that a
+// sub-block is 3 zmm and 9 integer ops (kernels.h: PackedQ6Byte). Every output is the same sequence
+// of operations for every m and tile (batched == alone, bit for bit).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "ops/avx512_util.h"
 #include "ops/kernels.h"
@@ -78,44 +80,76 @@ inline void Mins(__m512* acc, __m512 mins, const int32_t* aj) {
     acc[t] = _mm512_fnmadd_ps(mins, _mm512_set1_ps(ActFloat<kTok>(aj, kActXsum, t)), acc[t]);
 }
 
-// q4_K / q5_K, sub-blocks 2c and 2c + 1 of a record: quants byte 32 c + i of
-// a row holds element i of sub-block 2c (low nibble) and of 2c + 1 (high);
-// q5_K's fifth bits are bits 2c and 2c + 1 of qh[i].
-template <bool kQ5, int kC, int kTok>
-inline void ChunkK45(const uint8_t* rec, const int32_t* a0, const int32_t* a1, __m512 d,
-                     __m512 dmin, __m512i sc, __m512i mn, __m512* acc) {
-  constexpr DType kT = kQ5 ? DType::kQ5_K : DType::kQ4_K;
-  constexpr PackedKLayout kL = PackedK(kT);
-  PrefetchQuarter<kT, kC>(rec);
-  const __m512i low4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
+// q4_K, sub-blocks 2c and 2c + 1 of a record: quants byte 32 c + i of a row
+// holds element i of sub-block 2c (low nibble) and of 2c + 1 (high).
+template <int kC, int kTok>
+inline void ChunkQ4(const uint8_t* rec, const int32_t* a0, const int32_t* a1, __m512 d, __m512 dmin,
+                    __m512i sc, __m512i mn, __m512* acc) {
+  constexpr PackedKLayout kL = PackedK(DType::kQ4_K);
+  PrefetchQuarter<DType::kQ4_K, kC>(rec);
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512i lo[kTok], hi[kTok];
   for (int t = 0; t < kTok; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int u = 0; u < 8; ++u) {
     const __m512i v = Load(At(rec, kL.qs, 8 * kC + u));
-    __m512i l, h;
-    if constexpr (kQ5) {
-      const __m512i qh = Load(At(rec, kL.qh, u));
-      l = _mm512_or_si512(_mm512_and_si512(v, low4), _mm512_and_si512(Shift<4 - 2 * kC>(qh), bit4));
-      h = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), low4),
-                          _mm512_and_si512(Shift<3 - 2 * kC>(qh), bit4));
-    } else {
-      l = _mm512_and_si512(v, low4);
-      h = _mm512_andnot_si512(low4, v);  // 16 x the high nibble: shifted back below (exact)
-    }
+    const __m512i l = _mm512_and_si512(v, low4);
+    const __m512i h =
+        _mm512_andnot_si512(low4, v);  // 16 x the high nibble: shifted back below (exact)
 #pragma GCC unroll 8
     for (int t = 0; t < kTok; ++t) {
       DotBroadcast(lo[t], l, ActField<kTok>(a0, u, t));
       DotBroadcast(hi[t], h, ActField<kTok>(a1, u, t));
     }
   }
-  if constexpr (!kQ5)
-    for (int t = 0; t < kTok; ++t) hi[t] = _mm512_srai_epi32(hi[t], 4);
+  for (int t = 0; t < kTok; ++t) hi[t] = _mm512_srai_epi32(hi[t], 4);
   constexpr int kB = (2 * kC) % 4;  // byte of sub-block 2c in its scale zmm
   Scale<kTok>(acc, lo, _mm512_mul_ps(d, ByteF32<kB, false>(sc)), a0);
   Mins<kTok>(acc, _mm512_mul_ps(dmin, ByteF32<kB, false>(mn)), a0);
   Scale<kTok>(acc, hi, _mm512_mul_ps(d, ByteF32<kB + 1, false>(sc)), a1);
   Mins<kTok>(acc, _mm512_mul_ps(dmin, ByteF32<kB + 1, false>(mn)), a1);
+}
+
+// Bits of a where the byte mask m is set, of b elsewhere (vpternlogd 0xe4).
+inline __m512i Select(__m512i m, __m512i a, __m512i b) {
+  return _mm512_ternarylogic_epi32(a, b, m, 0xe4);
+}
+
+// q5_K, sub-block kJ (32 weights; activation block kJ) of a record: 5 zmm
+// unpacked to the 8 zmm of its values (kernels.h: PackedQ5Byte).
+template <int kJ, int kTok>
+inline void SubQ5(const uint8_t* rec, const int32_t* aj, __m512 d, __m512 dmin, __m512i sc,
+                  __m512i mn, __m512* acc) {
+  constexpr PackedKLayout kL = PackedK(DType::kQ5_K);
+  if constexpr (kJ % 2 == 0) PrefetchQuarter<DType::kQ5_K, kJ / 2>(rec);
+  const __m512i five = _mm512_set1_epi8(0x1f), m3 = _mm512_set1_epi8(0x07),
+                m4 = _mm512_set1_epi8(0x0f);
+  __m512i z[5];
+  for (int i = 0; i < 5; ++i) z[i] = Load(At(rec, kL.qs, 5 * kJ + i));
+  __m512i v[8];
+  for (int i = 0; i < 5; ++i) v[i] = _mm512_and_si512(z[i], five);
+  // Bits 5-7 of z0..z4 carry v5..v7 (kernels.h).
+  v[5] = _mm512_and_si512(Select(m3, _mm512_srli_epi16(z[0], 5), _mm512_srli_epi16(z[3], 2)), five);
+  v[6] = _mm512_and_si512(Select(m3, _mm512_srli_epi16(z[1], 5), _mm512_srli_epi16(z[4], 2)), five);
+  v[7] = _mm512_and_si512(
+      Select(m4, Select(m3, _mm512_srli_epi16(z[2], 5), _mm512_srli_epi16(z[3], 4)),
+             _mm512_srli_epi16(z[4], 3)),
+      five);
+  __m512i sum[kTok];
+  for (int t = 0; t < kTok; ++t) sum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; ++q)
+#pragma GCC unroll 8
+    for (int t = 0; t < kTok; ++t) DotBroadcast(sum[t], v[q], ActField<kTok>(aj, q, t));
+  Scale<kTok>(acc, sum, _mm512_mul_ps(d, ByteF32<kJ % 4, false>(sc)), aj);
+  Mins<kTok>(acc, _mm512_mul_ps(dmin, ByteF32<kJ % 4, false>(mn)), aj);
+}
+
+template <int kTok, int... kJ>
+inline void SubsQ5(const uint8_t* rec, const int32_t* aj, __m512 d, __m512 dmin, const __m512i* sc,
+                   const __m512i* mn, __m512* acc, std::integer_sequence<int, kJ...>) {
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
+  (SubQ5<kJ, kTok>(rec, aj + kJ * kBlock, d, dmin, sc[kJ / 4], mn[kJ / 4], acc), ...);
 }
 
 // One q4_K / q5_K record; aj: the activations of its first block of 32.
@@ -136,67 +170,65 @@ inline void SuperK45(const uint8_t* rec, const int32_t* aj, __m512* acc) {
       _mm512_or_si512(_mm512_and_si512(c, low4), _mm512_and_si512(_mm512_srli_epi32(a, 2), top2));
   const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, 4), low4),
                                        _mm512_and_si512(_mm512_srli_epi32(b, 2), top2));
-  ChunkK45<kQ5, 0, kTok>(rec, aj, aj + kBlock, d, dmin, sc03, mn03, acc);
-  ChunkK45<kQ5, 1, kTok>(rec, aj + 2 * kBlock, aj + 3 * kBlock, d, dmin, sc03, mn03, acc);
-  ChunkK45<kQ5, 2, kTok>(rec, aj + 4 * kBlock, aj + 5 * kBlock, d, dmin, sc47, mn47, acc);
-  ChunkK45<kQ5, 3, kTok>(rec, aj + 6 * kBlock, aj + 7 * kBlock, d, dmin, sc47, mn47, acc);
+  if constexpr (kQ5) {
+    const __m512i sc[2] = {sc03, sc47}, mn[2] = {mn03, mn47};
+    SubsQ5<kTok>(rec, aj, d, dmin, sc, mn, acc, std::make_integer_sequence<int, 8>{});
+  } else {
+    ChunkQ4<0, kTok>(rec, aj, aj + kBlock, d, dmin, sc03, mn03, acc);
+    ChunkQ4<1, kTok>(rec, aj + 2 * kBlock, aj + 3 * kBlock, d, dmin, sc03, mn03, acc);
+    ChunkQ4<2, kTok>(rec, aj + 4 * kBlock, aj + 5 * kBlock, d, dmin, sc47, mn47, acc);
+    ChunkQ4<3, kTok>(rec, aj + 6 * kBlock, aj + 7 * kBlock, d, dmin, sc47, mn47, acc);
+  }
 }
 
-// q6_K, half kN (elements 128 kN ..) and pair kP of its activation blocks:
-// block kP takes the low nibbles of ql[64 kN + 32 kP + i] and bits 2 kP of
-// qh[32 kN + i]; block kP + 2 the high nibbles and bits 4 + 2 kP. Sub-block
-// h of a block (its 16 weights from 16 h) has the int8 scale 8 kN + 2 i + h.
-template <int kN, int kP, int kTok>
-inline void PairQ6(const uint8_t* rec, const int32_t* alo, const int32_t* ahi, __m512 d,
-                   const __m512i* scales, __m512* acc) {
+// q6_K, sub-block kS (16 weights; scale kS) of a record: 3 zmm unpacked to
+// the 4 zmm of its values (kernels.h: PackedQ6Byte), against quads 4 h ..
+// 4 h + 3 of activation block kS / 2 (h = kS % 2). The sums start at -32 x
+// the 16 activations' sum: q6_K's bias.
+template <int kS, int kTok>
+inline void SubQ6(const uint8_t* rec, const int32_t* aj, __m512 d, const __m512i* scales,
+                  __m512* acc) {
   constexpr PackedKLayout kL = PackedK(DType::kQ6_K);
-  PrefetchQuarter<DType::kQ6_K, 2 * kN + kP>(rec);
-  const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    __m512i lo[kTok], hi[kTok];  // start at -32 x (the 16 activations' sum): q6_K's bias
-    for (int t = 0; t < kTok; ++t) {
-      const int32_t sl = *ActField<kTok>(alo, kActSumLo, t),
-                    sh = *ActField<kTok>(ahi, kActSumLo, t);
-      lo[t] = _mm512_set1_epi32(-32 * (h == 0 ? sl : *ActField<kTok>(alo, kActSum, t) - sl));
-      hi[t] = _mm512_set1_epi32(-32 * (h == 0 ? sh : *ActField<kTok>(ahi, kActSum, t) - sh));
-    }
-#pragma GCC unroll 4
-    for (int u = 4 * h; u < 4 * h + 4; ++u) {
-      const __m512i ql = Load(At(rec, kL.qs, 16 * kN + 8 * kP + u));
-      const __m512i qh = Load(At(rec, kL.qh, 8 * kN + u));
-      const __m512i l = _mm512_or_si512(_mm512_and_si512(ql, low4),
-                                        _mm512_and_si512(Shift<4 - 2 * kP>(qh), top2));
-      const __m512i hq = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(ql, 4), low4),
-                                         _mm512_and_si512(Shift<-2 * kP>(qh), top2));
-#pragma GCC unroll 8
-      for (int t = 0; t < kTok; ++t) {
-        DotBroadcast(lo[t], l, ActField<kTok>(alo, u, t));
-        DotBroadcast(hi[t], hq, ActField<kTok>(ahi, u, t));
-      }
-    }
-    // Scales 8 kN + 2 kP + h (block kP) and 8 kN + 2 kP + 4 + h (block kP + 2).
-    const int s_lo = 8 * kN + 2 * kP + h, s_hi = s_lo + 4;
-    const __m512 sc_lo = h == 0 ? ByteF32<(2 * kP) % 4, true>(scales[s_lo / 4])
-                                : ByteF32<(2 * kP + 1) % 4, true>(scales[s_lo / 4]);
-    const __m512 sc_hi = h == 0 ? ByteF32<(2 * kP) % 4, true>(scales[s_hi / 4])
-                                : ByteF32<(2 * kP + 1) % 4, true>(scales[s_hi / 4]);
-    Scale<kTok>(acc, lo, _mm512_mul_ps(d, sc_lo), alo);
-    Scale<kTok>(acc, hi, _mm512_mul_ps(d, sc_hi), ahi);
+  constexpr int kH = kS % 2;
+  if constexpr (kS % 4 == 0) PrefetchQuarter<DType::kQ6_K, kS / 4>(rec);
+  const __m512i six = _mm512_set1_epi8(0x3f);
+  const __m512i z0 = Load(At(rec, kL.qs, 3 * kS)), z1 = Load(At(rec, kL.qs, 3 * kS + 1)),
+                z2 = Load(At(rec, kL.qs, 3 * kS + 2));
+  // v3 = z0 >> 6 | (z1 >> 6) << 2 | (z2 >> 6) << 4, byte by byte: bits 0-1
+  // from the first shift, 2-3 from the second, 4-5 from the third.
+  const __m512i v3 = _mm512_and_si512(
+      Select(_mm512_set1_epi8(0x0f),
+             Select(_mm512_set1_epi8(0x03), _mm512_srli_epi16(z0, 6), _mm512_srli_epi16(z1, 4)),
+             _mm512_srli_epi16(z2, 2)),
+      six);
+  const __m512i v[4] = {_mm512_and_si512(z0, six), _mm512_and_si512(z1, six),
+                        _mm512_and_si512(z2, six), v3};
+  __m512i sum[kTok];
+  for (int t = 0; t < kTok; ++t) {
+    const int32_t lo = *ActField<kTok>(aj, kActSumLo, t);
+    sum[t] = _mm512_set1_epi32(-32 * (kH == 0 ? lo : *ActField<kTok>(aj, kActSum, t) - lo));
   }
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q)
+#pragma GCC unroll 8
+    for (int t = 0; t < kTok; ++t) DotBroadcast(sum[t], v[q], ActField<kTok>(aj, 4 * kH + q, t));
+  Scale<kTok>(acc, sum, _mm512_mul_ps(d, ByteF32<kS % 4, true>(scales[kS / 4])), aj);
+}
+
+template <int kTok, int... kS>
+inline void SubsQ6(const uint8_t* rec, const int32_t* aj, __m512 d, const __m512i* scales,
+                   __m512* acc, std::integer_sequence<int, kS...>) {
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
+  (SubQ6<kS, kTok>(rec, aj + kS / 2 * kBlock, d, scales, acc), ...);
 }
 
 template <int kTok>
 inline void SuperQ6(const uint8_t* rec, const int32_t* aj, __m512* acc) {
   constexpr PackedKLayout kL = PackedK(DType::kQ6_K);
-  constexpr int kBlock = kTok * kPackedActBytes / 4;
   const __m512 d = Halves(rec + kL.d);
   const __m512i scales[4] = {Load(At(rec, kL.scales, 0)), Load(At(rec, kL.scales, 1)),
                              Load(At(rec, kL.scales, 2)), Load(At(rec, kL.scales, 3))};
-  PairQ6<0, 0, kTok>(rec, aj, aj + 2 * kBlock, d, scales, acc);
-  PairQ6<0, 1, kTok>(rec, aj + kBlock, aj + 3 * kBlock, d, scales, acc);
-  PairQ6<1, 0, kTok>(rec, aj + 4 * kBlock, aj + 6 * kBlock, d, scales, acc);
-  PairQ6<1, 1, kTok>(rec, aj + 5 * kBlock, aj + 7 * kBlock, d, scales, acc);
+  SubsQ6<kTok>(rec, aj, d, scales, acc, std::make_integer_sequence<int, 16>{});
 }
 
 // Rows [16 g, 16 g + valid) of kTok tokens; `group`: the group's records.

@@ -47,8 +47,11 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
 // super-block (256 weights), records end to end. A record holds each field of
 // the 16 rows' blocks side by side: f16 fields (d, dmin) as 16 halves, byte
 // fields as zmm of 4 bytes x 16 rows (bytes 4 i .. 4 i + 3 of every row in zmm
-// i), bytes unchanged. Offsets: PackedK below. Same size as the rows (q6_K:
-// + 32 bytes per record, to keep records 64-byte aligned).
+// i), bytes unchanged, except the q5_K and q6_K quants: their 5- and 6-bit
+// values are recombined so that 5 zmm hold 8 zmm of values (q5_K) and 3 zmm
+// hold 4 (q6_K): PackedQ5Byte, PackedQ6Byte. Offsets:
+// PackedK below. Same size as the rows (q6_K: + 32 bytes per record, to keep
+// records 64-byte aligned).
 inline constexpr int kPackedRows = 16;
 inline constexpr bool IsPackedK(DType t) {
   return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
@@ -59,11 +62,27 @@ struct PackedKLayout {
 };
 inline constexpr PackedKLayout PackedK(DType t) {
   // q4_K: d, dmin, 12 scale bytes (3 zmm), qs 128 (32 zmm).
-  // q5_K: as q4_K with qh 32 (8 zmm) before qs.
-  // q6_K: 16 int8 scales (4 zmm), ql 128 (32 zmm), qh 64 (16 zmm), d, padding.
+  // q5_K: d, dmin, scales (3 zmm), the 5-bit values (40 zmm).
+  // q6_K: 16 int8 scales (4 zmm), the 6-bit values (48 zmm), d, padding.
   return t == DType::kQ4_K   ? PackedKLayout{0, 32, 64, -1, 256, 2304}
-         : t == DType::kQ5_K ? PackedKLayout{0, 32, 64, 256, 768, 2816}
-                             : PackedKLayout{3328, -1, 0, 2304, 256, 3392};
+         : t == DType::kQ5_K ? PackedKLayout{0, 32, 64, -1, 256, 2816}
+                             : PackedKLayout{3328, -1, 0, -1, 256, 3392};
+}
+// q6_K values in a record: sub-block s (16 weights from 16 s, scale s) is 3
+// zmm from qs + 192 s. Byte 4 r + b of zmm i (i < 3) holds, for row r, the
+// value q(16 s + 4 i + b) in bits 0-5 and 2 bits of q(16 s + 12 + b) in bits
+// 6-7 (its bits 0-1 in zmm 0, 2-3 in zmm 1, 4-5 in zmm 2). q: the unsigned
+// 6-bit value, the weight being d * sc * (q - 32).
+inline constexpr int PackedQ6Byte(int s, int i, int r, int b) {
+  return 192 * s + 64 * i + 4 * r + b;
+}
+// q5_K values in a record: sub-block j (32 weights from 32 j) is 5 zmm from
+// qs + 320 j. Byte 4 r + b of zmm i holds, for row r, v_i = q(32 j + 4 i + b)
+// in bits 0-4 and three bits of v_5..v_7 in bits 5-7: zmm 0, 1, 2 bits 0-2 of
+// v_5, v_6, v_7; zmm 3 bits 3-4 of v_5 and bit 3 of v_7; zmm 4 bits 3-4 of
+// v_6 and bit 4 of v_7. q: the 5-bit value, the weight d * sc * q - dmin * m.
+inline constexpr int PackedQ5Byte(int j, int i, int r, int b) {
+  return 320 * j + 64 * i + 4 * r + b;
 }
 inline constexpr int PackedBlockBytes(DType t) { return t == DType::kQ8_0 ? 512 : 256; }
 inline constexpr int64_t PackedPairBytes(DType t) { return 64 + 2 * PackedBlockBytes(t); }

@@ -23,6 +23,46 @@ struct Field {
   bool half;
 };
 
+// The 6-bit values of one q6_K block (row r of its group) into a record's
+// quants (kernels.h: PackedQ6Byte).
+void PackQ6Quants(const uint8_t* blk, uint8_t* qs, int r) {
+  uint8_t q[kQK_K];  // [256] unsigned values, GGML's element order
+  for (int e = 0; e < kQK_K; ++e) {
+    const int n = e / 128, i = e % 128 / 32, l = e % 32;
+    const uint8_t ql = blk[64 * n + l + 32 * (i % 2)], qh = blk[128 + 32 * n + l];
+    q[e] = static_cast<uint8_t>(((i < 2 ? ql : ql >> 4) & 15) | ((qh >> (2 * i)) & 3) << 4);
+  }
+  for (int s = 0; s < kQK_K / 16; ++s)
+    for (int b = 0; b < 4; ++b) {
+      const uint8_t v3 = q[16 * s + 12 + b];
+      for (int i = 0; i < 3; ++i)
+        qs[internal::PackedQ6Byte(s, i, r, b)] =
+            static_cast<uint8_t>(q[16 * s + 4 * i + b] | ((v3 >> (2 * i)) & 3) << 6);
+    }
+}
+
+// The 5-bit values of one q5_K block (row r of its group) into a record's
+// quants (kernels.h: PackedQ5Byte).
+void PackQ5Quants(const uint8_t* blk, uint8_t* qs, int r) {
+  const uint8_t* qh = blk + 16;  // [32]: bit j of qh[l] is bit 4 of element 32 j + l
+  const uint8_t* ql = blk + 48;  // [128]: byte 32 c + l: elements 64 c + l, + 32 (nibbles)
+  uint8_t q[kQK_K];              // [256] unsigned values
+  for (int e = 0; e < kQK_K; ++e) {
+    const int j = e / 32, l = e % 32;
+    q[e] = static_cast<uint8_t>((ql[32 * (j / 2) + l] >> (4 * (j % 2)) & 15) | ((qh[l] >> j) & 1)
+                                                                                   << 4);
+  }
+  for (int j = 0; j < kQK_K / 32; ++j)
+    for (int b = 0; b < 4; ++b) {
+      const int v5 = q[32 * j + 20 + b], v6 = q[32 * j + 24 + b], v7 = q[32 * j + 28 + b];
+      const int top[5] = {v5 & 7, v6 & 7, v7 & 7, (v5 >> 3) | ((v7 >> 3) & 1) << 2,
+                          (v6 >> 3) | (v7 >> 4) << 2};
+      for (int i = 0; i < 5; ++i)
+        qs[internal::PackedQ5Byte(j, i, r, b)] =
+            static_cast<uint8_t>(q[32 * j + 4 * i + b] | top[i] << 5);
+    }
+}
+
 // K-quant rows [r0, r1) -> records (kernels.h: PackedK). Rows past n stay
 // zero: d = dmin = 0, every value 0.
 void PackK(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
@@ -30,18 +70,14 @@ void PackK(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
   const internal::PackedKLayout lay = internal::PackedK(w.type);
   Field fields[5];
   int nf = 0;
-  if (w.type == DType::kQ6_K) {  // ql[128] qh[64] scales[16] d
-    fields[nf++] = {0, 128, lay.qs, false};
-    fields[nf++] = {128, 64, lay.qh, false};
+  if (w.type == DType::kQ6_K) {  // ql[128] qh[64] scales[16] d; quants by PackQ6Quants
     fields[nf++] = {192, 16, lay.scales, false};
     fields[nf++] = {208, 2, lay.d, true};
-  } else {  // d dmin scales[12] (q5_K: qh[32]) qs[128]
-    const bool q5 = w.type == DType::kQ5_K;
+  } else {  // d dmin scales[12] (q5_K: qh[32]) qs[128]; q5_K quants by PackQ5Quants
     fields[nf++] = {0, 2, lay.d, true};
     fields[nf++] = {2, 2, lay.dmin, true};
     fields[nf++] = {4, 12, lay.scales, false};
-    if (q5) fields[nf++] = {16, 32, lay.qh, false};
-    fields[nf++] = {q5 ? 48 : 16, 128, lay.qs, false};
+    if (w.type == DType::kQ4_K) fields[nf++] = {16, 128, lay.qs, false};
   }
   const int64_t nsb = w.k / kQK_K, block = static_cast<int64_t>(Traits(w.type).type_size);
   const int64_t stride = internal::PackedGroupBytes(w.type, w.k);
@@ -53,6 +89,8 @@ void PackK(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
       for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t* src = row + sb * block;
         uint8_t* rec = group + sb * lay.bytes;
+        if (w.type == DType::kQ6_K) PackQ6Quants(src, rec + lay.qs, r);
+        if (w.type == DType::kQ5_K) PackQ5Quants(src, rec + lay.qs, r);
         for (int f = 0; f < nf; ++f) {
           const Field& fd = fields[f];
           if (fd.half) {
