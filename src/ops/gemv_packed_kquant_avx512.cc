@@ -11,9 +11,11 @@
 //   q4_K / q5_K: acc += (d * sc) * dx * isum - (dmin * m) * (dx * sum(qx))
 //   q6_K:        acc += (d * sc) * dx * (isum - 32 * sum(qx over the 16))
 // with the 6-bit (q6_K: int8) scales unpacked for 16 rows at once from the
-// record's scale zmm. q6_K's values were recombined at packing so that a
-// sub-block is 3 zmm and 9 integer ops (kernels.h: PackedQ6Byte). Every output is the same sequence
-// of operations for every m and tile (batched == alone, bit for bit).
+// record's scale zmm. q5_K's and q6_K's values were recombined at packing:
+// a q5_K sub-block is 5 zmm and 19 integer ops for its 8 zmm of values, a
+// q6_K one 3 zmm and 9 ops for 4 (kernels.h: PackedQ5Byte, PackedQ6Byte).
+// Every output is the same sequence of operations for every m and tile
+// (batched == alone, bit for bit).
 #include <immintrin.h>
 
 #include <algorithm>
