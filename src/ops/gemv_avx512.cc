@@ -1,7 +1,7 @@
 // AVX-512 matrix-vector kernels (m == 1, and small batches of up to 16 / 8
 // tokens, see kernels.h): every weight is read once, straight from the
-// (memory-mapped) matrix, 4 rows per pass (f32 / f16: one) with software
-// prefetch; a batch is taken 4 tokens at a time while the 4 rows stay in L1.
+// (memory-mapped) matrix, one row at a time (q types: 4 rows per pass) with
+// software prefetch; a batch is taken 4 tokens at a time while 4 rows stay in L1.
 // q8_0 / q4_0: one zmm covers a block pair (64 weights); the weights are made
 // unsigned for vpdpbusd (q8_0: w + 128 = w ^ 0x80; q4_0: the nibble, w + 8) and
 // the bias removed exactly in int32 by starting the dot product from
@@ -34,28 +34,6 @@ inline void GemvFloatRows(const Weight& w, const float* x, int64_t r0, float* y)
   __m512 acc0[kR], acc1[kR];
   for (int r = 0; r < kR; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
   int64_t i = 0;
-  if constexpr (kT == DType::kBF16) {
-    // 32 bf16 weights per 64-byte load: element 2j is the low half of dword j
-    // (shifted up: its f32), 2j + 1 the high half (masked: its f32), against
-    // x split into even and odd elements once per pass for all kR rows (two
-    // integer ops per 32 weights instead of four widening ones).
-    const __m512i even =
-        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-    for (; i + 32 <= w.k; i += 32) {
-      const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
-      const __m512 xe = _mm512_permutex2var_ps(x0, even, x1),
-                   xo = _mm512_permutex2var_ps(x0, odd, x1);
-#pragma GCC unroll 4
-      for (int r = 0; r < kR; ++r) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + 2 * i) + kGemvPrefetch, _MM_HINT_T0);
-        const __m512i v = _mm512_loadu_si512(rows[r] + 2 * i);
-        acc0[r] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, high)), xo, acc1[r]);
-      }
-    }
-  }
   for (; i + 32 <= w.k; i += 32) {
     const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
 #pragma GCC unroll 4
@@ -81,16 +59,12 @@ inline void GemvFloatRows(const Weight& w, const float* x, int64_t r0, float* y)
   for (int r = 0; r < kR; ++r) y[r0 + r] = out[r];
 }
 
-// f32 / f16: one row at a time, a single sequential stream per thread (ops_bench,
-// four alternating runs, 2 threads: f16 1.18x / 1.22x the 4-row passes, f32
-// 1.13x / 0.99x). bf16 keeps 4 rows per pass: its x split into even / odd
-// elements is shared by the rows of a pass (1 row: 0.65-0.69x).
+// One row at a time: a single sequential stream per thread (ops_bench, four
+// alternating runs, 2 threads, against 4 rows per pass: f16 1.18x / 1.22x,
+// f32 1.13x / 0.99x, bf16 1.22x / 1.18x).
 template <DType kT>
 void GemvFloat(const Weight& w, const float* x, int64_t r0, int64_t r1, float* y) {
-  int64_t r = r0;
-  if constexpr (kT == DType::kBF16)
-    for (; r + 4 <= r1; r += 4) GemvFloatRows<kT, 4>(w, x, r, y);
-  for (; r < r1; ++r) GemvFloatRows<kT, 1>(w, x, r, y);
+  for (int64_t r = r0; r < r1; ++r) GemvFloatRows<kT, 1>(w, x, r, y);
 }
 
 // ---------------------------------------------------------------- q8_0 / q4_0

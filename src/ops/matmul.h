@@ -113,8 +113,8 @@ class MatmulScratch {
 //   block type on the scalar ISA: weight rows dequantized exactly to f32
 //   (GGML's arithmetic), x not quantized, the f32 kernels: the f32 bound.
 // m == 1 is matrix-vector (memory-bound: each weight read once, 4 rows per
-// pass (f32 / f16 on AVX-512: one), software prefetch); small batches (AVX-512: m <= 16 for float
-// types,
+// pass (f32 / f16 / bf16 on AVX-512: one), software prefetch); small batches (AVX-512: m <= 16 for
+// float types,
 // <= 8 for q types) use the same kernels with several tokens per weight load;
 // larger m packs 8-row weight panels once per chunk of <= 256 tokens and runs
 // register tiles (f32: 4 rows x 5 tokens; int8: 4 x 4 over a layout where each
