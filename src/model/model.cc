@@ -33,7 +33,7 @@ Result<ops::Weight> Model::Matrix(const std::string& name, int64_t k, int64_t n)
 }
 
 void Model::PackMatrices() {
-  if (!packed_.empty()) return;  // done before
+  if (packed_.size() > 0) return;  // done before
   std::vector<ops::Weight*> all = {&output_};
   for (LayerWeights& l : layers_)
     for (ops::Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
@@ -51,12 +51,12 @@ void Model::PackMatrices() {
              kAlignment;
   }
   if (todo.empty()) return;
-  AlignedBuffer<uint8_t>& arena = packed_.emplace_back(total);  // [total]
-  AdviseHugePages(arena.data(), arena.bytes());                 // before PackWeight writes it
+  packed_.Resize(total);
+  AdviseHugePages(packed_.data(), packed_.bytes());  // before PackWeight writes it
   for (size_t i = 0; i < todo.size(); ++i) {
     ops::Weight* w = todo[i];
-    ops::PackWeight(*w, arena.data() + offsets[i], 0, w->n);
-    w->packed = arena.data() + offsets[i];
+    ops::PackWeight(*w, packed_.data() + offsets[i], 0, w->n);
+    w->packed = packed_.data() + offsets[i];
     // The rows stay readable (other ISAs, embedding lookups of a tied output).
     file_->ReleasePages(static_cast<const uint8_t*>(w->data), w->row_bytes * w->n);
   }

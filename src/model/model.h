@@ -74,7 +74,7 @@ class Model {
   bool tied_output_ = false;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<float>> owned_vectors_;  // norms stored in a non-f32 type
-  std::vector<AlignedBuffer<uint8_t>> packed_;  // one arena: every PackedWeightBytes(w), 64-aligned
+  AlignedBuffer<uint8_t> packed_;  // [sum of PackedWeightBytes(w), each 64-aligned]: the arena
   int64_t weight_bytes_ = 0;
   int64_t n_params_ = 0;
   std::string type_name_;

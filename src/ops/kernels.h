@@ -58,15 +58,15 @@ inline constexpr bool IsPackedK(DType t) {
 }
 // Byte offsets inside a K record; -1: the type has no such field.
 struct PackedKLayout {
-  int d, dmin, scales, qh, qs, bytes;
+  int d, dmin, scales, qs, bytes;
 };
 inline constexpr PackedKLayout PackedK(DType t) {
   // q4_K: d, dmin, 12 scale bytes (3 zmm), qs 128 (32 zmm).
   // q5_K: d, dmin, scales (3 zmm), the 5-bit values (40 zmm).
   // q6_K: 16 int8 scales (4 zmm), the 6-bit values (48 zmm), d, padding.
-  return t == DType::kQ4_K   ? PackedKLayout{0, 32, 64, -1, 256, 2304}
-         : t == DType::kQ5_K ? PackedKLayout{0, 32, 64, -1, 256, 2816}
-                             : PackedKLayout{3328, -1, 0, -1, 256, 3392};
+  return t == DType::kQ4_K   ? PackedKLayout{0, 32, 64, 256, 2304}
+         : t == DType::kQ5_K ? PackedKLayout{0, 32, 64, 256, 2816}
+                             : PackedKLayout{3328, -1, 0, 256, 3392};
 }
 // q6_K values in a record: sub-block s (16 weights from 16 s, scale s) is 3
 // zmm from qs + 192 s. Byte 4 r + b of zmm i (i < 3) holds, for row r, the

@@ -68,7 +68,7 @@ void PackQ5Quants(const uint8_t* blk, uint8_t* qs, int r) {
 void PackK(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
   constexpr int kRows = internal::kPackedRows;
   const internal::PackedKLayout lay = internal::PackedK(w.type);
-  Field fields[5];
+  Field fields[4];
   int nf = 0;
   if (w.type == DType::kQ6_K) {  // ql[128] qh[64] scales[16] d; quants by PackQ6Quants
     fields[nf++] = {192, 16, lay.scales, false};
