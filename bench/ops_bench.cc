@@ -3,13 +3,16 @@
 // m = 1 reports GB/s of weight bytes (decode is memory-bound; the benchmark
 // cycles through copies of the matrix totalling >= 256 MiB so each call reads
 // from DRAM, as in a real forward pass), m = 8, 16, 512 report GFLOP/s (2 m n k).
-// ROTOR_ISA=avx2|scalar lowers the kernel path. Types (the `type` argument):
+// ROTOR_ISA=avx2|scalar lowers the kernel path. ROTOR_BENCH_HOT=1 keeps one
+// copy for m = 1 too: the matrix stays in L2/L3, so GB/s is the kernel's
+// compute ceiling instead of DRAM's. Types (the `type` argument):
 // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q4_1, 6 q5_0, 7 q5_1, 8 iq4_nl,
 // 9 q2_K, 10 q3_K, 11 q4_K, 12 q5_K, 13 q6_K. BM_MatmulPacked: q8_0, q4_0,
 // q4_K, q5_K, q6_K with the row-interleaved copy a model gets on AVX-512.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -65,7 +68,7 @@ void RunMatmul(benchmark::State& state, bool packed) {
   const int64_t m = state.range(2);
   const int threads = static_cast<int>(state.range(3));
   ThreadPool pool(threads);
-  Matrices w = MakeMatrices(t, k, n, m == 1);
+  Matrices w = MakeMatrices(t, k, n, m == 1 && !std::getenv("ROTOR_BENCH_HOT"));
   std::vector<float> x(m * k), y(m * n);  // [m, k], [m, n]
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);

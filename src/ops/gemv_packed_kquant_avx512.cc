@@ -52,16 +52,18 @@ inline __m512 Halves(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Prefetches quarter kQ of the record kPackedPrefetch bytes ahead of rec: each
-// quarter of a record's work asks for a quarter of the lines, so the requests
-// are spread over the record instead of queued in one burst.
-template <DType kT, int kQ>
-inline void PrefetchQuarter(const uint8_t* rec) {
-  constexpr int kLines = PackedK(kT).bytes / 64, kFrom = kLines * kQ / 4,
-                kTo = kLines * (kQ + 1) / 4;
+// Prefetches part `part` of kParts of the record kPackedPrefetch bytes ahead of
+// rec: each part of a record's work asks for its share of the lines, so the
+// requests stream out with the work instead of in one burst that fills the
+// core's miss buffers. (A builtin prefetch may be scheduled anywhere: GCC
+// hoisted a whole record's to its top. Volatile asm keeps them in place.)
+template <DType kT, int kParts>
+inline void PrefetchPart(const uint8_t* rec, int part) {
+  constexpr int kLines = PackedK(kT).bytes / 64;
+  const int from = kLines * part / kParts, to = kLines * (part + 1) / kParts;
   const char* pf = reinterpret_cast<const char*>(rec) + kPackedPrefetch;
 #pragma GCC unroll 16
-  for (int l = kFrom; l < kTo; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+  for (int l = from; l < to; ++l) asm volatile("prefetcht0 %0" : : "m"(pf[64 * l]));
 }
 
 // acc[t] += scale * dx(token) * isum[t] (scale: 16 rows), one sub-block.
@@ -88,12 +90,12 @@ template <int kC, int kTok>
 inline void ChunkQ4(const uint8_t* rec, const int32_t* a0, const int32_t* a1, __m512 d, __m512 dmin,
                     __m512i sc, __m512i mn, __m512* acc) {
   constexpr PackedKLayout kL = PackedK(DType::kQ4_K);
-  PrefetchQuarter<DType::kQ4_K, kC>(rec);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512i lo[kTok], hi[kTok];
   for (int t = 0; t < kTok; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int u = 0; u < 8; ++u) {
+    PrefetchPart<DType::kQ4_K, 32>(rec, 8 * kC + u);
     const __m512i v = Load(At(rec, kL.qs, 8 * kC + u));
     const __m512i l = _mm512_and_si512(v, low4);
     const __m512i h =
@@ -123,7 +125,7 @@ template <int kJ, int kTok>
 inline void SubQ5(const uint8_t* rec, const int32_t* aj, __m512 d, __m512 dmin, __m512i sc,
                   __m512i mn, __m512* acc) {
   constexpr PackedKLayout kL = PackedK(DType::kQ5_K);
-  if constexpr (kJ % 2 == 0) PrefetchQuarter<DType::kQ5_K, kJ / 2>(rec);
+  PrefetchPart<DType::kQ5_K, 8>(rec, kJ);
   const __m512i five = _mm512_set1_epi8(0x1f), m3 = _mm512_set1_epi8(0x07),
                 m4 = _mm512_set1_epi8(0x0f);
   __m512i z[5];
@@ -192,7 +194,7 @@ inline void SubQ6(const uint8_t* rec, const int32_t* aj, __m512 d, const __m512i
                   __m512* acc) {
   constexpr PackedKLayout kL = PackedK(DType::kQ6_K);
   constexpr int kH = kS % 2;
-  if constexpr (kS % 4 == 0) PrefetchQuarter<DType::kQ6_K, kS / 4>(rec);
+  PrefetchPart<DType::kQ6_K, 16>(rec, kS);
   const __m512i six = _mm512_set1_epi8(0x3f);
   const __m512i z0 = Load(At(rec, kL.qs, 3 * kS)), z1 = Load(At(rec, kL.qs, 3 * kS + 1)),
                 z2 = Load(At(rec, kL.qs, 3 * kS + 2));
