@@ -43,9 +43,9 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
   for (int64_t j = 0; j < nb; ++j) {
     const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes);
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
-#pragma GCC unroll 9
-    for (int l = j % 2 == 0 ? -1 : 0; l < kBlockBytes / 64; ++l)  // -1: the pair's scales
-      _mm_prefetch(reinterpret_cast<const char*>(wj) + kPackedPrefetch + 64 * l, _MM_HINT_T0);
+    // The lines kPackedPrefetch ahead: the pair's scales, then one per vector.
+    const char* pf = reinterpret_cast<const char*>(wj) + kPackedPrefetch;
+    if (j % 2 == 0) PrefetchLine(pf - 64);
     __m512i sum[kChains][kTok];
     for (int t = 0; t < kTok; ++t) {
       sum[0][t] = _mm512_set1_epi32(-kBias * *ActField<kTok>(aj, kActSum, t));
@@ -54,6 +54,7 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
     if constexpr (kT == DType::kQ8_0) {
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
+        PrefetchLine(pf + 64 * q);
         const __m512i w = _mm512_load_si512(wj + q * 64);
 #pragma GCC unroll 8
         for (int t = 0; t < kTok; ++t) DotBroadcast(sum[q % kChains][t], w, aj + q * kTok + t);
@@ -61,6 +62,7 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
     } else {
 #pragma GCC unroll 4
       for (int q = 0; q < 4; ++q) {
+        PrefetchLine(pf + 64 * q);
         const __m512i v = _mm512_load_si512(wj + q * 64);
         const __m512i lo = _mm512_and_si512(v, low4);       // elements 4q..
         const __m512i hi16 = _mm512_andnot_si512(low4, v);  // 16 x elements 16 + 4q..
