@@ -44,7 +44,9 @@ void Model::PackMatrices() {
   std::vector<size_t> offsets;
   size_t total = 0;
   for (ops::Weight* w : all) {
-    if (w->packed != nullptr || !ops::PackingHelps(w->type) || w->k % 32 != 0) continue;
+    if (w->packed != nullptr || !ops::PackingHelps(w->type) ||
+        w->k % Traits(w->type).block_size != 0)  // PackWeight wants whole blocks
+      continue;
     todo.push_back(w);
     offsets.push_back(total);
     total += (static_cast<size_t>(ops::PackedWeightBytes(*w)) + kAlignment - 1) / kAlignment *

@@ -20,8 +20,8 @@ struct Weight {
   const void* data;
   size_t row_bytes;  // >= RowBytes(type, k)
   // Optional: the same matrix in PackWeight's layout (q8_0, q4_0, q4_K, q5_K,
-  // q6_K). The AVX-512
-  // kernels use it for every m; other ISAs read `data`, which stays valid.
+  // q6_K). The AVX-512 kernels use it for every m; other ISAs read `data`,
+  // which stays valid.
   const uint8_t* packed = nullptr;
 };
 
@@ -36,8 +36,9 @@ struct Weight {
 bool PackingHelps(DType type);
 // Bytes PackWeight writes (64-byte aligned destination).
 int64_t PackedWeightBytes(const Weight& w);
-// Copies w (a PackingHelps type, k a multiple of its block) into dst in the packed layout. Rows
-// [r0, r1) only (multiples of 16, or r1 = n), so callers can split the work.
+// Copies w (a PackingHelps type, k a multiple of its block) into dst in the
+// packed layout. Rows [r0, r1) only (multiples of 16, or r1 = n), so callers
+// can split the work.
 void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1);
 
 // A weight view over packed rows (row_bytes = RowBytes(type, k)).
@@ -113,9 +114,9 @@ class MatmulScratch {
 //   block type on the scalar ISA: weight rows dequantized exactly to f32
 //   (GGML's arithmetic), x not quantized, the f32 kernels: the f32 bound.
 // m == 1 is matrix-vector (memory-bound: each weight read once, 4 rows per
-// pass (f32 / f16 / bf16 on AVX-512: one), software prefetch); small batches (AVX-512: m <= 16 for
-// float types,
-// <= 8 for q types) use the same kernels with several tokens per weight load;
+// pass (f32 / f16 / bf16 on AVX-512: one), software prefetch); small batches
+// (AVX-512: m <= 16 for float types, <= 8 for q types) use the same kernels
+// with several tokens per weight load;
 // larger m packs 8-row weight panels once per chunk of <= 256 tokens and runs
 // register tiles (f32: 4 rows x 5 tokens; int8: 4 x 4 over a layout where each
 // int32 lane accumulates a whole block, so the f32 scaling runs once per 16

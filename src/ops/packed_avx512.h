@@ -19,8 +19,9 @@ namespace rotor::ops::internal::avx512 {
 inline constexpr int kPackedPrefetch = 16 << 10;
 
 // Prefetches the line at p into L1. Volatile asm stays where it is written: a
-// builtin prefetch may be scheduled anywhere, and GCC hoisted a K-quant
-// record's 36-53 of them into one burst that filled the core's miss buffers
+// builtin prefetch may be scheduled anywhere, and GCC hoisted most of a
+// K-quant record's 36-53 to its top (one-token q6_K: all 53 before the fifth
+// of its 64 vpdpbusd), a burst that filled the core's miss buffers
 // (end to end q6_K decode 1.16x once they went out with the work).
 inline void PrefetchLine(const void* p) {
   asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
