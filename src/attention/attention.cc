@@ -21,7 +21,7 @@ AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int
                 kBlock * 2 * head_dim + 2 * n_head + n_head * head_dim;
   per_thread_ = (per_thread_ + 15) / 16 * 16;
   buf_.Resize(per_thread_ * n_threads);
-  h2o_.resize(n_threads);
+  lanes_.resize(n_threads);
 }
 
 AttentionScratch::Thread AttentionScratch::thread(int t) {
@@ -38,19 +38,14 @@ AttentionScratch::Thread AttentionScratch::thread(int t) {
   return th;
 }
 
-AttentionScratch::H2oBuffers& AttentionScratch::h2o(int thread, size_t max_keys, int group,
-                                                   int n_tokens) {
-  H2oBuffers& b = h2o_[thread];
-  if (b.stride < max_keys || b.scores.size() < max_keys * group) {
-    b.stride = std::max(b.stride, max_keys);
-    b.scores.resize(b.stride * group);
-    b.key_ids.resize(b.stride);
+AttentionScratch::LaneBuffers& AttentionScratch::lanes(int thread, size_t max_keys, int q_heads) {
+  LaneBuffers& b = lanes_[thread];
+  if (b.stride < max_keys) {
+    b.stride = max_keys;
+    b.key_cells.resize(b.stride);
+    b.weights.resize(b.stride);
   }
-  if (b.kept.size() < static_cast<size_t>(n_tokens)) {
-    b.kept.resize(n_tokens);
-    b.chunk_mass.resize(n_tokens);
-  }
-  std::fill(b.kept.begin(), b.kept.begin() + n_tokens, 0);
+  if (b.scores.size() < b.stride * q_heads) b.scores.resize(b.stride * q_heads);
   return b;
 }
 
@@ -306,7 +301,7 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
     const AttentionArgs& a = batch[b];
     CHECK(a.rope != nullptr);
     CHECK(a.n_head == batch[0].n_head && a.head_dim == batch[0].head_dim);
-    if (a.plan->per_lane) continue;  // h2o: below, one ubatch at a time
+    if (a.plan->hooks != nullptr) continue;  // per-lane policies: below, one ubatch at a time
     cuts[b] = CutOf(pool, a);
     cuts[b].first_task = n_tasks;
     n_tasks += cuts[b].n_tasks;
@@ -335,9 +330,9 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
         MergeSplits(batch[b], cuts[b], partials + cuts[b].first_partial * part_stride);
   }
   for (size_t b = 0; b < batch.size(); ++b) {
-    if (!batch[b].plan->per_lane) continue;
+    if (batch[b].plan->hooks == nullptr) continue;
     cuts[b].avx512 = UseAvx512(batch[b]);
-    AttendH2o(pool, batch[b], *batch[b].plan, scratch, cuts[b]);
+    AttendLanes(pool, batch[b], *batch[b].plan, scratch, cuts[b]);
   }
 }
 

@@ -33,7 +33,7 @@ struct AttentionArgs {
   int n_head_kv = 0;
   int head_dim = 0;
   const KvLayerView* cache = nullptr;
-  KvPlan* plan = nullptr;          // h2o records its per-lane decisions in it
+  KvPlan* plan = nullptr;          // per-lane policies: the hooks attention calls
   // Deferred RoPE (cache->rope_k == kDeferred): q and k are not rotated; keys
   // are rotated by their distance to the query. Also used to rotate queries
   // for shifted sinks in cached mode.
@@ -61,15 +61,15 @@ class AttentionScratch {
   Thread thread(int t);
   // Partial softmax states of split tasks: [n_tasks, n_head, head_dim + 2].
   float* Partials(int64_t n_tasks);
-  // h2o working memory of a thread, grown to the largest request once.
-  struct H2oBuffers {
-    std::vector<float> scores;        // [group, stride] scaled scores of one query's keys
-    std::vector<int> key_ids;         // [stride] cell, or n_cells + chunk token
-    std::vector<float> chunk_mass;    // [n_tokens]
-    std::vector<uint8_t> kept;        // [n_tokens]
+  // Per-lane working memory of a thread (attention_lanes.cc), grown to the
+  // largest request once.
+  struct LaneBuffers {
+    std::vector<float> scores;      // [q_heads, stride] scaled scores of one query's keys
+    std::vector<int32_t> key_cells; // [stride] cell of each key
+    std::vector<float> weights;     // [stride] probabilities summed over the lane's heads
     size_t stride = 0;
   };
-  H2oBuffers& h2o(int thread, size_t max_keys, int group, int n_tokens);
+  LaneBuffers& lanes(int thread, size_t max_keys, int q_heads);
   // How AttendBatch cut each ubatch into tasks: its tokens x splits of the
   // cells. Depends only on that ubatch, never on the others in the batch, so a
   // sequence's result is the same alone and batched.
@@ -96,7 +96,7 @@ class AttentionScratch {
   AlignedBuffer<float> buf_;
   AlignedBuffer<float> partials_;
   AlignedBuffer<uint16_t> chunk16_;
-  std::vector<H2oBuffers> h2o_;
+  std::vector<LaneBuffers> lanes_;
   std::vector<Cut> cuts_;
 };
 

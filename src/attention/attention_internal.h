@@ -17,8 +17,9 @@ attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Th
 void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block, int b,
                  float* far, int* far_used);
 
-// h2o: per kv head, token by token; updates the plan's lane state.
-void AttendH2o(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, AttentionScratch& scratch,
+// Per-lane policies: each lane of the layer token by token, through the
+// policy's hooks (attention_lanes.cc).
+void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, AttentionScratch& scratch,
                const AttentionScratch::Cut& cut);
 
 }  // namespace rotor

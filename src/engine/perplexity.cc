@@ -76,7 +76,7 @@ Status TextScorer::Run(KvCache& cache, std::span<const int32_t> tokens, int64_t 
   const int64_t remaining = cache.Remaining();
   if (remaining >= 0 && n > remaining)
     return Errorf("{} tokens do not fit: the {} cache has room for {} more", n,
-                  KvPolicyName(cache.config().policy), remaining);
+                  cache.config().policy, remaining);
   const int64_t n_vocab = model_.config().n_vocab;
   for (int64_t b = 0; b < n; b += step_) {
     const int64_t e = std::min(n, b + step_);

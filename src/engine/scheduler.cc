@@ -57,9 +57,10 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
     if (t < 0 || t >= n_vocab) return Errorf("generate: token id {} out of range [0, {})", t, n_vocab);
   ASSIGN_OR_RETURN(KvConfig kv, ResolveKvConfig(s->options.kv,
                                                 engine_.model().config().kv_shape(engine_.n_ctx())));
-  if (kv.policy == KvPolicy::kFull && n_prompt > kv.size)
+  const int64_t max_prompt = KvMaxPrompt(kv, engine_.model().config().kv_shape(engine_.n_ctx()));
+  if (max_prompt >= 0 && n_prompt > max_prompt)
     return Errorf("generate: the prompt has {} tokens, more than the context size {} (raise -c)",
-                  n_prompt, kv.size);
+                  n_prompt, max_prompt);
   const SeqId id = s->id;
   waiting_.push_back(std::move(s));
   return id;

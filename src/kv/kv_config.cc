@@ -1,30 +1,19 @@
 #include "kv/kv_config.h"
 
-namespace rotor {
+#include <fmt/format.h>
 
-std::string_view KvPolicyName(KvPolicy p) {
-  switch (p) {
-    case KvPolicy::kFull: return "full";
-    case KvPolicy::kSink: return "sink";
-    case KvPolicy::kWindow: return "window";
-    case KvPolicy::kH2o: return "h2o";
-  }
-  return "?";
-}
+#include <charconv>
+
+#include "kv/kv_policy.h"
+
+namespace rotor {
 
 std::string_view RopeKName(RopeK r) { return r == RopeK::kCached ? "cached" : "deferred"; }
 std::string_view KvPositionsName(KvPositions p) {
   return p == KvPositions::kOriginal ? "original" : "compact";
 }
-
 std::string_view KvTypeName(KvType t) { return t == KvType::kF32 ? "f32" : "f16"; }
 size_t KvTypeBytes(KvType t) { return t == KvType::kF32 ? 4 : 2; }
-
-std::optional<KvPolicy> ParseKvPolicy(std::string_view s) {
-  for (KvPolicy p : {KvPolicy::kFull, KvPolicy::kSink, KvPolicy::kWindow, KvPolicy::kH2o})
-    if (s == KvPolicyName(p)) return p;
-  return std::nullopt;
-}
 
 std::optional<RopeK> ParseRopeK(std::string_view s) {
   for (RopeK r : {RopeK::kCached, RopeK::kDeferred})
@@ -44,46 +33,197 @@ std::optional<KvType> ParseKvType(std::string_view s) {
   return std::nullopt;
 }
 
-Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape) {
-  KvConfig c = config;
+namespace {
+
+constexpr int kMaxCells = 1 << 24;
+
+// The option table: one row per option, in display order.
+constexpr KvOptionSpec kTable[] = {
+    {KvOpt::kPolicy, "--kv", "kv", false, 0, 0, "full", "KV cache policy"},
+    {KvOpt::kSize, "--kv-size", "kv_size", true, 0, kMaxCells, "0 = the context size",
+     "cells per sequence (tokens the cache keeps)"},
+    {KvOpt::kKeep, "--kv-keep", "kv_keep", true, 0, kMaxCells, "4",
+     "first tokens never evicted (sink)"},
+    {KvOpt::kRecent, "--kv-recent", "kv_recent", true, 1, kMaxCells, "size / 2",
+     "most recent tokens never evicted (h2o)"},
+    {KvOpt::kWindow, "--kv-window", "kv_window", true, 1, kMaxCells, "32",
+     "last prompt queries whose attention chooses the kept tokens (snapkv)"},
+    {KvOpt::kRopeK, "--rope-k", "rope_k", false, 0, 0, "cached",
+     "keys stored after RoPE (cached) or before it, rotated in attention (deferred)"},
+    {KvOpt::kPositions, "--kv-positions", "kv_positions", false, 0, 0, "original",
+     "positions after eviction: original, or compact (renumbered inside the cache)"},
+    {KvOpt::kType, "--kv-type", "kv_type", false, 0, 0, "f32",
+     "element type of stored K and V: f32 (exact) or f16 (half the memory and reads)"},
+};
+static_assert(std::size(kTable) == kKvOptCount);
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += i + 1 == v.size() ? " or " : ", ";
+    s += v[i];
+  }
+  return s;
+}
+
+}  // namespace
+
+std::span<const KvOptionSpec> KvOptions() { return kTable; }
+const KvOptionSpec& KvOption(KvOpt id) { return kTable[static_cast<int>(id)]; }
+
+std::vector<std::string> KvChoices(KvOpt id) {
+  switch (id) {
+    case KvOpt::kPolicy: {
+      std::vector<std::string> v;
+      for (const KvPolicyInfo* p : KvPolicyRegistry()) v.emplace_back(p->name);
+      return v;
+    }
+    case KvOpt::kRopeK: return {"cached", "deferred"};
+    case KvOpt::kPositions: return {"original", "compact"};
+    case KvOpt::kType: return {"f32", "f16"};
+    default: return {};
+  }
+}
+
+std::string KvChoicesText(KvOpt id) { return Join(KvChoices(id)); }
+
+Status KvConfig::SetInt(KvOpt o, int64_t value, KvSpelling spelling) {
+  const KvOptionSpec& spec = KvOption(o);
+  if (!spec.is_int) return Set(o, std::to_string(value), spelling);
+  if (value < spec.min || value > spec.max)
+    return Errorf("kv: {} {} is out of range [{}, {}]", spec.Name(spelling), value, spec.min,
+                  spec.max);
+  const int v = static_cast<int>(value);
+  switch (o) {
+    case KvOpt::kSize: size = v; break;
+    case KvOpt::kKeep: keep = v; break;
+    case KvOpt::kRecent: recent = v; break;
+    case KvOpt::kWindow: window = v; break;
+    default: break;
+  }
+  given |= KvOptBit(o);
+  return Status::Ok();
+}
+
+Status KvConfig::Set(KvOpt o, std::string_view text, KvSpelling spelling) {
+  const KvOptionSpec& spec = KvOption(o);
+  if (spec.is_int) {
+    int64_t v = 0;
+    const char* end = text.data() + text.size();
+    auto [p, ec] = std::from_chars(text.data(), end, v);
+    if (ec != std::errc() || p != end || text.empty())
+      return Errorf("kv: {} '{}' is not an integer", spec.Name(spelling), text);
+    return SetInt(o, v, spelling);
+  }
+  auto bad = [&] {
+    return Errorf("kv: {} '{}' is not one of {}", spec.Name(spelling), text, KvChoicesText(o));
+  };
+  switch (o) {
+    case KvOpt::kPolicy: {
+      if (FindKvPolicy(text) == nullptr) return bad();
+      // A new policy starts from its defaults: options given for another
+      // policy do not carry over; rope_k and type (every policy's) do.
+      KvConfig fresh;
+      fresh.rope_k = rope_k;
+      fresh.type = type;
+      fresh.given = given & (KvOptBit(KvOpt::kRopeK) | KvOptBit(KvOpt::kType));
+      if (text != policy) *this = fresh;
+      policy = std::string(text);
+      break;
+    }
+    case KvOpt::kRopeK: {
+      auto r = ParseRopeK(text);
+      if (!r) return bad();
+      rope_k = *r;
+      break;
+    }
+    case KvOpt::kPositions: {
+      auto p = ParseKvPositions(text);
+      if (!p) return bad();
+      positions = *p;
+      break;
+    }
+    case KvOpt::kType: {
+      auto t = ParseKvType(text);
+      if (!t) return bad();
+      type = *t;
+      break;
+    }
+    default: return bad();
+  }
+  given |= KvOptBit(o);
+  return Status::Ok();
+}
+
+std::string KvConfig::Get(KvOpt o) const {
+  switch (o) {
+    case KvOpt::kPolicy: return policy;
+    case KvOpt::kSize: return std::to_string(size);
+    case KvOpt::kKeep: return std::to_string(keep);
+    case KvOpt::kRecent: return std::to_string(recent);
+    case KvOpt::kWindow: return std::to_string(window);
+    case KvOpt::kRopeK: return std::string(RopeKName(rope_k));
+    case KvOpt::kPositions: return std::string(KvPositionsName(positions));
+    case KvOpt::kType: return std::string(KvTypeName(type));
+  }
+  return "";
+}
+
+Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape,
+                                 KvSpelling spelling) {
+  const KvPolicyInfo* info = FindKvPolicy(config.policy);
+  const std::string_view kv = KvOption(KvOpt::kPolicy).Name(spelling);
+  if (info == nullptr)
+    return Errorf("kv: {} '{}' is not one of {}", kv, config.policy, KvChoicesText(KvOpt::kPolicy));
   if (shape.n_ctx <= 0) return Errorf("kv: context size {} must be positive", shape.n_ctx);
-  if (c.size < 0) return Errorf("kv: --kv-size {} must not be negative", c.size);
+  const uint32_t common = KvOptBit(KvOpt::kPolicy) | KvOptBit(KvOpt::kRopeK) | KvOptBit(KvOpt::kType);
+  for (const KvOptionSpec& spec : KvOptions()) {
+    const uint32_t bit = KvOptBit(spec.id);
+    if ((config.given & bit) && !(common & bit) && !(info->options & bit))
+      return Errorf("kv: {} is not used by {} {}", spec.Name(spelling), kv, info->name);
+  }
+  KvConfig c = config;
+  const std::string_view size = KvOption(KvOpt::kSize).Name(spelling);
+  if (c.size < 0) return Errorf("kv: {} {} must not be negative", size, c.size);
   if (c.size == 0) c.size = shape.n_ctx;
   if (c.size > shape.n_ctx)
-    return Errorf("kv: --kv-size {} is larger than the context size {} (raise -c or lower --kv-size)",
-                  c.size, shape.n_ctx);
-  switch (c.policy) {
-    case KvPolicy::kFull:
-      if (c.size != shape.n_ctx && config.size != 0)
-        return Errorf("kv: --kv full keeps every token of the context: --kv-size {} must equal -c {}",
-                      c.size, shape.n_ctx);
-      c.keep = 0;
-      c.recent = 0;
-      break;
-    case KvPolicy::kWindow:
-      if (config.keep != 4 && config.keep != 0)
-        return Errorf("kv: --kv window has no sink tokens: --kv-keep {} is not allowed (use --kv sink)",
-                      config.keep);
-      c.keep = 0;
-      if (c.size < 1) return Errorf("kv: --kv-size {} too small for --kv window", c.size);
-      c.recent = c.size;
-      break;
-    case KvPolicy::kSink:
-      if (c.keep < 0) return Errorf("kv: --kv-keep {} must not be negative", c.keep);
-      if (c.keep >= c.size)
-        return Errorf("kv: --kv-keep {} must be smaller than --kv-size {}", c.keep, c.size);
-      c.recent = c.size - c.keep;
-      break;
-    case KvPolicy::kH2o:
-      if (c.recent == -1) c.recent = c.size / 2;
-      if (c.recent < 1 || c.recent >= c.size)
-        return Errorf("kv: --kv-recent {} must be in [1, --kv-size {})", c.recent, c.size);
-      c.keep = 0;
-      break;
-  }
-  if (c.positions == KvPositions::kCompact && c.policy == KvPolicy::kFull)
-    return Status::Error("kv: --kv-positions compact needs an evicting policy (sink, window or h2o)");
+    return Errorf("kv: {} {} is larger than the context size {} (raise the context or lower {})",
+                  size, c.size, shape.n_ctx, size);
+  if (info->resolve != nullptr) RETURN_IF_ERROR(info->resolve(c, shape, spelling));
   return c;
+}
+
+bool KvPolicyExists(std::string_view name) { return FindKvPolicy(name) != nullptr; }
+
+bool KvPolicyUses(std::string_view policy, KvOpt o) {
+  const KvPolicyInfo* info = FindKvPolicy(policy);
+  if (info == nullptr) return false;
+  if (o == KvOpt::kPolicy || o == KvOpt::kRopeK || o == KvOpt::kType) return true;
+  return (info->options & KvOptBit(o)) != 0;
+}
+
+bool KvPolicyEvicts(std::string_view policy) {
+  const KvPolicyInfo* info = FindKvPolicy(policy);
+  return info != nullptr && info->evicts;
+}
+
+int64_t KvMaxPrompt(const KvConfig& resolved, const KvShape& shape) {
+  const KvPolicyInfo* info = FindKvPolicy(resolved.policy);
+  if (info == nullptr || info->max_prompt == nullptr) return -1;
+  return info->max_prompt(resolved, shape);
+}
+
+std::string DescribeKvConfig(const KvConfig& c) {
+  std::string s = fmt::format("{}, {} cells", c.policy, c.size);
+  if (KvPolicyUses(c.policy, KvOpt::kKeep))
+    s += fmt::format(" ({} sinks + {} recent)", c.keep, c.size - c.keep);
+  if (KvPolicyUses(c.policy, KvOpt::kRecent)) s += fmt::format(" ({} recent)", c.recent);
+  if (KvPolicyUses(c.policy, KvOpt::kWindow)) s += fmt::format(" (window {})", c.window);
+  if (KvPolicyUses(c.policy, KvOpt::kPositions))
+    s += fmt::format(", {} positions", KvPositionsName(c.positions));
+  s += fmt::format(", {} keys", RopeKName(c.rope_k));
+  if (c.type != KvType::kF32) s += fmt::format(", {} K/V", KvTypeName(c.type));
+  return s;
 }
 
 }  // namespace rotor

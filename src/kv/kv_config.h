@@ -1,19 +1,33 @@
-// What a user can ask of the KV cache: the policy, its size, where RoPE is
-// applied to keys, and how positions are numbered after an eviction.
+// What a user can ask of the KV cache, declared once.
+//
+// Every KV option (policy, size, keep, recent, window, RoPE mode, positions,
+// element type) is one row of the option table (KvOptions()): its command-line
+// flag, its JSON field, its range or choices, its default and its help. The CLI
+// of every command, the `--prompts` JSON lines, the server's request fields and
+// the comma-separated lists of `perplexity` and `bench` all set options through
+// KvConfig::Set, so a value is checked, and an error worded, the same way
+// everywhere, naming the option as the caller spelled it (`--kv-size` on the
+// command line, `kv_size` in JSON).
+//
+// An option has no sentinel value: the config remembers which options were
+// given, and an option the chosen policy does not use, given explicitly, is an
+// error that says so. Which options a policy uses is declared by the policy
+// (kv_policy.h); nothing outside src/kv names a policy.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "ops/rope.h"
 
 namespace rotor {
 
-enum class KvPolicy { kFull, kSink, kWindow, kH2o };
 enum class RopeK { kCached, kDeferred };      // K stored after RoPE / before RoPE
 enum class KvPositions { kOriginal, kCompact };
 // Element type of the stored K and V. f16 halves the cache and the bytes
@@ -21,6 +35,14 @@ enum class KvPositions { kOriginal, kCompact };
 // values are rounded to it too, so a token sees the same K/V whatever the
 // prefill step or the batch.
 enum class KvType { kF32, kF16 };
+
+std::string_view RopeKName(RopeK r);
+std::string_view KvPositionsName(KvPositions p);
+std::string_view KvTypeName(KvType t);
+size_t KvTypeBytes(KvType t);
+std::optional<RopeK> ParseRopeK(std::string_view s);
+std::optional<KvPositions> ParseKvPositions(std::string_view s);
+std::optional<KvType> ParseKvType(std::string_view s);
 
 // The geometry of one sequence's cache: fixed by the model.
 struct KvShape {
@@ -33,28 +55,70 @@ struct KvShape {
   ops::RopeConfig rope{};
 };
 
+// The rows of the option table.
+enum class KvOpt : int { kPolicy, kSize, kKeep, kRecent, kWindow, kRopeK, kPositions, kType };
+inline constexpr int kKvOptCount = 8;
+constexpr uint32_t KvOptBit(KvOpt o) { return 1u << static_cast<int>(o); }
+
+// How the caller spells option names: errors use the caller's spelling.
+enum class KvSpelling { kFlag, kField };
+
+struct KvOptionSpec {
+  KvOpt id;
+  std::string_view flag;     // "--kv-size"
+  std::string_view field;    // "kv_size"
+  bool is_int = true;        // an integer in [min, max], else one of choices()
+  int min = 0, max = 0;
+  std::string_view default_text;  // as shown in help ("4", "size / 2", "f32")
+  std::string_view help;
+  std::string_view Name(KvSpelling s) const { return s == KvSpelling::kFlag ? flag : field; }
+};
+
+// The whole table, in display order.
+std::span<const KvOptionSpec> KvOptions();
+const KvOptionSpec& KvOption(KvOpt id);
+// The accepted values of a choice option ("full", "sink", ... for kPolicy).
+std::vector<std::string> KvChoices(KvOpt id);
+// "full, sink, window or h2o".
+std::string KvChoicesText(KvOpt id);
+
 struct KvConfig {
-  KvPolicy policy = KvPolicy::kFull;
-  int size = 0;     // cells per sequence; 0 = n_ctx
-  int keep = 4;     // sink tokens never evicted (sink); forced to 0 for window
-  int recent = -1;  // h2o recent window; -1 = size / 2
+  std::string policy = "full";
+  int size = 0;     // cells per sequence; 0 = the context size
+  int keep = 4;     // sink: first tokens never evicted
+  int recent = 0;   // h2o: most recent tokens never evicted; default size / 2
+  int window = 32;  // snapkv: observation window (last prompt queries)
   RopeK rope_k = RopeK::kCached;
   KvPositions positions = KvPositions::kOriginal;
   KvType type = KvType::kF32;
+  uint32_t given = 0;  // KvOptBit of every option set explicitly
+
+  bool Given(KvOpt o) const { return (given & KvOptBit(o)) != 0; }
+  // Sets an option from text (a flag's value, a JSON string or number as
+  // text) and marks it given; the error names the option in `spelling`.
+  // Setting the policy resets the options it does not use to their defaults.
+  Status Set(KvOpt o, std::string_view text, KvSpelling spelling = KvSpelling::kFlag);
+  Status SetInt(KvOpt o, int64_t value, KvSpelling spelling = KvSpelling::kFlag);
+  // The option's value as text ("sink", "128", "deferred").
+  std::string Get(KvOpt o) const;
 };
 
-std::string_view KvPolicyName(KvPolicy p);
-std::string_view RopeKName(RopeK r);
-std::string_view KvPositionsName(KvPositions p);
-std::string_view KvTypeName(KvType t);
-size_t KvTypeBytes(KvType t);
-std::optional<KvPolicy> ParseKvPolicy(std::string_view s);
-std::optional<RopeK> ParseRopeK(std::string_view s);
-std::optional<KvPositions> ParseKvPositions(std::string_view s);
-std::optional<KvType> ParseKvType(std::string_view s);
+// The configuration with the policy's defaults filled in (size, keep, recent,
+// window), or a clear error naming the option as `spelling` writes it: a value
+// out of range for the context, an option the policy does not use.
+Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape,
+                                 KvSpelling spelling = KvSpelling::kFlag);
 
-// The configuration with defaults filled in (size, keep, recent), or a clear
-// error for a combination that cannot be honoured.
-Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape);
+// What callers may ask of a policy by name (no policy is named outside src/kv).
+bool KvPolicyExists(std::string_view name);
+bool KvPolicyUses(std::string_view policy, KvOpt o);
+// True when the policy evicts: memory bounded by --kv-size, any text length.
+bool KvPolicyEvicts(std::string_view policy);
+// The longest prompt a cache of this config can take from empty (the full
+// cache's size, snapkv's context), or -1 when any length fits.
+int64_t KvMaxPrompt(const KvConfig& resolved, const KvShape& shape);
+// A one-line description of a resolved config:
+// "sink, 128 cells (4 sinks + 124 recent), compact positions".
+std::string DescribeKvConfig(const KvConfig& resolved);
 
 }  // namespace rotor

@@ -1,0 +1,72 @@
+#include <algorithm>
+#include <numeric>
+
+#include "base/check.h"
+#include "kv/kv_policy.h"
+
+namespace rotor {
+
+KvCells::KvCells(int n_lanes, int32_t n_cells, Rotate rotate)
+    : n_lanes_(n_lanes),
+      n_cells_(n_cells),
+      rotate_(std::move(rotate)),
+      index_(static_cast<size_t>(n_lanes) * n_cells, -1),
+      pos_(static_cast<size_t>(n_lanes) * n_cells, 0),
+      used_(n_lanes, 0),
+      hi_(n_lanes, 0) {}
+
+int32_t KvCells::max_used() const { return *std::max_element(used_.begin(), used_.end()); }
+int32_t KvCells::max_hi() const { return *std::max_element(hi_.begin(), hi_.end()); }
+
+void KvCells::Set(int lane, int32_t c, TextIndex index, int32_t pos) {
+  DCHECK(c >= 0 && c < n_cells_);
+  const size_t at = At(lane, c);
+  CHECK(index_[at] < 0);
+  CHECK(index >= 0);
+  index_[at] = index;
+  pos_[at] = pos;
+  ++used_[lane];
+  hi_[lane] = std::max(hi_[lane], c + 1);
+}
+
+void KvCells::Free(int lane, int32_t c) {
+  const size_t at = At(lane, c);
+  CHECK(index_[at] >= 0);
+  index_[at] = -1;
+  --used_[lane];
+  if (c + 1 == hi_[lane])
+    while (hi_[lane] > 0 && index_[At(lane, hi_[lane] - 1)] < 0) --hi_[lane];
+}
+
+void KvCells::Move(int lane, int32_t c, int32_t pos) {
+  const size_t at = At(lane, c);
+  const int32_t delta = pos - pos_[at];
+  if (delta == 0) return;
+  pos_[at] = pos;
+  if (rotate_) rotate_(lane, c, delta);
+}
+
+int32_t KvCells::FirstFree(int lane, int32_t from) const {
+  const TextIndex* index = lane_index(lane);
+  for (int32_t c = from; c < n_cells_; ++c)
+    if (index[c] < 0) return c;
+  return -1;
+}
+
+void KvCells::RenumberByRank(int lane) {
+  const TextIndex* index = lane_index(lane);
+  std::vector<int32_t> order;
+  order.reserve(used_[lane]);
+  for (int32_t c = 0; c < hi_[lane]; ++c)
+    if (index[c] >= 0) order.push_back(c);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return index[a] < index[b]; });
+  for (size_t r = 0; r < order.size(); ++r) Move(lane, order[r], static_cast<int32_t>(r));
+}
+
+void KvCells::Clear() {
+  std::fill(index_.begin(), index_.end(), -1);
+  std::fill(used_.begin(), used_.end(), 0);
+  std::fill(hi_.begin(), hi_.end(), 0);
+}
+
+}  // namespace rotor
