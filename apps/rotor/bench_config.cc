@@ -151,28 +151,12 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
     if (t < 1) return Errorf("bench: -t {} must be at least 1", t);
   for (const auto& [flag, list] :
        {std::pair{"-p", &a.n_prompt}, std::pair{"-n", &a.n_gen}, std::pair{"-d", &a.n_depth},
-        std::pair{"--kv-size", &a.kv_size}, std::pair{"--prefill-step", &a.prefill_step},
+        std::pair{"--prefill-step", &a.prefill_step},
         std::pair{"-c", &a.n_ctx}, std::pair{"--batch", &a.batch}})
     for (int v : *list)
       if (v < 0) return Errorf("bench: {} {} must not be negative", flag, v);
-  std::vector<KvPolicy> policies;
-  for (const std::string& s : a.kv) {
-    std::optional<KvPolicy> p = ParseKvPolicy(s);
-    if (!p) return Errorf("bench: --kv '{}' is not one of full, sink, window, h2o", s);
-    policies.push_back(*p);
-  }
-  std::vector<RopeK> ropes;
-  for (const std::string& s : a.rope_k) {
-    std::optional<RopeK> r = ParseRopeK(s);
-    if (!r) return Errorf("bench: --rope-k '{}' is not one of cached, deferred", s);
-    ropes.push_back(*r);
-  }
-  std::vector<KvType> kv_types;
-  for (const std::string& s : a.kv_type) {
-    std::optional<KvType> t = ParseKvType(s);
-    if (!t) return Errorf("bench: --kv-type '{}' is not one of f32, f16", s);
-    kv_types.push_back(*t);
-  }
+  Result<std::vector<KvConfig>> kvs = ExpandKvLists(a.kv);
+  if (!kvs.ok()) return kvs.status().WithContext("bench");
   for (int b : a.batch)
     if (b < 1) return Errorf("bench: --batch {} must be at least 1", b);
   ASSIGN_OR_RETURN(std::vector<BenchTest> tests, ExpandTests(a));
@@ -181,35 +165,25 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
   for (int mi = 0; mi < static_cast<int>(models.size()); ++mi) {
     const ModelConfig& mc = models[mi].model->config();
     for (int threads : a.threads)
-      for (KvPolicy policy : policies)
-        for (size_t si = 0; si < a.kv_size.size(); ++si) {
-          // --kv-size sizes the evicting policies; full always holds the whole context.
-          if (policy == KvPolicy::kFull && si > 0) continue;
-          const int kv_size = policy == KvPolicy::kFull ? 0 : a.kv_size[si];
-          for (RopeK rope : ropes)
-            for (KvType kv_type : kv_types)
-              for (int step : a.prefill_step)
-                for (int ctx : a.n_ctx)
-                  for (int n_seq : a.batch)
-                    for (const BenchTest& test : tests) {
-                      BenchCase c;
-                      c.n_seq = n_seq;
-                      c.model = mi;
-                      c.threads = threads;
-                      c.kv.policy = policy;
-                      c.kv.size = kv_size;
-                      c.kv.rope_k = rope;
-                      c.kv.type = kv_type;
-                      c.prefill_step = step;
-                      c.test = test;
-                      ASSIGN_OR_RETURN(c.n_ctx, ResolveContext(ctx, test, kv_size));
-                      Result<KvConfig> resolved = ResolveKvConfig(c.kv, mc.kv_shape(c.n_ctx));
-                      if (!resolved.ok())
-                        return resolved.status().WithContext(fmt::format(
-                            "bench: {} {} (-c {})", models[mi].path, test.Name(), c.n_ctx));
-                      cases.push_back(c);
-                    }
-        }
+      for (const KvConfig& kv : *kvs)
+        for (int step : a.prefill_step)
+          for (int ctx : a.n_ctx)
+            for (int n_seq : a.batch)
+              for (const BenchTest& test : tests) {
+                BenchCase c;
+                c.n_seq = n_seq;
+                c.model = mi;
+                c.threads = threads;
+                c.kv = kv;
+                c.prefill_step = step;
+                c.test = test;
+                ASSIGN_OR_RETURN(c.n_ctx, ResolveContext(ctx, test, kv.size));
+                Result<KvConfig> resolved = ResolveKvConfig(c.kv, mc.kv_shape(c.n_ctx));
+                if (!resolved.ok())
+                  return resolved.status().WithContext(fmt::format(
+                      "bench: {} {} (-c {})", models[mi].path, test.Name(), c.n_ctx));
+                cases.push_back(c);
+              }
   }
   return cases;
 }

@@ -2,8 +2,8 @@
 // is a sweep dimension; the cases are the cartesian product, in the order
 // model > threads > kv > kv-size > rope-k > kv-type > prefill-step > ctx > batch > depth > test
 // (pp tests before tg tests), as llama-bench orders its instances.
-// --kv-size sizes the evicting policies only: `full` always holds the whole
-// context, so it is run once whatever the --kv-size list says.
+// Each KV option applies to the policies that use it: `full` always holds the
+// whole context, so it is run once whatever the --kv-size list says.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "kv/kv_config.h"
+#include "kv_args.h"
 #include "model/model.h"
 
 namespace rotor::cli {
@@ -28,10 +29,7 @@ struct BenchArgs {
   std::vector<std::string> tests;  // explicit "pp512", "tg128@d4096": replaces -p/-n/-d
   int repetitions = 5;
   std::vector<int> threads;  // empty: HardwareThreads()
-  std::vector<std::string> kv = {"full"};
-  std::vector<int> kv_size = {0};
-  std::vector<std::string> rope_k = {"cached"};
-  std::vector<std::string> kv_type = {"f32"};
+  KvLists kv;  // every KV option as a list (kv_args.h)
   std::vector<int> prefill_step = {512};
   std::vector<int> n_ctx = {0};  // 0: what the test needs (see ResolveContext)
   std::vector<int> batch = {1};  // sequences decoded together (n_seq)

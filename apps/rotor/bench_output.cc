@@ -67,7 +67,7 @@ class MarkdownWriter : public BenchWriter {
     const KvConfig& kv = row.result->kv;
     std::vector<std::string> cells = {
         row.model->type, SizeLabel(row.model->size_bytes), ParamsLabel(row.model->n_params),
-        fmt::format("{}", c.threads), std::string(KvPolicyName(kv.policy))};
+        fmt::format("{}", c.threads), kv.policy};
     if (cols_.kv_size) cells.push_back(fmt::format("{}", kv.size));
     if (cols_.rope_k) cells.push_back(std::string(RopeKName(kv.rope_k)));
     if (cols_.kv_type) cells.push_back(std::string(KvTypeName(kv.type)));
@@ -232,7 +232,7 @@ Json BenchRowJson(const BenchRow& row) {
   j["n_threads"] = c.threads;
   j["n_ctx"] = c.n_ctx;
   j["n_seq"] = c.n_seq;
-  j["kv"] = std::string(KvPolicyName(r.kv.policy));
+  j["kv"] = r.kv.policy;
   j["kv_size"] = r.kv.size;
   j["rope_k"] = std::string(RopeKName(r.kv.rope_k));
   j["type_k"] = std::string(KvTypeName(r.kv.type));  // llama-bench's fields: one type for both

@@ -1,6 +1,9 @@
 #include "cli_common.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
@@ -36,32 +39,35 @@ void AddSamplingOptions(CLI::App* app, SamplingParams* p) {
   app->add_option("-s,--seed", p->seed, "RNG seed (default: random)");
 }
 
+// Every KV option from the one table: its flag, its help with choices and
+// default, and a value checked by KvConfig::Set (whose error names the flag).
+// CLI11 runs the callbacks in the table's order, so the policy comes first.
 void AddKvOptions(CLI::App* app, KvConfig* kv) {
-  static const std::map<std::string, KvPolicy> kPolicies = {
-      {"full", KvPolicy::kFull}, {"sink", KvPolicy::kSink}, {"window", KvPolicy::kWindow},
-      {"h2o", KvPolicy::kH2o}};
-  static const std::map<std::string, RopeK> kRope = {{"cached", RopeK::kCached},
-                                                     {"deferred", RopeK::kDeferred}};
-  static const std::map<std::string, KvType> kTypes = {{"f32", KvType::kF32},
-                                                      {"f16", KvType::kF16}};
-  static const std::map<std::string, KvPositions> kPositions = {
-      {"original", KvPositions::kOriginal}, {"compact", KvPositions::kCompact}};
-  app->add_option("--kv", kv->policy, "KV cache policy: full|sink|window|h2o")
-      ->transform(CLI::CheckedTransformer(kPolicies, CLI::ignore_case));
-  app->add_option("--kv-size", kv->size, "cells per sequence (0 = the context size)")
-      ->check(CLI::Range(0, 1 << 24));
-  app->add_option("--kv-keep", kv->keep, "sink tokens never evicted (sink)")
-      ->check(CLI::Range(0, 1 << 24));
-  app->add_option("--kv-recent", kv->recent, "recent window of h2o (default: size / 2)")
-      ->check(CLI::Range(-1, 1 << 24));
-  app->add_option("--rope-k", kv->rope_k, "keys stored after RoPE (cached) or before (deferred)")
-      ->transform(CLI::CheckedTransformer(kRope, CLI::ignore_case));
-  app->add_option("--kv-type", kv->type,
-                  "element type of stored K and V: f32 (exact) | f16 (half the memory and reads)")
-      ->transform(CLI::CheckedTransformer(kTypes, CLI::ignore_case));
-  app->add_option("--kv-positions", kv->positions,
-                  "positions after eviction: original|compact")
-      ->transform(CLI::CheckedTransformer(kPositions, CLI::ignore_case));
+  for (const KvOptionSpec& spec : KvOptions()) {
+    std::string help(spec.help);
+    if (!spec.is_int) help += ": " + KvChoicesText(spec.id);
+    help += fmt::format(" (default: {})", spec.default_text);
+    const KvOpt id = spec.id;
+    app->add_option_function<std::string>(
+           std::string(spec.flag),
+           [kv, id](const std::string& value) {
+             if (Status s = kv->Set(id, value, KvSpelling::kFlag); !s.ok())
+               throw CLI::ValidationError(s.message());
+           },
+           help)
+        ->type_name(spec.is_int ? "INT" : "NAME");
+  }
+}
+
+void AddKvListOptions(CLI::App* app, KvLists* lists) {
+  for (const KvOptionSpec& spec : KvOptions()) {
+    std::string help = fmt::format("{}, comma-separated", spec.help);
+    if (!spec.is_int) help += ": " + KvChoicesText(spec.id);
+    help += fmt::format(" (default: {})", spec.default_text);
+    app->add_option(std::string(spec.flag), (*lists)[spec.id], help)
+        ->delimiter(',')
+        ->type_name(spec.is_int ? "INT,..." : "NAME,...");
+  }
 }
 
 Result<std::string> ReadFile(const std::string& path) {

@@ -3,10 +3,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include <array>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "kv_args.h"
 
 namespace rotor::cli {
 
@@ -20,9 +23,11 @@ int Fail(const Status& status);
 void AddEngineOptions(CLI::App* app, EngineOptions* o);
 // --temp, --top-k, ... on a subcommand.
 void AddSamplingOptions(CLI::App* app, SamplingParams* p);
-// --kv, --kv-size, --kv-keep, --kv-recent, --rope-k, --kv-positions,
-// --kv-type.
+// Every option of the KV option table (kv_config.h): --kv, --kv-size, ...
 void AddKvOptions(CLI::App* app, KvConfig* kv);
+
+// Every KV option as a comma-separated list (bench, perplexity): KvLists.
+void AddKvListOptions(CLI::App* app, KvLists* lists);
 
 // Reads a whole file; error names the path.
 Result<std::string> ReadFile(const std::string& path);

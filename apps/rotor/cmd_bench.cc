@@ -60,7 +60,7 @@ class Progress {
 BenchColumns ColumnsFor(const BenchArgs& a, const std::vector<BenchCase>& cases) {
   BenchColumns cols;
   for (const BenchCase& c : cases) {
-    cols.kv_size |= c.kv.policy != KvPolicy::kFull;
+    cols.kv_size |= KvPolicyEvicts(c.kv.policy);
     cols.rope_k |= c.kv.rope_k != RopeK::kCached;
     cols.kv_type |= c.kv.type != KvType::kF32;
     cols.prefill_step |= c.prefill_step != 512;
@@ -136,7 +136,7 @@ int RunBench(BenchArgs a) {
     const BenchCase& c = (*cases)[i];
     const BenchModel& m = models[c.model];
     const std::string what = fmt::format("[{}/{}] {} {} (t={}, kv={}{})", i + 1, n_cases, m.path,
-                                         c.test.Name(), c.threads, KvPolicyName(c.kv.policy),
+                                         c.test.Name(), c.threads, c.kv.policy,
                                          c.kv.size > 0 ? fmt::format(" {}", c.kv.size) : "");
     m.model->PackMatrices();  // once, at the model's first case (LoadBenchModel)
     ReadProbe* probe = nullptr;
@@ -224,23 +224,7 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("-t,--threads", a->threads, "thread counts (default: all hardware threads)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1024));
-  sub->add_option("--kv", a->kv, "KV cache policies: full|sink|window|h2o")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"full", "sink", "window", "h2o"}))
-      ->capture_default_str();
-  sub->add_option("--kv-size", a->kv_size,
-                  "cells of the evicting policies (0 = the context; full holds the whole context)")
-      ->delimiter(',')
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
-  sub->add_option("--rope-k", a->rope_k, "keys stored after RoPE (cached) or before (deferred)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"cached", "deferred"}))
-      ->capture_default_str();
-  sub->add_option("--kv-type", a->kv_type, "element type of stored K and V: f32, f16")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"f32", "f16"}))
-      ->capture_default_str();
+  AddKvListOptions(sub, &a->kv);
   sub->add_option("--prefill-step", a->prefill_step,
                   "tokens per forward pass for pp tests and the depth fill (0 = all at once)")
       ->delimiter(',')

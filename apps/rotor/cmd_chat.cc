@@ -65,7 +65,7 @@ class ChatLoop {
     if (tty_)
       fmt::print(stderr, "rotor chat: {} | template {} | context {} | kv {} | /help for commands\n",
                  args_.engine.model_path, chat_.chat_template().name(), n_ctx_,
-                 KvPolicyName(chat_.cache().config().policy));
+                 chat_.cache().config().policy);
     LineReader in(0);
     std::string message;  // lines joined by a trailing backslash
     int interrupts = 0;

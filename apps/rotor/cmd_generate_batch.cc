@@ -11,6 +11,7 @@
 #include "base/memory.h"
 #include "base/timer.h"
 #include "cli_common.h"
+#include "kv_args.h"
 #include "engine/scheduler.h"
 
 namespace rotor::cli {
@@ -37,6 +38,8 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
     r.prompt = j["prompt"].get<std::string>();
     GenerateOptions& o = r.options;
     SamplingParams& p = o.sampling;
+    if (Status st = SetKvFields(j, &o.kv); !st.ok())
+      return Errorf("--prompts line {}: {}", line_no, st.message());
     for (auto& [key, v] : j.items()) {
       if (key == "prompt" || key == "id") continue;
       if (key == "n_predict" || key == "max_tokens")
@@ -58,37 +61,8 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
                                : v.get<std::vector<std::string>>();
       else if (key == "ignore_eos")
         o.ignore_eos = v.get<bool>();
-      else if (key == "kv") {
-        auto pol = ParseKvPolicy(v.get<std::string>());
-        if (!pol)
-          return Errorf("--prompts line {}: unknown kv policy '{}'", line_no, v.get<std::string>());
-        o.kv.policy = *pol;
-      } else if (key == "kv_size")
-        o.kv.size = v.get<int>();
-      else if (key == "kv_keep")
-        o.kv.keep = v.get<int>();
-      else if (key == "kv_recent")
-        o.kv.recent = v.get<int>();
-      else if (key == "rope_k") {
-        auto rk = ParseRopeK(v.get<std::string>());
-        if (!rk)
-          return Errorf("--prompts line {}: unknown rope_k '{}'", line_no, v.get<std::string>());
-        o.kv.rope_k = *rk;
-      } else if (key == "kv_type") {
-        auto kt = ParseKvType(v.get<std::string>());
-        if (!kt)
-          return Errorf("--prompts line {}: unknown kv_type '{}' (f32 or f16)", line_no,
-                        v.get<std::string>());
-        o.kv.type = *kt;
-      } else if (key == "kv_positions") {
-        auto kp = ParseKvPositions(v.get<std::string>());
-        if (!kp)
-          return Errorf("--prompts line {}: unknown kv_positions '{}'", line_no,
-                        v.get<std::string>());
-        o.kv.positions = *kp;
-      } else {
+      else if (!IsKvField(key))  // KV fields: set above, in the option table's order
         return Errorf("--prompts line {}: unknown field \"{}\"", line_no, key);
-      }
     }
   } catch (const json::exception& e) {
     return Errorf("--prompts line {}: wrong field type: {}", line_no, e.what());
@@ -103,6 +77,7 @@ int RunGenerateBatch(const EngineOptions& engine_options, const GenerateOptions&
   Result<std::string> text = ReadFile(prompts_file);
   if (!text.ok()) return Fail(text.status().WithContext("generate: --prompts"));
   std::vector<SeqRequest> requests;
+  std::vector<int> line_of;  // [requests] line number in the file
   std::istringstream in(*text);
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
@@ -111,10 +86,17 @@ int RunGenerateBatch(const EngineOptions& engine_options, const GenerateOptions&
     Result<SeqRequest> r = ParseLine(line, line_no, defaults);
     if (!r.ok()) return Fail(r.status());
     requests.push_back(std::move(*r));
+    line_of.push_back(line_no);
   }
   if (requests.empty()) return Fail(Errorf("generate: --prompts {} holds no prompt", prompts_file));
   Result<std::unique_ptr<Engine>> engine = Engine::Create(engine_options);
   if (!engine.ok()) return Fail(engine.status());
+  // KV options of a line are named as JSON fields in its errors.
+  const KvShape shape = (*engine)->model().config().kv_shape((*engine)->n_ctx());
+  for (size_t i = 0; i < requests.size(); ++i)
+    if (Result<KvConfig> kv = ResolveKvConfig(requests[i].options.kv, shape, KvSpelling::kField);
+        !kv.ok())
+      return Fail(Errorf("--prompts line {}: {}", line_of[i], kv.message()));
   Scheduler::Options so;
   so.max_seqs = parallel;
   so.prefill_step = defaults.prefill_step;

@@ -79,35 +79,7 @@ Runner RegisterPerplexity(CLI::App& app) {
                   "tokens per forward pass (0 = a whole chunk; with --stream, -c tokens)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  sub->add_option("--kv", a->kv, "KV cache policies, comma-separated: full|sink|window|h2o")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"full", "sink", "window", "h2o"}))
-      ->capture_default_str();
-  sub->add_option("--kv-size", a->kv_size,
-                  "cells of the evicting policies, comma-separated (0 = the context)")
-      ->delimiter(',')
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
-  sub->add_option("--kv-positions", a->kv_positions,
-                  "positions after eviction, comma-separated: original|compact")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"original", "compact"}))
-      ->capture_default_str();
-  sub->add_option("--kv-type", a->kv_type,
-                  "element type of stored K and V of every run: f32, f16 (--kl-read compares with a base "
-                  "written under another type)")
-      ->check(CLI::IsMember({"f32", "f16"}))
-      ->capture_default_str();
-  sub->add_option("--rope-k", a->rope_k,
-                  "keys stored after RoPE (cached) or before (deferred), comma-separated")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"cached", "deferred"}))
-      ->capture_default_str();
-  sub->add_option("--kv-keep", a->kv_keep, "sink tokens never evicted (sink)")
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
-  sub->add_option("--kv-recent", a->kv_recent, "recent window of h2o (default: size / 2)")
-      ->check(CLI::Range(-1, 1 << 24));
+  AddKvListOptions(sub, &a->kv);
   CLI::Option* kl = sub->add_option(
       "--kl-base", a->kl_base,
       "full-cache distributions: the full run writes FILE, every other run is compared with it "

@@ -89,7 +89,7 @@ int RunChunkedPerplexity(const PerplexityInput& in) {
   int writer = -1;
   if (kl && !a.kl_read) {
     auto it = std::find_if(runs.begin(), runs.end(),
-                           [](const PerplexityRun& r) { return r.kv.policy == KvPolicy::kFull; });
+                           [](const PerplexityRun& r) { return !KvPolicyEvicts(r.kv.policy); });
     if (it != runs.end()) {
       std::rotate(runs.begin(), it, it + 1);
       writer = 0;

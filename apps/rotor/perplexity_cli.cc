@@ -13,75 +13,32 @@ namespace rotor::cli {
 
 Result<std::vector<PerplexityRun>> ExpandPerplexityRuns(const PerplexityArgs& a, const Model& model,
                                                         int n_ctx) {
-  std::vector<KvPolicy> policies;
-  for (const std::string& s : a.kv) {
-    std::optional<KvPolicy> p = ParseKvPolicy(s);
-    if (!p) return Errorf("perplexity: --kv '{}' is not one of full, sink, window, h2o", s);
-    policies.push_back(*p);
-  }
-  std::vector<KvPositions> positions;
-  for (const std::string& s : a.kv_positions) {
-    std::optional<KvPositions> p = ParseKvPositions(s);
-    if (!p) return Errorf("perplexity: --kv-positions '{}' is not one of original, compact", s);
-    positions.push_back(*p);
-  }
-  std::vector<RopeK> ropes;
-  for (const std::string& s : a.rope_k) {
-    std::optional<RopeK> r = ParseRopeK(s);
-    if (!r) return Errorf("perplexity: --rope-k '{}' is not one of cached, deferred", s);
-    ropes.push_back(*r);
-  }
-  const std::optional<KvType> kv_type = ParseKvType(a.kv_type);
-  if (!kv_type) return Errorf("perplexity: --kv-type '{}' is not one of f32, f16", a.kv_type);
-  // Beside evicting policies, full holds the whole context with original
-  // positions whatever --kv-size and --kv-positions list; alone, it takes them
-  // as given (and ResolveKvConfig explains what does not fit).
-  const bool only_full = std::all_of(policies.begin(), policies.end(),
-                                     [](KvPolicy p) { return p == KvPolicy::kFull; });
+  Result<std::vector<KvConfig>> kvs = ExpandKvLists(a.kv);
+  if (!kvs.ok()) return kvs.status().WithContext("perplexity");
   std::vector<PerplexityRun> runs;
-  for (KvPolicy policy : policies)
-    for (int size : a.kv_size)
-      for (KvPositions pos : positions)
-        for (RopeK rope : ropes) {
-          KvConfig kv;
-          kv.policy = policy;
-          kv.size = size;
-          kv.positions = pos;
-          kv.rope_k = rope;
-          kv.type = *kv_type;
-          kv.keep = a.kv_keep;
-          kv.recent = a.kv_recent;
-          if (policy == KvPolicy::kFull && !only_full) {
-            kv.size = 0;
-            kv.positions = KvPositions::kOriginal;
-          }
-          Result<KvConfig> resolved = ResolveKvConfig(kv, model.config().kv_shape(n_ctx));
-          if (!resolved.ok())
-            return resolved.status().WithContext(fmt::format("perplexity (-c {})", n_ctx));
-          PerplexityRun run;
-          run.kv = kv;
-          run.resolved = *resolved;
-          run.label = policy == KvPolicy::kFull ? "full"
-                                                : fmt::format("{}-{}-{}", KvPolicyName(policy),
-                                                              resolved->size, KvPositionsName(pos));
-          if (rope == RopeK::kDeferred) run.label += "-deferred";
-          const bool seen = std::any_of(runs.begin(), runs.end(), [&](const PerplexityRun& r) {
-            return r.label == run.label;
-          });
-          if (!seen) runs.push_back(run);
-        }
+  for (const KvConfig& kv : *kvs) {
+    Result<KvConfig> resolved = ResolveKvConfig(kv, model.config().kv_shape(n_ctx));
+    if (!resolved.ok()) return resolved.status().WithContext(fmt::format("perplexity (-c {})", n_ctx));
+    PerplexityRun run;
+    run.kv = kv;
+    run.resolved = *resolved;
+    // "sink-128-compact": the policy, then what tells its runs apart.
+    run.label = kv.policy;
+    if (KvPolicyUses(kv.policy, KvOpt::kSize)) run.label += fmt::format("-{}", resolved->size);
+    for (KvOpt o : {KvOpt::kKeep, KvOpt::kRecent, KvOpt::kWindow})
+      if (kv.Given(o)) run.label += fmt::format("-{}{}", KvOption(o).field.substr(3, 1), kv.Get(o));
+    if (KvPolicyUses(kv.policy, KvOpt::kPositions))
+      run.label += fmt::format("-{}", KvPositionsName(kv.positions));
+    if (kv.rope_k == RopeK::kDeferred) run.label += "-deferred";
+    if (a.kv[KvOpt::kType].size() > 1) run.label += fmt::format("-{}", KvTypeName(kv.type));
+    const bool seen = std::any_of(runs.begin(), runs.end(),
+                                  [&](const PerplexityRun& r) { return r.label == run.label; });
+    if (!seen) runs.push_back(run);
+  }
   return runs;
 }
 
-std::string DescribeKv(const KvConfig& c) {
-  std::string s = fmt::format("{}, {} cells", KvPolicyName(c.policy), c.size);
-  if (c.policy == KvPolicy::kSink)
-    s += fmt::format(" ({} sinks + {} recent)", c.keep, c.size - c.keep);
-  if (c.policy == KvPolicy::kH2o)
-    s += fmt::format(" ({} heavy hitters + {} recent)", c.size - c.recent, c.recent);
-  if (c.policy != KvPolicy::kFull) s += fmt::format(", {} positions", KvPositionsName(c.positions));
-  return s + fmt::format(", {} keys, {} K/V", RopeKName(c.rope_k), KvTypeName(c.type));
-}
+std::string DescribeKv(const KvConfig& resolved) { return DescribeKvConfig(resolved); }
 
 std::string FileName(const std::string& path) {
   const size_t slash = path.find_last_of('/');

@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "engine/engine.h"
 #include "engine/perplexity.h"
+#include "kv_args.h"
 
 namespace rotor::cli {
 
@@ -20,13 +21,7 @@ struct PerplexityArgs {
   int n_chunks = -1;
   int prefill_step = 512;
   // KV options; lists run every combination.
-  std::vector<std::string> kv = {"full"};
-  std::vector<int> kv_size = {0};
-  std::vector<std::string> kv_positions = {"original"};
-  std::vector<std::string> rope_k = {"cached"};
-  std::string kv_type = "f32";
-  int kv_keep = 4;
-  int kv_recent = -1;
+  KvLists kv;  // every KV option as a list (kv_args.h)
   // KL divergence against a full-cache base.
   std::string kl_base;
   bool kl_read = false;

@@ -54,10 +54,10 @@ Status WriteCsv(const std::string& path, const std::vector<StreamRun>& runs) {
   out << "run,policy,kv_size,kv_keep,positions,rope_k,window_start,window_end,tokens,ppl\n";
   for (const StreamRun& r : runs) {
     const KvConfig& c = r.run->resolved;
-    const int size = c.policy == KvPolicy::kFull ? r.n_ctx : c.size;
+    const int size = KvPolicyEvicts(c.policy) ? c.size : r.n_ctx;
     for (const WindowPpl& w : r.windows)
       out << fmt::format("{},{},{},{},{},{},{},{},{},{:.6g}\n", r.run->label,
-                         KvPolicyName(c.policy), size, c.keep, KvPositionsName(c.positions),
+                         c.policy, size, c.keep, KvPositionsName(c.positions),
                          RopeKName(c.rope_k), w.begin, w.end, w.n, w.ppl);
   }
   out.close();
@@ -70,7 +70,7 @@ Status WritePlot(const PerplexityArgs& a, const Model& model, const std::vector<
   std::map<std::string, int> families;
   std::vector<int> sizes;
   for (const StreamRun& r : runs)
-    if (r.run->resolved.policy != KvPolicy::kFull) sizes.push_back(r.run->resolved.size);
+    if (KvPolicyEvicts(r.run->resolved.policy)) sizes.push_back(r.run->resolved.size);
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   static constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
@@ -81,11 +81,11 @@ Status WritePlot(const PerplexityArgs& a, const Model& model, const std::vector<
     const KvConfig& c = r.run->resolved;
     PlotSeries s;
     s.label = r.run->label;
-    if (c.policy == KvPolicy::kFull) {
+    if (!KvPolicyEvicts(c.policy)) {
       s.color = "#000000";
       s.label += fmt::format(" (-c {})", r.n_ctx);
     } else {
-      const std::string family = fmt::format("{}-{}-{}", KvPolicyName(c.policy),
+      const std::string family = fmt::format("{}-{}-{}", c.policy,
                                              KvPositionsName(c.positions), RopeKName(c.rope_k));
       const int index = families.emplace(family, static_cast<int>(families.size())).first->second;
       s.color = kColors[index % std::size(kColors)];
@@ -132,7 +132,7 @@ int RunStreamPerplexity(const PerplexityInput& in) {
   int max_ctx = a.n_ctx;
   for (const PerplexityRun& run : *expanded) {
     StreamRun sr{&run, a.n_ctx, {}, 0};
-    if (run.kv.policy == KvPolicy::kFull) {
+    if (!KvPolicyEvicts(run.kv.policy)) {
       if (a.n_ctx < a.stream && !a.ctx_given) sr.n_ctx = static_cast<int>(a.stream);
       if (sr.n_ctx >= a.stream && a.stream > n_ctx_train)
         fmt::print(stderr,

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "kv_args.h"
+
 #include <cmath>
 #include <limits>
 
@@ -210,23 +212,12 @@ std::optional<ApiError> RejectUnsupported(const json& j) {
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseKv(Fields& f, const KvConfig& server, KvConfig* kv) {
-  KvPolicy policy = server.policy;
-  if (f.Enum("kv", ParseKvPolicy, "full, sink, window or h2o", &policy) &&
-      policy != server.policy) {
-    const KvConfig fresh;
-    *kv = fresh;
-    kv->policy = policy;
-    kv->rope_k = server.rope_k;
-    kv->type = server.type;
-  }
-  f.Int("kv_size", 0, 1 << 24, &kv->size);
-  f.Int("kv_keep", 0, 1 << 24, &kv->keep);
-  f.Int("kv_recent", -1, 1 << 24, &kv->recent);
-  f.Enum("rope_k", ParseRopeK, "cached or deferred", &kv->rope_k);
-  f.Enum("kv_positions", ParseKvPositions, "original or compact", &kv->positions);
-  f.Enum("kv_type", ParseKvType, "f32 or f16", &kv->type);
-  return f.error();
+// The request's KV fields start from the server's options: naming another
+// policy starts from that policy's defaults (KvConfig::Set).
+std::optional<ApiError> ParseKv(const json& j, KvConfig* kv) {
+  std::string field;
+  if (Status s = cli::SetKvFields(j, kv, &field); !s.ok()) return Bad(field, s.message());
+  return std::nullopt;
 }
 
 }  // namespace
@@ -312,7 +303,7 @@ std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
       out->include_usage = usage->get<bool>();
   }
   if (f.error()) return f.error();
-  if (auto e = ParseKv(f, defaults.kv, &o.kv)) return e;
+  if (auto e = ParseKv(j, &o.kv)) return e;
   if (Status st = ValidateSamplingParams(s); !st.ok()) return Bad("", st.message());
   return std::nullopt;
 }

@@ -35,19 +35,6 @@ std::string NewId(Endpoint endpoint) {
 }
 
 // Validation messages name command-line flags; a request names fields.
-std::string RequestFieldNames(std::string message) {
-  static const std::pair<std::string_view, std::string_view> kNames[] = {
-      {"--kv-size", "kv_size"},           {"--kv-keep", "kv_keep"}, {"--kv-recent", "kv_recent"},
-      {"--kv-positions", "kv_positions"}, {"--rope-k", "rope_k"},   {"--kv ", "kv "},
-      {"-c ", "context size "},           {"-n ", "max_tokens "}};
-  for (const auto& [flag, field] : kNames) {
-    for (size_t at = message.find(flag); at != std::string::npos;
-         at = message.find(flag, at + field.size()))
-      message.replace(at, flag.size(), field);
-  }
-  return message;
-}
-
 ApiError FromEvent(const StreamEvent& e) {
   ApiError err;
   err.status = e.status;
@@ -238,16 +225,16 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) 
   }
   if (seq->tokens.empty())
     return ApiError{400, "the prompt is empty", "invalid_request_error", param, ""};
-  Result<KvConfig> kv =
-      ResolveKvConfig(seq->options.kv, engine_->model().config().kv_shape(engine_->n_ctx()));
-  if (!kv.ok())
-    return ApiError{400, RequestFieldNames(kv.message()), "invalid_request_error", "kv", ""};
+  const KvShape shape = engine_->model().config().kv_shape(engine_->n_ctx());
+  Result<KvConfig> kv = ResolveKvConfig(seq->options.kv, shape, KvSpelling::kField);
+  if (!kv.ok()) return ApiError{400, kv.message(), "invalid_request_error", "kv", ""};
   if (Status s = engine_->Validate(seq->options); !s.ok())
-    return ApiError{400, RequestFieldNames(s.message()), "invalid_request_error", "", ""};
-  if (kv->policy == KvPolicy::kFull && static_cast<int64_t>(seq->tokens.size()) > kv->size)
+    return ApiError{400, s.message(), "invalid_request_error", "", ""};
+  const int64_t max_prompt = KvMaxPrompt(*kv, shape);
+  if (max_prompt >= 0 && static_cast<int64_t>(seq->tokens.size()) > max_prompt)
     return ApiError{400,
                     fmt::format("the prompt has {} tokens, more than the context size {}",
-                                seq->tokens.size(), kv->size),
+                                seq->tokens.size(), max_prompt),
                     "invalid_request_error", param, "context_length_exceeded"};
   return std::nullopt;
 }

@@ -49,11 +49,11 @@ constexpr KvOptionSpec kTable[] = {
     {KvOpt::kWindow, "--kv-window", "kv_window", true, 1, kMaxCells, "32",
      "last prompt queries whose attention chooses the kept tokens (snapkv)"},
     {KvOpt::kRopeK, "--rope-k", "rope_k", false, 0, 0, "cached",
-     "keys stored after RoPE (cached) or before it, rotated in attention (deferred)"},
+     "keys stored after RoPE (cached), or before it and rotated in attention (deferred)"},
     {KvOpt::kPositions, "--kv-positions", "kv_positions", false, 0, 0, "original",
-     "positions after eviction: original, or compact (renumbered inside the cache)"},
+     "positions after eviction (compact: renumbered inside the cache)"},
     {KvOpt::kType, "--kv-type", "kv_type", false, 0, 0, "f32",
-     "element type of stored K and V: f32 (exact) or f16 (half the memory and reads)"},
+     "element type of stored K and V (f16: half the memory and reads)"},
 };
 static_assert(std::size(kTable) == kKvOptCount);
 
@@ -217,13 +217,12 @@ std::string DescribeKvConfig(const KvConfig& c) {
   std::string s = fmt::format("{}, {} cells", c.policy, c.size);
   if (KvPolicyUses(c.policy, KvOpt::kKeep))
     s += fmt::format(" ({} sinks + {} recent)", c.keep, c.size - c.keep);
-  if (KvPolicyUses(c.policy, KvOpt::kRecent)) s += fmt::format(" ({} recent)", c.recent);
+  if (KvPolicyUses(c.policy, KvOpt::kRecent))
+    s += fmt::format(" ({} heavy hitters + {} recent)", c.size - c.recent, c.recent);
   if (KvPolicyUses(c.policy, KvOpt::kWindow)) s += fmt::format(" (window {})", c.window);
   if (KvPolicyUses(c.policy, KvOpt::kPositions))
     s += fmt::format(", {} positions", KvPositionsName(c.positions));
-  s += fmt::format(", {} keys", RopeKName(c.rope_k));
-  if (c.type != KvType::kF32) s += fmt::format(", {} K/V", KvTypeName(c.type));
-  return s;
+  return s + fmt::format(", {} keys, {} K/V", RopeKName(c.rope_k), KvTypeName(c.type));
 }
 
 }  // namespace rotor

@@ -118,7 +118,7 @@ bool KvPolicyEvicts(std::string_view policy);
 // cache's size, snapkv's context), or -1 when any length fits.
 int64_t KvMaxPrompt(const KvConfig& resolved, const KvShape& shape);
 // A one-line description of a resolved config:
-// "sink, 128 cells (4 sinks + 124 recent), compact positions".
+// "sink, 128 cells (4 sinks + 124 recent), compact positions, cached keys, f32 K/V".
 std::string DescribeKvConfig(const KvConfig& resolved);
 
 }  // namespace rotor

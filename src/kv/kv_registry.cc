@@ -11,6 +11,12 @@ std::span<const KvPolicyInfo* const> KvPolicyRegistry() {
   return kAll;
 }
 
+// By default a policy keeps whatever it is left with (the full cache).
+Status KvPolicy::CanDrop(const KvCells&, TextIndex, TextIndex, TextIndex) const {
+  return Status::Ok();
+}
+Status KvPolicy::CanShift(TextIndex, TextIndex, TextIndex) const { return Status::Ok(); }
+
 const KvPolicyInfo* FindKvPolicy(std::string_view name) {
   for (const KvPolicyInfo* p : KvPolicyRegistry())
     if (p->name == name) return p;
