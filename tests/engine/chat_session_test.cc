@@ -232,7 +232,7 @@ TEST(ChatSession, FullContextEndsTheReplyAndClearStartsOver) {
 TEST(ChatSession, SinkCacheCarriesAConversationPastTheContext) {
   auto e = MakeEngine(/*n_ctx=*/64);
   ChatOptions o = Greedy(30, 1);
-  o.kv.policy = KvPolicy::kSink;
+  o.kv.policy = "sink";
   o.kv.keep = 4;
   auto chat = MakeChat(*e, o);
   const char* lines[] = {"Once upon a time", "Lily went to the park.", "She saw a bird.",
@@ -344,7 +344,7 @@ TEST(ChatSession, RejectsBadOptions) {
   o.n_predict = -2;
   EXPECT_FALSE(ChatSession::Create(*e, o).ok());
   o = ChatOptions{};
-  o.kv.policy = KvPolicy::kSink;
+  o.kv.policy = "sink";
   o.kv.size = 100000;
   EXPECT_FALSE(ChatSession::Create(*e, o).ok());
 }

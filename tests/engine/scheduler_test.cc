@@ -63,7 +63,7 @@ std::vector<Job> MixedJobs(int n_vocab) {
   std::vector<Job> jobs;
   const int lengths[] = {1, 5, 37, 300};
   const int n_predict[] = {40, 25, 60, 33};
-  const KvPolicy policies[] = {KvPolicy::kFull, KvPolicy::kSink, KvPolicy::kH2o, KvPolicy::kSink};
+  const std::string policies[] = {"full", "sink", "h2o", "sink"};
   const RopeK ropes[] = {RopeK::kCached, RopeK::kDeferred, RopeK::kCached, RopeK::kCached};
   for (int i = 0; i < 4; ++i) {
     Job j;
@@ -71,7 +71,7 @@ std::vector<Job> MixedJobs(int n_vocab) {
     j.options.sampling.temperature = 0;
     j.options.n_predict = n_predict[i];
     j.options.ignore_eos = true;
-    j.options.kv = testing::Kv(policies[i], policies[i] == KvPolicy::kFull ? 0 : 64, 4, ropes[i]);
+    j.options.kv = testing::Kv(policies[i], policies[i] == "full" ? 0 : 64, 4, ropes[i]);
     jobs.push_back(j);
   }
   return jobs;
@@ -124,7 +124,7 @@ TEST(Scheduler, KvBudgetMakesSequencesWaitNotFail) {
   auto e = MakeEngine(testing::kStories);
   Scheduler::Options so;
   so.max_seqs = 4;
-  KvConfig kv = testing::Kv(KvPolicy::kSink, 64);
+  KvConfig kv = testing::Kv("sink", 64);
   auto probe = std::move(KvCache::Create(e->model().config().kv_shape(512), kv)).value();
   so.kv_budget_bytes = static_cast<int64_t>(probe->memory_bytes()) * 2;  // room for two
   Scheduler s(*e, so);
@@ -161,8 +161,8 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
   ThreadPool pool(2);
   Forward fwd(m, pool, 64, 256);
   std::vector<std::unique_ptr<KvCache>> batch, alone;
-  const KvConfig kvs[] = {KvConfig{}, testing::Kv(KvPolicy::kSink, 16),
-                          testing::Kv(KvPolicy::kH2o, 16)};
+  const KvConfig kvs[] = {KvConfig{}, testing::Kv("sink", 16),
+                          testing::Kv("h2o", 16)};
   for (const KvConfig& kv : kvs) {
     batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
     alone.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
@@ -204,10 +204,10 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   ThreadPool pool(2);
   Forward fwd(m, pool, 64, 256);
   std::vector<std::unique_ptr<KvCache>> batch, alone;
-  KvConfig sink16 = testing::Kv(KvPolicy::kSink, 16), h2o16 = testing::Kv(KvPolicy::kH2o, 32);
+  KvConfig sink16 = testing::Kv("sink", 16), h2o16 = testing::Kv("h2o", 32);
   sink16.type = h2o16.type = KvType::kF16;  // f16 caches beside f32 ones in one step
-  const KvConfig kvs[] = {KvConfig{}, testing::Kv(KvPolicy::kSink, 16),
-                          testing::Kv(KvPolicy::kWindow, 24, 0, RopeK::kDeferred), sink16, h2o16};
+  const KvConfig kvs[] = {KvConfig{}, testing::Kv("sink", 16),
+                          testing::Kv("window", 24, 0, RopeK::kDeferred), sink16, h2o16};
   constexpr int kSeqs = sizeof(kvs) / sizeof(kvs[0]);
   for (const KvConfig& kv : kvs) {
     batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());

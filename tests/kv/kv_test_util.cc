@@ -108,14 +108,18 @@ std::vector<int32_t> Prompt(int n, int n_vocab, uint32_t seed) {
   return out;
 }
 
-KvConfig Kv(KvPolicy policy, int size, int keep, RopeK rope, KvPositions positions, int recent) {
+KvConfig Kv(const std::string& policy, int size, int keep, RopeK rope, KvPositions positions,
+            int recent) {
   KvConfig c;
-  c.policy = policy;
-  c.size = size;
-  c.keep = policy == KvPolicy::kWindow ? 0 : keep;
+  EXPECT_TRUE(c.Set(KvOpt::kPolicy, policy).ok()) << policy;
+  auto set = [&](KvOpt o, int v) {
+    if (KvPolicyUses(policy, o)) EXPECT_TRUE(c.SetInt(o, v).ok()) << policy;
+  };
+  if (size > 0) set(KvOpt::kSize, size);
+  set(KvOpt::kKeep, keep);
+  if (recent >= 0) set(KvOpt::kRecent, recent);
   c.rope_k = rope;
-  c.positions = positions;
-  c.recent = recent;
+  if (KvPolicyUses(policy, KvOpt::kPositions)) c.positions = positions;
   return c;
 }
 

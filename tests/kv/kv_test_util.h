@@ -35,7 +35,9 @@ const Model& LoadModelCached(const std::string& path);
 // A deterministic pseudo-text of n tokens (BOS first) for a vocabulary.
 std::vector<int32_t> Prompt(int n, int n_vocab, uint32_t seed = 7);
 
-KvConfig Kv(KvPolicy policy, int size, int keep = 4, RopeK rope = RopeK::kCached,
+// A config setting only the options the policy uses (size 0 = the context,
+// recent -1 = the policy's default).
+KvConfig Kv(const std::string& policy, int size, int keep = 4, RopeK rope = RopeK::kCached,
             KvPositions positions = KvPositions::kOriginal, int recent = -1);
 
 // Every token's logits [n, n_vocab] after prefilling `tokens` in steps of

@@ -81,8 +81,8 @@ TEST(Perplexity, TokenizationStartsWithBos) {
 }
 
 TEST(Perplexity, EqualsExpOfMeanNllOfAPlainLoop) {
-  for (const KvConfig& kv : {Kv(KvPolicy::kFull, 0), Kv(KvPolicy::kSink, 16)}) {
-    SCOPED_TRACE(std::string(KvPolicyName(kv.policy)));
+  for (const KvConfig& kv : {Kv("full", 0), Kv("sink", 16)}) {
+    SCOPED_TRACE(kv.policy);
     const int n_chunks = 4;
     PerplexityResult r = Chunked(kv, n_chunks);
     ASSERT_EQ(r.n_chunks, n_chunks);
@@ -109,13 +109,13 @@ TEST(Perplexity, EqualsExpOfMeanNllOfAPlainLoop) {
 }
 
 TEST(Perplexity, EvictionChangesItAndStepDoesNot) {
-  const double full = Chunked(Kv(KvPolicy::kFull, 0), 3).nll.Ppl();
-  const double sink = Chunked(Kv(KvPolicy::kSink, 16), 3).nll.Ppl();
+  const double full = Chunked(Kv("full", 0), 3).nll.Ppl();
+  const double sink = Chunked(Kv("sink", 16), 3).nll.Ppl();
   EXPECT_GT(std::abs(sink - full), 1e-3);
   for (int step : {1, 7, 64})
-    EXPECT_NEAR(Chunked(Kv(KvPolicy::kSink, 16), 3, step).nll.Ppl(), sink, 1e-4) << step;
-  EXPECT_NEAR(Chunked(Kv(KvPolicy::kH2o, 16), 3, 7).nll.Ppl(),
-              Chunked(Kv(KvPolicy::kH2o, 16), 3, 64).nll.Ppl(), 1e-4);
+    EXPECT_NEAR(Chunked(Kv("sink", 16), 3, step).nll.Ppl(), sink, 1e-4) << step;
+  EXPECT_NEAR(Chunked(Kv("h2o", 16), 3, 7).nll.Ppl(),
+              Chunked(Kv("h2o", 16), 3, 64).nll.Ppl(), 1e-4);
 }
 
 class KlBaseTest : public ::testing::Test {
@@ -129,7 +129,7 @@ class KlBaseTest : public ::testing::Test {
     ASSERT_TRUE(w.ok()) << w.message();
     PerplexityHooks hooks;
     hooks.write_base = w->get();
-    full_ = Chunked(Kv(KvPolicy::kFull, 0), kChunks, kCtx, hooks);
+    full_ = Chunked(Kv("full", 0), kChunks, kCtx, hooks);
     ASSERT_TRUE((*w)->Close().ok());
   }
   void TearDown() override { std::filesystem::remove(path_); }
@@ -165,7 +165,7 @@ TEST_F(KlBaseTest, FullAgainstItselfIsZeroWithFullAgreement) {
   EXPECT_EQ((*reader)->info().tokens, base_.tokens);
   EXPECT_EQ((*reader)->info().n_ctx, kCtx);
   EXPECT_EQ((*reader)->info().model, "stories260K");
-  PerplexityResult r = Compare(Kv(KvPolicy::kFull, 0));
+  PerplexityResult r = Compare(Kv("full", 0));
   ASSERT_TRUE(r.kl);
   EXPECT_EQ(r.kl->count(), kChunks * (kCtx - 1 - kCtx / 2));
   EXPECT_NEAR(r.kl->Kld().mean, 0.0, 1e-6);  // only the base's 16-bit rounding
@@ -176,7 +176,7 @@ TEST_F(KlBaseTest, FullAgainstItselfIsZeroWithFullAgreement) {
 }
 
 TEST_F(KlBaseTest, EvictionDivergesFromTheBase) {
-  PerplexityResult r = Compare(Kv(KvPolicy::kWindow, 8));
+  PerplexityResult r = Compare(Kv("window", 8));
   ASSERT_TRUE(r.kl);
   EXPECT_GT(r.kl->Kld().mean, 1e-3);
   EXPECT_GT(r.kl->Kld().error, 0.0);
@@ -255,8 +255,8 @@ TEST(Stream, EqualsChunkedWhereBothSeeTheSameContext) {
   // The first chunk starts with the text's own BOS: the stream's first kCtx
   // tokens are the same input, so positions kCtx/2 .. kCtx-2 score alike.
   for (const KvConfig& kv :
-       {Kv(KvPolicy::kFull, 0), Kv(KvPolicy::kSink, 16), Kv(KvPolicy::kH2o, 16)}) {
-    SCOPED_TRACE(std::string(KvPolicyName(kv.policy)));
+       {Kv("full", 0), Kv("sink", 16), Kv("h2o", 16)}) {
+    SCOPED_TRACE(kv.policy);
     PerplexityResult chunked = Chunked(kv, 1);
     std::vector<float> stream = Stream(kv, 3 * kCtx, 16, 4 * kCtx);
     ASSERT_EQ(stream.size(), static_cast<size_t>(3 * kCtx - 1));
@@ -266,7 +266,7 @@ TEST(Stream, EqualsChunkedWhereBothSeeTheSameContext) {
 }
 
 TEST(Stream, PerTokenNllMatchesPlainLoopAndIsStepInvariant) {
-  const KvConfig kv = Kv(KvPolicy::kSink, 16);
+  const KvConfig kv = Kv("sink", 16);
   const int n = 200;
   std::vector<int32_t> tokens(TextTokens().begin(), TextTokens().begin() + n);
   std::vector<float> logits = AllLogits(Stories(), kv, tokens, 0, 256);
@@ -287,7 +287,7 @@ TEST(Stream, FullNeedsAContextForEveryToken) {
   auto r = StreamNll(scorer, std::span<const int32_t>(TextTokens().data(), 300), o);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.message(), HasSubstr("-c 300"));
-  o.kv = Kv(KvPolicy::kWindow, 32);
+  o.kv = Kv("window", 32);
   EXPECT_TRUE(StreamNll(scorer, std::span<const int32_t>(TextTokens().data(), 300), o).ok());
 }
 
@@ -321,7 +321,7 @@ TEST(Perplexity, ShortTextsAndBadCountsAreErrors) {
   TextScorer scorer(Stories(), pool, 64, 64);
   PerplexityOptions o;
   o.n_ctx = 64;
-  o.kv = Kv(KvPolicy::kSink, 128);
+  o.kv = Kv("sink", 128);
   auto p = ChunkedPerplexity(scorer, 1, TextTokens(), o);
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(p.message(), HasSubstr("--kv-size 128"));

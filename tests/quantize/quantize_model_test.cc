@@ -216,7 +216,7 @@ class QuantizeModelTest : public ::testing::TestWithParam<Case> {
 void ExpectGenerates(const Model& m) {
   ThreadPool pool(2);
   Forward fwd(m, pool, 8, 64);
-  auto cache = KvCache::Create(m.config().kv_shape(64), Kv(KvPolicy::kFull, 0));
+  auto cache = KvCache::Create(m.config().kv_shape(64), Kv("full", 0));
   ASSERT_TRUE(cache.ok()) << cache.message();
   const int n_vocab = m.config().n_vocab;
   std::vector<float> logits(n_vocab);
@@ -245,7 +245,7 @@ double StoriesPerplexity(const std::string& path) {
   std::vector<int32_t> tokens = TokenizeForScoring(**tok, ss.str());
   ThreadPool pool(2);
   TextScorer scorer(**model, pool, 128, 128);
-  PerplexityOptions o{.n_ctx = 128, .n_chunks = 8, .kv = Kv(KvPolicy::kFull, 0)};
+  PerplexityOptions o{.n_ctx = 128, .n_chunks = 8, .kv = Kv("full", 0)};
   auto r = ChunkedPerplexity(scorer, 1, tokens, o);
   EXPECT_TRUE(r.ok()) << r.message();
   return r.ok() ? r->nll.Ppl() : 0;
@@ -277,7 +277,7 @@ TEST_P(QuantizeModelTest, Stories260KPerplexityNearF32) {
 // Mean KL(f32 || quantized) of next-token distributions over a 64-token text.
 double MeanKl(const Model& base, const Model& q) {
   const std::vector<int32_t> prompt = testing::Prompt(64, base.config().n_vocab, 3);
-  const KvConfig kv = Kv(KvPolicy::kFull, 0);
+  const KvConfig kv = Kv("full", 0);
   std::vector<float> a = AllLogits(base, kv, prompt, 0, 128);
   std::vector<float> b = AllLogits(q, kv, prompt, 0, 128);
   const int v = base.config().n_vocab;

@@ -13,7 +13,7 @@ GenerateOptions Defaults() {
   d.n_predict = 100;
   d.sampling.temperature = 0.5f;
   d.stop = {"\n\n"};
-  d.kv.policy = KvPolicy::kSink;
+  d.kv.policy = "sink";
   d.kv.size = 128;
   d.kv.keep = 8;
   d.kv.rope_k = RopeK::kDeferred;
@@ -40,7 +40,7 @@ TEST(ServeApiTest, CompletionFieldsOverrideDefaults) {
   EXPECT_EQ(r.options.sampling.seed, 42u);
   EXPECT_EQ(r.options.stop, (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(r.options.ignore_eos);
-  EXPECT_EQ(r.options.kv.policy, KvPolicy::kSink);
+  EXPECT_EQ(r.options.kv.policy, "sink");
   EXPECT_EQ(r.options.kv.size, 128);
   EXPECT_EQ(r.options.kv.keep, 2);
 }
@@ -62,7 +62,7 @@ TEST(ServeApiTest, AnotherKvPolicyStartsFromItsDefaults) {
   auto e = ParseRequest(R"({"prompt": "hi", "kv": "window", "kv_size": 32})",
                         Endpoint::kCompletions, Defaults(), &r);
   ASSERT_FALSE(e) << e->message;
-  EXPECT_EQ(r.options.kv.policy, KvPolicy::kWindow);
+  EXPECT_EQ(r.options.kv.policy, "window");
   EXPECT_EQ(r.options.kv.size, 32);
   EXPECT_EQ(r.options.kv.keep, KvConfig{}.keep);
   EXPECT_EQ(r.options.kv.rope_k, RopeK::kDeferred);  // the server's
@@ -71,7 +71,7 @@ TEST(ServeApiTest, AnotherKvPolicyStartsFromItsDefaults) {
       "kv_positions": "compact", "kv_type": "f32"})",
                    Endpoint::kCompletions, Defaults(), &r);
   ASSERT_FALSE(e) << e->message;
-  EXPECT_EQ(r.options.kv.policy, KvPolicy::kH2o);
+  EXPECT_EQ(r.options.kv.policy, "h2o");
   EXPECT_EQ(r.options.kv.recent, 9);
   EXPECT_EQ(r.options.kv.rope_k, RopeK::kCached);
   EXPECT_EQ(r.options.kv.positions, KvPositions::kCompact);

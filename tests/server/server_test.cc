@@ -186,7 +186,7 @@ TEST_F(ServerTest, ThirtyTwoConcurrentStreamsEachGetTheirOwnText) {
                                   .seed = static_cast<uint64_t>(100 + i)};
     }
     if (i % 4 == 2) {
-      o.kv.policy = KvPolicy::kSink;
+      o.kv.policy = "sink";
       o.kv.size = 32;
     }
     const std::string& prompt = kPrompts[i % kPrompts.size()];
@@ -199,7 +199,7 @@ TEST_F(ServerTest, ThirtyTwoConcurrentStreamsEachGetTheirOwnText) {
               {"top_p", o.sampling.top_p},
               {"min_p", o.sampling.min_p}};
     if (o.sampling.seed != kRandomSeed) c.body["seed"] = o.sampling.seed;
-    if (o.kv.policy == KvPolicy::kSink) {
+    if (o.kv.policy == "sink") {
       c.body["kv"] = "sink";
       c.body["kv_size"] = o.kv.size;
     }
@@ -228,7 +228,7 @@ TEST_F(ServerTest, ThirtyTwoConcurrentStreamsEachGetTheirOwnText) {
 // cells are free at once, the other stream goes on with the text it gets alone.
 TEST_F(ServerTest, DisconnectCancelsAndFreesTheSlot) {
   GenerateOptions o = Greedy(600);
-  o.kv.policy = KvPolicy::kWindow;
+  o.kv.policy = "window";
   o.kv.size = 64;
   o.ignore_eos = true;
   const std::string want = Reference("The little dog", o);
