@@ -101,6 +101,42 @@ TEST(ServerErrorsTest, EachBadInputGetsItsStatusAndAnErrorObject) {
   EXPECT_EQ(m.at(R"(rotor_requests_total{endpoint="other",status="404"})"), 2);
 }
 
+// KV options a request's policy does not use, or values its policy refuses:
+// 400 with the message naming the JSON fields (never the CLI flags).
+TEST(ServerErrorsTest, KvOptionErrorsNameTheJsonFields) {
+  TestServer server(TestOptions(1, 2));
+  ASSERT_TRUE(server.ok()) << server.error();
+  auto cli = server.Client();
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"prompt": "a", "kv": "window", "kv_size": 32, "kv_keep": 4})",
+       "kv_keep is not used by kv window"},
+      {R"({"prompt": "a", "kv": "sink", "kv_size": 32, "kv_window": 4})",
+       "kv_window is not used by kv sink"},
+      {R"({"prompt": "a", "kv": "snapkv", "kv_size": 16, "kv_window": 16})",
+       "kv_window 16 must be smaller than kv_size 16"},
+      {R"({"prompt": "a", "kv": "h2o", "kv_size": 16, "kv_recent": 20})",
+       "kv_recent 20 must be smaller than kv_size 16"},
+      {R"({"prompt": "a", "kv": "tova", "kv_size": 100000})",
+       "kv_size 100000 is larger than the context size"},
+  };
+  for (const auto& [body, message] : cases) {
+    auto res = cli->Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(res) << body;
+    EXPECT_EQ(res->status, 400) << body << ": " << res->body;
+    const std::string m = json::parse(res->body)["error"]["message"];
+    EXPECT_NE(m.find(message), std::string::npos) << m;
+    EXPECT_EQ(m.find("--"), std::string::npos) << m;
+  }
+  // Every policy runs through the server with its own options.
+  for (const char* body :
+       {R"({"prompt": "Once", "max_tokens": 3, "kv": "snapkv", "kv_size": 32, "kv_window": 8})",
+        R"({"prompt": "Once", "max_tokens": 3, "kv": "tova", "kv_size": 32})"}) {
+    auto res = cli->Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(res) << body;
+    EXPECT_EQ(res->status, 200) << body << ": " << res->body;
+  }
+}
+
 TEST(ServerErrorsTest, GarbageOnTheSocketIsA400) {
   TestServer server(TestOptions(1, 1));
   ASSERT_TRUE(server.ok()) << server.error();
