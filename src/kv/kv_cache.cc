@@ -219,6 +219,13 @@ void KvCache::Clear() {
 
 // ---- Sequence operations.
 
+// A policy that keeps every token it is given (full) can honour any drop or
+// shift; the others override these.
+Status KvPolicy::CanDrop(const KvCells&, TextIndex, TextIndex, TextIndex) const {
+  return Status::Ok();
+}
+Status KvPolicy::CanShift(TextIndex, TextIndex, TextIndex) const { return Status::Ok(); }
+
 Status KvCache::CheckRange(const char* op, TextIndex from, TextIndex to) const {
   if (from < 0 || to < from || to > n_seen_)
     return Errorf("kv: {}: range [{}, {}) is not within the {} tokens of the sequence", op, from,
