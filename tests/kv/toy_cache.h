@@ -29,12 +29,13 @@ inline std::set<TextIndex> Held(const KvCache& cache, int lane = 0) {
 
 // Runs tokens with keys (x_j, 0) through the cache in ubatches of `step`
 // (Plan, View, Attend, Write, Commit, as the forward pass does), announcing a
-// prompt of `prompt` tokens first if > 0. Calls on_step after each ubatch.
+// prompt of `prompt` tokens first if > 0. Calls on_step after each ubatch
+// (which may announce a later prompt).
 // Token j's value is (j, 1): each output's second element is the sum of its
 // probabilities.
 inline std::unique_ptr<KvCache> RunToy(const KvConfig& cfg, const std::vector<float>& key0,
                                        int step, int64_t prompt = 0,
-                                       const std::function<void(const KvCache&)>& on_step = {}) {
+                                       const std::function<void(KvCache&)>& on_step = {}) {
   ops::RopeConfig rope{2, 2};
   KvShape shape{1, 1, 2, 64, rope};
   auto created = KvCache::Create(shape, cfg);
