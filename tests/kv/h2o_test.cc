@@ -15,8 +15,7 @@ namespace {
 // score is k_j[0] / sqrt(2) (toy_cache.h). Runs the tokens in ubatches of
 // `step` and returns the text indices the cache holds at the end.
 std::set<TextIndex> RunH2o(const std::vector<float>& key0, int size, int recent, int step) {
-  const KvConfig cfg =
-      testing::Kv("h2o", size, 0, RopeK::kCached, KvPositions::kOriginal, recent);
+  const KvConfig cfg = testing::Kv("h2o", size, 0, RopeK::kCached, KvPositions::kOriginal, recent);
   std::unique_ptr<KvCache> cache = testing::RunToy(cfg, key0, step);
   std::set<TextIndex> held = testing::Held(*cache);
   EXPECT_LE(held.size(), static_cast<size_t>(size));

@@ -70,8 +70,10 @@ Snapshot Snap(const KvCache& c) {
   for (int lane = 0; lane < n_lanes; ++lane) {
     // Shared lanes: every layer and head; per layer; per (layer, kv head).
     int l0 = 0, l1 = shape.n_layer, h0 = 0, h1 = shape.n_head_kv;
-    if (n_lanes > 1 && n_lanes == shape.n_layer) l0 = lane, l1 = lane + 1;
-    else if (n_lanes > 1) l0 = lane / shape.n_head_kv, l1 = l0 + 1, h0 = lane % shape.n_head_kv, h1 = h0 + 1;
+    if (n_lanes > 1 && n_lanes == shape.n_layer)
+      l0 = lane, l1 = lane + 1;
+    else if (n_lanes > 1)
+      l0 = lane / shape.n_head_kv, l1 = l0 + 1, h0 = lane % shape.n_head_kv, h1 = h0 + 1;
     for (int32_t cell = 0; cell < c.n_cells(); ++cell) {
       const TextIndex idx = c.CellIndex(cell, lane);
       s.index.push_back(idx);
@@ -192,9 +194,10 @@ TEST_P(SeqOps, KeepPrefixThenContinueEqualsFreshRun) {
 // Runs op on the cache, expects an error containing `why`, and checks that
 // nothing changed: the cells, keys and values, and the continuation (a fork
 // taken after the refusal continues as one taken before).
-void ExpectRefused(KvCache& cache, const std::function<Status(KvCache&)>& op,
-                   const std::string& why, const std::vector<int32_t>& next,
-                   const std::function<std::vector<float>(KvCache&, const std::vector<int32_t>&)>& run) {
+void ExpectRefused(
+    KvCache& cache, const std::function<Status(KvCache&)>& op, const std::string& why,
+    const std::vector<int32_t>& next,
+    const std::function<std::vector<float>(KvCache&, const std::vector<int32_t>&)>& run) {
   const Snapshot before = Snap(cache);
   auto fork = cache.Fork();
   ASSERT_TRUE(fork.ok()) << fork.message();
@@ -217,59 +220,69 @@ TEST_P(SeqOps, RefusedOperationsSayWhyAndChangeNothing) {
     {  // h2o scored every token: its choices depend on the dropped ones.
       std::unique_ptr<KvCache> c = New(Kv("h2o", 48, 0, rope));
       Run(*c, Slice(text, 0, 10));
-      ExpectRefused(*c, [](KvCache& k) { return k.KeepPrefix(5); }, "depend on them", next,
-                    run);
-      ExpectRefused(*c, [](KvCache& k) { return k.RemoveRange(2, 4); }, "depend on them",
-                    next, run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.KeepPrefix(5); }, "depend on them", next, run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.RemoveRange(2, 4); }, "depend on them", next, run);
     }
     {  // tova after its first eviction.
       std::unique_ptr<KvCache> c = New(Kv("tova", 24, 0, rope));
       Run(*c, text);
-      ExpectRefused(*c, [](KvCache& k) { return k.KeepPrefix(30); }, "depend on them", next,
-                    run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.KeepPrefix(30); }, "depend on them", next, run);
     }
     {  // snapkv once its window queries have scored the prompt.
-      std::unique_ptr<KvCache> c = New(Kv("snapkv", 24, 0, rope, KvPositions::kOriginal, -1, 8), 40);
+      std::unique_ptr<KvCache> c =
+          New(Kv("snapkv", 24, 0, rope, KvPositions::kOriginal, -1, 8), 40);
       Run(*c, Slice(text, 0, 35));
-      ExpectRefused(*c, [](KvCache& k) { return k.KeepPrefix(20); }, "depend on them", next,
-                    run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.KeepPrefix(20); }, "depend on them", next, run);
       Run(*c, Slice(text, 35, 40));  // compressed: 16 of 32 evicted
-      ExpectRefused(*c, [](KvCache& k) { return k.KeepPrefix(39); }, "depend on them", next,
-                    run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.KeepPrefix(39); }, "depend on them", next, run);
     }
     {  // snapkv after a prompt of 20 whose 12 earlier tokens all fit: nothing
        // evicted, but their selection was made by queries 12..19.
-      std::unique_ptr<KvCache> c = New(Kv("snapkv", 48, 0, rope, KvPositions::kOriginal, -1, 8), 20);
+      std::unique_ptr<KvCache> c =
+          New(Kv("snapkv", 48, 0, rope, KvPositions::kOriginal, -1, 8), 20);
       Run(*c, Slice(text, 0, 30));
-      ExpectRefused(*c, [](KvCache& k) { return k.KeepPrefix(15); }, "depend on them", next,
-                    run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.KeepPrefix(15); }, "depend on them", next, run);
     }
     for (KvPositions positions : {KvPositions::kOriginal, KvPositions::kCompact}) {
       // sink 24 (4 sinks + 20): 40 tokens evicted 4..19; continuing at 38
       // would need 19.
       std::unique_ptr<KvCache> c = New(Kv("sink", 24, 4, rope, positions));
       Run(*c, text);
-      ExpectRefused(*c, [](KvCache& k) { return k.KeepPrefix(38); },
-                    "already evicted tokens it would need", next, run);
-      ExpectRefused(*c, [](KvCache& k) { return k.KeepPrefix(10); },
-                    "already evicted tokens it would need", next, run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.KeepPrefix(38); }, "already evicted tokens it would need",
+          next, run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.KeepPrefix(10); }, "already evicted tokens it would need",
+          next, run);
       std::unique_ptr<KvCache> w = New(Kv("window", 24, 0, rope, positions));
       Run(*w, text);
-      ExpectRefused(*w, [](KvCache& k) { return k.KeepPrefix(38); },
-                    "already evicted tokens it would need", next, run);
+      ExpectRefused(
+          *w, [](KvCache& k) { return k.KeepPrefix(38); }, "already evicted tokens it would need",
+          next, run);
     }
     {  // Ranges outside the text, under the full cache.
       std::unique_ptr<KvCache> c = New(Kv("full", 0, 0, rope));
       Run(*c, text);
       const std::string out = "is not within the 40 tokens";
-      ExpectRefused(*c, [](KvCache& k) { return k.KeepPrefix(41); }, out, next, run);
-      ExpectRefused(*c, [](KvCache& k) { return k.KeepPrefix(-1); }, out, next, run);
-      ExpectRefused(*c, [](KvCache& k) { return k.RemoveRange(10, 5); }, out, next, run);
-      ExpectRefused(*c, [](KvCache& k) { return k.RemoveRange(0, 41); }, out, next, run);
-      ExpectRefused(*c, [](KvCache& k) { return k.ShiftPositions(30, 41, -2); }, out, next,
-                    run);
-      ExpectRefused(*c, [](KvCache& k) { return k.ShiftPositions(5, 10, -6); },
-                    "would move below 0", next, run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.KeepPrefix(41); }, out, next, run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.KeepPrefix(-1); }, out, next, run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.RemoveRange(10, 5); }, out, next, run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.RemoveRange(0, 41); }, out, next, run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.ShiftPositions(30, 41, -2); }, out, next, run);
+      ExpectRefused(
+          *c, [](KvCache& k) { return k.ShiftPositions(5, 10, -6); }, "would move below 0", next,
+          run);
     }
   }
 }
@@ -334,7 +347,9 @@ TEST_P(SeqOps, ShiftPositionsMatchesShiftedReference) {
       if (x >= cs.to && cs.to == run) return x + cs.delta;  // new tokens continue the tail
       return x;
     };
-    auto gone = [&](int64_t t, int64_t j) { return t >= run && j >= cs.remove_from && j < cs.remove_to; };
+    auto gone = [&](int64_t t, int64_t j) {
+      return t >= run && j >= cs.remove_from && j < cs.remove_to;
+    };
     const DistanceFn ring = RingDistance(48, 4, false);
     const DistanceFn full_d = [&](int64_t t, int64_t j) -> int64_t {
       if (gone(t, j)) return -1;

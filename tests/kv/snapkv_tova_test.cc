@@ -62,9 +62,9 @@ TEST(Tova, DropsTheLowestWeightOfTheCurrentQuery) {
   // size 4: t = 4 drops 3 (x = -1), t = 5 drops 1 (0), t = 6 and t = 7 drop
   // themselves (the lowest of their step), t = 8 drops 4 (2).
   const std::vector<float> x = {5, 0, 3, -1, 2, 4, 1, -2, 6};
-  const std::vector<Tokens> want = {{0},          {0, 1},       {0, 1, 2},    {0, 1, 2, 3},
-                                   {0, 1, 2, 4}, {0, 2, 4, 5}, {0, 2, 4, 5}, {0, 2, 4, 5},
-                                   {0, 2, 5, 8}};
+  const std::vector<Tokens> want = {{0},          {0, 1},       {0, 1, 2},
+                                    {0, 1, 2, 3}, {0, 1, 2, 4}, {0, 2, 4, 5},
+                                    {0, 2, 4, 5}, {0, 2, 4, 5}, {0, 2, 5, 8}};
   EXPECT_EQ(TovaExpected(x, 4), want);  // the rule as stated
   EXPECT_EQ(RunTova(x, 4, 1), want);
   for (int step : {2, 3, 9}) EXPECT_EQ(RunTova(x, 4, step).back(), want.back()) << step;
@@ -101,10 +101,10 @@ TEST(Tova, RandomPatternsFollowTheRuleAtEveryStep) {
 // the window; generation then evicts the oldest token not selected.
 
 std::vector<Tokens> RunSnapKv(const std::vector<float>& x, int size, int window, int step,
-                             int64_t prompt) {
+                              int64_t prompt) {
   std::vector<Tokens> after;
-  RunToy(Kv("snapkv", size, 0, RopeK::kCached, KvPositions::kOriginal, -1, window), x, step,
-         prompt, [&](const KvCache& c) { after.push_back(Held(c)); });
+  RunToy(Kv("snapkv", size, 0, RopeK::kCached, KvPositions::kOriginal, -1, window), x, step, prompt,
+         [&](const KvCache& c) { after.push_back(Held(c)); });
   return after;
 }
 
@@ -260,27 +260,27 @@ TEST(SnapKvBudget, EveryHeadHoldsAtMostSizeAtEveryStep) {
     for (int step : {1, 7, 64}) {
       SCOPED_TRACE(::testing::Message() << RopeKName(rope) << " step " << step);
       bool lanes_differ = false;
-      RunChecked(
-          Kv("snapkv", size, 0, rope, KvPositions::kOriginal, -1, window), n_prompt, step, 40,
-          n_prompt, [&](const KvCache& c) {
-            ASSERT_EQ(c.n_lanes(), m.config().n_layer * m.config().n_head_kv);
-            const TextIndex n = c.n_seen();
-            for (int lane = 0; lane < c.n_lanes(); ++lane) {
-              const Tokens held = Held(c, lane);
-              if (n < n_prompt) {  // the prompt is held whole until its end
-                ASSERT_EQ(held, Range(0, n)) << "lane " << lane;
-                continue;
-              }
-              ASSERT_EQ(c.cells().used(lane), size) << "lane " << lane << " after " << n;
-              // size - window selected before the prompt's window, then the
-              // most recent window tokens.
-              Tokens before, recent;
-              for (TextIndex j : held) (j < n_prompt - window ? before : recent).insert(j);
-              EXPECT_EQ(before.size(), static_cast<size_t>(size - window)) << "lane " << lane;
-              EXPECT_EQ(recent, Range(n - window, n)) << "lane " << lane;
-              if (held != Held(c, 0)) lanes_differ = true;
-            }
-          });
+      RunChecked(Kv("snapkv", size, 0, rope, KvPositions::kOriginal, -1, window), n_prompt, step,
+                 40, n_prompt, [&](const KvCache& c) {
+                   ASSERT_EQ(c.n_lanes(), m.config().n_layer * m.config().n_head_kv);
+                   const TextIndex n = c.n_seen();
+                   for (int lane = 0; lane < c.n_lanes(); ++lane) {
+                     const Tokens held = Held(c, lane);
+                     if (n < n_prompt) {  // the prompt is held whole until its end
+                       ASSERT_EQ(held, Range(0, n)) << "lane " << lane;
+                       continue;
+                     }
+                     ASSERT_EQ(c.cells().used(lane), size) << "lane " << lane << " after " << n;
+                     // size - window selected before the prompt's window, then the
+                     // most recent window tokens.
+                     Tokens before, recent;
+                     for (TextIndex j : held) (j < n_prompt - window ? before : recent).insert(j);
+                     EXPECT_EQ(before.size(), static_cast<size_t>(size - window))
+                         << "lane " << lane;
+                     EXPECT_EQ(recent, Range(n - window, n)) << "lane " << lane;
+                     if (held != Held(c, 0)) lanes_differ = true;
+                   }
+                 });
       EXPECT_TRUE(lanes_differ) << "each kv head chooses by its own attention";
     }
   }

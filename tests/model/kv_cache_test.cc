@@ -51,8 +51,7 @@ TEST(KvConfig, OptionsNotUsedByThePolicy) {
       << r.message();
   auto f = ResolveKvConfig(c, kShape, KvSpelling::kField);
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.message().find("kv_keep is not used by kv window"), std::string::npos)
-      << f.message();
+  EXPECT_NE(f.message().find("kv_keep is not used by kv window"), std::string::npos) << f.message();
   ASSERT_TRUE(c.Set(KvOpt::kPolicy, "sink").ok());
   EXPECT_FALSE(c.Given(KvOpt::kKeep));
   EXPECT_TRUE(ResolveKvConfig(c, kShape).ok());
