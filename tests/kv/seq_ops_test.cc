@@ -90,10 +90,11 @@ Snapshot Snap(const KvCache& c) {
 }
 
 std::string Name(const KvConfig& kv) {
-  return kv.policy + "/" + std::string(RopeKName(kv.rope_k)) +
-         (KvPolicyUses(kv.policy, KvOpt::kPositions)
-              ? "/" + std::string(KvPositionsName(kv.positions))
-              : "");
+  std::string name = kv.policy;
+  name.append("/").append(RopeKName(kv.rope_k));
+  if (KvPolicyUses(kv.policy, KvOpt::kPositions))
+    name.append("/").append(KvPositionsName(kv.positions));
+  return name;
 }
 
 // ---- (a) Fork: the copy continues exactly as the original, and both as a
