@@ -72,7 +72,15 @@ class RingPolicy final : public KvPolicy {
     return Status::Ok();
   }
   void OnDrop(KvCells& cells, TextIndex n_seen, TextIndex from, TextIndex to) override {
-    if (!compact_ || to < n_seen) return;
+    if (to < n_seen) return;
+    if (!compact_) {
+      // The text continues after the last kept token's position (CanDrop
+      // made sure it is held): a shift of the dropped tail no longer applies.
+      offset_ = 0;
+      for (int32_t c = 0; c < cells.hi(0); ++c)
+        if (cells.index(0, c) == from - 1) offset_ = cells.pos(0, c) + 1 - from;
+      return;
+    }
     const int64_t shift = std::max<int64_t>(0, n_seen - size_) - std::max<int64_t>(0, from - size_);
     if (shift != 0) MoveWindow(cells, static_cast<int32_t>(shift));
   }

@@ -35,6 +35,7 @@ class SnapKvPolicy final : public LanePolicy {
     std::fill(score_.begin(), score_.end(), 0.f);
     std::fill(selected_.begin(), selected_.end(), 0);
     prompt_end_ = -1;
+    selected_end_ = -1;
     changed_ = false;
     std::fill(lane_changed_.begin(), lane_changed_.end(), 0);
   }
@@ -92,16 +93,21 @@ class SnapKvPolicy final : public LanePolicy {
   }
 
   void Commit(KvCells& cells, KvPlan& plan) override {
-    if (prompt_end_ >= 0 && plan.first + plan.n_tokens >= prompt_end_) prompt_end_ = -1;
+    if (prompt_end_ >= 0 && plan.first + plan.n_tokens >= prompt_end_) {
+      selected_end_ = prompt_end_;
+      prompt_end_ = -1;
+    }
     for (uint8_t& l : lane_changed_) changed_ = changed_ || l, l = 0;
     LanePolicy::Commit(cells, plan);
   }
 
-  // Before anything was evicted or scored, the cache is the full one.
+  // Before anything was evicted or scored, the cache is the full one. A
+  // selection made at a prompt's end (even one that evicted nothing) was made
+  // by that prompt's last queries: a prefix without them cannot keep it.
   Status CanDrop(const KvCells& cells, TextIndex n_seen, TextIndex from,
                  TextIndex to) const override {
     const bool scored = prompt_end_ >= 0 && n_seen > prompt_end_ - window_;
-    if (!changed_ && !scored && to >= n_seen) return Status::Ok();
+    if (!changed_ && !scored && from >= selected_end_ && to >= n_seen) return Status::Ok();
     return LanePolicy::CanDrop(cells, n_seen, from, to);
   }
   void OnDrop(KvCells&, TextIndex, TextIndex from, TextIndex) override {
@@ -149,6 +155,7 @@ class SnapKvPolicy final : public LanePolicy {
   std::vector<float> score_;     // [n_lanes, n_cells] window queries' summed weights
   std::vector<uint8_t> selected_;  // [n_lanes, n_cells] chosen at the last prompt's end
   TextIndex prompt_end_ = -1;    // end of the announced prompt, -1 = none pending
+  TextIndex selected_end_ = -1;  // end of the prompt the selection was made at, -1 = none
   bool changed_ = false;         // something was evicted (a prefix can no longer be kept)
   std::vector<uint8_t> lane_changed_;  // [n_lanes] a lane evicted during this ubatch
 };

@@ -9,6 +9,7 @@
 #include "attention/attention.h"
 #include "base/cpu.h"
 #include "kv/kv_cache.h"
+#include "kv_test_util.h"
 #include "tensor/fp16.h"
 
 namespace rotor {
@@ -72,7 +73,7 @@ TEST(AttentionF16, EqualsF32CacheOfTheRoundedValuesOnEveryIsa) {
   const Isa saved = ActiveIsa();
   const Shape shapes[] = {{8, 2, 64}, {4, 4, 16}, {6, 3, 80}, {2, 1, 24}, {4, 2, 128}};
   struct Policy {
-    KvPolicy policy;
+    std::string_view policy;
     int size;
     RopeK rope;
     KvPositions positions;
@@ -80,25 +81,27 @@ TEST(AttentionF16, EqualsF32CacheOfTheRoundedValuesOnEveryIsa) {
   // Compact positions with cached keys re-round each re-rotated key: not the
   // same as rotating the rounded f32 key (kv_f16_test bounds that case).
   const Policy policies[] = {
-      {KvPolicy::kFull, 0, RopeK::kCached, KvPositions::kOriginal},
-      {KvPolicy::kFull, 0, RopeK::kDeferred, KvPositions::kOriginal},
-      {KvPolicy::kSink, 48, RopeK::kCached, KvPositions::kOriginal},
-      {KvPolicy::kSink, 48, RopeK::kDeferred, KvPositions::kCompact},
-      {KvPolicy::kWindow, 40, RopeK::kDeferred, KvPositions::kOriginal},
-      {KvPolicy::kH2o, 64, RopeK::kCached, KvPositions::kOriginal},
-      {KvPolicy::kH2o, 64, RopeK::kDeferred, KvPositions::kCompact}};
+      {"full", 0, RopeK::kCached, KvPositions::kOriginal},
+      {"full", 0, RopeK::kDeferred, KvPositions::kOriginal},
+      {"sink", 48, RopeK::kCached, KvPositions::kOriginal},
+      {"sink", 48, RopeK::kDeferred, KvPositions::kCompact},
+      {"window", 40, RopeK::kDeferred, KvPositions::kOriginal},
+      {"h2o", 64, RopeK::kCached, KvPositions::kOriginal},
+      {"h2o", 64, RopeK::kDeferred, KvPositions::kCompact},
+      {"tova", 64, RopeK::kCached, KvPositions::kOriginal},
+      {"tova", 64, RopeK::kDeferred, KvPositions::kCompact},
+      {"snapkv", 64, RopeK::kDeferred, KvPositions::kOriginal}};
   for (int isa = 0; isa <= static_cast<int>(BestIsa()); ++isa)
     for (const Shape& s : shapes)
       for (const Policy& p : policies)
         for (int threads : {1, 2}) {
           SCOPED_TRACE(::testing::Message()
                        << IsaName(static_cast<Isa>(isa)) << " heads " << s.n_head << "/"
-                       << s.n_head_kv << " hd " << s.head_dim << " " << KvPolicyName(p.policy)
+                       << s.n_head_kv << " hd " << s.head_dim << " " << p.policy
                        << "/" << RopeKName(p.rope) << "/" << KvPositionsName(p.positions)
                        << " threads " << threads);
-          KvConfig cfg;
-          cfg.policy = p.policy, cfg.size = p.size, cfg.rope_k = p.rope, cfg.positions = p.positions;
-          RunSteps(s, cfg, static_cast<Isa>(isa), threads);
+          RunSteps(s, testing::Kv(p.policy, p.size, 4, p.rope, p.positions),
+                   static_cast<Isa>(isa), threads);
         }
   SetIsa(saved);
 }

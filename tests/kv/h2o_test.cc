@@ -4,55 +4,20 @@
 #include <algorithm>
 #include <set>
 
-#include "attention/attention.h"
 #include "kv/kv_cache.h"
+#include "kv_test_util.h"
+#include "toy_cache.h"
 
 namespace rotor {
 namespace {
 
 // One layer, one kv head, head_dim 2; q = (1, 0) for every token, so token j's
-// score is k_j[0] / sqrt(2). Runs the tokens in ubatches of `step` and returns
-// the text indices the cache holds at the end.
+// score is k_j[0] / sqrt(2) (toy_cache.h). Runs the tokens in ubatches of
+// `step` and returns the text indices the cache holds at the end.
 std::set<TextIndex> RunH2o(const std::vector<float>& key0, int size, int recent, int step) {
-  ops::RopeConfig rope{2, 2};
-  KvShape shape{1, 1, 2, 64, rope};
-  KvConfig cfg;
-  cfg.policy = KvPolicy::kH2o;
-  cfg.size = size;
-  cfg.recent = recent;
-  auto cache = std::move(KvCache::Create(shape, cfg)).value();
-  ThreadPool pool(1);
-  AttentionScratch scratch(1, 1, 1, 2);
-  RopeDistanceTable table(rope, 128);
-  const int n = static_cast<int>(key0.size());
-  for (int b = 0; b < n; b += step) {
-    const int m = std::min(step, n - b);
-    std::vector<float> q(2 * m), k(2 * m), v(2 * m), out(2 * m);
-    for (int i = 0; i < m; ++i) {
-      q[2 * i] = 1, q[2 * i + 1] = 0;
-      k[2 * i] = key0[b + i], k[2 * i + 1] = 0;
-      v[2 * i] = static_cast<float>(b + i), v[2 * i + 1] = 1;
-    }
-    KvPlan plan;
-    EXPECT_TRUE(cache->Plan(m, &plan).ok());
-    KvLayerView view = cache->View(0);
-    AttentionArgs a;
-    a.q = q.data(), a.k = k.data(), a.v = v.data();
-    a.q_stride = a.kv_stride = a.out_stride = 2;
-    a.n_head = a.n_head_kv = 1;
-    a.head_dim = 2;
-    a.cache = &view;
-    a.plan = &plan;
-    a.rope = &table;
-    a.out = out.data();
-    Attend(pool, a, scratch);
-    for (int i = 0; i < m; ++i) EXPECT_NEAR(out[2 * i + 1], 1.0f, 1e-6);  // probabilities sum to 1
-    cache->Write(0, plan, k.data(), v.data(), 2);
-    cache->Commit(plan);
-  }
-  std::set<TextIndex> held;
-  for (int32_t c = 0; c < size; ++c)
-    if (cache->CellIndex(c) >= 0) held.insert(cache->CellIndex(c));
+  const KvConfig cfg = testing::Kv("h2o", size, 0, RopeK::kCached, KvPositions::kOriginal, recent);
+  std::unique_ptr<KvCache> cache = testing::RunToy(cfg, key0, step);
+  std::set<TextIndex> held = testing::Held(*cache);
   EXPECT_LE(held.size(), static_cast<size_t>(size));
   return held;
 }

@@ -81,10 +81,10 @@ TEST_P(F16Models, DeferredMatchesF16ReferenceOnEveryIsa) {
     std::vector<float> ref;
   };
   std::vector<Case> cases;
-  cases.push_back({F16(Kv(KvPolicy::kFull, 0, 0, RopeK::kDeferred)),
+  cases.push_back({F16(Kv("full", 0, 0, RopeK::kDeferred)),
                    ReferenceLogits(m, prompt, [](int64_t t, int64_t j) { return t - j; }, true)});
-  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
-    const int k = p == KvPolicy::kWindow ? 0 : keep;
+  for (std::string_view p : {"sink", "window"}) {
+    const int k = p == "window" ? 0 : keep;
     for (bool compact : {false, true}) {
       const KvPositions pos = compact ? KvPositions::kCompact : KvPositions::kOriginal;
       cases.push_back({F16(Kv(p, size, keep, RopeK::kDeferred, pos)),
@@ -97,7 +97,7 @@ TEST_P(F16Models, DeferredMatchesF16ReferenceOnEveryIsa) {
     for (const Case& c : cases)
       for (int step : {1, 7, 0})
         EXPECT_LT(MaxAbsDiff(c.ref, AllLogits(m, c.kv, prompt, step)), kF16Tol)
-            << IsaName(static_cast<Isa>(isa)) << " " << KvPolicyName(c.kv.policy) << "/"
+            << IsaName(static_cast<Isa>(isa)) << " " << c.kv.policy << "/"
             << KvPositionsName(c.kv.positions) << " step " << step;
   }
   SetIsa(saved);
@@ -109,21 +109,21 @@ TEST_P(F16Models, DeferredMatchesF16ReferenceOnEveryIsa) {
 TEST_P(F16Models, CachedKeysAndF32CacheWithinF16Rounding) {
   const Model& m = LoadModelCached(ModelPath(GetParam()));
   const std::vector<int32_t> prompt = Prompt(120, m.config().n_vocab, 23);
-  const std::vector<float> f32 = AllLogits(m, Kv(KvPolicy::kFull, 0, 0), prompt, 0);
+  const std::vector<float> f32 = AllLogits(m, Kv("full", 0, 0), prompt, 0);
   const double scale = MaxAbs(f32);
   // f16 keeps 11 significant bits: each K/V element moves by <= 2^-12
   // relative; through softmax and 2 layers of residuals the logits move by a
   // small multiple of that, relative to their magnitude.
   const double bound = 32 * std::ldexp(1.0, -12) * scale;
   for (RopeK rope : {RopeK::kCached, RopeK::kDeferred}) {
-    const std::vector<float> f16 = AllLogits(m, F16(Kv(KvPolicy::kFull, 0, 0, rope)), prompt, 7);
+    const std::vector<float> f16 = AllLogits(m, F16(Kv("full", 0, 0, rope)), prompt, 7);
     const double d = MaxAbsDiff(f32, f16);
     EXPECT_LT(d, bound) << RopeKName(rope);
     EXPECT_GT(d, 0.0) << "the f16 cache must round";
   }
   for (KvPositions pos : {KvPositions::kOriginal, KvPositions::kCompact}) {
-    const std::vector<float> cached = AllLogits(m, F16(Kv(KvPolicy::kSink, 40, 4, RopeK::kCached, pos)), prompt, 1);
-    const std::vector<float> deferred = AllLogits(m, F16(Kv(KvPolicy::kSink, 40, 4, RopeK::kDeferred, pos)), prompt, 1);
+    const std::vector<float> cached = AllLogits(m, F16(Kv("sink", 40, 4, RopeK::kCached, pos)), prompt, 1);
+    const std::vector<float> deferred = AllLogits(m, F16(Kv("sink", 40, 4, RopeK::kDeferred, pos)), prompt, 1);
     EXPECT_LT(MaxAbsDiff(cached, deferred), bound) << KvPositionsName(pos);
   }
 }
@@ -134,13 +134,13 @@ TEST_P(F16Models, CachedKeysAndF32CacheWithinF16Rounding) {
 TEST_P(F16Models, PrefillStepInvariant) {
   const Model& m = LoadModelCached(ModelPath(GetParam()));
   const std::vector<int32_t> prompt = Prompt(150, m.config().n_vocab, 29);
-  for (KvPolicy p : {KvPolicy::kFull, KvPolicy::kSink, KvPolicy::kWindow, KvPolicy::kH2o}) {
+  for (std::string_view p : {"full", "sink", "window", "h2o", "tova", "snapkv"}) {
     for (RopeK rope : {RopeK::kCached, RopeK::kDeferred}) {
-      const KvConfig kv = F16(p == KvPolicy::kFull ? Kv(p, 0, 0, rope) : Kv(p, 40, 4, rope));
+      const KvConfig kv = F16(p == "full" ? Kv(p, 0, 0, rope) : Kv(p, 40, 4, rope));
       const std::vector<float> one = AllLogits(m, kv, prompt, 1);
       for (int step : {7, 64, 0})
         EXPECT_LT(MaxAbsDiff(one, AllLogits(m, kv, prompt, step)), kF16Tol)
-            << KvPolicyName(p) << "/" << RopeKName(rope) << " step " << step;
+            << p << "/" << RopeKName(rope) << " step " << step;
     }
   }
 }

@@ -22,8 +22,8 @@ const Mode kModes[] = {{RopeK::kCached, KvPositions::kOriginal},
                        {RopeK::kCached, KvPositions::kCompact},
                        {RopeK::kDeferred, KvPositions::kCompact}};
 
-std::string Name(KvPolicy p, Mode m) {
-  return std::string(KvPolicyName(p)) + "/" + std::string(RopeKName(m.rope)) + "/" +
+std::string Name(std::string_view p, Mode m) {
+  return std::string(p) + "/" + std::string(RopeKName(m.rope)) + "/" +
          std::string(KvPositionsName(m.positions));
 }
 
@@ -38,19 +38,29 @@ TEST_P(KvPolicies, EqualFullUntilFirstEviction) {
   std::vector<int32_t> prompt = Prompt(40, m.config().n_vocab);
   std::vector<float> full = AllLogits(m, KvConfig{}, prompt, 0);
   std::vector<float> full_deferred =
-      AllLogits(m, Kv(KvPolicy::kFull, 0, 0, RopeK::kDeferred), prompt, 7);
+      AllLogits(m, Kv("full", 0, 0, RopeK::kDeferred), prompt, 7);
   // Cached and deferred K round the rotation differently (and the AVX2 and
   // AVX-512 attention kernels differently again): a few f32 ulps of logits
   // of magnitude ~10.
   constexpr double kTol = 4e-5;
   EXPECT_LT(MaxAbsDiff(full, full_deferred), kTol);
-  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow, KvPolicy::kH2o}) {
+  for (std::string_view p : {"sink", "window", "h2o", "tova", "snapkv"}) {
     for (Mode mode : kModes) {
       for (int step : {0, 7}) {
         std::vector<float> got =
             AllLogits(m, Kv(p, 64, 4, mode.rope, mode.positions), prompt, step);
         EXPECT_LT(MaxAbsDiff(full, got), kTol) << Name(p, mode) << " step " << step;
       }
+    }
+  }
+  // snapkv with a prompt announced: at its end (token 30) the 22 tokens
+  // before the window of 8 all fit in the 56 selected cells: nothing is
+  // evicted, and the 10 tokens after it are appended.
+  for (Mode mode : kModes) {
+    for (int step : {0, 7}) {
+      std::vector<float> got = AllLogits(m, Kv("snapkv", 64, 4, mode.rope, mode.positions, -1, 8),
+                                         prompt, step, 512, nullptr, /*prompt=*/30);
+      EXPECT_LT(MaxAbsDiff(full, got), kTol) << Name("snapkv", mode) << " prompt 30 step " << step;
     }
   }
 }
@@ -62,8 +72,8 @@ TEST_P(KvPolicies, MatchMaskedReferenceAcrossEvictions) {
   const Model& m = model();
   const int n = 150, size = 48, keep = 4;
   std::vector<int32_t> prompt = Prompt(n, m.config().n_vocab);
-  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
-    const int k = p == KvPolicy::kWindow ? 0 : keep;
+  for (std::string_view p : {"sink", "window"}) {
+    const int k = p == "window" ? 0 : keep;
     for (bool compact : {false, true}) {
       std::vector<float> ref = ReferenceLogits(m, prompt, RingDistance(size, k, compact));
       for (Mode mode : kModes) {
@@ -81,16 +91,42 @@ TEST_P(KvPolicies, PrefillStepInvariant) {
   std::vector<int32_t> prompt = Prompt(150, m.config().n_vocab, 11);
   std::vector<float> full1 = AllLogits(m, KvConfig{}, prompt, 1);
   for (int step : {7, 64, 512, 0}) EXPECT_LT(MaxAbsDiff(full1, AllLogits(m, KvConfig{}, prompt, step)), 1e-4);
-  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow, KvPolicy::kH2o}) {
+  for (std::string_view p : {"sink", "window", "h2o", "tova", "snapkv"}) {
+    const bool per_lane = p == "h2o" || p == "tova" || p == "snapkv";
+    // snapkv: a prompt of 100 tokens compressed to 40 at its end (window 8),
+    // then 50 tokens of generation.
+    const int64_t announced = p == "snapkv" ? 100 : 0;
     for (Mode mode : kModes) {
-      // h2o renumbers compact positions between ubatches: only original
-      // positions are step-invariant there (see docs/ARCHITECTURE.md).
-      if (p == KvPolicy::kH2o && mode.positions == KvPositions::kCompact) continue;
-      const KvConfig kv = Kv(p, 40, 4, mode.rope, mode.positions);
-      std::vector<float> one = AllLogits(m, kv, prompt, 1);
+      // The per-lane policies renumber compact positions between ubatches:
+      // only original positions are step-invariant there (see docs/ARCHITECTURE.md).
+      if (per_lane && mode.positions == KvPositions::kCompact) continue;
+      const KvConfig kv = Kv(p, 40, 4, mode.rope, mode.positions, -1, 8);
+      std::vector<float> one = AllLogits(m, kv, prompt, 1, 512, nullptr, announced);
       for (int step : {7, 64, 512, 0})
-        EXPECT_LT(MaxAbsDiff(one, AllLogits(m, kv, prompt, step)), 1e-4)
+        EXPECT_LT(MaxAbsDiff(one, AllLogits(m, kv, prompt, step, 512, nullptr, announced)), 1e-4)
             << Name(p, mode) << " step " << step;
+    }
+  }
+}
+
+// The per-lane policies choose by attention weights: deferred keys (rotated
+// in attention) give the weights cached keys give, so the same tokens are
+// evicted, past many evictions, in both position modes.
+TEST_P(KvPolicies, TovaSnapKvDeferredEqualsCached) {
+  const Model& m = model();
+  std::vector<int32_t> prompt = Prompt(160, m.config().n_vocab, 5);
+  for (std::string_view p : {"tova", "snapkv"}) {
+    const int64_t announced = p == "snapkv" ? 100 : 0;
+    for (KvPositions positions : {KvPositions::kOriginal, KvPositions::kCompact}) {
+      for (int step : {1, 16}) {
+        std::vector<float> cached = AllLogits(m, Kv(p, 32, 0, RopeK::kCached, positions, -1, 8),
+                                              prompt, step, 512, nullptr, announced);
+        std::vector<float> deferred = AllLogits(
+            m, Kv(p, 32, 0, RopeK::kDeferred, positions, -1, 8), prompt, step, 512, nullptr,
+            announced);
+        EXPECT_LT(MaxAbsDiff(cached, deferred), 1e-4)
+            << p << "/" << KvPositionsName(positions) << " step " << step;
+      }
     }
   }
 }
@@ -112,11 +148,11 @@ TEST(SinkCache, HoldsSinksAndRecentTokensAfterLongGeneration) {
   const Model& m = LoadModelCached(kStories);
   const int size = 32, keep = 4, n_ctx = 512;
   for (Mode mode : kModes) {
-    SCOPED_TRACE(Name(KvPolicy::kSink, mode));
+    SCOPED_TRACE(Name("sink", mode));
     ThreadPool pool(2);
     Forward fwd(m, pool, 16, n_ctx);
     auto cache = std::move(KvCache::Create(m.config().kv_shape(n_ctx),
-                                           Kv(KvPolicy::kSink, size, keep, mode.rope, mode.positions)))
+                                           Kv("sink", size, keep, mode.rope, mode.positions)))
                      .value();
     const size_t bytes = cache->memory_bytes();
     std::vector<int32_t> text = {1, 403, 407, 261, 378};
@@ -135,7 +171,7 @@ TEST(SinkCache, HoldsSinksAndRecentTokensAfterLongGeneration) {
     ASSERT_EQ(cache->n_used(), size);
     // Layer-0 keys depend only on the token and its position: compare with a full cache.
     auto full = std::move(KvCache::Create(m.config().kv_shape(n_ctx),
-                                          Kv(KvPolicy::kFull, 0, 0, mode.rope))).value();
+                                          Kv("full", 0, 0, mode.rope))).value();
     Forward fwd_full(m, pool, 256, n_ctx);
     std::vector<float> unused(m.config().n_vocab);
     ASSERT_TRUE(fwd_full.Prefill(SeqInput{full.get(), text}, 256, unused.data()).ok());
@@ -170,8 +206,8 @@ TEST(H2oCache, DeferredEqualsCached) {
   std::vector<int32_t> prompt = Prompt(160, m.config().n_vocab, 5);
   for (KvPositions positions : {KvPositions::kOriginal, KvPositions::kCompact}) {
     for (int step : {1, 16}) {
-      std::vector<float> cached = AllLogits(m, Kv(KvPolicy::kH2o, 32, 0, RopeK::kCached, positions), prompt, step);
-      std::vector<float> deferred = AllLogits(m, Kv(KvPolicy::kH2o, 32, 0, RopeK::kDeferred, positions), prompt, step);
+      std::vector<float> cached = AllLogits(m, Kv("h2o", 32, 0, RopeK::kCached, positions), prompt, step);
+      std::vector<float> deferred = AllLogits(m, Kv("h2o", 32, 0, RopeK::kDeferred, positions), prompt, step);
       EXPECT_LT(MaxAbsDiff(cached, deferred), 1e-4) << KvPositionsName(positions) << " step " << step;
     }
   }
@@ -183,10 +219,10 @@ TEST(H2oCache, DeferredEqualsCached) {
 TEST(SinkCache, CompactReRotationEqualsDeferredWhileDecoding) {
   const Model& m = LoadModelCached(GqaModelPath());
   std::vector<int32_t> prompt = Prompt(200, m.config().n_vocab, 3);
-  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow}) {
+  for (std::string_view p : {"sink", "window"}) {
     std::vector<float> cached = AllLogits(m, Kv(p, 24, 4, RopeK::kCached, KvPositions::kCompact), prompt, 1);
     std::vector<float> deferred = AllLogits(m, Kv(p, 24, 4, RopeK::kDeferred, KvPositions::kCompact), prompt, 1);
-    EXPECT_LT(MaxAbsDiff(cached, deferred), 1e-4) << KvPolicyName(p);
+    EXPECT_LT(MaxAbsDiff(cached, deferred), 1e-4) << p;
   }
 }
 
@@ -202,7 +238,8 @@ namespace {
 TEST(ChunkedPrefill, CacheNeverExceedsItsSize) {
   const Model& m = LoadModelCached(GqaModelPath());
   std::vector<int32_t> prompt = Prompt(480, m.config().n_vocab, 9);
-  for (KvPolicy p : {KvPolicy::kSink, KvPolicy::kWindow, KvPolicy::kH2o}) {
+  // snapkv without a prompt announced appends and evicts its oldest token.
+  for (std::string_view p : {"sink", "window", "h2o", "tova", "snapkv"}) {
     for (int step : {1, 7, 64}) {
       ThreadPool pool(2);
       Forward fwd(m, pool, step, 512);
@@ -213,7 +250,7 @@ TEST(ChunkedPrefill, CacheNeverExceedsItsSize) {
         const size_t n = std::min<size_t>(step, prompt.size() - b);
         SeqInput in{cache.get(), std::span<const int32_t>(prompt).subspan(b, n)};
         ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), logits.data()).ok());
-        ASSERT_LE(cache->n_used(), 48) << KvPolicyName(p) << " step " << step;
+        ASSERT_LE(cache->n_used(), 48) << p << " step " << step;
         ASSERT_EQ(cache->memory_bytes(), bytes);
       }
       EXPECT_EQ(cache->n_used(), 48);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -108,34 +109,50 @@ std::vector<int32_t> Prompt(int n, int n_vocab, uint32_t seed) {
   return out;
 }
 
-KvConfig Kv(const std::string& policy, int size, int keep, RopeK rope, KvPositions positions,
-            int recent) {
+KvConfig Kv(std::string_view policy, int size, int keep, RopeK rope, KvPositions positions,
+            int recent, int window) {
   KvConfig c;
-  EXPECT_TRUE(c.Set(KvOpt::kPolicy, policy).ok()) << policy;
-  auto set = [&](KvOpt o, int v) {
-    if (KvPolicyUses(policy, o)) EXPECT_TRUE(c.SetInt(o, v).ok()) << policy;
+  auto set = [&](KvOpt o, std::string_view text) {
+    Status s = c.Set(o, text);
+    EXPECT_TRUE(s.ok()) << s.message();
   };
-  if (size > 0) set(KvOpt::kSize, size);
-  set(KvOpt::kKeep, keep);
-  if (recent >= 0) set(KvOpt::kRecent, recent);
-  c.rope_k = rope;
-  if (KvPolicyUses(policy, KvOpt::kPositions)) c.positions = positions;
+  auto set_int = [&](KvOpt o, int64_t v) {
+    Status s = c.SetInt(o, v);
+    EXPECT_TRUE(s.ok()) << s.message();
+  };
+  set(KvOpt::kPolicy, policy);
+  set(KvOpt::kRopeK, RopeKName(rope));
+  if (KvPolicyUses(policy, KvOpt::kSize) && size > 0) set_int(KvOpt::kSize, size);
+  if (KvPolicyUses(policy, KvOpt::kKeep)) set_int(KvOpt::kKeep, keep);
+  if (KvPolicyUses(policy, KvOpt::kPositions)) set(KvOpt::kPositions, KvPositionsName(positions));
+  if (KvPolicyUses(policy, KvOpt::kRecent) && recent > 0) set_int(KvOpt::kRecent, recent);
+  if (KvPolicyUses(policy, KvOpt::kWindow) && window > 0) set_int(KvOpt::kWindow, window);
   return c;
 }
 
 std::vector<float> AllLogits(const Model& model, const KvConfig& kv,
                              const std::vector<int32_t>& tokens, int step, int n_ctx,
-                             std::unique_ptr<KvCache>* keep_cache) {
-  ThreadPool pool(2);
-  const int max_tokens = step > 0 ? step : static_cast<int>(tokens.size());
-  Forward fwd(model, pool, max_tokens, n_ctx);
+                             std::unique_ptr<KvCache>* keep_cache, int64_t prompt) {
   auto cache = KvCache::Create(model.config().kv_shape(n_ctx), kv);
   EXPECT_TRUE(cache.ok()) << cache.message();
   if (!cache.ok()) return {};
-  std::vector<float> logits(tokens.size() * model.config().n_vocab);
-  Status s = fwd.Prefill(SeqInput{cache->get(), tokens, LogitsWanted::kAll}, step, logits.data());
-  EXPECT_TRUE(s.ok()) << s.message();
+  if (prompt > 0) {
+    Status s = (*cache)->ExpectPrompt(prompt);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+  std::vector<float> logits = ContinueLogits(model, **cache, tokens, step);
   if (keep_cache) *keep_cache = std::move(*cache);
+  return logits;
+}
+
+std::vector<float> ContinueLogits(const Model& model, KvCache& cache,
+                                  const std::vector<int32_t>& tokens, int step) {
+  ThreadPool pool(2);
+  const int max_tokens = step > 0 ? step : std::max<int>(1, static_cast<int>(tokens.size()));
+  Forward fwd(model, pool, max_tokens, cache.shape().n_ctx);
+  std::vector<float> logits(tokens.size() * model.config().n_vocab);
+  Status s = fwd.Prefill(SeqInput{&cache, tokens, LogitsWanted::kAll}, step, logits.data());
+  EXPECT_TRUE(s.ok()) << s.message();
   return logits;
 }
 

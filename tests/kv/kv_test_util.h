@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -35,16 +36,26 @@ const Model& LoadModelCached(const std::string& path);
 // A deterministic pseudo-text of n tokens (BOS first) for a vocabulary.
 std::vector<int32_t> Prompt(int n, int n_vocab, uint32_t seed = 7);
 
-// A config setting only the options the policy uses (size 0 = the context,
-// recent -1 = the policy's default).
-KvConfig Kv(const std::string& policy, int size, int keep = 4, RopeK rope = RopeK::kCached,
-            KvPositions positions = KvPositions::kOriginal, int recent = -1);
+// A config of the named policy ("full", "sink", "window", "h2o", "snapkv",
+// "tova"), set through KvConfig::Set as a user would: only the options the
+// policy uses (KvPolicyUses) are given, so a test never trips the "not used by
+// this policy" error. size 0, recent -1 and window -1 leave the policy's default.
+KvConfig Kv(std::string_view policy, int size, int keep = 4, RopeK rope = RopeK::kCached,
+            KvPositions positions = KvPositions::kOriginal, int recent = -1, int window = -1);
 
 // Every token's logits [n, n_vocab] after prefilling `tokens` in steps of
-// `step` under `kv` (context n_ctx). Fails the test on error.
+// `step` under `kv` (context n_ctx). prompt > 0: the first `prompt` tokens are
+// announced as a prompt (KvCache::ExpectPrompt) before prefilling, so snapkv
+// compresses at its end; the tokens after it run as generation. Fails the test
+// on error.
 std::vector<float> AllLogits(const Model& model, const KvConfig& kv,
                              const std::vector<int32_t>& tokens, int step, int n_ctx = 512,
-                             std::unique_ptr<KvCache>* keep_cache = nullptr);
+                             std::unique_ptr<KvCache>* keep_cache = nullptr, int64_t prompt = 0);
+
+// Every token's logits [n, n_vocab] after running `tokens` through an existing
+// cache in steps of `step` (0 = all at once). Fails the test on error.
+std::vector<float> ContinueLogits(const Model& model, KvCache& cache,
+                                  const std::vector<int32_t>& tokens, int step);
 
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
 

@@ -12,31 +12,79 @@ TEST(KvConfig, ResolvesDefaultsAndRejectsBadCombinations) {
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->size, 16);
   KvConfig big;
-  big.policy = KvPolicy::kSink;
-  big.size = 32;
+  ASSERT_TRUE(big.Set(KvOpt::kPolicy, "sink").ok());
+  ASSERT_TRUE(big.SetInt(KvOpt::kSize, 32).ok());
   auto r = ResolveKvConfig(big, kShape);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.message().find("--kv-size 32 is larger than the context size 16"), std::string::npos);
   KvConfig keep;
-  keep.policy = KvPolicy::kSink;
-  keep.size = 8;
-  keep.keep = 8;
+  ASSERT_TRUE(keep.Set(KvOpt::kPolicy, "sink").ok());
+  ASSERT_TRUE(keep.SetInt(KvOpt::kSize, 8).ok());
+  ASSERT_TRUE(keep.SetInt(KvOpt::kKeep, 8).ok());
   EXPECT_NE(ResolveKvConfig(keep, kShape).message().find("--kv-keep 8 must be smaller"),
             std::string::npos);
+  // The full cache has no positions to choose: compact, given, is an error.
   KvConfig compact;
-  compact.positions = KvPositions::kCompact;
-  EXPECT_FALSE(ResolveKvConfig(compact, kShape).ok());
+  ASSERT_TRUE(compact.Set(KvOpt::kPositions, "compact").ok());
+  auto cr = ResolveKvConfig(compact, kShape);
+  ASSERT_FALSE(cr.ok());
+  EXPECT_NE(cr.message().find("--kv-positions is not used by --kv full"), std::string::npos)
+      << cr.message();
   KvConfig h2o;
-  h2o.policy = KvPolicy::kH2o;
-  h2o.size = 8;
+  ASSERT_TRUE(h2o.Set(KvOpt::kPolicy, "h2o").ok());
+  ASSERT_TRUE(h2o.SetInt(KvOpt::kSize, 8).ok());
   auto hr = ResolveKvConfig(h2o, kShape);
   ASSERT_TRUE(hr.ok());
   EXPECT_EQ(hr->recent, 4);
 }
 
+// An option the policy does not use is an error only when given, worded in
+// the caller's spelling; setting another policy forgets the options given for
+// the previous one.
+TEST(KvConfig, OptionsNotUsedByThePolicy) {
+  KvConfig c;
+  ASSERT_TRUE(c.Set(KvOpt::kPolicy, "window").ok());
+  ASSERT_TRUE(c.SetInt(KvOpt::kKeep, 2).ok());
+  auto r = ResolveKvConfig(c, kShape);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("--kv-keep is not used by --kv window"), std::string::npos)
+      << r.message();
+  auto f = ResolveKvConfig(c, kShape, KvSpelling::kField);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.message().find("kv_keep is not used by kv window"), std::string::npos) << f.message();
+  ASSERT_TRUE(c.Set(KvOpt::kPolicy, "sink").ok());
+  EXPECT_FALSE(c.Given(KvOpt::kKeep));
+  EXPECT_TRUE(ResolveKvConfig(c, kShape).ok());
+  KvConfig t;
+  ASSERT_TRUE(t.Set(KvOpt::kRopeK, "deferred").ok());
+  ASSERT_TRUE(t.Set(KvOpt::kPolicy, "tova").ok());
+  EXPECT_EQ(t.rope_k, RopeK::kDeferred);  // every policy's options carry over
+  ASSERT_TRUE(t.SetInt(KvOpt::kWindow, 4).ok());
+  EXPECT_NE(ResolveKvConfig(t, kShape).message().find("--kv-window is not used by --kv tova"),
+            std::string::npos);
+  for (const char* p : {"full", "sink", "window", "h2o", "snapkv", "tova"}) {
+    EXPECT_TRUE(KvPolicyUses(p, KvOpt::kRopeK)) << p;
+    EXPECT_EQ(KvPolicyUses(p, KvOpt::kSize), std::string_view(p) != "full") << p;
+  }
+  EXPECT_TRUE(KvPolicyUses("snapkv", KvOpt::kWindow));
+  EXPECT_FALSE(KvPolicyUses("h2o", KvOpt::kWindow));
+  EXPECT_TRUE(KvPolicyUses("h2o", KvOpt::kRecent));
+}
+
 TEST(KvConfig, ParsesNames) {
-  EXPECT_EQ(ParseKvPolicy("sink"), KvPolicy::kSink);
-  EXPECT_FALSE(ParseKvPolicy("lru").has_value());
+  EXPECT_TRUE(KvPolicyExists("sink"));
+  EXPECT_FALSE(KvPolicyExists("lru"));
+  KvConfig c;
+  Status s = c.Set(KvOpt::kPolicy, "lru");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--kv 'lru' is not one of full, sink, window, h2o, snapkv or tova"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(c.policy, "full");
+  ASSERT_TRUE(c.Set(KvOpt::kPolicy, "snapkv").ok());
+  EXPECT_EQ(c.policy, "snapkv");
+  EXPECT_FALSE(c.Set(KvOpt::kSize, "12x").ok());
+  EXPECT_FALSE(c.SetInt(KvOpt::kRecent, 0).ok());  // below its range
   EXPECT_EQ(ParseRopeK("deferred"), RopeK::kDeferred);
   EXPECT_EQ(ParseKvPositions("compact"), KvPositions::kCompact);
 }
