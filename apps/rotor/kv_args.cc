@@ -35,7 +35,7 @@ Status SetKvFields(const nlohmann::json& j, KvConfig* kv, std::string* field) {
 
 Result<std::vector<KvConfig>> ExpandKvLists(const KvLists& lists) {
   std::vector<std::string> policies = lists[KvOpt::kPolicy];
-  if (policies.empty()) policies = {"full"};
+  if (policies.empty()) policies = {KvConfig{}.policy};
   for (const KvOptionSpec& spec : KvOptions()) {
     if (spec.id == KvOpt::kPolicy || lists[spec.id].empty()) continue;
     const bool used = std::any_of(policies.begin(), policies.end(), [&](const std::string& p) {

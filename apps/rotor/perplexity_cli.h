@@ -35,7 +35,7 @@ struct PerplexityArgs {
 
 // One configuration to score.
 struct PerplexityRun {
-  std::string label;  // "full", "sink-128-compact", ...
+  std::string label;  // the policy, then what tells its runs apart: "sink-128-compact"
   KvConfig kv;        // as given (size 0 = the context)
   KvConfig resolved;  // against the context it was expanded for
 };
