@@ -189,6 +189,10 @@ Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape,
   if (c.size > shape.n_ctx)
     return Errorf("kv: {} {} is larger than the context size {} (raise the context or lower {})",
                   size, c.size, shape.n_ctx, size);
+  // A resolved config says 0 for the counts its policy does not use.
+  if (!(info->options & KvOptBit(KvOpt::kKeep))) c.keep = 0;
+  if (!(info->options & KvOptBit(KvOpt::kRecent))) c.recent = 0;
+  if (!(info->options & KvOptBit(KvOpt::kWindow))) c.window = 0;
   if (info->resolve != nullptr) RETURN_IF_ERROR(info->resolve(c, shape, spelling));
   return c;
 }
