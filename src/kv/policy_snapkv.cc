@@ -148,7 +148,11 @@ class SnapKvPolicy final : public LanePolicy {
         lane_changed_[lane] = 1;
       }
     }
-    for (int32_t c = 0; c < cells.hi(lane); ++c) score[c] = 0.f;
+    // The window's tokens are the ring's, whatever an earlier prompt chose.
+    for (int32_t c = 0; c < cells.hi(lane); ++c) {
+      if (index[c] >= window_start) selected[c] = 0;
+      score[c] = 0.f;
+    }
   }
 
   int32_t window_;
