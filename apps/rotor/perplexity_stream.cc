@@ -55,9 +55,10 @@ Status WriteCsv(const std::string& path, const std::vector<StreamRun>& runs) {
   for (const StreamRun& r : runs) {
     const KvConfig& c = r.run->resolved;
     const int size = KvPolicyEvicts(c.policy) ? c.size : r.n_ctx;
+    const int keep = KvPolicyUses(c.policy, KvOpt::kKeep) ? c.keep : 0;  // no sinks: 0
     for (const WindowPpl& w : r.windows)
       out << fmt::format("{},{},{},{},{},{},{},{},{},{:.6g}\n", r.run->label,
-                         c.policy, size, c.keep, KvPositionsName(c.positions),
+                         c.policy, size, keep, KvPositionsName(c.positions),
                          RopeKName(c.rope_k), w.begin, w.end, w.n, w.ppl);
   }
   out.close();
