@@ -154,7 +154,7 @@ int RunStreamPerplexity(const PerplexityInput& in) {
              "rotor: perplexity: a stream of {} tokens through {} run(s), windows of {} "
              "positions, {} tokens per forward pass\n",
              a.stream, runs.size(), a.window, step);
-  TextScorer scorer(model, engine.pool(), step, max_ctx);
+  Runner runner(model, engine.pool(), RunnerOptions{.prefill_step = step, .n_ctx = max_ctx});
   ProgressBar bar(!a.no_progress);
   for (StreamRun& sr : runs) {
     StreamOptions so;
@@ -163,7 +163,7 @@ int RunStreamPerplexity(const PerplexityInput& in) {
     bar.Start(sr.run->label, a.stream);
     const int64_t start_ns = NowNs();
     Result<std::vector<float>> nll =
-        StreamNll(scorer, tokens, so, [&](int64_t done) { bar.Update(done); });
+        StreamNll(runner, tokens, so, [&](int64_t done) { bar.Update(done); });
     bar.Finish();
     if (!nll.ok())
       return Fail(nll.status().WithContext(fmt::format("perplexity: {}", sr.run->label)));
