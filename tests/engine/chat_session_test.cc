@@ -249,6 +249,35 @@ TEST(ChatSession, SinkCacheCarriesAConversationPastTheContext) {
   ExpectTurnEqualsSingleShot(*e, *chat, last, 1);
 }
 
+// Each turn's new tokens are a prompt (KvCache::ExpectPrompt): snapkv holds a
+// prompt whole before compressing it, so a message the context cannot hold
+// beside what the cache keeps ends the turn with kContext before anything
+// runs, and the conversation goes on with a shorter one.
+TEST(ChatSession, EachTurnIsAPromptTheCacheMayRefuse) {
+  auto e = MakeEngine(/*n_ctx=*/64);
+  ChatOptions o = Greedy(8);
+  ASSERT_TRUE(o.kv.Set(KvOpt::kPolicy, "snapkv").ok());
+  ASSERT_TRUE(o.kv.SetInt(KvOpt::kSize, 24).ok());
+  ASSERT_TRUE(o.kv.SetInt(KvOpt::kWindow, 4).ok());
+  auto chat = MakeChat(*e, o);
+  const ChatTurn t1 = Send(*chat, "Once upon a time");
+  ASSERT_NE(t1.finish, FinishReason::kContext);
+  const size_t n_messages = chat->messages().size();
+  const std::vector<int32_t> before = chat->tokens();
+  std::string long_message;
+  for (int i = 0; i < 20; ++i) long_message += "and then the dog ran ";
+  const ChatTurn t2 = Send(*chat, long_message);
+  EXPECT_EQ(t2.finish, FinishReason::kContext);
+  EXPECT_EQ(t2.n_prompt, 0);
+  EXPECT_EQ(t2.n_past, t1.n_past);
+  EXPECT_EQ(chat->messages().size(), n_messages);
+  EXPECT_EQ(chat->tokens(), before);
+  const ChatTurn t3 = Send(*chat, "The dog ran.");
+  EXPECT_NE(t3.finish, FinishReason::kContext);
+  EXPECT_GT(t3.n_prompt, 0);
+  EXPECT_LE(chat->cache().n_used(), 24);
+}
+
 std::string NoSpace(std::string s) {
   std::erase_if(s, [](char c) { return c == ' ' || c == '\n'; });
   return s;
