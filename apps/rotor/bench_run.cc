@@ -10,8 +10,8 @@
 #include "base/memory.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
+#include "engine/runner.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
 
 namespace rotor::cli {
 namespace {
@@ -101,48 +101,46 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
   ThreadPool pool(c.threads);
   const int n_seq = c.n_seq;
   std::vector<std::unique_ptr<KvCache>> caches;
-  std::vector<KvCache*> cache_ptrs;
   for (int s = 0; s < n_seq; ++s) {
     ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(mc.kv_shape(c.n_ctx), c.kv));
-    cache_ptrs.push_back(cache.get());
     caches.push_back(std::move(cache));
   }
   r.kv = caches[0]->config();
   r.work = EstimateWork(bm, c, r.kv.size);
-  const int step = c.prefill_step;
-  const int chunk = step > 0 ? step : std::max({t.n_prompt, t.n_depth, 1});
-  Forward forward(model, pool, chunk * n_seq, c.n_ctx);
+  // Every sequence's chunk in one pass.
+  const int chunk = c.prefill_step > 0 ? c.prefill_step : std::max({t.n_prompt, t.n_depth, 1});
+  Runner runner(
+      model, pool,
+      RunnerOptions{
+          .prefill_step = chunk, .max_seqs = n_seq, .max_tokens = chunk * n_seq, .n_ctx = c.n_ctx});
 
   std::mt19937_64 rng(seed);
   const std::vector<int32_t> depth_tokens = RandomTokens(rng, t.n_depth, mc.n_vocab);
   const std::vector<int32_t> test_tokens =
       RandomTokens(rng, std::max(t.n_prompt, t.n_gen), mc.n_vocab);
-  // [n_seq, n_vocab]: only each sequence's last row is asked for
-  std::vector<float> logits(static_cast<size_t>(n_seq) * mc.n_vocab);
-  std::vector<SeqInput> inputs(n_seq);
-  std::vector<int32_t> step_tokens(n_seq);
+  std::vector<Feed> feeds(n_seq);
+  std::vector<Feed*> feed_ptrs;
+  for (Feed& f : feeds) feed_ptrs.push_back(&f);
+  // Each sequence's feed, stepped together until all are done.
+  auto run = [&](auto make_feed) -> Status {
+    for (int s = 0; s < n_seq; ++s) feeds[s] = make_feed(caches[s].get());
+    while (!feeds[0].done()) RETURN_IF_ERROR(runner.Step(feed_ptrs));
+    for (const Feed& f : feeds) RETURN_IF_ERROR(f.status);
+    return Status::Ok();
+  };
+  const std::span<const int32_t> prompt =
+      std::span<const int32_t>(test_tokens).first(std::max(t.n_prompt, 0));
 
   auto run_test = [&]() -> Result<int64_t> {
-    if (t.n_prompt > 0) {
-      Timer timer;
-      if (n_seq == 1) {
-        RETURN_IF_ERROR(forward.Prefill(SeqInput{caches[0].get(), test_tokens}, step, logits.data()));
-        return timer.ElapsedNs();
-      }
-      for (int b = 0; b < t.n_prompt; b += chunk) {  // every sequence's chunk in one pass
-        const int n = std::min(chunk, t.n_prompt - b);
-        const LogitsWanted want = b + n == t.n_prompt ? LogitsWanted::kLast : LogitsWanted::kNone;
-        for (int s = 0; s < n_seq; ++s)
-          inputs[s] = SeqInput{caches[s].get(), std::span<const int32_t>(test_tokens).subspan(b, n), want};
-        RETURN_IF_ERROR(forward.Run(inputs, logits.data()));
-      }
+    Timer timer;
+    if (t.n_prompt > 0) {  // a prompt, the logits of its last token
+      RETURN_IF_ERROR(run([&](KvCache* cache) { return Feed::Prompt(cache, prompt); }));
       return timer.ElapsedNs();
     }
-    Timer timer;
-    for (int i = 0; i < t.n_gen; ++i) {
-      std::fill(step_tokens.begin(), step_tokens.end(), test_tokens[i]);
-      RETURN_IF_ERROR(forward.Decode(cache_ptrs, step_tokens, logits.data()));
-    }
+    for (int i = 0; i < t.n_gen; ++i)  // one token of every sequence per pass
+      RETURN_IF_ERROR(run([&](KvCache* cache) {
+        return Feed::Continue(cache, std::span<const int32_t>(test_tokens).subspan(i, 1));
+      }));
     return timer.ElapsedNs();
   };
 
@@ -150,12 +148,15 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
   for (auto& cache : caches) cache->Clear();
   RETURN_IF_ERROR(run_test());
   for (int rep = 1; rep <= repetitions; ++rep) {
-    for (auto& cache : caches) {
-      cache->Clear();
-      if (t.n_depth == 0) continue;
+    for (auto& cache : caches) cache->Clear();
+    if (t.n_depth > 0) {  // a prompt, no logits
       if (progress) progress("fill", rep);
-      const SeqInput fill{cache.get(), depth_tokens, LogitsWanted::kNone};
-      RETURN_IF_ERROR(forward.Prefill(fill, step, logits.data()));
+      RETURN_IF_ERROR(run([&](KvCache* cache) {
+        return Feed{.cache = cache,
+                    .tokens = depth_tokens,
+                    .n_prompt = t.n_depth,
+                    .logits_from = t.n_depth};
+      }));
     }
     if (progress) progress("run", rep);
     ASSIGN_OR_RETURN(int64_t ns, run_test());

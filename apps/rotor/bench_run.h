@@ -1,13 +1,15 @@
 // rotor bench: running one case, and the work it represents.
 //
-// pp: Forward::Prefill of n_prompt random token ids in chunks of
-//     prefill_step, logits for the last token only; the timed region is that call.
-// tg: n_gen calls of Forward::Run with one random token each (ids drawn before
-//     the timer starts, so no sampling is timed; the logits of every step are
-//     computed, as in generation).
-// Before every repetition the cache is cleared and n_depth random tokens are
-// prefilled in chunks of prefill_step (not timed). One untimed warm-up run of
-// the test at depth 0 precedes the repetitions.
+// Every token goes through the runner (engine/runner.h), every sequence's
+// chunk in one pass (n_seq sequences run the same tokens side by side).
+// pp: n_prompt random token ids as a prompt in chunks of prefill_step, logits
+//     for the last token only; the timed region is that run.
+// tg: n_gen runner steps of one random token each (ids drawn before the timer
+//     starts, so no sampling is timed; the logits of every step are computed,
+//     as in generation).
+// Before every repetition the caches are cleared and n_depth random tokens
+// are prefilled as a prompt in chunks of prefill_step (not timed). One
+// untimed warm-up run of the test at depth 0 precedes the repetitions.
 #pragma once
 
 #include <cstdint>

@@ -21,6 +21,7 @@ struct ChatArgs {
   EngineOptions engine;
   ChatOptions chat;
   std::string chat_template;
+  int prefill_step = kDefaultPrefillStep;
 };
 
 constexpr const char* kHelp =
@@ -206,7 +207,7 @@ int RunChat(ChatArgs& a) {
   Result<ChatTemplate> tmpl = ResolveTemplate(**engine, a.chat_template);
   if (!tmpl.ok()) return Fail(tmpl.status());
   a.chat.chat_template = *tmpl;
-  Result<std::unique_ptr<ChatSession>> chat = ChatSession::Create(**engine, a.chat);
+  Result<std::unique_ptr<ChatSession>> chat = ChatSession::Create(**engine, a.chat, a.prefill_step);
   if (!chat.ok()) return Fail(chat.status());
   SigintFlag::Install();
   return ChatLoop(**chat, a, (*engine)->n_ctx()).Run();
@@ -231,7 +232,7 @@ Runner RegisterChat(CLI::App& app) {
   sub->add_option("--stop", a->chat.stop, "also end a reply at this string (repeatable)");
   sub->add_flag("--ignore-eos", a->chat.ignore_eos,
                 "run past end-of-text and end-of-turn tokens (replies end at -n or Ctrl-C)");
-  sub->add_option("--prefill-step", a->chat.prefill_step,
+  sub->add_option("--prefill-step", a->prefill_step,
                   "prompt tokens per forward pass (0 = the whole prompt)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();

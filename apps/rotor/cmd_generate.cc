@@ -21,10 +21,12 @@ struct GenerateArgs {
   std::string prompts_file;
   int64_t progress = 0;
   int parallel = 4;
+  int prefill_step = kDefaultPrefillStep;
 };
 
 int RunGenerate(GenerateArgs& a) {
-  if (!a.prompts_file.empty()) return RunGenerateBatch(a.engine, a.gen, a.prompts_file, a.parallel);
+  if (!a.prompts_file.empty())
+    return RunGenerateBatch(a.engine, a.gen, a.prompts_file, a.parallel, a.prefill_step);
   if (!a.prompt_file.empty()) {
     Result<std::string> text = ReadFile(a.prompt_file);
     if (!text.ok()) return Fail(text.status().WithContext("generate: -f"));
@@ -50,11 +52,14 @@ int RunGenerate(GenerateArgs& a) {
     std::fflush(stdout);
   }
   a.gen.collect_output = false;  // streamed to stdout: nothing to keep
-  Result<GenerateResult> r = (*engine)->Generate(a.gen, [](std::string_view text) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    return true;
-  });
+  Result<GenerateResult> r = (*engine)->Generate(
+      a.gen,
+      [](std::string_view text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      },
+      a.prefill_step);
   if (!r.ok()) return Fail(r.status());
   std::fputc('\n', stdout);
   std::fflush(stdout);
@@ -95,7 +100,7 @@ Runner RegisterGenerate(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--stop", a->gen.stop, "stop at this string (repeatable)");
   sub->add_flag("--ignore-eos", a->gen.ignore_eos, "keep generating past end-of-sequence");
-  sub->add_option("--prefill-step", a->gen.prefill_step,
+  sub->add_option("--prefill-step", a->prefill_step,
                   "prompt tokens per forward pass (0 = the whole prompt)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();

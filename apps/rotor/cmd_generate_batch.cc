@@ -73,7 +73,7 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
 }  // namespace
 
 int RunGenerateBatch(const EngineOptions& engine_options, const GenerateOptions& defaults,
-                     const std::string& prompts_file, int parallel) {
+                     const std::string& prompts_file, int parallel, int prefill_step) {
   Result<std::string> text = ReadFile(prompts_file);
   if (!text.ok()) return Fail(text.status().WithContext("generate: --prompts"));
   std::vector<SeqRequest> requests;
@@ -99,7 +99,7 @@ int RunGenerateBatch(const EngineOptions& engine_options, const GenerateOptions&
       return Fail(Errorf("--prompts line {}: {}", line_of[i], kv.message()));
   Scheduler::Options so;
   so.max_seqs = parallel;
-  so.prefill_step = defaults.prefill_step;
+  so.prefill_step = prefill_step;
   so.max_queue = static_cast<int>(requests.size());
   Scheduler scheduler(**engine, so);
   const int64_t t0 = NowNs();
@@ -118,6 +118,7 @@ int RunGenerateBatch(const EngineOptions& engine_options, const GenerateOptions&
                    {{"prompt_ms", r.prompt_ns / 1e6},
                     {"gen_ms", r.gen_ns / 1e6},
                     {"gen_tps", r.gen_tps()}}}};
+      if (r.finish == FinishReason::kError) out["error"] = r.error;
       fmt::print("{}\n", out.dump(-1, ' ', false, json::error_handler_t::replace));
       std::fflush(stdout);
     });

@@ -90,7 +90,7 @@ Runner RegisterServe(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--stop", o.defaults.stop, "stop string of requests that give none (repeatable)");
   sub->add_flag("--ignore-eos", o.defaults.ignore_eos, "keep generating past end-of-sequence");
-  sub->add_option("--prefill-step", o.defaults.prefill_step,
+  sub->add_option("--prefill-step", o.prefill_step,
                   "prompt tokens per forward pass (0 = the whole prompt)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();

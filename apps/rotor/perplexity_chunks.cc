@@ -118,7 +118,7 @@ int RunChunkedPerplexity(const PerplexityInput& in) {
              "tokens), {} tokens per forward pass\n",
              n_chunks, a.n_ctx, first, a.n_ctx - 2, a.n_ctx - 1 - first, step);
 
-  TextScorer scorer(model, engine.pool(), step, a.n_ctx);
+  Runner runner(model, engine.pool(), RunnerOptions{.prefill_step = step, .n_ctx = a.n_ctx});
   const Tokenizer& tok = engine.tokenizer();
   const int32_t bos = tok.add_bos() ? tok.bos() : -1;
   ProgressBar bar(!a.no_progress);
@@ -163,7 +163,7 @@ int RunChunkedPerplexity(const PerplexityInput& in) {
     po.n_ctx = a.n_ctx;
     po.n_chunks = n_chunks;
     po.kv = run.kv;
-    Result<PerplexityResult> r = ChunkedPerplexity(scorer, bos, in.tokens, po, hooks);
+    Result<PerplexityResult> r = ChunkedPerplexity(runner, bos, in.tokens, po, hooks);
     bar.Finish();
     if (!r.ok()) {
       fmt::print("\n");

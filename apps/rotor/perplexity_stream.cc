@@ -55,9 +55,10 @@ Status WriteCsv(const std::string& path, const std::vector<StreamRun>& runs) {
   for (const StreamRun& r : runs) {
     const KvConfig& c = r.run->resolved;
     const int size = KvPolicyEvicts(c.policy) ? c.size : r.n_ctx;
+    const int keep = KvPolicyUses(c.policy, KvOpt::kKeep) ? c.keep : 0;  // no sinks: 0
     for (const WindowPpl& w : r.windows)
       out << fmt::format("{},{},{},{},{},{},{},{},{},{:.6g}\n", r.run->label,
-                         c.policy, size, c.keep, KvPositionsName(c.positions),
+                         c.policy, size, keep, KvPositionsName(c.positions),
                          RopeKName(c.rope_k), w.begin, w.end, w.n, w.ppl);
   }
   out.close();
@@ -153,7 +154,7 @@ int RunStreamPerplexity(const PerplexityInput& in) {
              "rotor: perplexity: a stream of {} tokens through {} run(s), windows of {} "
              "positions, {} tokens per forward pass\n",
              a.stream, runs.size(), a.window, step);
-  TextScorer scorer(model, engine.pool(), step, max_ctx);
+  Runner runner(model, engine.pool(), RunnerOptions{.prefill_step = step, .n_ctx = max_ctx});
   ProgressBar bar(!a.no_progress);
   for (StreamRun& sr : runs) {
     StreamOptions so;
@@ -162,7 +163,7 @@ int RunStreamPerplexity(const PerplexityInput& in) {
     bar.Start(sr.run->label, a.stream);
     const int64_t start_ns = NowNs();
     Result<std::vector<float>> nll =
-        StreamNll(scorer, tokens, so, [&](int64_t done) { bar.Update(done); });
+        StreamNll(runner, tokens, so, [&](int64_t done) { bar.Update(done); });
     bar.Finish();
     if (!nll.ok())
       return Fail(nll.status().WithContext(fmt::format("perplexity: {}", sr.run->label)));

@@ -318,6 +318,8 @@ std::string_view OpenAiFinishReason(FinishReason reason) {
       return "length";
     case FinishReason::kCancelled:
       return "cancelled";
+    case FinishReason::kError:  // reported as an error, never as a finish
+      return "error";
   }
   return "stop";
 }

@@ -160,6 +160,16 @@ void Batcher::OnEvent(const std::shared_ptr<RequestStream>& stream, const SeqEve
   }
   std::erase(active_, stream);
   const GenerateResult& r = *e.result;
+  if (r.finish == FinishReason::kError) {  // the request could not run (its prompt does not fit)
+    if (stream->ended_) return;
+    stream->ended_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+    }
+    stream->Push({StreamEvent::Kind::kError, r.error, {}, 0, 0, 400});
+    return;
+  }
   if (!stream->saw_token_ && r.finish != FinishReason::kCancelled)
     step_prompt_ += stream->n_prompt_;
   if (stream->ended_) return;  // already ended with an error

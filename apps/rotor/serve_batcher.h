@@ -54,7 +54,7 @@ class Batcher {
   struct Options {
     int parallel = 4;    // sequences decoding at once
     int max_queue = 64;  // requests waiting beyond those
-    int prefill_step = 512;
+    int prefill_step = kDefaultPrefillStep;
   };
   struct Stats {
     int64_t queued = 0;    // accepted, not decoding yet

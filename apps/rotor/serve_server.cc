@@ -49,6 +49,8 @@ Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
   if (options.parallel < 1) return Errorf("serve: --parallel {} must be >= 1", options.parallel);
   if (options.max_queue < 0) return Errorf("serve: --max-queue {} must be >= 0", options.max_queue);
   if (options.max_body == 0) return Status::Error("serve: --max-body must be positive");
+  if (options.prefill_step < 0)
+    return Errorf("serve: --prefill-step {} must be >= 0", options.prefill_step);
   std::unique_ptr<Server> s(new Server());
   s->options_ = options;
   ASSIGN_OR_RETURN(s->engine_, Engine::Create(options.engine));
@@ -68,10 +70,10 @@ Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
     }
   }
   s->model_id_ = std::filesystem::path(options.engine.model_path).stem().string();
-  s->batcher_ = std::make_unique<Batcher>(
-      *s->engine_, Batcher::Options{.parallel = options.parallel,
-                                    .max_queue = options.max_queue,
-                                    .prefill_step = options.defaults.prefill_step});
+  s->batcher_ = std::make_unique<Batcher>(*s->engine_,
+                                          Batcher::Options{.parallel = options.parallel,
+                                                           .max_queue = options.max_queue,
+                                                           .prefill_step = options.prefill_step});
 
   s->http_ = std::make_unique<httplib::Server>();
   // Every in-flight request holds a worker thread for its whole life; the rest
@@ -205,7 +207,6 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) 
   const Tokenizer& tok = engine_->tokenizer();
   const char* param = api.endpoint == Endpoint::kChat ? "messages" : "prompt";
   seq->options = api.options;
-  seq->options.prefill_step = options_.defaults.prefill_step;
   if (api.endpoint == Endpoint::kChat) {
     // Message content cannot inject control tokens ("<|im_end|>" in a
     // message is plain text).
@@ -230,12 +231,8 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) 
   if (!kv.ok()) return ApiError{400, kv.message(), "invalid_request_error", "kv", ""};
   if (Status s = engine_->Validate(seq->options); !s.ok())
     return ApiError{400, s.message(), "invalid_request_error", "", ""};
-  const int64_t max_prompt = KvMaxPrompt(*kv, shape);
-  if (max_prompt >= 0 && static_cast<int64_t>(seq->tokens.size()) > max_prompt)
-    return ApiError{400,
-                    fmt::format("the prompt has {} tokens, more than the context size {}",
-                                seq->tokens.size(), max_prompt),
-                    "invalid_request_error", param, "context_length_exceeded"};
+  if (Status fits = FitsNewCache(*kv, shape, std::ssize(seq->tokens)); !fits.ok())
+    return ApiError{400, fits.message(), "invalid_request_error", param, "context_length_exceeded"};
   return std::nullopt;
 }
 

@@ -35,7 +35,8 @@ namespace rotor::serve {
 
 struct ServeOptions {
   EngineOptions engine;
-  GenerateOptions defaults;  // what a request does not say (prefill_step: the scheduler's)
+  GenerateOptions defaults;                // what a request does not say
+  int prefill_step = kDefaultPrefillStep;  // prompt tokens per forward pass (the runner's)
   std::string host = "127.0.0.1";
   int port = 8080;            // 0 = any free port (see Server::port())
   int parallel = 4;           // sequences decoding at once

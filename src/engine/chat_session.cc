@@ -4,7 +4,7 @@
 
 #include "base/check.h"
 #include "base/timer.h"
-#include "engine/stop_matcher.h"
+#include "engine/sample_step.h"
 
 namespace rotor {
 namespace {
@@ -51,25 +51,24 @@ std::vector<ChatSegment> DropLeadingSpace(const std::vector<ChatSegment>& segmen
 
 }  // namespace
 
-ChatSession::ChatSession(Engine& engine, ChatOptions options)
-    : engine_(engine), options_(std::move(options)) {}
+ChatSession::ChatSession(Engine& engine, ChatOptions options, int prefill_step)
+    : engine_(engine),
+      options_(std::move(options)),
+      runner_(engine.model(), engine.pool(),
+              RunnerOptions{.prefill_step = prefill_step, .n_ctx = engine.n_ctx()}) {}
 
-Result<std::unique_ptr<ChatSession>> ChatSession::Create(Engine& engine, ChatOptions options) {
+Result<std::unique_ptr<ChatSession>> ChatSession::Create(Engine& engine, ChatOptions options,
+                                                         int prefill_step) {
   if (options.n_predict < -1)
     return Errorf("chat: -n {} must be >= 0, or -1 for no limit", options.n_predict);
-  if (options.prefill_step < 0)
-    return Errorf("chat: --prefill-step {} must be >= 0", options.prefill_step);
+  if (prefill_step < 0) return Errorf("chat: --prefill-step {} must be >= 0", prefill_step);
   RETURN_IF_ERROR(ValidateSamplingParams(options.sampling));
   const KvShape shape = engine.model().config().kv_shape(engine.n_ctx());
   RETURN_IF_ERROR(ResolveKvConfig(options.kv, shape).status());
 
-  std::unique_ptr<ChatSession> s(new ChatSession(engine, std::move(options)));
+  std::unique_ptr<ChatSession> s(new ChatSession(engine, std::move(options), prefill_step));
   ASSIGN_OR_RETURN(s->cache_, KvCache::Create(shape, s->options_.kv));
-  const int step = s->options_.prefill_step > 0 ? s->options_.prefill_step : engine.n_ctx();
-  s->forward_ = std::make_unique<Forward>(engine.model(), engine.pool(), step, engine.n_ctx());
-  const int n_vocab = engine.model().config().n_vocab;
-  s->logits_.resize(n_vocab);
-  s->sampler_ = std::make_unique<Sampler>(s->options_.sampling, n_vocab);
+  s->sampler_ = std::make_unique<Sampler>(s->options_.sampling, engine.model().config().n_vocab);
 
   // The template's end-of-turn markup, when the vocabulary has it as one token
   // (control or user-defined, as Phi-3's "<|end|>" may be).
@@ -157,23 +156,16 @@ ChatSession::NewTokens ChatSession::Plan(const std::vector<ChatMessage>& message
   return out;
 }
 
-Status ChatSession::Feed(std::span<const int32_t> tokens) {
-  if (tokens.empty()) return Status::Ok();
-  SeqInput seq{cache_.get(), tokens, LogitsWanted::kLast};
-  Status s = forward_->Prefill(seq, options_.prefill_step, logits_.data());
+Status ChatSession::Run(Feed& feed) {
+  if (feed.tokens.empty()) return Status::Ok();
+  Status s = runner_.Run(feed);
   if (!s.ok()) {
-    ResetCache();  // a chunk may have run: the cache no longer matches anything
+    if (feed.n_run > 0) ResetCache();  // a chunk ran: the cache no longer matches anything
     return s;
   }
-  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  logits_ = feed.rows;
+  tokens_.insert(tokens_.end(), feed.tokens.begin(), feed.tokens.end());
   return Status::Ok();
-}
-
-// Whether `n` more tokens fit the cache (after clearing it, if from scratch).
-bool ChatSession::Fits(int64_t n, bool from_scratch) const {
-  const int64_t remaining = cache_->Remaining();
-  if (remaining < 0) return true;
-  return n <= (from_scratch ? int64_t{cache_->n_cells()} : remaining);
 }
 
 Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on_text,
@@ -182,16 +174,26 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
   std::vector<ChatMessage> next = messages_;
   next.push_back({"user", std::string(user)});
   ChatTurn turn;
+  turn.n_past = static_cast<int64_t>(tokens_.size());
+
+  // The turn's new tokens run as a prompt. Whether they fit is the cache's
+  // answer (the runner asks ExpectPrompt), or FitsNewCache's when the
+  // conversation starts over in an emptied cache.
   NewTokens plan = Plan(next, /*add_generation_prompt=*/true);
-  if (!Fits(static_cast<int64_t>(plan.tokens.size()), plan.from_scratch)) {
-    turn.finish = FinishReason::kContext;
-    turn.n_past = static_cast<int64_t>(tokens_.size());
+  const int64_t start_ns = NowNs();
+  if (plan.from_scratch) {
+    if (!FitsNewCache(cache_->config(), cache_->shape(), std::ssize(plan.tokens)).ok()) {
+      turn.finish = FinishReason::kContext;
+      return turn;
+    }
+    ResetCache();
+  }
+  Feed prompt = Feed::Prompt(cache_.get(), plan.tokens);
+  if (Status s = Run(prompt); !s.ok()) {
+    if (prompt.status.ok()) return s;
+    turn.finish = FinishReason::kContext;  // refused before anything ran
     return turn;
   }
-  if (plan.from_scratch) ResetCache();
-
-  const int64_t start_ns = NowNs();
-  RETURN_IF_ERROR(Feed(plan.tokens));
   after_special_ = plan.after_special;
   for (int32_t t : plan.tokens) sampler_->Accept(t);
   turn.n_prompt = static_cast<int64_t>(plan.tokens.size());
@@ -202,8 +204,14 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
   const int64_t first_ns = NowNs();
   turn.prompt_ns = first_ns - start_ns;
 
-  StreamDecoder decoder(tok);
-  StopMatcher stops(options_.stop);
+  // The reply: one sample/stop step per token; every token that continues
+  // the text is run at once (the reply's last one too: the next turn starts
+  // after it).
+  SampleStep step(tok, *sampler_,
+                  StopRules{.n_predict = options_.n_predict,
+                            .ignore_eos = options_.ignore_eos,
+                            .stop = options_.stop,
+                            .end_tokens = stop_tokens_});
   std::string shown;  // the reply without its leading whitespace
   bool stopped_by_caller = false;
   auto emit = [&](std::string_view text) {
@@ -212,48 +220,32 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
     shown.append(text);
     if (on_text && !on_text(text)) stopped_by_caller = true;
   };
+  const int n_vocab = engine_.model().config().n_vocab;
   for (;;) {
-    if (options_.n_predict >= 0 && turn.n_generated >= options_.n_predict) {
-      turn.finish = FinishReason::kLength;
+    const Sampled t = step.Next(std::span<const float>(logits_, n_vocab), *cache_);
+    if (t.continues) {
+      Feed one = Feed::Continue(cache_.get(), std::span<const int32_t>(&t.token, 1));
+      RETURN_IF_ERROR(Run(one));
+      after_special_ =
+          tok.Type(t.token) == TokenType::kControl || tok.Type(t.token) == TokenType::kUserDefined;
+      turn.tokens.push_back(t.token);
+      reply_fed_ += t.piece;
+    }
+    emit(t.text);
+    if (t.finish) {
+      turn.finish = *t.finish;
       break;
     }
-    const int32_t token = sampler_->Sample(logits_);
-    if (!options_.ignore_eos &&
-        (tok.IsEndOfGeneration(token) ||
-         std::find(stop_tokens_.begin(), stop_tokens_.end(), token) != stop_tokens_.end())) {
-      turn.finish = FinishReason::kEos;
-      break;
-    }
-    if (cache_->Remaining() == 0) {
-      turn.finish = FinishReason::kContext;
-      break;
-    }
-    const std::string piece = decoder.Push(token);
-    const std::string text = stops.Push(piece);
-    if (stops.stopped()) {  // the token that completes a stop string is not run
-      emit(text);
-      turn.finish = FinishReason::kStop;
-      break;
-    }
-    const int32_t one[1] = {token};
-    RETURN_IF_ERROR(Feed(one));
-    sampler_->Accept(token);
-    after_special_ =
-        tok.Type(token) == TokenType::kControl || tok.Type(token) == TokenType::kUserDefined;
-    turn.tokens.push_back(token);
-    ++turn.n_generated;
-    reply_fed_ += piece;
-    emit(text);
     if (stopped_by_caller || (cancel != nullptr && cancel->load())) {
       turn.finish = FinishReason::kCancelled;
       break;
     }
   }
-  if (turn.finish != FinishReason::kStop) {
-    const std::string held = decoder.Flush();
-    reply_fed_ += held;
-    emit(stops.Push(held) + stops.Flush());
-  }
+  const SampleStep::Tail tail = step.Flush();  // nothing after a stop string
+  if (turn.finish != FinishReason::kStop && turn.finish != FinishReason::kContext)
+    reply_fed_ += tail.piece;
+  emit(tail.text);
+  turn.n_generated = static_cast<int64_t>(turn.tokens.size());
   turn.gen_ns = NowNs() - first_ns;
   turn.reply = std::string(TrimRight(shown));
   messages_.push_back({"assistant", turn.reply});
@@ -269,17 +261,17 @@ Result<int64_t> ChatSession::Load(std::vector<ChatMessage> messages) {
   NewTokens plan;
   if (has_turns) {  // else the first message renders everything
     plan = Plan(messages, /*add_generation_prompt=*/false, /*scratch=*/true);
-    if (!Fits(static_cast<int64_t>(plan.tokens.size()), true))
-      return Errorf(
-          "chat: the transcript has {} tokens, more than the context of {} (raise -c, "
-          "or use --kv sink)",
-          plan.tokens.size(), cache_->n_cells());
+    if (Status fits = FitsNewCache(cache_->config(), cache_->shape(), std::ssize(plan.tokens));
+        !fits.ok())
+      return Errorf("chat: the transcript does not fit: {} (raise -c, or choose an evicting --kv)",
+                    fits.message());
   }
   ResetCache();
   sampler_->Reset();
   messages_ = std::move(messages);
   if (plan.tokens.empty()) return int64_t{0};
-  RETURN_IF_ERROR(Feed(plan.tokens));
+  Feed prompt = Feed::Prompt(cache_.get(), plan.tokens);
+  RETURN_IF_ERROR(Run(prompt));
   after_special_ = plan.after_special;
   for (int32_t t : plan.tokens) sampler_->Accept(t);
   return static_cast<int64_t>(plan.tokens.size());

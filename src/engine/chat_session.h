@@ -2,18 +2,20 @@
 //
 // Each turn renders only what is new since the tokens already in the cache
 // (the previous reply's end-of-turn markup, the user's message, the assistant
-// header), prefills just those tokens in chunks of prefill_step and streams
-// the reply; the reply's tokens stay in the cache, so the next turn continues
-// from them. Template markup is tokenized with parse_special ("<|im_start|>"
-// becomes its control token); message content is not, so a user cannot type a
-// control token.
+// header), runs just those tokens as a prompt through the runner (runner.h,
+// chunks of prefill_step) and streams the reply, one sample/stop step
+// (sample_step.h) and one runner step per token; the reply's tokens stay in
+// the cache, so the next turn continues from them. Template markup is
+// tokenized with parse_special ("<|im_start|>" becomes its control token);
+// message content is not, so a user cannot type a control token.
 //
 // The cache is the truth: the transcript holds what the user saw, and the
 // next turn reconciles the two (a reply that stopped on a stop string whose
-// first tokens were already run, a cancelled reply), so that the conversation
-// continues as if the whole transcript had been written in one go.
+// first tokens were already run, a cancelled reply, a last token the full
+// cache could not take), so that the conversation continues as if the whole
+// transcript had been written in one go.
 //
-//   ASSIGN_OR_RETURN(auto chat, ChatSession::Create(engine, {.system = "Be brief."}));
+//   ASSIGN_OR_RETURN(auto chat, ChatSession::Create(engine, {.system = "Be brief."}, 512));
 //   ASSIGN_OR_RETURN(ChatTurn t, chat->Send("Hi", print));
 #pragma once
 
@@ -26,8 +28,8 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "engine/runner.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
 #include "sampling/sampler.h"
 #include "tokenizer/chat_template.h"
 
@@ -40,16 +42,18 @@ struct ChatOptions {
   SamplingParams sampling;
   std::vector<std::string> stop;  // extra stop strings (the template's are added)
   bool ignore_eos = false;        // run past end-of-generation and end-of-turn tokens
-  int prefill_step = 512;         // prompt tokens per forward pass; 0 = the whole context
   KvConfig kv;
 };
 
 // One turn: what was prefilled, what was generated, and why the reply ended.
 struct ChatTurn {
   std::string reply;            // the reply as kept in the transcript (trimmed)
-  std::vector<int32_t> tokens;  // the reply's tokens, all in the cache
+  // The reply's tokens in the cache: all of them but a last one that ended
+  // the reply on a stop string or found the cache full (its text, up to the
+  // stop string, is in the reply; the next turn reconciles the two).
+  std::vector<int32_t> tokens;
   int64_t n_prompt = 0;         // tokens prefilled this turn
-  int64_t n_generated = 0;
+  int64_t n_generated = 0;      // tokens.size()
   FinishReason finish = FinishReason::kLength;
   int64_t prompt_ns = 0, gen_ns = 0;
   int64_t n_past = 0;  // tokens of the whole conversation after the turn
@@ -59,13 +63,17 @@ struct ChatTurn {
 
 class ChatSession {
  public:
-  static Result<std::unique_ptr<ChatSession>> Create(Engine& engine, ChatOptions options);
+  // prefill_step: prompt tokens per forward pass (0 = the whole context), the
+  // runner's option (runner.h).
+  static Result<std::unique_ptr<ChatSession>> Create(Engine& engine, ChatOptions options,
+                                                     int prefill_step = kDefaultPrefillStep);
 
   // Adds a user message and streams the assistant's reply to `on_text`
   // (return false to stop it). Setting `*cancel` (from a signal handler, say)
   // stops the reply after the current token: finish kCancelled, what was
   // generated stays. A message that does not fit the context (full cache)
-  // gives finish kContext, no reply and an unchanged transcript.
+  // (its cache's ExpectPrompt, or FitsNewCache when it starts over) gives
+  // finish kContext, no reply and an unchanged transcript.
   Result<ChatTurn> Send(std::string_view user, const TextCallback& on_text,
                         const std::atomic<bool>* cancel = nullptr);
 
@@ -87,7 +95,7 @@ class ChatSession {
   const ChatTemplate& chat_template() const { return options_.chat_template; }
 
  private:
-  ChatSession(Engine& engine, ChatOptions options);
+  ChatSession(Engine& engine, ChatOptions options, int prefill_step);
   struct NewTokens {
     std::vector<int32_t> tokens;
     bool from_scratch = false;   // the cache must be cleared first (tokens start with BOS)
@@ -98,19 +106,19 @@ class ChatSession {
   // `scratch`, or when the rendering does not continue the cache's, all of it.
   NewTokens Plan(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                  bool scratch = false) const;
-  bool Fits(int64_t n_tokens, bool from_scratch) const;
-  // Runs tokens through the cache; logits_ then holds the last one's. On an
-  // error the cache is cleared (the next turn renders everything again).
-  Status Feed(std::span<const int32_t> tokens);
+  // Runs a feed through the cache; logits_ then points at its last token's
+  // row. On an error after a chunk ran the cache is cleared (the next turn
+  // renders everything again); a feed the cache refuses leaves it as it was.
+  Status Run(Feed& feed);
   void ResetCache();
 
   Engine& engine_;
   ChatOptions options_;
-  std::unique_ptr<Forward> forward_;
+  Runner runner_;
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<Sampler> sampler_;
   std::vector<int32_t> stop_tokens_;  // end-of-turn tokens besides the end-of-generation ones
-  std::vector<float> logits_;         // [n_vocab]
+  const float* logits_ = nullptr;     // [n_vocab] after the last token run (the runner's row)
   std::vector<ChatMessage> messages_;
   std::vector<int32_t> tokens_;
   bool after_special_ = true;  // the cache ends with a special token (or is empty)

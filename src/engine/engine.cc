@@ -14,6 +14,7 @@ std::string_view FinishReasonName(FinishReason r) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kContext: return "context";
     case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
   }
   return "?";
 }
@@ -35,19 +36,19 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
 
 Status Engine::Validate(const GenerateOptions& o) const {
   if (o.n_predict < -1) return Errorf("generate: -n {} must be >= 0, or -1 for no limit", o.n_predict);
-  if (o.prefill_step < 0)
-    return Errorf("generate: --prefill-step {} must be >= 0", o.prefill_step);
   RETURN_IF_ERROR(ValidateSamplingParams(o.sampling));
   return ResolveKvConfig(o.kv, model_->config().kv_shape(n_ctx_)).status();
 }
 
 // A single sequence runs through the same scheduler as a batch: one code path,
 // so a sequence's output is the same alone or batched.
-Result<GenerateResult> Engine::Generate(const GenerateOptions& o, const TextCallback& on_text) {
+Result<GenerateResult> Engine::Generate(const GenerateOptions& o, const TextCallback& on_text,
+                                        int prefill_step) {
   RETURN_IF_ERROR(Validate(o));
+  if (prefill_step < 0) return Errorf("generate: --prefill-step {} must be >= 0", prefill_step);
   Scheduler::Options so;
   so.max_seqs = 1;
-  so.prefill_step = o.prefill_step;
+  so.prefill_step = prefill_step;
   Scheduler scheduler(*this, so);
   GenerateResult result;
   bool stop_requested = false;
@@ -62,6 +63,7 @@ Result<GenerateResult> Engine::Generate(const GenerateOptions& o, const TextCall
     if (stop_requested) scheduler.Cancel(id);
     RETURN_IF_ERROR(scheduler.Step());
   }
+  if (result.finish == FinishReason::kError) return Status::Error(result.error);
   return result;
 }
 

@@ -1,8 +1,9 @@
 // The engine: a loaded model, its tokenizer, one thread pool and the forward
 // pass; generation of a single sequence with streaming output.
 //
-// Data path: text -> tokenizer -> tokens -> prefill in chunks (KV plan/commit)
-// -> logits -> sampler -> token -> stream decoder -> stop rules -> callback.
+// Data path: text -> tokenizer -> tokens -> the runner: prompt chunks (KV
+// plan/commit; runner.h) -> logits -> the sample/stop step: sampler, end of
+// generation, stream decoder, stop strings, limits (sample_step.h) -> callback.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "engine/runner.h"
 #include "kv/kv_config.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -38,7 +40,6 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
-  int prefill_step = 512;        // prompt chunk size; 0 = the whole prompt at once
   KvConfig kv;
   // Keep the generated tokens and text in the result. Streaming callers that
   // generate without end turn it off so memory stays flat.
@@ -47,7 +48,8 @@ struct GenerateOptions {
   std::function<void(int64_t n_generated)> on_token;
 };
 
-enum class FinishReason { kEos, kLength, kStop, kContext, kCancelled };
+// kError: the sequence could not run (GenerateResult::error says why).
+enum class FinishReason { kEos, kLength, kStop, kContext, kCancelled, kError };
 std::string_view FinishReasonName(FinishReason r);
 
 struct GenerateResult {
@@ -56,6 +58,7 @@ struct GenerateResult {
   std::string text;              // generated text, stop string excluded (if collect_output)
   int64_t n_generated = 0;
   FinishReason finish = FinishReason::kLength;
+  std::string error;             // kError: why
   int64_t prompt_ns = 0;         // prefill time
   int64_t gen_ns = 0;            // decode time (first sampled token to last)
   double prompt_tps() const { return prompt_ns ? prompt_tokens.size() * 1e9 / prompt_ns : 0; }
@@ -76,7 +79,10 @@ class Engine {
 
   // Checks a request without running it (also done by Generate).
   Status Validate(const GenerateOptions& options) const;
-  Result<GenerateResult> Generate(const GenerateOptions& options, const TextCallback& on_text);
+  // prefill_step: prompt tokens per forward pass (0 = the whole prompt), the
+  // runner's option (runner.h), not the request's.
+  Result<GenerateResult> Generate(const GenerateOptions& options, const TextCallback& on_text,
+                                  int prefill_step = kDefaultPrefillStep);
 
  private:
   Engine() = default;

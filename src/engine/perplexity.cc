@@ -62,35 +62,6 @@ int32_t ArgMax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-// ---- Running tokens through a cache.
-
-TextScorer::TextScorer(const Model& model, ThreadPool& pool, int step, int n_ctx)
-    : model_(model),
-      forward_(model, pool, std::max(step, 1), n_ctx),
-      step_(std::max(step, 1)),
-      logits_(static_cast<size_t>(step_) * model.config().n_vocab) {}
-
-Status TextScorer::Run(KvCache& cache, std::span<const int32_t> tokens, int64_t score_from,
-                       const LogitsSink& sink) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t remaining = cache.Remaining();
-  if (remaining >= 0 && n > remaining)
-    return Errorf("{} tokens do not fit: the {} cache has room for {} more", n,
-                  cache.config().policy, remaining);
-  const int64_t n_vocab = model_.config().n_vocab;
-  for (int64_t b = 0; b < n; b += step_) {
-    const int64_t e = std::min(n, b + step_);
-    const bool wanted = e > score_from;
-    SeqInput in{&cache, tokens.subspan(b, e - b),
-                wanted ? LogitsWanted::kAll : LogitsWanted::kNone};
-    RETURN_IF_ERROR(forward_.Run(std::span<const SeqInput>(&in, 1), logits_.data()));
-    if (!wanted) continue;
-    const int64_t from = std::max(b, score_from);
-    RETURN_IF_ERROR(sink(from, e - from, logits_.data() + (from - b) * n_vocab));
-  }
-  return Status::Ok();
-}
-
 std::vector<int32_t> TokenizeForScoring(const Tokenizer& tokenizer, std::string_view text) {
   std::vector<int32_t> tokens = tokenizer.Encode(text, /*add_special=*/true);
   if (tokenizer.add_eos() && !tokens.empty() && tokens.back() == tokenizer.eos()) tokens.pop_back();
@@ -372,11 +343,11 @@ Status CheckBase(const KlBaseInfo& base, int n_vocab, int n_ctx, int n_chunks,
 
 }  // namespace
 
-Result<PerplexityResult> ChunkedPerplexity(TextScorer& scorer, int32_t bos,
+Result<PerplexityResult> ChunkedPerplexity(Runner& runner, int32_t bos,
                                            std::span<const int32_t> tokens,
                                            const PerplexityOptions& o,
                                            const PerplexityHooks& hooks) {
-  const Model& model = scorer.model();
+  const Model& model = runner.model();
   const int n_vocab = model.config().n_vocab;
   const int n_ctx = o.n_ctx;
   ASSIGN_OR_RETURN(const int n_chunks,
@@ -399,24 +370,25 @@ Result<PerplexityResult> ChunkedPerplexity(TextScorer& scorer, int32_t bos,
     std::copy(text.begin(), text.end(), chunk.begin());
     if (bos >= 0) chunk[0] = bos;
     cache->Clear();
-    RETURN_IF_ERROR(
-        scorer.Run(*cache, chunk, r.first, [&](int64_t p0, int64_t n, const float* logits) {
-          for (int64_t p = p0; p < std::min<int64_t>(p0 + n, n_ctx - 1); ++p) {
-            std::span<const float> row(logits + (p - p0) * n_vocab, n_vocab);
-            const int32_t target = text[p + 1];
-            double nll = 0;
-            if (hooks.compare_base != nullptr) {
-              RETURN_IF_ERROR(hooks.compare_base->NextRow(&base_row));
-              nll = r.kl->Add(row, target, base_row);
-            } else {
-              nll = TokenNll(row, target);
-            }
-            r.nll.Add(nll);
-            r.token_nll.push_back(static_cast<float>(nll));
-            if (hooks.write_base != nullptr) RETURN_IF_ERROR(hooks.write_base->AddRow(row, target));
-          }
-          return Status::Ok();
-        }));
+    // The unscored first half is the prompt; the scored half runs as if generated.
+    Feed feed{.cache = cache.get(), .tokens = chunk, .n_prompt = r.first, .logits_from = r.first};
+    RETURN_IF_ERROR(runner.Run(feed, [&](int64_t p0, int64_t n, const float* logits) {
+      for (int64_t p = p0; p < std::min<int64_t>(p0 + n, n_ctx - 1); ++p) {
+        std::span<const float> row(logits + (p - p0) * n_vocab, n_vocab);
+        const int32_t target = text[p + 1];
+        double nll = 0;
+        if (hooks.compare_base != nullptr) {
+          RETURN_IF_ERROR(hooks.compare_base->NextRow(&base_row));
+          nll = r.kl->Add(row, target, base_row);
+        } else {
+          nll = TokenNll(row, target);
+        }
+        r.nll.Add(nll);
+        r.token_nll.push_back(static_cast<float>(nll));
+        if (hooks.write_base != nullptr) RETURN_IF_ERROR(hooks.write_base->AddRow(row, target));
+      }
+      return Status::Ok();
+    }));
     r.running_ppl.push_back(r.nll.Ppl());
     if (hooks.on_tokens) hooks.on_tokens(static_cast<int64_t>(c + 1) * n_ctx);
     if (hooks.on_chunk) hooks.on_chunk(c, r);
@@ -426,22 +398,24 @@ Result<PerplexityResult> ChunkedPerplexity(TextScorer& scorer, int32_t bos,
 
 // ---- Stream.
 
-Result<std::vector<float>> StreamNll(TextScorer& scorer, std::span<const int32_t> tokens,
+Result<std::vector<float>> StreamNll(Runner& runner, std::span<const int32_t> tokens,
                                      const StreamOptions& o,
                                      const std::function<void(int64_t)>& on_tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n < 2) return Errorf("stream: {} tokens: at least 2 are needed to predict one", n);
-  const Model& model = scorer.model();
+  const Model& model = runner.model();
   ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
                    KvCache::Create(model.config().kv_shape(o.n_ctx), o.kv));
-  if (cache->Remaining() >= 0 && n > cache->Remaining())
+  if (!FitsCache(*cache, n).ok())
     return Errorf(
-        "stream: --kv full keeps every token: a stream of {} tokens needs -c {} or more "
+        "stream: the {} cache has room for {} tokens: a stream of {} needs -c {} or more "
         "(it is {})",
-        n, n, o.n_ctx);
+        cache->config().policy, cache->Remaining(), n, n, o.n_ctx);
   const int n_vocab = model.config().n_vocab;
   std::vector<float> nll(n - 1);
-  RETURN_IF_ERROR(scorer.Run(*cache, tokens, 0, [&](int64_t p0, int64_t rows, const float* logits) {
+  // The first min(n, n_ctx) tokens are the prompt; the rest run as if generated.
+  Feed feed{.cache = cache.get(), .tokens = tokens, .n_prompt = std::min<int64_t>(n, o.n_ctx)};
+  RETURN_IF_ERROR(runner.Run(feed, [&](int64_t p0, int64_t rows, const float* logits) {
     for (int64_t p = p0; p < std::min(p0 + rows, n - 1); ++p)
       nll[p] = static_cast<float>(
           TokenNll(std::span<const float>(logits + (p - p0) * n_vocab, n_vocab), tokens[p + 1]));

@@ -10,7 +10,11 @@
 // - KL divergence of a policy against saved full-cache distributions (the "KL
 //   base" file, format in docs/EVALUATION.md).
 //
-// Memory is one ubatch of logits (prefill step x n_vocab) whatever the length.
+// Tokens run through a Runner (runner.h): in each chunk the unscored first
+// half is the prompt (KvCache::ExpectPrompt; snapkv compresses it at its end)
+// and the scored half is teacher-forced as if it were generated; in a stream
+// the first min(n, n_ctx) tokens are the prompt. Memory is one ubatch of
+// logits (prefill step x n_vocab) whatever the length.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +29,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
-#include "model/forward.h"
+#include "engine/runner.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -59,32 +63,6 @@ struct NllStats {
 double TokenNll(std::span<const float> logits, int32_t target);
 // Index of the largest logit (the first one on ties).
 int32_t ArgMax(std::span<const float> logits);
-
-// ---- Running tokens through a cache.
-
-// Receives rows [first, first + n) of logits (row p: after token p), n_vocab floats each.
-using LogitsSink = std::function<Status(int64_t first, int64_t n, const float* logits)>;
-
-class TextScorer {
- public:
-  // step: tokens per forward pass; n_ctx: the largest cache context it will
-  // serve (sizes the RoPE distance table).
-  TextScorer(const Model& model, ThreadPool& pool, int step, int n_ctx);
-
-  int step() const { return step_; }
-  const Model& model() const { return model_; }
-
-  // Appends `tokens` to `cache` in ubatches of step() tokens; hands `sink` the
-  // logits of every row from `score_from` on, one ubatch at a time.
-  Status Run(KvCache& cache, std::span<const int32_t> tokens, int64_t score_from,
-             const LogitsSink& sink);
-
- private:
-  const Model& model_;
-  Forward forward_;
-  int step_;
-  std::vector<float> logits_;  // [step, n_vocab]
-};
 
 // Tokens of a text as llama-perplexity sees them: BOS in front if the
 // vocabulary adds one, no EOS.
@@ -192,7 +170,7 @@ struct PerplexityHooks {
   std::function<void(int64_t tokens_done)> on_tokens;
 };
 
-Result<PerplexityResult> ChunkedPerplexity(TextScorer& scorer, int32_t bos,
+Result<PerplexityResult> ChunkedPerplexity(Runner& runner, int32_t bos,
                                            std::span<const int32_t> tokens,
                                            const PerplexityOptions& options,
                                            const PerplexityHooks& hooks = {});
@@ -207,7 +185,7 @@ struct StreamOptions {
 // nll[i] = -log p(tokens[i + 1] | tokens[0..i]) for i in [0, n - 1), in one
 // pass through one cache (no resets).
 Result<std::vector<float>> StreamNll(
-    TextScorer& scorer, std::span<const int32_t> tokens, const StreamOptions& options,
+    Runner& runner, std::span<const int32_t> tokens, const StreamOptions& options,
     const std::function<void(int64_t tokens_done)>& on_tokens = {});
 
 // Perplexity per window of `window` predicted positions: window k covers the

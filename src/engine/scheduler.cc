@@ -4,7 +4,7 @@
 
 #include "base/check.h"
 #include "base/timer.h"
-#include "engine/stop_matcher.h"
+#include "engine/sample_step.h"
 
 namespace rotor {
 
@@ -16,23 +16,23 @@ struct Scheduler::Seq {
   std::unique_ptr<KvCache> cache;
   int64_t kv_bytes = 0;
   std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<StreamDecoder> decoder;
-  std::unique_ptr<StopMatcher> stops;
-  size_t prefilled = 0;           // prompt tokens already run
-  int32_t next_token = -1;        // sampled, to be run at the next step
+  std::unique_ptr<SampleStep> step;
+  Feed feed;                // what runs next: the prompt, then each sampled token
+  int32_t next_token = -1;  // the token `feed` holds while decoding
   bool cancelled = false;
   bool done = false;
   int64_t start_ns = 0, first_token_ns = 0;
 };
 
 Scheduler::Scheduler(Engine& engine, const Options& options)
-    : engine_(engine), options_(options) {
+    : engine_(engine),
+      options_(options),
+      runner_(engine.model(), engine.pool(),
+              RunnerOptions{.prefill_step = options.prefill_step,
+                            .max_seqs = options.max_seqs,
+                            .n_ctx = engine.n_ctx()}) {
   CHECK_GT(options.max_seqs, 0);
-  const int step = options.prefill_step > 0 ? options.prefill_step : engine.n_ctx();
-  forward_ = std::make_unique<Forward>(engine.model(), engine.pool(), step + options.max_seqs,
-                                       engine.n_ctx());
-  logits_.resize(static_cast<size_t>(options.max_seqs) * engine.model().config().n_vocab);
-  inputs_.reserve(options.max_seqs);
+  feeds_.reserve(options.max_seqs);
   owners_.reserve(options.max_seqs);
 }
 
@@ -55,12 +55,9 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
   const int n_vocab = engine_.model().config().n_vocab;
   for (int32_t t : s->result.prompt_tokens)
     if (t < 0 || t >= n_vocab) return Errorf("generate: token id {} out of range [0, {})", t, n_vocab);
-  ASSIGN_OR_RETURN(KvConfig kv, ResolveKvConfig(s->options.kv,
-                                                engine_.model().config().kv_shape(engine_.n_ctx())));
-  const int64_t max_prompt = KvMaxPrompt(kv, engine_.model().config().kv_shape(engine_.n_ctx()));
-  if (max_prompt >= 0 && n_prompt > max_prompt)
-    return Errorf("generate: the prompt has {} tokens, more than the context size {} (raise -c)",
-                  n_prompt, max_prompt);
+  const KvShape shape = engine_.model().config().kv_shape(engine_.n_ctx());
+  ASSIGN_OR_RETURN(KvConfig kv, ResolveKvConfig(s->options.kv, shape));
+  RETURN_IF_ERROR(FitsNewCache(kv, shape, n_prompt).WithContext("generate"));
   const SeqId id = s->id;
   waiting_.push_back(std::move(s));
   return id;
@@ -100,11 +97,13 @@ Status Scheduler::Admit() {
       break;
     }
     kv_reserved_ += s.kv_bytes;
-    const int n_vocab = engine_.model().config().n_vocab;
-    s.sampler = std::make_unique<Sampler>(s.options.sampling, n_vocab);
+    const GenerateOptions& o = s.options;
+    s.sampler = std::make_unique<Sampler>(o.sampling, engine_.model().config().n_vocab);
     for (int32_t t : s.result.prompt_tokens) s.sampler->Accept(t);
-    s.decoder = std::make_unique<StreamDecoder>(engine_.tokenizer());
-    s.stops = std::make_unique<StopMatcher>(s.options.stop);
+    s.step = std::make_unique<SampleStep>(
+        engine_.tokenizer(), *s.sampler,
+        StopRules{.n_predict = o.n_predict, .ignore_eos = o.ignore_eos, .stop = o.stop});
+    s.feed = Feed::Prompt(s.cache.get(), s.result.prompt_tokens);
     s.start_ns = NowNs();
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -123,8 +122,9 @@ void Scheduler::Finish(Seq& s, FinishReason reason) {
   } else if (s.start_ns > 0) {
     s.result.prompt_ns = now - s.start_ns;
   }
-  if (reason != FinishReason::kStop && reason != FinishReason::kCancelled && s.decoder) {
-    std::string tail = s.stops->Push(s.decoder->Flush()) + s.stops->Flush();
+  // Held-back text, unless nobody reads it (cancelled) or it follows a stop string.
+  if (reason != FinishReason::kCancelled && s.step) {
+    const std::string tail = s.step->Flush().text;
     if (!tail.empty()) {
       if (s.options.collect_output) s.result.text += tail;
       if (s.callback) s.callback(SeqEvent{s.id, -1, tail, false, nullptr});
@@ -137,40 +137,23 @@ void Scheduler::Finish(Seq& s, FinishReason reason) {
   if (s.callback) s.callback(SeqEvent{s.id, -1, {}, true, &s.result});
 }
 
-bool Scheduler::Advance(Seq& s, const float* logits) {
+void Scheduler::Advance(Seq& s, const float* logits) {
   const GenerateOptions& o = s.options;
   const int n_vocab = engine_.model().config().n_vocab;
-  if (o.n_predict >= 0 && s.result.n_generated >= o.n_predict) {
-    Finish(s, FinishReason::kLength);
-    return false;
+  const Sampled t = s.step->Next(std::span<const float>(logits, n_vocab), *s.cache);
+  if (t.token >= 0 && s.first_token_ns == 0) s.first_token_ns = NowNs();
+  if (t.generated) {
+    ++s.result.n_generated;
+    if (o.collect_output) {
+      s.result.tokens.push_back(t.token);
+      s.result.text += t.text;
+    }
+    if (o.on_token) o.on_token(s.result.n_generated);
+    if (s.callback) s.callback(SeqEvent{s.id, t.token, t.text, false, nullptr});
   }
-  const int32_t token = s.sampler->Sample(std::span<const float>(logits, n_vocab));
-  s.sampler->Accept(token);
-  if (s.first_token_ns == 0) s.first_token_ns = NowNs();
-  if (!o.ignore_eos && engine_.tokenizer().IsEndOfGeneration(token)) {
-    Finish(s, FinishReason::kEos);
-    return false;
-  }
-  ++s.result.n_generated;
-  if (o.collect_output) s.result.tokens.push_back(token);
-  if (o.on_token) o.on_token(s.result.n_generated);
-  const std::string text = s.stops->Push(s.decoder->Push(token));
-  if (o.collect_output) s.result.text += text;
-  if (s.callback) s.callback(SeqEvent{s.id, token, text, false, nullptr});
-  if (s.stops->stopped()) {
-    Finish(s, FinishReason::kStop);
-    return false;
-  }
-  if (o.n_predict >= 0 && s.result.n_generated >= o.n_predict) {
-    Finish(s, FinishReason::kLength);
-    return false;
-  }
-  if (s.cache->Remaining() == 0) {
-    Finish(s, FinishReason::kContext);
-    return false;
-  }
-  s.next_token = token;
-  return true;
+  if (t.finish) return Finish(s, *t.finish);
+  s.next_token = t.token;
+  s.feed = Feed::Continue(s.cache.get(), std::span<const int32_t>(&s.next_token, 1));
 }
 
 Status Scheduler::Step() {
@@ -181,42 +164,26 @@ Status Scheduler::Step() {
   RETURN_IF_ERROR(Admit());
   if (running_.empty()) return Status::Ok();
 
-  // One token of every decoding sequence, then whole prompt chunks while they fit.
-  const int step = options_.prefill_step > 0 ? options_.prefill_step : forward_->max_tokens();
-  std::vector<SeqInput>& inputs = inputs_;
-  std::vector<Seq*>& owners = owners_;
-  inputs.clear();
-  owners.clear();
-  int budget = forward_->max_tokens();
-  for (auto& s : running_) {
-    if (s->prefilled < s->result.prompt_tokens.size()) continue;
-    inputs.push_back(SeqInput{s->cache.get(), std::span<const int32_t>(&s->next_token, 1)});
-    owners.push_back(s.get());
-    --budget;
-  }
-  for (auto& s : running_) {
-    const size_t n_prompt = s->result.prompt_tokens.size();
-    if (s->prefilled >= n_prompt) continue;
-    const int chunk = static_cast<int>(std::min<size_t>(step, n_prompt - s->prefilled));
-    if (chunk > budget) break;  // keeps chunk boundaries the same as alone
-    const bool last = s->prefilled + chunk == n_prompt;
-    inputs.push_back(SeqInput{s->cache.get(),
-                              std::span<const int32_t>(s->result.prompt_tokens).subspan(s->prefilled, chunk),
-                              last ? LogitsWanted::kLast : LogitsWanted::kNone});
-    owners.push_back(s.get());
-    budget -= chunk;
-  }
-  RETURN_IF_ERROR(forward_->Run(inputs, logits_.data()));
-
-  const int n_vocab = engine_.model().config().n_vocab;
-  int row = 0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Seq& s = *owners[i];
-    if (s.prefilled < s.result.prompt_tokens.size()) {
-      s.prefilled += inputs[i].tokens.size();
-      if (inputs[i].logits == LogitsWanted::kNone) continue;
+  // One ubatch: the sampled token of every decoding sequence, then prompt
+  // chunks in arrival order while they fit.
+  feeds_.clear();
+  owners_.clear();
+  for (bool decoding : {true, false})
+    for (auto& s : running_) {
+      if ((s->feed.n_prompt == 0) != decoding) continue;
+      feeds_.push_back(&s->feed);
+      owners_.push_back(s.get());
     }
-    Advance(s, logits_.data() + static_cast<size_t>(row++) * n_vocab);
+  RETURN_IF_ERROR(runner_.Step(feeds_));
+
+  for (size_t i = 0; i < feeds_.size(); ++i) {
+    Seq& s = *owners_[i];
+    if (!s.feed.status.ok()) {
+      s.result.error = s.feed.status.message();
+      Finish(s, FinishReason::kError);
+    } else if (s.feed.n_rows > 0 && s.feed.done()) {
+      Advance(s, s.feed.rows);
+    }
   }
   std::erase_if(running_, [](const auto& s) { return s->done; });
   return Status::Ok();

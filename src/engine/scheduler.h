@@ -3,9 +3,13 @@
 // over one token of every decoding sequence plus prompt chunks of joining
 // ones, so every weight is read once per step, not once per sequence.
 //
-// A sequence's prompt is cut into chunks of exactly `prefill_step` tokens from
-// its start, whatever else is in the batch, and each sequence samples from its
-// own logits with its own RNG: a sequence's output is the one it gets alone.
+// A Step, top to bottom: cancelled sequences leave; waiting ones join while a
+// slot and their KV reservation are free; the runner (runner.h) runs one
+// ubatch of every running sequence's Feed (a decoding sequence's sampled
+// token first, then prompt chunks of exactly `prefill_step` tokens from each
+// prompt's start, whatever else is in the batch); each sequence whose feed
+// is done takes the sample/stop step (sample_step.h) on its own logits with
+// its own RNG. So a sequence's output is the one it gets alone.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +21,7 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "engine/runner.h"
 
 namespace rotor {
 
@@ -25,7 +30,7 @@ using SeqId = int64_t;
 struct SeqRequest {
   std::string prompt;              // tokenized with options.add_bos and parse_special, unless tokens is set
   std::vector<int32_t> tokens;
-  GenerateOptions options;         // prefill_step is the scheduler's
+  GenerateOptions options;
 };
 
 // Reported from Step(): each new piece of text, then once the end.
@@ -42,19 +47,21 @@ class Scheduler {
  public:
   struct Options {
     int max_seqs = 4;            // sequences decoding at once
-    int prefill_step = 512;      // prompt chunk size (0 = whole prompts)
+    int prefill_step = kDefaultPrefillStep;  // prompt chunk size (0 = whole prompts)
     int64_t kv_budget_bytes = 0; // KV memory all running sequences may hold; 0 = unlimited
     int max_queue = 1024;        // waiting sequences beyond max_seqs
   };
   Scheduler(Engine& engine, const Options& options);
   ~Scheduler();
 
-  // Validates and queues a sequence; it joins the batch at a later Step when a
+  // Validates and queues a sequence (a prompt that cannot fit a new cache is
+  // refused here, FitsNewCache); it joins the batch at a later Step when a
   // slot and its KV reservation are free (first come, first served).
   Result<SeqId> Add(SeqRequest request, SeqCallback callback);
   // The sequence leaves at the next Step, finishing with kCancelled.
   void Cancel(SeqId id);
-  // Admits waiting sequences, runs one forward pass, samples, reports.
+  // Admits waiting sequences, runs one forward pass, samples, reports. A
+  // sequence whose prompt its cache refuses finishes with kError alone.
   Status Step();
   bool Idle() const { return running_.empty() && waiting_.empty(); }
   size_t n_running() const { return running_.size(); }
@@ -66,15 +73,14 @@ class Scheduler {
   struct Seq;
   Status Admit();
   void Finish(Seq& s, FinishReason reason);
-  // Samples the next token of a sequence from its logits; false when it ends.
-  bool Advance(Seq& s, const float* logits);
+  // The sample/stop step of a sequence whose feed is done, on its logits.
+  void Advance(Seq& s, const float* logits);
 
   Engine& engine_;
   Options options_;
-  std::unique_ptr<Forward> forward_;
-  std::vector<float> logits_;     // [max_seqs, n_vocab]
-  std::vector<SeqInput> inputs_;  // one step's sequences, reserved for max_seqs
-  std::vector<Seq*> owners_;      // [inputs_.size()]
+  Runner runner_;
+  std::vector<Feed*> feeds_;  // one step's feeds, reserved for max_seqs
+  std::vector<Seq*> owners_;  // [feeds_.size()]
   SeqId next_id_ = 1;
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;

@@ -50,8 +50,11 @@ class Forward {
   // (each weight read once). logits: [caches.size(), n_vocab].
   Status Decode(std::span<KvCache* const> caches, std::span<const int32_t> tokens, float* logits);
 
-  // A whole prompt of one sequence in chunks of at most `step` tokens
-  // (0 = max_tokens); `logits` receives the rows seq.logits asks for.
+  // Test-only: a whole prompt of one sequence in chunks of at most `step`
+  // tokens (0 = max_tokens); `logits` receives the rows seq.logits asks for.
+  // The engine runs every token through its one chunking loop, the Runner
+  // (src/engine/runner.h); this stays for tests/kv and tests/model, which
+  // link the model module alone, until they move to it.
   Status Prefill(const SeqInput& seq, int step, float* logits);
 
  private:

@@ -24,16 +24,15 @@ std::unique_ptr<Engine> MakeEngine(int n_ctx = 0) {
   return std::move(*e);
 }
 
-ChatOptions Greedy(int n_predict = 24, int prefill_step = 512) {
+ChatOptions Greedy(int n_predict = 24) {
   ChatOptions o;
   o.sampling.temperature = 0;
   o.n_predict = n_predict;
-  o.prefill_step = prefill_step;
   return o;
 }
 
-std::unique_ptr<ChatSession> MakeChat(Engine& e, ChatOptions o) {
-  auto c = ChatSession::Create(e, std::move(o));
+std::unique_ptr<ChatSession> MakeChat(Engine& e, ChatOptions o, int prefill_step = 512) {
+  auto c = ChatSession::Create(e, std::move(o), prefill_step);
   EXPECT_TRUE(c.ok()) << c.message();
   return std::move(*c);
 }
@@ -61,14 +60,13 @@ std::vector<int32_t> Continuation(const Tokenizer& tok, std::string_view text) {
 
 // A single sequence over `prompt` with the session's options, as `generate` runs it.
 GenerateResult SingleShot(Engine& e, const std::vector<int32_t>& prompt, const ChatOptions& c,
-                          int n_predict) {
+                          int n_predict, int prefill_step) {
   GenerateOptions o;
   o.sampling = c.sampling;
   o.n_predict = n_predict;
-  o.prefill_step = c.prefill_step;
   o.kv = c.kv;
   o.stop = c.chat_template.StopStrings();
-  Scheduler s(e, Scheduler::Options{.max_seqs = 1, .prefill_step = c.prefill_step});
+  Scheduler s(e, Scheduler::Options{.max_seqs = 1, .prefill_step = prefill_step});
   GenerateResult result;
   auto id = s.Add(SeqRequest{"", prompt, o}, [&](const SeqEvent& ev) {
     if (ev.finished) result = *ev.result;
@@ -79,11 +77,13 @@ GenerateResult SingleShot(Engine& e, const std::vector<int32_t>& prompt, const C
 }
 
 // Turn 2's reply equals a fresh greedy generation over every token before it.
-void ExpectTurnEqualsSingleShot(Engine& e, const ChatSession& chat, const ChatTurn& turn) {
+void ExpectTurnEqualsSingleShot(Engine& e, const ChatSession& chat, const ChatTurn& turn,
+                                int prefill_step = 512) {
   const std::vector<int32_t>& all = chat.tokens();
   ASSERT_GE(all.size(), turn.tokens.size());
   const std::vector<int32_t> prompt(all.begin(), all.end() - turn.tokens.size());
-  GenerateResult r = SingleShot(e, prompt, chat.options(), static_cast<int>(turn.n_generated));
+  GenerateResult r =
+      SingleShot(e, prompt, chat.options(), static_cast<int>(turn.n_generated), prefill_step);
   std::vector<int32_t> got = r.tokens;
   if (r.finish == FinishReason::kStop && !got.empty()) got.pop_back();  // not run by the chat
   EXPECT_EQ(got, turn.tokens);
@@ -122,12 +122,12 @@ TEST(ChatSession, SecondTurnPrefillsOnlyTheNewTokens) {
 TEST(ChatSession, EveryTurnEqualsAFreshGenerationOverTheConversation) {
   auto e = MakeEngine();
   for (int step : {1, 7, 512}) {
-    auto chat = MakeChat(*e, Greedy(20, step));
+    auto chat = MakeChat(*e, Greedy(20), step);
     Send(*chat, "Once upon a time");
     ChatTurn t2 = Send(*chat, "Lily saw a big dog.");
-    ExpectTurnEqualsSingleShot(*e, *chat, t2);
+    ExpectTurnEqualsSingleShot(*e, *chat, t2, step);
     ChatTurn t3 = Send(*chat, "The end.");
-    ExpectTurnEqualsSingleShot(*e, *chat, t3);
+    ExpectTurnEqualsSingleShot(*e, *chat, t3, step);
   }
 }
 
@@ -231,10 +231,10 @@ TEST(ChatSession, FullContextEndsTheReplyAndClearStartsOver) {
 
 TEST(ChatSession, SinkCacheCarriesAConversationPastTheContext) {
   auto e = MakeEngine(/*n_ctx=*/64);
-  ChatOptions o = Greedy(30, 1);
+  ChatOptions o = Greedy(30);
   o.kv.policy = "sink";
   o.kv.keep = 4;
-  auto chat = MakeChat(*e, o);
+  auto chat = MakeChat(*e, o, 1);
   const char* lines[] = {"Once upon a time", "Lily went to the park.", "She saw a bird.",
                          "The bird sang.", "They played all day."};
   ChatTurn last;
@@ -246,7 +246,36 @@ TEST(ChatSession, SinkCacheCarriesAConversationPastTheContext) {
   }
   EXPECT_GT(chat->tokens().size(), 150u);
   // Still the same computation as one pass over the conversation with the same cache.
-  ExpectTurnEqualsSingleShot(*e, *chat, last);
+  ExpectTurnEqualsSingleShot(*e, *chat, last, 1);
+}
+
+// Each turn's new tokens are a prompt (KvCache::ExpectPrompt): snapkv holds a
+// prompt whole before compressing it, so a message the context cannot hold
+// beside what the cache keeps ends the turn with kContext before anything
+// runs, and the conversation goes on with a shorter one.
+TEST(ChatSession, EachTurnIsAPromptTheCacheMayRefuse) {
+  auto e = MakeEngine(/*n_ctx=*/64);
+  ChatOptions o = Greedy(8);
+  ASSERT_TRUE(o.kv.Set(KvOpt::kPolicy, "snapkv").ok());
+  ASSERT_TRUE(o.kv.SetInt(KvOpt::kSize, 24).ok());
+  ASSERT_TRUE(o.kv.SetInt(KvOpt::kWindow, 4).ok());
+  auto chat = MakeChat(*e, o);
+  const ChatTurn t1 = Send(*chat, "Once upon a time");
+  ASSERT_NE(t1.finish, FinishReason::kContext);
+  const size_t n_messages = chat->messages().size();
+  const std::vector<int32_t> before = chat->tokens();
+  std::string long_message;
+  for (int i = 0; i < 20; ++i) long_message += "and then the dog ran ";
+  const ChatTurn t2 = Send(*chat, long_message);
+  EXPECT_EQ(t2.finish, FinishReason::kContext);
+  EXPECT_EQ(t2.n_prompt, 0);
+  EXPECT_EQ(t2.n_past, t1.n_past);
+  EXPECT_EQ(chat->messages().size(), n_messages);
+  EXPECT_EQ(chat->tokens(), before);
+  const ChatTurn t3 = Send(*chat, "The dog ran.");
+  EXPECT_NE(t3.finish, FinishReason::kContext);
+  EXPECT_GT(t3.n_prompt, 0);
+  EXPECT_LE(chat->cache().n_used(), 24);
 }
 
 std::string NoSpace(std::string s) {
@@ -335,7 +364,7 @@ TEST(ChatSession, LoadPrefillsTheTranscriptThenOnlyNewMessages) {
   auto small = MakeChat(*small_engine, Greedy(16));
   Result<int64_t> too_long = small->Load(saved);
   ASSERT_FALSE(too_long.ok());
-  EXPECT_NE(too_long.message().find("context of 16"), std::string::npos) << too_long.message();
+  EXPECT_NE(too_long.message().find("context size 16"), std::string::npos) << too_long.message();
 }
 
 TEST(ChatSession, RejectsBadOptions) {

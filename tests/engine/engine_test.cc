@@ -125,8 +125,7 @@ TEST(Engine, PrefillStepDoesNotChangeOutput) {
   o.n_predict = 30;
   std::vector<int32_t> first;
   for (int step : {0, 1, 7, 512}) {
-    o.prefill_step = step;
-    auto r = e->Generate(o, nullptr);
+    auto r = e->Generate(o, nullptr, step);
     ASSERT_TRUE(r.ok());
     if (first.empty()) first = r->tokens;
     EXPECT_EQ(r->tokens, first) << "step " << step;

@@ -65,12 +65,12 @@ std::vector<double> ReferenceChunkNll(const KvConfig& kv, int c, int step) {
 PerplexityResult Chunked(const KvConfig& kv, int n_chunks, int step = kCtx,
                          const PerplexityHooks& hooks = {}) {
   ThreadPool pool(2);
-  TextScorer scorer(Stories(), pool, step, kCtx);
+  Runner runner(Stories(), pool, RunnerOptions{.prefill_step = step, .n_ctx = kCtx});
   PerplexityOptions o;
   o.n_ctx = kCtx;
   o.n_chunks = n_chunks;
   o.kv = kv;
-  Result<PerplexityResult> r = ChunkedPerplexity(scorer, 1, TextTokens(), o, hooks);
+  Result<PerplexityResult> r = ChunkedPerplexity(runner, 1, TextTokens(), o, hooks);
   EXPECT_TRUE(r.ok()) << r.message();
   return r.ok() ? std::move(*r) : PerplexityResult{};
 }
@@ -187,28 +187,28 @@ TEST_F(KlBaseTest, EvictionDivergesFromTheBase) {
 
 TEST_F(KlBaseTest, MismatchesAreClearErrors) {
   ThreadPool pool(2);
-  TextScorer scorer(Stories(), pool, 32, 32);
+  Runner runner(Stories(), pool, RunnerOptions{.prefill_step = 32, .n_ctx = 32});
   auto reader = KlBaseReader::Open(path_);
   ASSERT_TRUE(reader.ok());
   PerplexityHooks hooks;
   hooks.compare_base = reader->get();
   PerplexityOptions o;
   o.n_ctx = 32;
-  auto r = ChunkedPerplexity(scorer, 1, TextTokens(), o, hooks);
+  auto r = ChunkedPerplexity(runner, 1, TextTokens(), o, hooks);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.message(), HasSubstr("-c 64"));
 
   std::vector<int32_t> other(TextTokens().begin() + 100, TextTokens().end());
   other[0] = 1;
-  TextScorer scorer64(Stories(), pool, kCtx, kCtx);
+  Runner runner64(Stories(), pool, RunnerOptions{.prefill_step = kCtx, .n_ctx = kCtx});
   o.n_ctx = kCtx;
   o.n_chunks = 2;
-  r = ChunkedPerplexity(scorer64, 1, other, o, hooks);
+  r = ChunkedPerplexity(runner64, 1, other, o, hooks);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.message(), HasSubstr("different text"));
 
   o.n_chunks = kChunks + 1;
-  r = ChunkedPerplexity(scorer64, 1, TextTokens(), o, hooks);
+  r = ChunkedPerplexity(runner64, 1, TextTokens(), o, hooks);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.message(), HasSubstr("holds 5 chunks"));
 }
@@ -242,11 +242,11 @@ TEST(Perplexity, ModelFingerprintTellsModelsApart) {
 
 std::vector<float> Stream(const KvConfig& kv, int64_t n, int step, int n_ctx) {
   ThreadPool pool(2);
-  TextScorer scorer(Stories(), pool, step, n_ctx);
+  Runner runner(Stories(), pool, RunnerOptions{.prefill_step = step, .n_ctx = n_ctx});
   StreamOptions o;
   o.n_ctx = n_ctx;
   o.kv = kv;
-  auto r = StreamNll(scorer, std::span<const int32_t>(TextTokens().data(), n), o);
+  auto r = StreamNll(runner, std::span<const int32_t>(TextTokens().data(), n), o);
   EXPECT_TRUE(r.ok()) << r.message();
   return r.ok() ? *r : std::vector<float>{};
 }
@@ -281,14 +281,14 @@ TEST(Stream, PerTokenNllMatchesPlainLoopAndIsStepInvariant) {
 
 TEST(Stream, FullNeedsAContextForEveryToken) {
   ThreadPool pool(2);
-  TextScorer scorer(Stories(), pool, 64, 128);
+  Runner runner(Stories(), pool, RunnerOptions{.prefill_step = 64, .n_ctx = 128});
   StreamOptions o;
   o.n_ctx = 128;
-  auto r = StreamNll(scorer, std::span<const int32_t>(TextTokens().data(), 300), o);
+  auto r = StreamNll(runner, std::span<const int32_t>(TextTokens().data(), 300), o);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.message(), HasSubstr("-c 300"));
   o.kv = Kv("window", 32);
-  EXPECT_TRUE(StreamNll(scorer, std::span<const int32_t>(TextTokens().data(), 300), o).ok());
+  EXPECT_TRUE(StreamNll(runner, std::span<const int32_t>(TextTokens().data(), 300), o).ok());
 }
 
 TEST(Stream, WindowsCoverPositions) {
@@ -318,11 +318,11 @@ TEST(Perplexity, ShortTextsAndBadCountsAreErrors) {
   EXPECT_FALSE(CountChunks(1000, 128, 0).ok());
 
   ThreadPool pool(2);
-  TextScorer scorer(Stories(), pool, 64, 64);
+  Runner runner(Stories(), pool, RunnerOptions{.prefill_step = 64, .n_ctx = 64});
   PerplexityOptions o;
   o.n_ctx = 64;
   o.kv = Kv("sink", 128);
-  auto p = ChunkedPerplexity(scorer, 1, TextTokens(), o);
+  auto p = ChunkedPerplexity(runner, 1, TextTokens(), o);
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(p.message(), HasSubstr("--kv-size 128"));
 }

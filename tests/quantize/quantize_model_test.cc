@@ -215,21 +215,22 @@ class QuantizeModelTest : public ::testing::TestWithParam<Case> {
 // Greedy decoding runs and gives in-range tokens and finite logits.
 void ExpectGenerates(const Model& m) {
   ThreadPool pool(2);
-  Forward fwd(m, pool, 8, 64);
+  Runner runner(m, pool, RunnerOptions{.prefill_step = 8, .n_ctx = 64});
   auto cache = KvCache::Create(m.config().kv_shape(64), Kv("full", 0));
   ASSERT_TRUE(cache.ok()) << cache.message();
   const int n_vocab = m.config().n_vocab;
-  std::vector<float> logits(n_vocab);
   std::vector<int32_t> prompt = {1, 400 % n_vocab, 300 % n_vocab};
-  ASSERT_TRUE(
-      fwd.Prefill(SeqInput{cache->get(), prompt, LogitsWanted::kLast}, 0, logits.data()).ok());
+  Feed feed = Feed::Prompt(cache->get(), prompt);
+  ASSERT_TRUE(runner.Run(feed).ok());
+  int32_t tok = -1;
   for (int i = 0; i < 16; ++i) {
+    std::span<const float> logits(feed.rows, n_vocab);
     for (float v : logits) ASSERT_TRUE(std::isfinite(v));
-    int32_t tok = ArgMax(logits);
+    tok = ArgMax(logits);
     ASSERT_GE(tok, 0);
     ASSERT_LT(tok, n_vocab);
-    KvCache* c = cache->get();
-    ASSERT_TRUE(fwd.Decode({&c, 1}, {&tok, 1}, logits.data()).ok());
+    feed = Feed::Continue(cache->get(), std::span<const int32_t>(&tok, 1));
+    ASSERT_TRUE(runner.Run(feed).ok());
   }
 }
 
@@ -244,9 +245,9 @@ double StoriesPerplexity(const std::string& path) {
   EXPECT_TRUE(tok.ok()) << tok.message();
   std::vector<int32_t> tokens = TokenizeForScoring(**tok, ss.str());
   ThreadPool pool(2);
-  TextScorer scorer(**model, pool, 128, 128);
+  Runner runner(**model, pool, RunnerOptions{.prefill_step = 128, .n_ctx = 128});
   PerplexityOptions o{.n_ctx = 128, .n_chunks = 8, .kv = Kv("full", 0)};
-  auto r = ChunkedPerplexity(scorer, 1, tokens, o);
+  auto r = ChunkedPerplexity(runner, 1, tokens, o);
   EXPECT_TRUE(r.ok()) << r.message();
   return r.ok() ? r->nll.Ppl() : 0;
 }

@@ -1,0 +1,81 @@
+// The sample/stop step: what every generating caller (a Scheduler sequence, a
+// ChatSession reply) does with the logits after its sequence's last token.
+// One order for everyone:
+//   1. the budget is spent (n_predict tokens generated)  -> kLength, nothing sampled
+//   2. sample a token
+//   3. an end-of-generation token, or one of end_tokens
+//      (chat: the template's end of turn), unless
+//      ignore_eos                                         -> kEos; the token is dropped
+//   4. the token is generated: counted, decoded (whole UTF-8 characters) and
+//      its text scanned for stop strings
+//   5. a stop string is complete                          -> kStop; text up to it released,
+//                                                            the token does not continue the text
+//   6. the cache has no room to run the token             -> kContext; the token is output,
+//                                                            it does not continue the text
+//   7. the token continues the text: the sampler accepts it (repetition
+//      history); the budget is now spent                  -> kLength
+// A token that continues the text and did not finish the step is run by the
+// caller before the next step. At kLength the last token continues the text
+// too: a caller that keeps the text (chat) runs it, one that ends (the
+// scheduler) need not. kContext comes before kLength so that a kLength token
+// always has room to run.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/stop_matcher.h"
+#include "kv/kv_cache.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace rotor {
+
+struct StopRules {
+  int n_predict = -1;                    // tokens to generate; -1 = no limit
+  bool ignore_eos = false;               // run past end-of-generation tokens and end_tokens
+  std::vector<std::string> stop = {};    // stop strings
+  std::vector<int32_t> end_tokens = {};  // ends like an end-of-generation token
+};
+
+// What one step did.
+struct Sampled {
+  int32_t token = -1;      // -1: nothing was sampled (1)
+  bool generated = false;  // counted and decoded (4-7)
+  bool continues = false;  // continues the text (7): accepted, to be run
+  std::string piece;       // the token's decoded text
+  std::string text;        // text released by this step (stop-string prefixes held back)
+  std::optional<FinishReason> finish;
+};
+
+class SampleStep {
+ public:
+  // The sampler is the caller's: its history (the prompt, earlier replies)
+  // outlives one generation.
+  SampleStep(const Tokenizer& tokenizer, Sampler& sampler, StopRules rules);
+
+  Sampled Next(std::span<const float> logits, const KvCache& cache);
+  // At the end: the text still held back (an unfinished character, a
+  // possible stop-string prefix). `piece` is the decoder's part of it.
+  struct Tail {
+    std::string piece, text;
+  };
+  Tail Flush();
+  int64_t n_generated() const { return n_generated_; }
+
+ private:
+  bool Ends(int32_t token) const;
+
+  const Tokenizer& tokenizer_;
+  Sampler& sampler_;
+  StopRules rules_;
+  StreamDecoder decoder_;
+  StopMatcher stops_;
+  int64_t n_generated_ = 0;
+};
+
+}  // namespace rotor

@@ -1,0 +1,157 @@
+// The sample/stop step, one rule at a time and where two rules meet: the
+// documented order decides (sample_step.h).
+#include "engine/sample_step.h"
+
+#include <gtest/gtest.h>
+
+#include "../kv/kv_test_util.h"
+
+namespace rotor {
+namespace {
+
+class SampleStepTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto tok = Tokenizer::FromGguf(M().file());
+    ASSERT_TRUE(tok.ok()) << tok.message();
+    tok_ = std::move(*tok);
+    cache_ = Cache(64);
+  }
+  static const Model& M() { return testing::LoadModelCached(testing::kStories); }
+  int n_vocab() const { return M().config().n_vocab; }
+
+  // A full cache of n_ctx cells holding `n` tokens (cells only: no forward pass).
+  std::unique_ptr<KvCache> Cache(int n_ctx, int n = 0) {
+    auto c = KvCache::Create(M().config().kv_shape(n_ctx), KvConfig{});
+    EXPECT_TRUE(c.ok()) << c.message();
+    if (n > 0) {
+      KvPlan plan;
+      EXPECT_TRUE((*c)->Plan(n, &plan).ok());
+      (*c)->Commit(plan);
+    }
+    return std::move(*c);
+  }
+  // Logits whose argmax is `token` (and `second` next, when given).
+  std::vector<float> Peak(int32_t token, int32_t second = -1) const {
+    std::vector<float> l(n_vocab(), -1.f);
+    if (second >= 0) l[second] = 0.9f;
+    l[token] = 1.f;
+    return l;
+  }
+  Sampler Greedy(float repeat_penalty = 1.f) const {
+    SamplingParams p;
+    p.temperature = 0;
+    p.repeat_penalty = repeat_penalty;
+    return Sampler(p, n_vocab());
+  }
+
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<KvCache> cache_;
+};
+
+// " Once upon a time": 403 407 261 378.
+constexpr int32_t kOnce = 403, kUpon = 407, kA = 261, kTime = 378;
+
+TEST_F(SampleStepTest, GeneratesUntilTheBudgetIsSpent) {
+  Sampler sampler = Greedy();
+  SampleStep step(*tok_, sampler, StopRules{.n_predict = 2});
+  Sampled a = step.Next(Peak(kOnce), *cache_);
+  EXPECT_EQ(a.token, kOnce);
+  EXPECT_TRUE(a.generated && a.continues);
+  EXPECT_FALSE(a.finish);
+  EXPECT_EQ(a.text, a.piece);
+  Sampled b = step.Next(Peak(kUpon), *cache_);
+  EXPECT_TRUE(b.generated && b.continues);  // the last token continues the text too
+  EXPECT_EQ(b.finish, FinishReason::kLength);
+  EXPECT_EQ(a.piece + b.piece, " Once upon");
+  Sampled c = step.Next(Peak(kA), *cache_);  // 1: nothing sampled
+  EXPECT_EQ(c.token, -1);
+  EXPECT_FALSE(c.generated);
+  EXPECT_EQ(c.finish, FinishReason::kLength);
+  EXPECT_EQ(step.n_generated(), 2);
+
+  SampleStep none(*tok_, sampler, StopRules{.n_predict = 0});
+  EXPECT_EQ(none.Next(Peak(kA), *cache_).token, -1);
+}
+
+TEST_F(SampleStepTest, EndTokensAreDroppedUnlessIgnored) {
+  Sampler sampler = Greedy();
+  const int32_t eos = tok_->eos();
+  ASSERT_TRUE(tok_->IsEndOfGeneration(eos));
+  // 3 before 7: an end token at the last budget token is kEos, not kLength.
+  SampleStep step(*tok_, sampler, StopRules{.n_predict = 1});
+  Sampled t = step.Next(Peak(eos), *cache_);
+  EXPECT_EQ(t.token, eos);
+  EXPECT_FALSE(t.generated || t.continues);
+  EXPECT_EQ(t.finish, FinishReason::kEos);
+  EXPECT_EQ(step.n_generated(), 0);
+
+  SampleStep turn(*tok_, sampler, StopRules{.end_tokens = {kTime}});
+  EXPECT_EQ(turn.Next(Peak(kTime), *cache_).finish, FinishReason::kEos);
+
+  SampleStep ignoring(*tok_, sampler, StopRules{.ignore_eos = true, .end_tokens = {kTime}});
+  Sampled e = ignoring.Next(Peak(eos), *cache_);
+  EXPECT_TRUE(e.generated && e.continues);
+  EXPECT_FALSE(e.finish);
+  EXPECT_FALSE(ignoring.Next(Peak(kTime), *cache_).finish);
+}
+
+TEST_F(SampleStepTest, StopStringEndsBeforeTheTokenContinues) {
+  Sampler sampler = Greedy();
+  // 5 before 6 and 7: the stop string wins over a full cache and a spent budget.
+  auto full = Cache(8, 8);
+  ASSERT_EQ(full->Remaining(), 0);
+  SampleStep step(*tok_, sampler, StopRules{.n_predict = 3, .stop = {"pon a"}});
+  Sampled once = step.Next(Peak(kOnce), *cache_);
+  Sampled upon = step.Next(Peak(kUpon), *cache_);
+  EXPECT_TRUE(upon.continues);
+  Sampled a = step.Next(Peak(kA), *full);
+  EXPECT_TRUE(a.generated);
+  EXPECT_FALSE(a.continues);
+  EXPECT_EQ(a.finish, FinishReason::kStop);
+  EXPECT_EQ(once.text + upon.text + a.text, " Once u");  // up to the stop string
+  EXPECT_EQ(step.Flush().text, "");                      // nothing after it
+  EXPECT_EQ(step.n_generated(), 3);
+}
+
+TEST_F(SampleStepTest, FullCacheEndsBeforeTheBudget) {
+  Sampler sampler = Greedy();
+  auto full = Cache(8, 8);
+  // 6 before 7: a kLength token always has room to run.
+  SampleStep step(*tok_, sampler, StopRules{.n_predict = 1});
+  Sampled t = step.Next(Peak(kOnce), *full);
+  EXPECT_TRUE(t.generated);  // output, not run
+  EXPECT_FALSE(t.continues);
+  EXPECT_EQ(t.finish, FinishReason::kContext);
+  EXPECT_EQ(t.text, t.piece);
+
+  auto room = Cache(8, 7);
+  SampleStep last(*tok_, sampler, StopRules{.n_predict = 1});
+  EXPECT_EQ(last.Next(Peak(kOnce), *room).finish, FinishReason::kLength);
+}
+
+// 7: only a token that continues the text enters the sampler's history.
+TEST_F(SampleStepTest, SamplerAcceptsOnlyTokensThatContinue) {
+  Sampler sampler = Greedy(/*repeat_penalty=*/4.f);
+  SampleStep step(*tok_, sampler, StopRules{.stop = {" upon"}});
+  Sampled t = step.Next(Peak(kUpon, kOnce), *cache_);
+  ASSERT_EQ(t.finish, FinishReason::kStop);
+  EXPECT_EQ(sampler.Sample(Peak(kUpon, kOnce)), kUpon);  // not penalised
+
+  SampleStep go_on(*tok_, sampler, StopRules{});
+  ASSERT_TRUE(go_on.Next(Peak(kUpon, kOnce), *cache_).continues);
+  EXPECT_EQ(sampler.Sample(Peak(kUpon, kOnce)), kOnce);  // kUpon penalised now
+}
+
+TEST_F(SampleStepTest, FlushReleasesHeldText) {
+  Sampler sampler = Greedy();
+  SampleStep step(*tok_, sampler, StopRules{.stop = {" time to go"}});
+  Sampled a = step.Next(Peak(kA), *cache_);
+  Sampled t = step.Next(Peak(kTime), *cache_);
+  EXPECT_EQ(a.text, " a");
+  EXPECT_EQ(t.text, "");  // " time" may start the stop string
+  EXPECT_EQ(step.Flush().text, " time");
+}
+
+}  // namespace
+}  // namespace rotor
