@@ -197,23 +197,4 @@ Status Forward::Decode(std::span<KvCache* const> caches, std::span<const int32_t
   return Run(decode_inputs_, logits);
 }
 
-Status Forward::Prefill(const SeqInput& seq, int step, float* logits) {
-  const int64_t n = static_cast<int64_t>(seq.tokens.size());
-  if (step <= 0 || step > max_tokens_) step = max_tokens_;
-  // Check the whole prompt fits before running any chunk.
-  const int64_t remaining = seq.cache->Remaining();
-  if (remaining >= 0 && n > remaining)
-    return Errorf("prompt of {} tokens does not fit: the context has room for {} more", n,
-                  remaining);
-  const int64_t n_vocab = model_.config().n_vocab;
-  for (int64_t b = 0; b < n; b += step) {
-    const int64_t e = std::min(n, b + step);
-    SeqInput chunk{seq.cache, seq.tokens.subspan(b, e - b), seq.logits};
-    if (seq.logits == LogitsWanted::kLast && e < n) chunk.logits = LogitsWanted::kNone;
-    float* out = seq.logits == LogitsWanted::kAll ? logits + b * n_vocab : logits;
-    RETURN_IF_ERROR(Run(std::span<const SeqInput>(&chunk, 1), out));
-  }
-  return Status::Ok();
-}
-
 }  // namespace rotor

@@ -50,13 +50,6 @@ class Forward {
   // (each weight read once). logits: [caches.size(), n_vocab].
   Status Decode(std::span<KvCache* const> caches, std::span<const int32_t> tokens, float* logits);
 
-  // Test-only: a whole prompt of one sequence in chunks of at most `step`
-  // tokens (0 = max_tokens); `logits` receives the rows seq.logits asks for.
-  // The engine runs every token through its one chunking loop, the Runner
-  // (src/engine/runner.h); this stays for tests/kv and tests/model, which
-  // link the model module alone, until they move to it.
-  Status Prefill(const SeqInput& seq, int step, float* logits);
-
  private:
   void Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens);
   // Adds the Q/K/V biases and permutes NeoX Q/K heads into interleaved pairs

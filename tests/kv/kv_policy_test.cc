@@ -9,6 +9,7 @@
 #include "model/forward.h"
 #include "ops/rope.h"
 #include "reference_forward.h"
+#include "../model/run_tokens.h"
 
 namespace rotor::testing {
 namespace {
@@ -157,7 +158,7 @@ TEST(SinkCache, HoldsSinksAndRecentTokensAfterLongGeneration) {
     const size_t bytes = cache->memory_bytes();
     std::vector<int32_t> text = {1, 403, 407, 261, 378};
     std::vector<float> logits(m.config().n_vocab);
-    ASSERT_TRUE(fwd.Prefill(SeqInput{cache.get(), text}, 16, logits.data()).ok());
+    ASSERT_TRUE(RunTokens(m, *cache, text, 16, LogitsWanted::kLast, logits.data()).ok());
     for (int i = 0; i < 5 * size; ++i) {
       const int32_t tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       text.push_back(tok);
@@ -174,7 +175,7 @@ TEST(SinkCache, HoldsSinksAndRecentTokensAfterLongGeneration) {
                                           Kv("full", 0, 0, mode.rope))).value();
     Forward fwd_full(m, pool, 256, n_ctx);
     std::vector<float> unused(m.config().n_vocab);
-    ASSERT_TRUE(fwd_full.Prefill(SeqInput{full.get(), text}, 256, unused.data()).ok());
+    ASSERT_TRUE(RunTokens(m, *full, text, 256, LogitsWanted::kLast, unused.data()).ok());
     std::vector<int64_t> held;
     const int row = m.config().n_head_kv * m.config().head_dim;
     for (int32_t c = 0; c < size; ++c) {

@@ -1,5 +1,7 @@
 #include "kv_test_util.h"
 
+#include "../model/run_tokens.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -147,11 +149,8 @@ std::vector<float> AllLogits(const Model& model, const KvConfig& kv,
 
 std::vector<float> ContinueLogits(const Model& model, KvCache& cache,
                                   const std::vector<int32_t>& tokens, int step) {
-  ThreadPool pool(2);
-  const int max_tokens = step > 0 ? step : std::max<int>(1, static_cast<int>(tokens.size()));
-  Forward fwd(model, pool, max_tokens, cache.shape().n_ctx);
   std::vector<float> logits(tokens.size() * model.config().n_vocab);
-  Status s = fwd.Prefill(SeqInput{&cache, tokens, LogitsWanted::kAll}, step, logits.data());
+  Status s = RunTokens(model, cache, tokens, step, LogitsWanted::kAll, logits.data());
   EXPECT_TRUE(s.ok()) << s.message();
   return logits;
 }

@@ -14,6 +14,7 @@
 #include "kv/kv_cache.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "run_tokens.h"
 
 namespace rotor::testing {
 
@@ -23,7 +24,7 @@ inline int DistinctGreedyTokens(const Model& m, ThreadPool& pool) {
   auto cache = std::move(KvCache::Create(m.config().kv_shape(128), KvConfig{})).value();
   const std::vector<int32_t> text = {1, 9038, 2501, 263, 931};  // <s> Once upon a time
   std::vector<float> logits(m.config().n_vocab);
-  if (!fwd.Prefill(SeqInput{cache.get(), text}, 0, logits.data()).ok()) return -1;
+  if (!RunTokens(m, *cache, text, 0, LogitsWanted::kLast, logits.data()).ok()) return -1;
   std::vector<int32_t> out;
   for (int i = 0; i < 64; ++i) {
     const int32_t t =

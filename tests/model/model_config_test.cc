@@ -11,6 +11,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "run_tokens.h"
 
 namespace rotor {
 namespace {
@@ -72,7 +73,7 @@ std::vector<float> LastLogits(const Model& m, int n = 60) {
   std::vector<int32_t> prompt = {1};
   for (int i = 1; i < n; ++i) prompt.push_back(3 + (i * 37) % 290);
   std::vector<float> logits(m.config().n_vocab);
-  EXPECT_TRUE(fwd.Prefill(SeqInput{cache.get(), prompt}, 0, logits.data()).ok());
+  EXPECT_TRUE(testing::RunTokens(m, *cache, prompt, 0, LogitsWanted::kLast, logits.data()).ok());
   return logits;
 }
 

@@ -10,6 +10,7 @@
 #include "base/cpu.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "run_tokens.h"
 
 namespace rotor {
 namespace {
@@ -57,8 +58,7 @@ TEST(Golden, TeacherForcedLogitsMatchReference) {
   for (int step : {200, 64, 7, 1}) {
     Fixture f(kModel);
     std::vector<float> logits(200 * 512);
-    ASSERT_TRUE(f.fwd->Prefill(SeqInput{f.cache.get(), input, LogitsWanted::kAll}, step,
-                               logits.data())
+    ASSERT_TRUE(testing::RunTokens(*f.model, *f.cache, input, step, LogitsWanted::kAll, logits.data())
                     .ok());
     double max_err = 0;
     for (size_t i = 0; i < logits.size(); ++i)
@@ -73,8 +73,7 @@ void ExpectGreedyMatches(const std::string& path) {
   Fixture f(path);
   std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
   std::vector<float> logits(512);
-  ASSERT_TRUE(f.fwd->Prefill(SeqInput{f.cache.get(), prompt, LogitsWanted::kLast}, 512,
-                             logits.data())
+  ASSERT_TRUE(testing::RunTokens(*f.model, *f.cache, prompt, 512, LogitsWanted::kLast, logits.data())
                   .ok());
   for (size_t p = 4; p < ids.size(); ++p) {
     int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
@@ -102,8 +101,8 @@ TEST(Golden, SingleThreadEqualsTwoThreads) {
   std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383};
   std::vector<float> a(512), b(512);
   Fixture f1(kModel, 1), f2(kModel, 2);
-  ASSERT_TRUE(f1.fwd->Prefill(SeqInput{f1.cache.get(), prompt}, 0, a.data()).ok());
-  ASSERT_TRUE(f2.fwd->Prefill(SeqInput{f2.cache.get(), prompt}, 0, b.data()).ok());
+  ASSERT_TRUE(testing::RunTokens(*f1.model, *f1.cache, prompt, 0, LogitsWanted::kLast, a.data(), 1).ok());
+  ASSERT_TRUE(testing::RunTokens(*f2.model, *f2.cache, prompt, 0, LogitsWanted::kLast, b.data(), 2).ok());
   for (int i = 0; i < 512; ++i) EXPECT_NEAR(a[i], b[i], 1e-5);
 }
 

@@ -16,6 +16,7 @@
 #include "greedy_run.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "run_tokens.h"
 
 namespace rotor {
 namespace {
@@ -132,7 +133,7 @@ std::vector<float> LastLogits(const std::string& path, const std::vector<int32_t
   Forward fwd(**m, pool, 64);
   auto cache = KvCache::Create((*m)->config().kv_shape(128), KvConfig{});
   std::vector<float> logits((*m)->config().n_vocab);
-  EXPECT_TRUE(fwd.Prefill(SeqInput{cache->get(), prompt}, 0, logits.data()).ok());
+  EXPECT_TRUE(testing::RunTokens(**m, **cache, prompt, 0, LogitsWanted::kLast, logits.data()).ok());
   return logits;
 }
 
