@@ -34,7 +34,7 @@ int RunGenerate(GenerateArgs& a) {
   }
   Result<std::unique_ptr<Engine>> engine = Engine::Create(a.engine);
   if (!engine.ok()) return Fail(engine.status());
-  if (Status s = (*engine)->Validate(a.gen); !s.ok()) return Fail(s);
+  if (Status s = (*engine)->Validate(a.gen).status(); !s.ok()) return Fail(s);
   int64_t window_start = NowNs();
   if (a.progress > 0) {
     a.gen.on_token = [&](int64_t n) {

@@ -91,12 +91,12 @@ int RunGenerateBatch(const EngineOptions& engine_options, const GenerateOptions&
   if (requests.empty()) return Fail(Errorf("generate: --prompts {} holds no prompt", prompts_file));
   Result<std::unique_ptr<Engine>> engine = Engine::Create(engine_options);
   if (!engine.ok()) return Fail(engine.status());
-  // KV options of a line are named as JSON fields in its errors.
-  const KvShape shape = (*engine)->model().config().kv_shape((*engine)->n_ctx());
-  for (size_t i = 0; i < requests.size(); ++i)
-    if (Result<KvConfig> kv = ResolveKvConfig(requests[i].options.kv, shape, KvSpelling::kField);
-        !kv.ok())
-      return Fail(Errorf("--prompts line {}: {}", line_of[i], kv.message()));
+  // Every line is checked before any runs; KV options are named as JSON fields.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].spelling = KvSpelling::kField;
+    if (Status s = (*engine)->Validate(requests[i].options, KvSpelling::kField).status(); !s.ok())
+      return Fail(Errorf("--prompts line {}: {}", line_of[i], s.message()));
+  }
   Scheduler::Options so;
   so.max_seqs = parallel;
   so.prefill_step = prefill_step;

@@ -54,7 +54,7 @@ Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
   std::unique_ptr<Server> s(new Server());
   s->options_ = options;
   ASSIGN_OR_RETURN(s->engine_, Engine::Create(options.engine));
-  RETURN_IF_ERROR(s->engine_->Validate(options.defaults).WithContext("serve: default options"));
+  RETURN_IF_ERROR(s->engine_->Validate(options.defaults).status().WithContext("serve: default options"));
   if (!options.chat_template.empty()) {
     ASSIGN_OR_RETURN(s->chat_template_, ChatTemplate::FromName(options.chat_template));
   } else {
@@ -207,6 +207,7 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) 
   const Tokenizer& tok = engine_->tokenizer();
   const char* param = api.endpoint == Endpoint::kChat ? "messages" : "prompt";
   seq->options = api.options;
+  seq->spelling = KvSpelling::kField;
   if (api.endpoint == Endpoint::kChat) {
     // Message content cannot inject control tokens ("<|im_end|>" in a
     // message is plain text).
@@ -227,10 +228,8 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) 
   if (seq->tokens.empty())
     return ApiError{400, "the prompt is empty", "invalid_request_error", param, ""};
   const KvShape shape = engine_->model().config().kv_shape(engine_->n_ctx());
-  Result<KvConfig> kv = ResolveKvConfig(seq->options.kv, shape, KvSpelling::kField);
+  Result<KvConfig> kv = engine_->Validate(seq->options, KvSpelling::kField);
   if (!kv.ok()) return ApiError{400, kv.message(), "invalid_request_error", "kv", ""};
-  if (Status s = engine_->Validate(seq->options); !s.ok())
-    return ApiError{400, s.message(), "invalid_request_error", "", ""};
   if (Status fits = FitsNewCache(*kv, shape, std::ssize(seq->tokens)); !fits.ok())
     return ApiError{400, fits.message(), "invalid_request_error", param, "context_length_exceeded"};
   return std::nullopt;

@@ -38,14 +38,15 @@ AttentionScratch::Thread AttentionScratch::thread(int t) {
   return th;
 }
 
-AttentionScratch::LaneBuffers& AttentionScratch::lanes(int thread, size_t max_keys, int q_heads) {
+AttentionScratch::LaneBuffers& AttentionScratch::lanes(int thread, size_t max_keys, int n_lanes,
+                                                       int q_heads) {
   LaneBuffers& b = lanes_[thread];
   if (b.stride < max_keys) {
     b.stride = max_keys;
-    b.key_cells.resize(b.stride);
     b.weights.resize(b.stride);
   }
-  if (b.scores.size() < b.stride * q_heads) b.scores.resize(b.stride * q_heads);
+  if (b.key_cells.size() < b.stride * n_lanes) b.key_cells.resize(b.stride * n_lanes);
+  if (b.scores.size() < b.stride * n_lanes * q_heads) b.scores.resize(b.stride * n_lanes * q_heads);
   return b;
 }
 

@@ -64,12 +64,13 @@ class AttentionScratch {
   // Per-lane working memory of a thread (attention_lanes.cc), grown to the
   // largest request once.
   struct LaneBuffers {
-    std::vector<float> scores;      // [q_heads, stride] scaled scores of one query's keys
-    std::vector<int32_t> key_cells; // [stride] cell of each key
-    std::vector<float> weights;     // [stride] probabilities summed over the lane's heads
+    std::vector<float> scores;      // [n_lanes * q_heads, stride] scaled scores of one query's keys
+    std::vector<int32_t> key_cells; // [n_lanes, stride] cell of each key
+    std::vector<float> weights;     // [stride] probabilities summed over a lane's heads
     size_t stride = 0;
   };
-  LaneBuffers& lanes(int thread, size_t max_keys, int q_heads);
+  // For n_lanes lanes of q_heads query heads each, up to max_keys keys.
+  LaneBuffers& lanes(int thread, size_t max_keys, int n_lanes, int q_heads);
   // How AttendBatch cut each ubatch into tasks: its tokens x splits of the
   // cells. Depends only on that ubatch, never on the others in the batch, so a
   // sequence's result is the same alone and batched.

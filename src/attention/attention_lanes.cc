@@ -15,9 +15,16 @@
 #include "attention/attention.h"
 #include "attention/attention_internal.h"
 #include "base/check.h"
+#include "base/cpu.h"
 
 namespace rotor {
 
+// A thread runs a contiguous range of the layer's lanes in lockstep: for each
+// token, every lane's BeforeToken, then the cells block by block with every
+// lane of the range folding its slice of the block's rows (so the rows are
+// read once, contiguously, rather than one head's slice a row apart per
+// lane), then every lane's weights and AfterToken. Lanes stay independent:
+// each has its own fold state, keys and hooks' calls in token order.
 void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, AttentionScratch& scratch,
                  const AttentionScratch::Cut& cut) {
   const KvLayerView& view = *a.cache;
@@ -28,73 +35,103 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
   const int32_t n_cells = view.n_cells, n = plan.n_tokens;
   const size_t head_bytes = static_cast<size_t>(hd) * KvTypeBytes(view.type);
   const bool deferred = view.rope_k == RopeK::kDeferred;
+  const bool avx512_weights = ActiveIsa() == Isa::kAvx512;
+  const int n_ranges = std::min(pool.size(), view.n_lanes);
 
-  pool.Run(view.n_lanes, [&](int g, int thread) {
-    const int lane = view.first_lane + g;
-    const size_t col = static_cast<size_t>(g) * lane_heads * head_bytes;  // the lane's heads in a row
+  pool.Run(n_ranges, [&](int r, int thread) {
+    // Lanes [g0, g1) of the layer.
+    const int g0 = view.n_lanes * r / n_ranges, g1 = view.n_lanes * (r + 1) / n_ranges;
+    const int nl = g1 - g0;
     AttentionScratch::Thread th = scratch.thread(thread);
-    AttentionScratch::LaneBuffers& buf = scratch.lanes(thread, n_cells, q_heads);
-    attn::FoldState st = MakeFoldState(a, th, q_heads, lane_heads);
+    AttentionScratch::LaneBuffers& buf = scratch.lanes(thread, n_cells, nl, q_heads);
+    // Lane g's fold state: its query heads' rows of the thread's state.
+    std::vector<attn::FoldState> st(nl);
+    for (int l = 0; l < nl; ++l) {
+      attn::FoldState& s = st[l];
+      s = MakeFoldState(a, th, q_heads, lane_heads);
+      s.scores = th.scores + static_cast<size_t>(l) * q_heads * attn::kBlock;
+      s.m = th.m + l * q_heads;
+      s.l = th.l + l * q_heads;
+      s.acc = th.acc + static_cast<size_t>(l) * q_heads * hd;
+    }
+    std::vector<int> n_keys(nl);
     attn::KeyBlock block;
     block.f16 = view.type == KvType::kF16;
     for (int i = 0; i < n; ++i) {
-      hooks.BeforeToken(cells, lane, i, plan);
-      const TextIndex* index = cells.lane_index(lane);
-      const int32_t* pos = cells.lane_pos(lane);
-      st.q = a.q + i * a.q_stride + static_cast<int64_t>(g) * q_heads * hd;
-      std::fill(st.m, st.m + q_heads, -std::numeric_limits<float>::infinity());
-      std::fill(st.l, st.l + q_heads, 0.f);
-      std::fill(st.acc, st.acc + static_cast<size_t>(q_heads) * hd, 0.f);
-      int n_keys = 0, far_used = 0;
-      block.n = 0;
-      auto flush = [&] {
-        if (block.n == 0) return;
-        if (cut.avx512) attn::FoldAvx512(st, block);
-        else attn::FoldScalar(st, block);
-        for (int h = 0; h < q_heads; ++h)
-          std::copy(st.scores + h * attn::kBlock, st.scores + h * attn::kBlock + block.n,
-                    buf.scores.data() + static_cast<size_t>(h) * buf.stride + n_keys - block.n);
-        block.n = 0;
-        far_used = 0;
-      };
-      const int32_t hi = cells.hi(lane);
-      for (int32_t c = 0; c < hi; ++c) {
-        const TextIndex idx = index[c];
-        if (idx < 0) continue;
-        const uint8_t* k;
-        const uint8_t* v;
-        if (idx >= plan.first) {  // a token of this ubatch: its own K/V
-          CHECK(idx - plan.first <= i);
-          k = cut.chunk_k + (idx - plan.first) * cut.chunk_row_bytes + col;
-          v = cut.chunk_v + (idx - plan.first) * cut.chunk_row_bytes + col;
-        } else {
-          k = static_cast<const uint8_t*>(view.KRow(c)) + col;
-          v = static_cast<const uint8_t*>(view.VRow(c)) + col;
+      int32_t hi = 0;
+      for (int l = 0; l < nl; ++l) {
+        const int lane = view.first_lane + g0 + l;
+        hooks.BeforeToken(cells, lane, i, plan);
+        hi = std::max(hi, cells.hi(lane));
+        attn::FoldState& s = st[l];
+        s.q = a.q + i * a.q_stride + static_cast<int64_t>(g0 + l) * q_heads * hd;
+        std::fill(s.m, s.m + q_heads, -std::numeric_limits<float>::infinity());
+        std::fill(s.l, s.l + q_heads, 0.f);
+        std::fill(s.acc, s.acc + static_cast<size_t>(q_heads) * hd, 0.f);
+        n_keys[l] = 0;
+      }
+      for (int32_t c0 = 0; c0 < hi; c0 += attn::kBlock) {
+        const int32_t c1 = std::min(hi, c0 + attn::kBlock);
+        for (int l = 0; l < nl; ++l) {
+          const int lane = view.first_lane + g0 + l;
+          const TextIndex* index = cells.lane_index(lane);
+          const int32_t* pos = cells.lane_pos(lane);
+          const size_t col = static_cast<size_t>(g0 + l) * lane_heads * head_bytes;
+          int32_t* keys = buf.key_cells.data() + static_cast<size_t>(l) * buf.stride;
+          int far_used = 0;
+          block.n = 0;
+          for (int32_t c = c0; c < std::min(c1, cells.hi(lane)); ++c) {
+            const TextIndex idx = index[c];
+            if (idx < 0) continue;
+            const uint8_t* k;
+            const uint8_t* v;
+            if (idx >= plan.first) {  // a token of this ubatch: its own K/V
+              CHECK(idx - plan.first <= i);
+              k = cut.chunk_k + (idx - plan.first) * cut.chunk_row_bytes + col;
+              v = cut.chunk_v + (idx - plan.first) * cut.chunk_row_bytes + col;
+            } else {
+              k = static_cast<const uint8_t*>(view.KRow(c)) + col;
+              v = static_cast<const uint8_t*>(view.VRow(c)) + col;
+            }
+            const int b = block.n++;
+            block.k[b] = k;
+            block.v[b] = v;
+            block.cos[b] = block.sin[b] = block.cos2[b] = block.sin2[b] = nullptr;
+            if (deferred)
+              SetRotation(*a.rope, static_cast<int64_t>(plan.pos[i]) - pos[c], block, b, th.far,
+                          &far_used);
+            keys[n_keys[l]++] = c;
+          }
+          if (block.n == 0) continue;
+          attn::FoldState& s = st[l];
+          if (cut.avx512) attn::FoldAvx512(s, block);
+          else attn::FoldScalar(s, block);
+          // The block's scores, kept for the weights: [q_heads, stride] of lane l.
+          float* scores = buf.scores.data() + static_cast<size_t>(l) * q_heads * buf.stride;
+          for (int h = 0; h < q_heads; ++h)
+            std::copy(s.scores + h * attn::kBlock, s.scores + h * attn::kBlock + block.n,
+                      scores + h * buf.stride + n_keys[l] - block.n);
         }
-        const int b = block.n;
-        block.k[b] = k;
-        block.v[b] = v;
-        block.cos[b] = block.sin[b] = block.cos2[b] = block.sin2[b] = nullptr;
-        if (deferred)
-          SetRotation(*a.rope, static_cast<int64_t>(plan.pos[i]) - pos[c], block, b, th.far,
-                      &far_used);
-        buf.key_cells[n_keys++] = c;
-        if (++block.n == attn::kBlock) flush();
       }
-      flush();
-      for (int h = 0; h < q_heads; ++h) {
-        float* out = a.out + i * a.out_stride + (static_cast<int64_t>(g) * q_heads + h) * hd;
-        const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
-        for (int d = 0; d < hd; ++d) out[d] = st.acc[h * hd + d] * inv;
+      for (int l = 0; l < nl; ++l) {
+        const int lane = view.first_lane + g0 + l;
+        const attn::FoldState& s = st[l];
+        for (int h = 0; h < q_heads; ++h) {
+          float* out = a.out + i * a.out_stride + (static_cast<int64_t>(g0 + l) * q_heads + h) * hd;
+          const float inv = s.l[h] > 0.f ? 1.0f / s.l[h] : 0.f;
+          for (int d = 0; d < hd; ++d) out[d] = s.acc[h * hd + d] * inv;
+        }
+        const float* scores = buf.scores.data() + static_cast<size_t>(l) * q_heads * buf.stride;
+        if (avx512_weights)
+          attn::LaneWeightsAvx512(scores, buf.stride, q_heads, n_keys[l], s.m, s.l,
+                                  buf.weights.data());
+        else
+          attn::LaneWeightsScalar(scores, buf.stride, q_heads, n_keys[l], s.m, s.l,
+                                  buf.weights.data());
+        hooks.AfterToken(cells, lane, i,
+                         std::span<const int32_t>(buf.key_cells.data() + l * buf.stride, n_keys[l]),
+                         std::span<const float>(buf.weights.data(), n_keys[l]), plan);
       }
-      for (int kk = 0; kk < n_keys; ++kk) {
-        float p = 0.f;
-        for (int h = 0; h < q_heads; ++h)
-          p += std::exp(buf.scores[static_cast<size_t>(h) * buf.stride + kk] - st.m[h]) / st.l[h];
-        buf.weights[kk] = p;
-      }
-      hooks.AfterToken(cells, lane, i, std::span<const int32_t>(buf.key_cells.data(), n_keys),
-                       std::span<const float>(buf.weights.data(), n_keys), plan);
     }
   });
 }

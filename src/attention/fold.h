@@ -3,6 +3,7 @@
 // ISA translation units include only this header (plain structs).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace rotor::attn {
@@ -37,6 +38,15 @@ struct KeyBlock {
 };
 
 void FoldScalar(FoldState& s, const KeyBlock& b);
+
+// A token's attention probabilities over n_keys keys, summed over its query
+// heads, from the scaled scores a fold left and its final state:
+// out[k] = sum_h exp(scores[h * stride + k] - m[h]) / l[h].
+// scores: [n_heads, stride]; m, l: [n_heads]; out: [n_keys].
+void LaneWeightsScalar(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
+                       const float* l, float* out);
+void LaneWeightsAvx512(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
+                       const float* l, float* out);
 // head_dim % 16 == 0 and normal pairs (or cached keys).
 void FoldAvx512(FoldState& s, const KeyBlock& b);
 

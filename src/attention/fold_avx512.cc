@@ -147,6 +147,25 @@ void FoldTyped(FoldState& s, const KeyBlock& b) {
 
 }  // namespace
 
+void LaneWeightsAvx512(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
+                       const float* l, float* out) {
+  for (int k = 0; k < n_keys; k += 16) {
+    const __mmask16 mask =
+        static_cast<__mmask16>(n_keys - k >= 16 ? 0xFFFF : (1u << (n_keys - k)) - 1);
+    __m512 p = _mm512_setzero_ps();
+    for (int h = 0; h < n_heads; ++h) {
+      const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + h * stride + k),
+                                     _mm512_set1_ps(m[h]));
+      // Exp clamps at -87; below it the weight is 0, as expf's underflow
+      // (policies compare weights: a tie must stay a tie).
+      const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ),
+                                           Exp(x));
+      p = _mm512_fmadd_ps(e, _mm512_set1_ps(1.0f / l[h]), p);
+    }
+    _mm512_mask_storeu_ps(out + k, mask, p);
+  }
+}
+
 void FoldAvx512(FoldState& s, const KeyBlock& b) {
   if (b.f16) FoldTyped<true>(s, b);
   else FoldTyped<false>(s, b);

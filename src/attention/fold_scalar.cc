@@ -69,4 +69,13 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
   }
 }
 
+void LaneWeightsScalar(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
+                       const float* l, float* out) {
+  for (int k = 0; k < n_keys; ++k) {
+    float p = 0.f;
+    for (int h = 0; h < n_heads; ++h) p += std::exp(scores[h * stride + k] - m[h]) / l[h];
+    out[k] = p;
+  }
+}
+
 }  // namespace rotor::attn

@@ -34,17 +34,17 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   return e;
 }
 
-Status Engine::Validate(const GenerateOptions& o) const {
+Result<KvConfig> Engine::Validate(const GenerateOptions& o, KvSpelling spelling) const {
   if (o.n_predict < -1) return Errorf("generate: -n {} must be >= 0, or -1 for no limit", o.n_predict);
   RETURN_IF_ERROR(ValidateSamplingParams(o.sampling));
-  return ResolveKvConfig(o.kv, model_->config().kv_shape(n_ctx_)).status();
+  return ResolveKvConfig(o.kv, model_->config().kv_shape(n_ctx_), spelling);
 }
 
 // A single sequence runs through the same scheduler as a batch: one code path,
 // so a sequence's output is the same alone or batched.
 Result<GenerateResult> Engine::Generate(const GenerateOptions& o, const TextCallback& on_text,
                                         int prefill_step) {
-  RETURN_IF_ERROR(Validate(o));
+  RETURN_IF_ERROR(Validate(o).status());
   if (prefill_step < 0) return Errorf("generate: --prefill-step {} must be >= 0", prefill_step);
   Scheduler::Options so;
   so.max_seqs = 1;

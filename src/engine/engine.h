@@ -77,8 +77,11 @@ class Engine {
   ThreadPool& pool() { return *pool_; }
   int n_ctx() const { return n_ctx_; }
 
-  // Checks a request without running it (also done by Generate).
-  Status Validate(const GenerateOptions& options) const;
+  // Checks a request without running it (also done by Generate and
+  // Scheduler::Add) and returns its resolved KV config; KV errors name the
+  // options as `spelling` writes them (flags, or JSON fields).
+  Result<KvConfig> Validate(const GenerateOptions& options,
+                            KvSpelling spelling = KvSpelling::kFlag) const;
   // prefill_step: prompt tokens per forward pass (0 = the whole prompt), the
   // runner's option (runner.h), not the request's.
   Result<GenerateResult> Generate(const GenerateOptions& options, const TextCallback& on_text,

@@ -39,7 +39,7 @@ Scheduler::Scheduler(Engine& engine, const Options& options)
 Scheduler::~Scheduler() = default;
 
 Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
-  RETURN_IF_ERROR(engine_.Validate(request.options));
+  ASSIGN_OR_RETURN(const KvConfig kv, engine_.Validate(request.options, request.spelling));
   if (static_cast<int>(waiting_.size()) >= options_.max_queue)
     return Errorf("scheduler: the queue is full ({} waiting)", waiting_.size());
   auto s = std::make_unique<Seq>();
@@ -56,7 +56,6 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
   for (int32_t t : s->result.prompt_tokens)
     if (t < 0 || t >= n_vocab) return Errorf("generate: token id {} out of range [0, {})", t, n_vocab);
   const KvShape shape = engine_.model().config().kv_shape(engine_.n_ctx());
-  ASSIGN_OR_RETURN(KvConfig kv, ResolveKvConfig(s->options.kv, shape));
   RETURN_IF_ERROR(FitsNewCache(kv, shape, n_prompt).WithContext("generate"));
   const SeqId id = s->id;
   waiting_.push_back(std::move(s));

@@ -31,6 +31,7 @@ struct SeqRequest {
   std::string prompt;              // tokenized with options.add_bos and parse_special, unless tokens is set
   std::vector<int32_t> tokens;
   GenerateOptions options;
+  KvSpelling spelling = KvSpelling::kFlag;  // how KV errors name options (flags, JSON fields)
 };
 
 // Reported from Step(): each new piece of text, then once the end.

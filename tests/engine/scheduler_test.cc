@@ -61,11 +61,12 @@ std::vector<std::vector<int32_t>> RunBatch(Engine& e, const std::vector<Job>& jo
 
 std::vector<Job> MixedJobs(int n_vocab) {
   std::vector<Job> jobs;
-  const int lengths[] = {1, 5, 37, 300};
-  const int n_predict[] = {40, 25, 60, 33};
-  const std::string policies[] = {"full", "sink", "h2o", "sink"};
-  const RopeK ropes[] = {RopeK::kCached, RopeK::kDeferred, RopeK::kCached, RopeK::kCached};
-  for (int i = 0; i < 4; ++i) {
+  const int lengths[] = {1, 5, 37, 300, 90, 120};
+  const int n_predict[] = {40, 25, 60, 33, 30, 28};
+  const std::string policies[] = {"full", "sink", "h2o", "sink", "snapkv", "tova"};
+  const RopeK ropes[] = {RopeK::kCached, RopeK::kDeferred, RopeK::kCached,
+                         RopeK::kCached, RopeK::kDeferred, RopeK::kCached};
+  for (int i = 0; i < 6; ++i) {
     Job j;
     j.prompt = testing::Prompt(lengths[i], n_vocab, 100 + i);
     j.options.sampling.temperature = 0;
@@ -89,10 +90,10 @@ TEST_P(Batching, GreedyBatchEqualsEachAlone) {
   for (const Job& j : jobs) alone.push_back(RunBatch(*e, {j}, {0}, 1)[0]);
   for (size_t i = 0; i < jobs.size(); ++i)
     EXPECT_EQ(static_cast<int>(alone[i].size()), jobs[i].options.n_predict);
-  EXPECT_EQ(RunBatch(*e, jobs, {0, 0, 0, 0}, 4), alone);
+  EXPECT_EQ(RunBatch(*e, jobs, {0, 0, 0, 0, 0, 0}, 6), alone);
   // Joining mid-run, and fewer slots than sequences (some wait in the queue).
-  EXPECT_EQ(RunBatch(*e, jobs, {0, 3, 10, 11}, 4), alone);
-  EXPECT_EQ(RunBatch(*e, jobs, {0, 0, 0, 0}, 2), alone);
+  EXPECT_EQ(RunBatch(*e, jobs, {0, 3, 10, 11, 4, 7}, 6), alone);
+  EXPECT_EQ(RunBatch(*e, jobs, {0, 0, 0, 0, 0, 0}, 2), alone);
 }
 
 TEST_P(Batching, CancellingOneLeavesOthersUnchanged) {
@@ -100,8 +101,8 @@ TEST_P(Batching, CancellingOneLeavesOthersUnchanged) {
   std::vector<Job> jobs = MixedJobs(e->model().config().n_vocab);
   std::vector<std::vector<int32_t>> alone;
   for (const Job& j : jobs) alone.push_back(RunBatch(*e, {j}, {0}, 1)[0]);
-  std::vector<std::vector<int32_t>> got = RunBatch(*e, jobs, {0, 0, 0, 0}, 4, 2, 8);
-  for (size_t i : {0u, 1u, 3u}) EXPECT_EQ(got[i], alone[i]) << i;
+  std::vector<std::vector<int32_t>> got = RunBatch(*e, jobs, {0, 0, 0, 0, 0, 0}, 6, 2, 8);
+  for (size_t i : {0u, 1u, 3u, 4u, 5u}) EXPECT_EQ(got[i], alone[i]) << i;
   EXPECT_LT(got[2].size(), alone[2].size());
   EXPECT_EQ(got[2], std::vector<int32_t>(alone[2].begin(), alone[2].begin() + got[2].size()));
 }
@@ -115,7 +116,7 @@ TEST_P(Batching, SeededSamplingIndependentOfBatch) {
   }
   std::vector<std::vector<int32_t>> alone;
   for (const Job& j : jobs) alone.push_back(RunBatch(*e, {j}, {0}, 1)[0]);
-  EXPECT_EQ(RunBatch(*e, jobs, {0, 2, 0, 5}, 3), alone);
+  EXPECT_EQ(RunBatch(*e, jobs, {0, 2, 0, 5, 1, 3}, 3), alone);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Batching, ::testing::Values("stories260K", "gqa"));
@@ -217,8 +218,12 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   std::vector<std::unique_ptr<KvCache>> batch, alone;
   KvConfig sink16 = testing::Kv("sink", 16), h2o16 = testing::Kv("h2o", 32);
   sink16.type = h2o16.type = KvType::kF16;  // f16 caches beside f32 ones in one step
+  KvConfig tova16 = testing::Kv("tova", 16), snap24 = testing::Kv("snapkv", 24, 0, RopeK::kDeferred,
+                                                                  KvPositions::kOriginal, -1, 8);
+  tova16.type = snap24.type = KvType::kF16;
   const KvConfig kvs[] = {KvConfig{}, testing::Kv("sink", 16),
-                          testing::Kv("window", 24, 0, RopeK::kDeferred), sink16, h2o16};
+                          testing::Kv("window", 24, 0, RopeK::kDeferred), sink16, h2o16,
+                          tova16, snap24};
   constexpr int kSeqs = sizeof(kvs) / sizeof(kvs[0]);
   for (const KvConfig& kv : kvs) {
     batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
