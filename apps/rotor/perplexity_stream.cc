@@ -75,7 +75,8 @@ Status WritePlot(const PerplexityArgs& a, const Model& model, const std::vector<
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   static constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
-                                            "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+                                            "#9467bd", "#8c564b", "#e377c2", "#17becf",
+                                            "#bcbd22", "#7f7f7f", "#393b79", "#ad494a"};
   std::vector<PlotSeries> series;
   double lo = INFINITY, hi = 0;
   for (const StreamRun& r : runs) {
