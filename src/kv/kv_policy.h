@@ -196,8 +196,4 @@ struct KvPolicyInfo {
 std::span<const KvPolicyInfo* const> KvPolicyRegistry();
 const KvPolicyInfo* FindKvPolicy(std::string_view name);
 
-// Each policy file defines its info.
-extern const KvPolicyInfo kFullPolicy, kSinkPolicy, kWindowPolicy, kH2oPolicy, kSnapKvPolicy,
-    kTovaPolicy;
-
 }  // namespace rotor

@@ -1,8 +1,13 @@
-// The registered KV policies, in display order. Registering a policy is one
-// line here (its KvPolicyInfo is defined in its own file).
+// The registered KV policies, in display order. Registering a policy is its
+// name here, twice: declared, then listed (its KvPolicyInfo is defined in its
+// own file).
 #include "kv/kv_policy.h"
 
 namespace rotor {
+
+// Defined in each policy's own file.
+extern const KvPolicyInfo kFullPolicy, kSinkPolicy, kWindowPolicy, kH2oPolicy, kSnapKvPolicy,
+    kTovaPolicy;
 
 std::span<const KvPolicyInfo* const> KvPolicyRegistry() {
   static const KvPolicyInfo* const kAll[] = {

@@ -65,7 +65,7 @@ Status ResolveFull(KvConfig& c, const KvShape& shape, KvSpelling) {
 
 }  // namespace
 
-const KvPolicyInfo kFullPolicy = {
+extern const KvPolicyInfo kFullPolicy = {
     .name = "full",
     .help = "every token of the context",
     .options = 0,

@@ -73,7 +73,7 @@ Status ResolveH2o(KvConfig& c, const KvShape&, KvSpelling s) {
 
 }  // namespace
 
-const KvPolicyInfo kH2oPolicy = {
+extern const KvPolicyInfo kH2oPolicy = {
     .name = "h2o",
     .help = "heavy hitters (largest accumulated attention) and the most recent tokens",
     .options = KvOptBit(KvOpt::kSize) | KvOptBit(KvOpt::kRecent) | KvOptBit(KvOpt::kPositions),

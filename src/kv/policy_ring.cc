@@ -124,7 +124,7 @@ Status ResolveWindow(KvConfig& c, const KvShape&, KvSpelling) {
 
 }  // namespace
 
-const KvPolicyInfo kSinkPolicy = {
+extern const KvPolicyInfo kSinkPolicy = {
     .name = "sink",
     .help = "the first tokens (--kv-keep) and a ring of the most recent ones",
     .options = KvOptBit(KvOpt::kSize) | KvOptBit(KvOpt::kKeep) | KvOptBit(KvOpt::kPositions),
@@ -132,7 +132,7 @@ const KvPolicyInfo kSinkPolicy = {
     .create = CreateRing,
 };
 
-const KvPolicyInfo kWindowPolicy = {
+extern const KvPolicyInfo kWindowPolicy = {
     .name = "window",
     .help = "a ring of the most recent tokens",
     .options = KvOptBit(KvOpt::kSize) | KvOptBit(KvOpt::kPositions),

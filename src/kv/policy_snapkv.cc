@@ -173,7 +173,7 @@ Status ResolveSnapKv(KvConfig& c, const KvShape&, KvSpelling s) {
 
 }  // namespace
 
-const KvPolicyInfo kSnapKvPolicy = {
+extern const KvPolicyInfo kSnapKvPolicy = {
     .name = "snapkv",
     .help = "at a prompt's end, the tokens its last queries attend to most; then a ring",
     .options = KvOptBit(KvOpt::kSize) | KvOptBit(KvOpt::kWindow) | KvOptBit(KvOpt::kPositions),

@@ -58,7 +58,7 @@ class TovaPolicy final : public LanePolicy {
 
 }  // namespace
 
-const KvPolicyInfo kTovaPolicy = {
+extern const KvPolicyInfo kTovaPolicy = {
     .name = "tova",
     .help = "per layer, drops the token the current query attends to least (averaged over heads)",
     .options = KvOptBit(KvOpt::kSize) | KvOptBit(KvOpt::kPositions),
