@@ -19,6 +19,96 @@
 
 namespace rotor {
 
+namespace {
+
+// A layer's only lane (tova) on several threads: token by token, the hook
+// before it on this thread, then the lane's kv heads split among the threads
+// (each folds its heads over the lane's cells and sums its heads' weights),
+// then the partial weights added and the hook after it.
+void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
+                     AttentionScratch& scratch, const AttentionScratch::Cut& cut) {
+  const KvLayerView& view = *a.cache;
+  KvCells& cells = *view.cells;
+  KvLaneHooks& hooks = *plan.hooks;
+  const int lane = view.first_lane;
+  const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
+  const int32_t n_cells = view.n_cells, n = plan.n_tokens;
+  const size_t head_bytes = static_cast<size_t>(hd) * KvTypeBytes(view.type);
+  const bool deferred = view.rope_k == RopeK::kDeferred;
+  const bool avx512_weights = ActiveIsa() == Isa::kAvx512;
+  const int n_pieces = std::min(pool.size(), view.lane_heads);
+  // Piece p's buffers: its scores and weights; piece 0's key_cells hold the keys.
+  std::vector<AttentionScratch::LaneBuffers*> bufs(n_pieces);
+  for (int p = 0; p < n_pieces; ++p) bufs[p] = &scratch.lanes(p, n_cells, 1, a.n_head);
+  int32_t* keys = bufs[0]->key_cells.data();
+  for (int i = 0; i < n; ++i) {
+    hooks.BeforeToken(cells, lane, i, plan);
+    const TextIndex* index = cells.lane_index(lane);
+    int n_keys = 0;
+    for (int32_t c = 0; c < cells.hi(lane); ++c)
+      if (index[c] >= 0) keys[n_keys++] = c;
+    pool.Run(n_pieces, [&](int p, int thread) {
+      const int k0 = view.lane_heads * p / n_pieces, k1 = view.lane_heads * (p + 1) / n_pieces;
+      const int q_heads = (k1 - k0) * group;
+      const size_t col = static_cast<size_t>(k0) * head_bytes;
+      AttentionScratch::Thread th = scratch.thread(thread);
+      AttentionScratch::LaneBuffers& buf = *bufs[p];
+      attn::FoldState st = MakeFoldState(a, th, q_heads, k1 - k0);
+      st.q = a.q + i * a.q_stride + static_cast<int64_t>(k0) * group * hd;
+      std::fill(st.m, st.m + q_heads, -std::numeric_limits<float>::infinity());
+      std::fill(st.l, st.l + q_heads, 0.f);
+      std::fill(st.acc, st.acc + static_cast<size_t>(q_heads) * hd, 0.f);
+      const int32_t* pos = cells.lane_pos(lane);
+      attn::KeyBlock block;
+      block.f16 = view.type == KvType::kF16;
+      for (int k = 0; k < n_keys;) {
+        int far_used = 0;
+        block.n = 0;
+        const int first = k;
+        for (; k < n_keys && block.n < attn::kBlock; ++k) {
+          const int32_t c = keys[k];
+          const TextIndex idx = index[c];
+          const int b = block.n++;
+          if (idx >= plan.first) {  // a token of this ubatch: its own K/V
+            block.k[b] = cut.chunk_k + (idx - plan.first) * cut.chunk_row_bytes + col;
+            block.v[b] = cut.chunk_v + (idx - plan.first) * cut.chunk_row_bytes + col;
+          } else {
+            block.k[b] = static_cast<const uint8_t*>(view.KRow(c)) + col;
+            block.v[b] = static_cast<const uint8_t*>(view.VRow(c)) + col;
+          }
+          block.cos[b] = block.sin[b] = block.cos2[b] = block.sin2[b] = nullptr;
+          if (deferred)
+            SetRotation(*a.rope, static_cast<int64_t>(plan.pos[i]) - pos[c], block, b, th.far,
+                        &far_used);
+        }
+        if (cut.avx512) attn::FoldAvx512(st, block);
+        else attn::FoldScalar(st, block);
+        for (int h = 0; h < q_heads; ++h)
+          std::copy(st.scores + h * attn::kBlock, st.scores + h * attn::kBlock + block.n,
+                    buf.scores.data() + h * buf.stride + first);
+      }
+      for (int h = 0; h < q_heads; ++h) {
+        float* out = a.out + i * a.out_stride + (static_cast<int64_t>(k0) * group + h) * hd;
+        const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
+        for (int d = 0; d < hd; ++d) out[d] = st.acc[h * hd + d] * inv;
+      }
+      if (avx512_weights)
+        attn::LaneWeightsAvx512(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l,
+                                buf.weights.data());
+      else
+        attn::LaneWeightsScalar(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l,
+                                buf.weights.data());
+    });
+    float* weights = bufs[0]->weights.data();
+    for (int p = 1; p < n_pieces; ++p)
+      for (int k = 0; k < n_keys; ++k) weights[k] += bufs[p]->weights[k];
+    hooks.AfterToken(cells, lane, i, std::span<const int32_t>(keys, n_keys),
+                     std::span<const float>(weights, n_keys), plan);
+  }
+}
+
+}  // namespace
+
 // A thread runs a contiguous range of the layer's lanes in lockstep: for each
 // token, every lane's BeforeToken, then the cells block by block with every
 // lane of the range folding its slice of the block's rows (so the rows are
@@ -28,6 +118,8 @@ namespace rotor {
 void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, AttentionScratch& scratch,
                  const AttentionScratch::Cut& cut) {
   const KvLayerView& view = *a.cache;
+  if (view.n_lanes == 1 && view.lane_heads > 1 && pool.size() > 1)
+    return AttendLayerLane(pool, a, plan, scratch, cut);
   KvCells& cells = *view.cells;
   KvLaneHooks& hooks = *plan.hooks;
   const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
