@@ -38,9 +38,8 @@ Result<std::vector<KvConfig>> ExpandKvLists(const KvLists& lists) {
   if (policies.empty()) policies = {KvConfig{}.policy};
   for (const KvOptionSpec& spec : KvOptions()) {
     if (spec.id == KvOpt::kPolicy || lists[spec.id].empty()) continue;
-    const bool used = std::any_of(policies.begin(), policies.end(), [&](const std::string& p) {
-      return KvPolicyUses(p, spec.id);
-    });
+    const bool used = std::any_of(policies.begin(), policies.end(),
+                                  [&](const std::string& p) { return KvPolicyUses(p, spec.id); });
     if (!used)
       return Errorf("kv: {} is not used by {} {}", spec.flag, KvOption(KvOpt::kPolicy).flag,
                     fmt::join(policies, ","));

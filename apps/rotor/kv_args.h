@@ -3,12 +3,11 @@
 // accepts the same fields and words errors the same way.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <array>
+#include <nlohmann/json.hpp>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "kv/kv_config.h"

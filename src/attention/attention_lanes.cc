@@ -81,8 +81,10 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
             SetRotation(*a.rope, static_cast<int64_t>(plan.pos[i]) - pos[c], block, b, th.far,
                         &far_used);
         }
-        if (cut.avx512) attn::FoldAvx512(st, block);
-        else attn::FoldScalar(st, block);
+        if (cut.avx512)
+          attn::FoldAvx512(st, block);
+        else
+          attn::FoldScalar(st, block);
         for (int h = 0; h < q_heads; ++h)
           std::copy(st.scores + h * attn::kBlock, st.scores + h * attn::kBlock + block.n,
                     buf.scores.data() + h * buf.stride + first);
@@ -196,8 +198,10 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
           }
           if (block.n == 0) continue;
           attn::FoldState& s = st[l];
-          if (cut.avx512) attn::FoldAvx512(s, block);
-          else attn::FoldScalar(s, block);
+          if (cut.avx512)
+            attn::FoldAvx512(s, block);
+          else
+            attn::FoldScalar(s, block);
           // The block's scores, kept for the weights: [q_heads, stride] of lane l.
           float* scores = buf.scores.data() + static_cast<size_t>(l) * q_heads * buf.stride;
           for (int h = 0; h < q_heads; ++h)

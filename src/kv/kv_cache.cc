@@ -22,9 +22,12 @@ namespace {
 
 int LaneCount(KvLanes lanes, const KvShape& shape) {
   switch (lanes) {
-    case KvLanes::kShared: return 1;
-    case KvLanes::kPerLayer: return shape.n_layer;
-    case KvLanes::kPerHead: return shape.n_layer * shape.n_head_kv;
+    case KvLanes::kShared:
+      return 1;
+    case KvLanes::kPerLayer:
+      return shape.n_layer;
+    case KvLanes::kPerHead:
+      return shape.n_layer * shape.n_head_kv;
   }
   return 1;
 }
@@ -37,10 +40,11 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<K
       policy_(std::move(policy)),
       n_cells_(policy_->n_cells()),
       elem_bytes_(KvTypeBytes(config.type)),
-      cells_(LaneCount(policy_->lanes(), shape), n_cells_,
-             config.rope_k == RopeK::kCached
-                 ? KvCells::Rotate([this](int lane, int32_t c, int32_t d) { RotateLane(lane, c, d); })
-                 : KvCells::Rotate()) {
+      cells_(
+          LaneCount(policy_->lanes(), shape), n_cells_,
+          config.rope_k == RopeK::kCached
+              ? KvCells::Rotate([this](int lane, int32_t c, int32_t d) { RotateLane(lane, c, d); })
+              : KvCells::Rotate()) {
   const size_t n = static_cast<size_t>(shape.n_layer) * n_cells_ * RowFloats() * elem_bytes_;
   k_.Resize(n);
   v_.Resize(n);
@@ -53,8 +57,10 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<K
 KvCache::~KvCache() = default;
 
 void KvCache::Store(AlignedBuffer<uint8_t>& dst, size_t at, const float* src, size_t n) {
-  if (config_.type == KvType::kF32) std::memcpy(dst.data() + at, src, n * sizeof(float));
-  else ops::F32ToF16Row(src, reinterpret_cast<uint16_t*>(dst.data() + at), static_cast<int64_t>(n));
+  if (config_.type == KvType::kF32)
+    std::memcpy(dst.data() + at, src, n * sizeof(float));
+  else
+    ops::F32ToF16Row(src, reinterpret_cast<uint16_t*>(dst.data() + at), static_cast<int64_t>(n));
 }
 
 void KvCache::ShiftKey(size_t at, int n_heads, int32_t delta) {
@@ -95,15 +101,19 @@ void KvCache::RotateLane(int lane, int32_t cell, int32_t delta) {
 
 std::vector<float> KvCache::CellK(int layer, int32_t cell) const {
   std::vector<float> out(RowFloats());
-  if (config_.type == KvType::kF32) std::memcpy(out.data(), k_.data() + Offset(layer, cell), out.size() * 4);
-  else ops::DequantizeRow(DType::kF16, k_.data() + Offset(layer, cell), out.data(), out.size());
+  if (config_.type == KvType::kF32)
+    std::memcpy(out.data(), k_.data() + Offset(layer, cell), out.size() * 4);
+  else
+    ops::DequantizeRow(DType::kF16, k_.data() + Offset(layer, cell), out.data(), out.size());
   return out;
 }
 
 std::vector<float> KvCache::CellV(int layer, int32_t cell) const {
   std::vector<float> out(RowFloats());
-  if (config_.type == KvType::kF32) std::memcpy(out.data(), v_.data() + Offset(layer, cell), out.size() * 4);
-  else ops::DequantizeRow(DType::kF16, v_.data() + Offset(layer, cell), out.data(), out.size());
+  if (config_.type == KvType::kF32)
+    std::memcpy(out.data(), v_.data() + Offset(layer, cell), out.size() * 4);
+  else
+    ops::DequantizeRow(DType::kF16, v_.data() + Offset(layer, cell), out.data(), out.size());
   return out;
 }
 

@@ -30,19 +30,19 @@ namespace rotor {
 
 // What attention reads for one layer.
 struct KvLayerView {
-  const void* k = nullptr;            // [n_cells, n_head_kv, head_dim] of `type`
-  const void* v = nullptr;            // [n_cells, n_head_kv, head_dim] of `type`
+  const void* k = nullptr;  // [n_cells, n_head_kv, head_dim] of `type`
+  const void* v = nullptr;  // [n_cells, n_head_kv, head_dim] of `type`
   KvType type = KvType::kF32;
-  size_t row_bytes = 0;               // bytes of one cell's K (or V) row
-  const TextIndex* index = nullptr;   // [n_cells] shared lane: text index per cell, -1 = empty
-  const int32_t* pos = nullptr;       // [n_cells] shared lane: RoPE position per cell
-  int32_t n_cells = 0;                // shared lane: every occupied cell is below this
+  size_t row_bytes = 0;              // bytes of one cell's K (or V) row
+  const TextIndex* index = nullptr;  // [n_cells] shared lane: text index per cell, -1 = empty
+  const int32_t* pos = nullptr;      // [n_cells] shared lane: RoPE position per cell
+  int32_t n_cells = 0;               // shared lane: every occupied cell is below this
   int layer = 0;
-  TextIndex keep = 0;                 // text indices below this are sinks
-  RopeK rope_k = RopeK::kCached;      // keys stored rotated (cached) or not (deferred)
+  TextIndex keep = 0;             // text indices below this are sinks
+  RopeK rope_k = RopeK::kCached;  // keys stored rotated (cached) or not (deferred)
   // Per-lane policies: the layer's lanes are first_lane .. first_lane +
   // n_lanes - 1 of `cells`, each covering lane_heads kv heads.
-  KvCells* cells = nullptr;           // null for shared-lane policies
+  KvCells* cells = nullptr;  // null for shared-lane policies
   int first_lane = 0;
   int n_lanes = 1;
   int lane_heads = 0;
@@ -60,8 +60,8 @@ class KvCache {
   int32_t n_cells() const { return n_cells_; }        // cells per lane (storage rows per layer)
   // Occupied cells of the fullest lane: at most the policy's size between ubatches.
   int32_t n_used() const { return cells_.max_used(); }
-  TextIndex n_seen() const { return n_seen_; }        // tokens committed: the next token's index
-  bool evicts() const;                                // memory bounded, any text length
+  TextIndex n_seen() const { return n_seen_; }  // tokens committed: the next token's index
+  bool evicts() const;                          // memory bounded, any text length
   // Bytes of K/V storage, cell table and policy state: allocated once, never grows.
   size_t memory_bytes() const;
 
@@ -126,10 +126,10 @@ class KvCache {
   KvConfig config_;
   std::unique_ptr<KvPolicy> policy_;
   int32_t n_cells_ = 0;
-  size_t elem_bytes_ = 4;            // KvTypeBytes(config_.type)
-  AlignedBuffer<uint8_t> k_;         // [n_layer, n_cells, n_head_kv, head_dim] of config_.type
-  AlignedBuffer<uint8_t> v_;         // [n_layer, n_cells, n_head_kv, head_dim] of config_.type
-  std::vector<float> shift_row_;     // [n_head_kv * head_dim] f16 re-rotation scratch
+  size_t elem_bytes_ = 4;         // KvTypeBytes(config_.type)
+  AlignedBuffer<uint8_t> k_;      // [n_layer, n_cells, n_head_kv, head_dim] of config_.type
+  AlignedBuffer<uint8_t> v_;      // [n_layer, n_cells, n_head_kv, head_dim] of config_.type
+  std::vector<float> shift_row_;  // [n_head_kv * head_dim] f16 re-rotation scratch
   KvCells cells_;
   TextIndex n_seen_ = 0;
 };

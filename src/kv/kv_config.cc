@@ -78,10 +78,14 @@ std::vector<std::string> KvChoices(KvOpt id) {
       for (const KvPolicyInfo* p : KvPolicyRegistry()) v.emplace_back(p->name);
       return v;
     }
-    case KvOpt::kRopeK: return {"cached", "deferred"};
-    case KvOpt::kPositions: return {"original", "compact"};
-    case KvOpt::kType: return {"f32", "f16"};
-    default: return {};
+    case KvOpt::kRopeK:
+      return {"cached", "deferred"};
+    case KvOpt::kPositions:
+      return {"original", "compact"};
+    case KvOpt::kType:
+      return {"f32", "f16"};
+    default:
+      return {};
   }
 }
 
@@ -95,11 +99,20 @@ Status KvConfig::SetInt(KvOpt o, int64_t value, KvSpelling spelling) {
                   spec.max);
   const int v = static_cast<int>(value);
   switch (o) {
-    case KvOpt::kSize: size = v; break;
-    case KvOpt::kKeep: keep = v; break;
-    case KvOpt::kRecent: recent = v; break;
-    case KvOpt::kWindow: window = v; break;
-    default: break;
+    case KvOpt::kSize:
+      size = v;
+      break;
+    case KvOpt::kKeep:
+      keep = v;
+      break;
+    case KvOpt::kRecent:
+      recent = v;
+      break;
+    case KvOpt::kWindow:
+      window = v;
+      break;
+    default:
+      break;
   }
   given |= KvOptBit(o);
   return Status::Ok();
@@ -149,7 +162,8 @@ Status KvConfig::Set(KvOpt o, std::string_view text, KvSpelling spelling) {
       type = *t;
       break;
     }
-    default: return bad();
+    default:
+      return bad();
   }
   given |= KvOptBit(o);
   return Status::Ok();
@@ -157,14 +171,22 @@ Status KvConfig::Set(KvOpt o, std::string_view text, KvSpelling spelling) {
 
 std::string KvConfig::Get(KvOpt o) const {
   switch (o) {
-    case KvOpt::kPolicy: return policy;
-    case KvOpt::kSize: return std::to_string(size);
-    case KvOpt::kKeep: return std::to_string(keep);
-    case KvOpt::kRecent: return std::to_string(recent);
-    case KvOpt::kWindow: return std::to_string(window);
-    case KvOpt::kRopeK: return std::string(RopeKName(rope_k));
-    case KvOpt::kPositions: return std::string(KvPositionsName(positions));
-    case KvOpt::kType: return std::string(KvTypeName(type));
+    case KvOpt::kPolicy:
+      return policy;
+    case KvOpt::kSize:
+      return std::to_string(size);
+    case KvOpt::kKeep:
+      return std::to_string(keep);
+    case KvOpt::kRecent:
+      return std::to_string(recent);
+    case KvOpt::kWindow:
+      return std::to_string(window);
+    case KvOpt::kRopeK:
+      return std::string(RopeKName(rope_k));
+    case KvOpt::kPositions:
+      return std::string(KvPositionsName(positions));
+    case KvOpt::kType:
+      return std::string(KvTypeName(type));
   }
   return "";
 }
@@ -176,7 +198,8 @@ Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape,
   if (info == nullptr)
     return Errorf("kv: {} '{}' is not one of {}", kv, config.policy, KvChoicesText(KvOpt::kPolicy));
   if (shape.n_ctx <= 0) return Errorf("kv: context size {} must be positive", shape.n_ctx);
-  const uint32_t common = KvOptBit(KvOpt::kPolicy) | KvOptBit(KvOpt::kRopeK) | KvOptBit(KvOpt::kType);
+  const uint32_t common =
+      KvOptBit(KvOpt::kPolicy) | KvOptBit(KvOpt::kRopeK) | KvOptBit(KvOpt::kType);
   for (const KvOptionSpec& spec : KvOptions()) {
     const uint32_t bit = KvOptBit(spec.id);
     if ((config.given & bit) && !(common & bit) && !(info->options & bit))

@@ -28,7 +28,7 @@
 
 namespace rotor {
 
-enum class RopeK { kCached, kDeferred };      // K stored after RoPE / before RoPE
+enum class RopeK { kCached, kDeferred };  // K stored after RoPE / before RoPE
 enum class KvPositions { kOriginal, kCompact };
 // Element type of the stored K and V. f16 halves the cache and the bytes
 // attention reads (llama.cpp's default); the current ubatch's own keys and
@@ -65,9 +65,9 @@ enum class KvSpelling { kFlag, kField };
 
 struct KvOptionSpec {
   KvOpt id;
-  std::string_view flag;     // "--kv-size"
-  std::string_view field;    // "kv_size"
-  bool is_int = true;        // an integer in [min, max], else one of choices()
+  std::string_view flag;   // "--kv-size"
+  std::string_view field;  // "kv_size"
+  bool is_int = true;      // an integer in [min, max], else one of choices()
   int min = 0, max = 0;
   std::string_view default_text;  // as shown in help ("4", "size / 2", "f32")
   std::string_view help;

@@ -100,16 +100,16 @@ class KvLaneHooks;
 
 // The plan for appending n_tokens to the sequence. Reused across ubatches.
 struct KvPlan {
-  TextIndex first = 0;             // text index of the ubatch's first token
+  TextIndex first = 0;  // text index of the ubatch's first token
   int32_t n_tokens = 0;
-  std::vector<int32_t> pos;        // [n_tokens] RoPE position of each new token (q and k)
+  std::vector<int32_t> pos;  // [n_tokens] RoPE position of each new token (q and k)
   // [n_tokens] extra position of sink keys as seen by each query: compact
   // positions renumber the window after evictions while sinks keep theirs, so
   // a query t sees sink j at distance min(t, size - 1) - j. 0 otherwise.
   std::vector<int32_t> sink_delta;
-  std::vector<Slot> slot;          // [n_tokens] shared lanes: destination cell; invalid = not kept
-  Visibility visibility;           // shared lanes
-  int32_t pos_shift = 0;           // shared lanes: at Commit, window positions decrease by this
+  std::vector<Slot> slot;  // [n_tokens] shared lanes: destination cell; invalid = not kept
+  Visibility visibility;   // shared lanes
+  int32_t pos_shift = 0;   // shared lanes: at Commit, window positions decrease by this
   // Per-lane policies: attention calls these hooks, which fill lane_slot.
   KvLaneHooks* hooks = nullptr;
   std::vector<int32_t> lane_slot;  // [n_lanes, n_tokens] cell of each new token, -1 = not kept
@@ -164,7 +164,8 @@ class KvPolicy : public KvLaneHooks {
   // and edits the cells; the policy says whether it can honour the operation
   // (an error names why: a token already evicted, scores that include the
   // dropped tokens) and updates its own state.
-  virtual Status CanDrop(const KvCells& cells, TextIndex n_seen, TextIndex from, TextIndex to) const;
+  virtual Status CanDrop(const KvCells& cells, TextIndex n_seen, TextIndex from,
+                         TextIndex to) const;
   virtual void OnDrop(KvCells& cells, TextIndex n_seen, TextIndex from, TextIndex to) {
     (void)cells, (void)n_seen, (void)from, (void)to;
   }

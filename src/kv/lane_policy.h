@@ -38,13 +38,15 @@ class LanePolicy : public KvPolicy {
   // Scores include the dropped tokens' queries, or tokens are already
   // evicted: a policy that can honour a drop says so itself.
   Status CanDrop(const KvCells&, TextIndex, TextIndex from, TextIndex) const override {
-    return Errorf("kv: this policy cannot drop tokens from token {} on: its choices of what to "
-                  "keep depend on them",
-                  from);
+    return Errorf(
+        "kv: this policy cannot drop tokens from token {} on: its choices of what to "
+        "keep depend on them",
+        from);
   }
   Status CanShift(TextIndex, TextIndex, TextIndex) const override {
-    return Status::Error("kv: positions cannot be shifted under a policy that chooses tokens by "
-                         "attention (use full, sink or window)");
+    return Status::Error(
+        "kv: positions cannot be shifted under a policy that chooses tokens by "
+        "attention (use full, sink or window)");
   }
 
  protected:

@@ -38,10 +38,11 @@ class RingPolicy final : public KvPolicy {
     for (int32_t i = 0; i < n_tokens; ++i) {
       const TextIndex t = first + i;
       const bool kept = t < keep || t >= end - window;
-      plan->slot[i] = kept ? Slot{static_cast<int32_t>(t < keep ? t : keep + (t - keep) % window)}
-                           : Slot{};
+      plan->slot[i] =
+          kept ? Slot{static_cast<int32_t>(t < keep ? t : keep + (t - keep) % window)} : Slot{};
       plan->pos[i] = static_cast<int32_t>(t - s0 + offset_);
-      if (compact_) plan->sink_delta[i] = static_cast<int32_t>(std::max<int64_t>(0, t - size + 1) - s0);
+      if (compact_)
+        plan->sink_delta[i] = static_cast<int32_t>(std::max<int64_t>(0, t - size + 1) - s0);
     }
     plan->pos_shift = static_cast<int32_t>(s1 - s0);
     return Status::Ok();
@@ -66,9 +67,10 @@ class RingPolicy final : public KvPolicy {
       if (idx >= 0 && idx < from && (idx < keep_ || idx >= lo)) ++held;
     }
     if (held < need)
-      return Errorf("kv: cannot continue the text at token {}: the {} cache of {} cells has "
-                    "already evicted tokens it would need (it holds {} of {})",
-                    from, keep_ > 0 ? "sink" : "window", size_, held, need);
+      return Errorf(
+          "kv: cannot continue the text at token {}: the {} cache of {} cells has "
+          "already evicted tokens it would need (it holds {} of {})",
+          from, keep_ > 0 ? "sink" : "window", size_, held, need);
     return Status::Ok();
   }
   void OnDrop(KvCells& cells, TextIndex n_seen, TextIndex from, TextIndex to) override {
@@ -86,8 +88,9 @@ class RingPolicy final : public KvPolicy {
   }
   Status CanShift(TextIndex, TextIndex, TextIndex) const override {
     if (compact_)
-      return Status::Error("kv: positions cannot be shifted with compact positions (the policy "
-                           "renumbers them itself)");
+      return Status::Error(
+          "kv: positions cannot be shifted with compact positions (the policy "
+          "renumbers them itself)");
     return Status::Ok();
   }
   void OnShift(TextIndex n_seen, TextIndex, TextIndex to, int32_t delta) override {

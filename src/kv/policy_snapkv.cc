@@ -47,9 +47,10 @@ class SnapKvPolicy final : public LanePolicy {
   Status ExpectPrompt(const KvCells& cells, TextIndex n_seen, int64_t n) override {
     if (n <= 0) return Status::Ok();
     if (cells.max_used() + n > n_cells_)
-      return Errorf("kv: snapkv holds a whole prompt before compressing it: {} prompt tokens + {} "
-                    "held > context size {}",
-                    n, cells.max_used(), n_cells_);
+      return Errorf(
+          "kv: snapkv holds a whole prompt before compressing it: {} prompt tokens + {} "
+          "held > context size {}",
+          n, cells.max_used(), n_cells_);
     prompt_end_ = n_seen + n;
     return Status::Ok();
   }
@@ -137,7 +138,8 @@ class SnapKvPolicy final : public LanePolicy {
     const int keep = std::min(n, size_ - window_);
     std::vector<int> order(n);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return pooled[a] > pooled[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return pooled[a] > pooled[b]; });
     for (int r = 0; r < n; ++r) {
       const int32_t c = cand[order[r]];
       if (r < keep) {
@@ -156,11 +158,11 @@ class SnapKvPolicy final : public LanePolicy {
   }
 
   int32_t window_;
-  std::vector<float> score_;     // [n_lanes, n_cells] window queries' summed weights
-  std::vector<uint8_t> selected_;  // [n_lanes, n_cells] chosen at the last prompt's end
-  TextIndex prompt_end_ = -1;    // end of the announced prompt, -1 = none pending
-  TextIndex selected_end_ = -1;  // end of the prompt the selection was made at, -1 = none
-  bool changed_ = false;         // something was evicted (a prefix can no longer be kept)
+  std::vector<float> score_;           // [n_lanes, n_cells] window queries' summed weights
+  std::vector<uint8_t> selected_;      // [n_lanes, n_cells] chosen at the last prompt's end
+  TextIndex prompt_end_ = -1;          // end of the announced prompt, -1 = none pending
+  TextIndex selected_end_ = -1;        // end of the prompt the selection was made at, -1 = none
+  bool changed_ = false;               // something was evicted (a prefix can no longer be kept)
   std::vector<uint8_t> lane_changed_;  // [n_lanes] a lane evicted during this ubatch
 };
 

@@ -17,8 +17,8 @@ namespace {
 using ::testing::HasSubstr;
 
 CliResult Generate(std::vector<std::string> kv) {
-  std::vector<std::string> args = {"generate", "-m", BundledModel(), "-p", "Once", "-n", "4",
-                                   "-t", "1"};
+  std::vector<std::string> args = {"generate", "-m", BundledModel(), "-p", "Once",
+                                   "-n",       "4",  "-t",           "1"};
   args.insert(args.end(), kv.begin(), kv.end());
   return RunRotor(args);
 }
@@ -89,7 +89,9 @@ TEST(KvOptionsCliTest, PromptsLinesNameTheJsonField) {
   };
   for (const Case& c : cases) {
     const std::string path = dir.File("p.jsonl");
-    std::ofstream(path) << R"({"prompt": "fine"})" << "\n" << c.line << "\n";
+    std::ofstream(path) << R"({"prompt": "fine"})"
+                        << "\n"
+                        << c.line << "\n";
     CliResult r = RunRotor({"generate", "-m", BundledModel(), "--prompts", path, "-n", "2"});
     EXPECT_NE(r.exit_code, 0) << c.line;
     EXPECT_THAT(r.err, HasSubstr("line 2")) << r.err;
@@ -104,21 +106,22 @@ TEST(KvOptionsCliTest, BenchAndPerplexityListsUseTheTable) {
                               "--kv", "full", "--kv-keep", "8"});
   EXPECT_NE(bench.exit_code, 0);
   EXPECT_THAT(bench.err, HasSubstr("--kv-keep is not used by --kv full"));
-  CliResult bad = RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "4", "-r", "1",
-                            "--kv", "sink,lru"});
+  CliResult bad = RunRotor(
+      {"bench", "-m", BundledModel(), "-p", "0", "-n", "4", "-r", "1", "--kv", "sink,lru"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.err, HasSubstr("--kv 'lru' is not one of"));
   // Each policy takes the options it uses: full once, tova at both sizes.
-  CliResult ok = RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "4", "-r", "1", "-t",
-                           "1", "--kv", "full,tova,snapkv", "--kv-size", "32,64", "--kv-window",
-                           "8", "-o", "jsonl"});
+  CliResult ok =
+      RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--kv",
+                "full,tova,snapkv", "--kv-size", "32,64", "--kv-window", "8", "-o", "jsonl"});
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   int rows = 0;
-  for (size_t at = ok.out.find("\"kv\""); at != std::string::npos; at = ok.out.find("\"kv\"", at + 1))
+  for (size_t at = ok.out.find("\"kv\""); at != std::string::npos;
+       at = ok.out.find("\"kv\"", at + 1))
     ++rows;
   EXPECT_EQ(rows, 5) << ok.out;
-  CliResult ppl = RunRotor({"perplexity", "-m", BundledModel(), "-f", text, "-c", "64",
-                            "--chunks", "1", "--kv", "sink", "--kv-window", "8"});
+  CliResult ppl = RunRotor({"perplexity", "-m", BundledModel(), "-f", text, "-c", "64", "--chunks",
+                            "1", "--kv", "sink", "--kv-window", "8"});
   EXPECT_NE(ppl.exit_code, 0);
   EXPECT_THAT(ppl.err, HasSubstr("--kv-window is not used by --kv sink"));
 }

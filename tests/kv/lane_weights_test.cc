@@ -27,8 +27,10 @@ TEST(LaneWeights, Avx512EqualsScalar) {
         for (int k = 0; k < n_keys; ++k) l[h] += std::exp(scores[h * stride + k] - m[h]);
       }
       std::vector<float> want(n_keys + 1, -1.f), got(n_keys + 1, -1.f);
-      attn::LaneWeightsScalar(scores.data(), stride, n_heads, n_keys, m.data(), l.data(), want.data());
-      attn::LaneWeightsAvx512(scores.data(), stride, n_heads, n_keys, m.data(), l.data(), got.data());
+      attn::LaneWeightsScalar(scores.data(), stride, n_heads, n_keys, m.data(), l.data(),
+                              want.data());
+      attn::LaneWeightsAvx512(scores.data(), stride, n_heads, n_keys, m.data(), l.data(),
+                              got.data());
       double sum = 0;
       for (int k = 0; k < n_keys; ++k) {
         EXPECT_NEAR(got[k], want[k], 1e-6 + 1e-5 * want[k]) << n_heads << " " << n_keys << " " << k;
