@@ -126,7 +126,7 @@ int RunChunkedPerplexity(const PerplexityInput& in) {
   for (size_t ri = 0; ri < runs.size(); ++ri) {
     const PerplexityRun& run = runs[ri];
     if (runs.size() > 1)
-      fmt::print("{}kv {}: {}\n", ri > 0 ? "\n" : "", run.label, DescribeKv(run.resolved));
+      fmt::print("{}kv {}: {}\n", ri > 0 ? "\n" : "", run.label, DescribeKvConfig(run.resolved));
     std::fflush(stdout);
     std::unique_ptr<KlBaseWriter> base_writer;
     std::unique_ptr<KlBaseReader> base_reader;
@@ -136,7 +136,7 @@ int RunChunkedPerplexity(const PerplexityInput& in) {
       info.model = model_desc;
       info.model_fingerprint = fingerprint;
       info.text = FileName(a.text_file);
-      info.kv = DescribeKv(run.resolved);
+      info.kv = DescribeKvConfig(run.resolved);
       info.n_vocab = model.config().n_vocab;
       info.n_ctx = a.n_ctx;
       info.n_chunks = n_chunks;

@@ -38,8 +38,6 @@ Result<std::vector<PerplexityRun>> ExpandPerplexityRuns(const PerplexityArgs& a,
   return runs;
 }
 
-std::string DescribeKv(const KvConfig& resolved) { return DescribeKvConfig(resolved); }
-
 std::string FileName(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);

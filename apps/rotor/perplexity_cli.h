@@ -40,9 +40,6 @@ struct PerplexityRun {
   KvConfig resolved;  // against the context it was expanded for
 };
 
-// "sink, 128 cells (4 sinks + 124 recent), compact positions, cached keys"
-std::string DescribeKv(const KvConfig& resolved);
-
 // Every combination of the KV lists, full once, each checked against a context
 // of n_ctx tokens (errors name the flag).
 Result<std::vector<PerplexityRun>> ExpandPerplexityRuns(const PerplexityArgs& a, const Model& model,

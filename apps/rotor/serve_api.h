@@ -44,7 +44,7 @@ struct ApiRequest {
 
 // Parses a request body. Fields: prompt | messages, max_tokens
 // (max_completion_tokens), temperature, top_p, top_k, min_p, seed, stop,
-// stream, stream_options; rotor extensions kv, kv_size, kv_keep, kv_recent,
+// stream, stream_options; rotor extensions kv, kv_size, kv_keep, kv_recent, kv_window,
 // rope_k, kv_positions, kv_type, ignore_eos, repeat_penalty, repeat_last_n. Null means
 // the server's default; other OpenAI fields are ignored, except the ones that
 // would change the output's shape (n > 1, echo, best_of > 1, logprobs), which

@@ -117,8 +117,6 @@ std::vector<float> KvCache::CellV(int layer, int32_t cell) const {
   return out;
 }
 
-bool KvCache::evicts() const { return KvPolicyEvicts(config_.policy); }
-
 size_t KvCache::memory_bytes() const {
   return k_.bytes() + v_.bytes() + cells_.bytes() + policy_->state_bytes();
 }

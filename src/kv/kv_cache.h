@@ -61,7 +61,6 @@ class KvCache {
   // Occupied cells of the fullest lane: at most the policy's size between ubatches.
   int32_t n_used() const { return cells_.max_used(); }
   TextIndex n_seen() const { return n_seen_; }  // tokens committed: the next token's index
-  bool evicts() const;                          // memory bounded, any text length
   // Bytes of K/V storage, cell table and policy state: allocated once, never grows.
   size_t memory_bytes() const;
 

@@ -19,7 +19,7 @@ class FullPolicy final : public KvPolicy {
     return size_ - cells.used(0);
   }
 
-  Status Plan(const KvCells& cells, TextIndex n_seen, KvPlan* plan) const override {
+  Status Plan(const KvCells& cells, TextIndex, KvPlan* plan) const override {
     const int32_t n = plan->n_tokens;
     if (cells.used(0) + n > size_)
       return Errorf("kv: context full: {} tokens in the cache + {} new > context size {}",
@@ -33,7 +33,6 @@ class FullPolicy final : public KvPolicy {
       plan->slot[i] = Slot{c};
       plan->pos[i] = static_cast<int32_t>(next_pos_ + i);
     }
-    (void)n_seen;
     return Status::Ok();
   }
 
