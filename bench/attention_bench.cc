@@ -1,5 +1,7 @@
 // Decode attention (one query token) over a full cache at depth d, keys stored
-// rotated (cached) or not (deferred, rotated in the kernel), K/V in f32 or f16.
+// rotated (cached) or not (deferred, rotated in the kernel), K/V in f32 or f16,
+// in pool blocks of 16 cells (the default) or other sizes, 0 = one block for
+// the whole cache (the contiguous layout of a cache before paging).
 // Reports the KV bytes read per second; compare the modes in the same run.
 #include <benchmark/benchmark.h>
 
@@ -9,6 +11,7 @@
 #include "attention/attention.h"
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 
 namespace rotor {
 namespace {
@@ -22,12 +25,16 @@ constexpr Shape kLlama1B{32, 8, 64};
 void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType type) {
   const int depth = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
+  int block = static_cast<int>(state.range(2));
   ops::RopeConfig rope{s.head_dim, s.head_dim, 10000.f};
   KvShape shape{1, s.n_head_kv, s.head_dim, depth + 1, rope};
+  if (block == 0)
+    for (block = 1; block < depth + 1;) block *= 2;
+  KvBlockPool blocks(shape, KvPoolOptions{.block_cells = block});
   KvConfig cfg;
   cfg.rope_k = rope_k;
   cfg.type = type;
-  auto cache = std::move(KvCache::Create(shape, cfg)).value();
+  auto cache = std::move(KvCache::Create(shape, cfg, &blocks)).value();
   const int row = s.n_head_kv * s.head_dim;
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;
@@ -37,6 +44,7 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
     for (auto& x : v) x = dist(rng);
     KvPlan plan;
     (void)cache->Plan(depth, &plan);
+    (void)cache->Prepare(plan);
     cache->Write(0, plan, k.data(), v.data(), row);
     cache->Commit(plan);
   }
@@ -49,6 +57,7 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
   RopeDistanceTable table(rope, depth + 64);
   KvPlan plan;
   (void)cache->Plan(1, &plan);
+  (void)cache->Prepare(plan);
   KvLayerView view = cache->View(0);
   AttentionArgs a;
   a.q = q.data(), a.k = k.data(), a.v = v.data();
@@ -71,9 +80,23 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
-    for (int depth : {512, 2048, 8192, 32768}) b->Args({depth, threads});  // 32768: past L3
+    for (int depth : {512, 2048, 8192, 32768})  // 32768: past L3
+      b->Args({depth, threads, kKvBlockCells});
   b->UseRealTime();
 }
+
+// Paged against contiguous, and the block size: depth x threads x block cells.
+void BlockArgs(benchmark::internal::Benchmark* b) {
+  for (int depth : {512, 8192})
+    for (int block : {0, 16, 64, 256}) b->Args({depth, 2, block});
+  b->UseRealTime();
+}
+BENCHMARK_CAPTURE(BM_DecodeAttention, blocks_llama1b_cached_f16, kLlama1B, RopeK::kCached,
+                  KvType::kF16)
+    ->Apply(BlockArgs);
+BENCHMARK_CAPTURE(BM_DecodeAttention, blocks_llama1b_deferred_f16, kLlama1B, RopeK::kDeferred,
+                  KvType::kF16)
+    ->Apply(BlockArgs);
 
 BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached, kStories110M, RopeK::kCached, KvType::kF32)
     ->Apply(Args);

@@ -24,6 +24,19 @@ void AddEngineOptions(CLI::App* app, EngineOptions* o) {
       ->check(CLI::Range(1, 1024));
   app->add_option("-c,--ctx-size", o->n_ctx, "context size per sequence (0 = the model's)")
       ->check(CLI::Range(0, 1 << 24));
+  app->add_option_function<std::string>(
+         "--kv-memory",
+         [o](const std::string& v) {
+           Result<int64_t> bytes = ParseKvMemory(v);
+           if (!bytes.ok()) throw CLI::ValidationError(bytes.message());
+           o->kv_memory_bytes = *bytes;
+         },
+         "K/V memory of all sequences: MiB (4096), or a fraction (0.25) or percentage (25%) of "
+         "the machine's memory (default: the sequences' full contexts, at most half the memory)")
+      ->type_name("SIZE");
+  app->add_flag_callback(
+      "--no-prefix-cache", [o] { o->prefix_cache = false; },
+      "do not reuse cached prompt prefixes (nor keep finished prompts cached)");
 }
 
 void AddSamplingOptions(CLI::App* app, SamplingParams* p) {

@@ -89,7 +89,9 @@ int RunGenerateBatch(const EngineOptions& engine_options, const GenerateOptions&
     line_of.push_back(line_no);
   }
   if (requests.empty()) return Fail(Errorf("generate: --prompts {} holds no prompt", prompts_file));
-  Result<std::unique_ptr<Engine>> engine = Engine::Create(engine_options);
+  EngineOptions eo = engine_options;
+  eo.max_seqs = parallel;
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(eo);
   if (!engine.ok()) return Fail(engine.status());
   // Every line is checked before any runs; KV options are named as JSON fields.
   for (size_t i = 0; i < requests.size(); ++i) {

@@ -36,6 +36,8 @@ int RunServe(ServeArgs& a) {
              "queue {} | chat template {}\n",
              a.serve.host, s.port(), s.model_id(), s.engine().n_ctx(), a.serve.parallel,
              a.serve.max_queue, s.chat_template().name());
+  fmt::print(stderr, "rotor serve: K/V memory {} | prefix cache {}\n",
+             s.engine().DescribeKvMemory(), s.engine().prefix_cache() ? "on" : "off");
   std::fflush(stderr);
 
   std::thread waiter([&] {

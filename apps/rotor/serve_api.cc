@@ -295,6 +295,7 @@ std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
   }
   f.Bool("stream", &out->stream);
   f.Bool("ignore_eos", &o.ignore_eos);
+  f.Bool("cache_prompt", &o.cache_prompt);
   if (const json* so = f.Find("stream_options")) {
     auto usage = so->is_object() ? so->find("include_usage") : so->end();
     if (!so->is_object() || (usage != so->end() && !usage->is_boolean() && !usage->is_null()))
@@ -324,10 +325,11 @@ std::string_view OpenAiFinishReason(FinishReason reason) {
   return "stop";
 }
 
-json Usage(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+json Usage(const TokenUsage& u) {
+  return {{"prompt_tokens", u.prompt},
+          {"completion_tokens", u.completion},
+          {"total_tokens", u.prompt + u.completion},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached}}}};
 }
 
 namespace {
@@ -339,7 +341,7 @@ json Envelope(const ResponseMeta& meta, std::string_view object) {
 }  // namespace
 
 json FullResponse(const ResponseMeta& meta, const std::string& text, FinishReason finish,
-                  int64_t prompt_tokens, int64_t completion_tokens) {
+                  const TokenUsage& usage) {
   const bool chat = meta.endpoint == Endpoint::kChat;
   json r = Envelope(meta, chat ? "chat.completion" : "text_completion");
   json choice = {
@@ -350,7 +352,7 @@ json FullResponse(const ResponseMeta& meta, const std::string& text, FinishReaso
     choice["text"] = text;
   }
   r["choices"] = json::array({std::move(choice)});
-  r["usage"] = Usage(prompt_tokens, completion_tokens);
+  r["usage"] = Usage(usage);
   return r;
 }
 
@@ -373,11 +375,11 @@ json StreamChunk(const ResponseMeta& meta, std::string_view text, bool role,
   return r;
 }
 
-json UsageChunk(const ResponseMeta& meta, int64_t prompt_tokens, int64_t completion_tokens) {
+json UsageChunk(const ResponseMeta& meta, const TokenUsage& usage) {
   json r = Envelope(meta,
                     meta.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
   r["choices"] = json::array();
-  r["usage"] = Usage(prompt_tokens, completion_tokens);
+  r["usage"] = Usage(usage);
   return r;
 }
 

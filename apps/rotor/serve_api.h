@@ -64,17 +64,21 @@ struct ResponseMeta {
   std::string model;
 };
 
-nlohmann::json Usage(int64_t prompt_tokens, int64_t completion_tokens);
+// A response's token counts: cached = prompt tokens taken from the prefix
+// cache (usage.prompt_tokens_details.cached_tokens, as OpenAI reports it).
+struct TokenUsage {
+  int64_t prompt = 0, completion = 0, cached = 0;
+};
+nlohmann::json Usage(const TokenUsage& u);
 // The whole (non-streaming) response.
 nlohmann::json FullResponse(const ResponseMeta& meta, const std::string& text, FinishReason finish,
-                            int64_t prompt_tokens, int64_t completion_tokens);
+                            const TokenUsage& usage);
 // One stream chunk: text (chat: the delta's content; `role` adds the
 // assistant role) or, with `finish`, the last chunk of the choice.
 nlohmann::json StreamChunk(const ResponseMeta& meta, std::string_view text, bool role,
                            std::optional<FinishReason> finish);
 // The stream_options.include_usage chunk: no choices, only usage.
-nlohmann::json UsageChunk(const ResponseMeta& meta, int64_t prompt_tokens,
-                          int64_t completion_tokens);
+nlohmann::json UsageChunk(const ResponseMeta& meta, const TokenUsage& usage);
 
 // JSON text that never throws on invalid UTF-8 (replaced by U+FFFD).
 std::string Dump(const nlohmann::json& j);

@@ -184,7 +184,8 @@ void Batcher::OnEvent(const std::shared_ptr<RequestStream>& stream, const SeqEve
                 r.finish,
                 static_cast<int64_t>(r.prompt_tokens.size()),
                 static_cast<int64_t>(r.tokens.size()),
-                200});
+                200,
+                r.cached_tokens});
 }
 
 void Batcher::EndAll(const std::string& message, int status) {
@@ -217,6 +218,9 @@ void Batcher::Publish(int64_t prompt_tokens, int64_t generated_tokens) {
   stats_.running = static_cast<int64_t>(scheduler_->n_running());
   stats_.queued = std::max<int64_t>(0, in_flight_ - stats_.running);
   stats_.kv_cells = scheduler_->kv_cells_used();
+  stats_.kv = engine_.kv_pool().stats();
+  stats_.kv_block_cells = engine_.kv_pool().block_cells();
+  stats_.preempted = scheduler_->n_preempted();
   stats_.prompt_tokens += prompt_tokens;
   stats_.generated_tokens += generated_tokens;
   if (prompt_tokens > 0 || generated_tokens > 0)

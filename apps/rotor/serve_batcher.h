@@ -28,6 +28,7 @@ struct StreamEvent {
   int64_t prompt_tokens = 0;                    // kDone
   int64_t completion_tokens = 0;                // kDone
   int status = 500;                             // kError: the HTTP status it maps to
+  int64_t cached_tokens = 0;                    // kDone: prompt tokens from the prefix cache
 };
 
 // What one request's sequence reports, from the engine thread to its handler.
@@ -60,6 +61,9 @@ class Batcher {
     int64_t queued = 0;    // accepted, not decoding yet
     int64_t running = 0;   // decoding (the scheduler's running sequences)
     int64_t kv_cells = 0;  // KV cells the running sequences hold
+    KvBlockPool::Stats kv;  // the engine's K/V block pool
+    int64_t kv_block_cells = 0;
+    int64_t preempted = 0;  // sequences sent back to the queue to free K/V memory
     int64_t prompt_tokens = 0, generated_tokens = 0, cancelled = 0;  // totals
     double prompt_tps = 0, gen_tps = 0;  // over the last kRateWindow of wall time
   };

@@ -21,7 +21,9 @@ class Metrics {
   // rotor_requests_total{endpoint,status}, rotor_prompt_tokens_total,
   // rotor_generated_tokens_total, rotor_requests_cancelled_total,
   // rotor_queue_length, rotor_running_sequences, rotor_max_sequences,
-  // rotor_kv_cells_used, rotor_prompt_tokens_per_second and
+  // rotor_kv_cells_used, the K/V block pool's rotor_kv_* gauges and counters,
+  // rotor_prefix_cache_{query,hit}_tokens_total, rotor_sequences_preempted_total,
+  // rotor_prompt_tokens_per_second and
   // rotor_generation_tokens_per_second (over the last Batcher::kRateWindow).
   std::string Render(const Batcher::Stats& stats, int max_sequences) const;
 

@@ -53,7 +53,9 @@ Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
     return Errorf("serve: --prefill-step {} must be >= 0", options.prefill_step);
   std::unique_ptr<Server> s(new Server());
   s->options_ = options;
-  ASSIGN_OR_RETURN(s->engine_, Engine::Create(options.engine));
+  EngineOptions eo = options.engine;
+  eo.max_seqs = options.parallel;
+  ASSIGN_OR_RETURN(s->engine_, Engine::Create(eo));
   RETURN_IF_ERROR(s->engine_->Validate(options.defaults).status().WithContext("serve: default options"));
   if (!options.chat_template.empty()) {
     ASSIGN_OR_RETURN(s->chat_template_, ChatTemplate::FromName(options.chat_template));
@@ -276,7 +278,8 @@ void Server::RespondWhole(const httplib::Request& req, httplib::Response& res,
           break;
         case StreamEvent::Kind::kDone:
           res.set_content(
-              Dump(FullResponse(meta, text, e.finish, e.prompt_tokens, e.completion_tokens)),
+              Dump(FullResponse(meta, text, e.finish,
+                                TokenUsage{e.prompt_tokens, e.completion_tokens, e.cached_tokens})),
               kJson);
           metrics_.CountRequest(req.path, 200);
           return;
@@ -331,7 +334,8 @@ void Server::RespondStream(const httplib::Request& req, httplib::Response& res, 
       if (e.kind == StreamEvent::Kind::kDone) {
         ok = send_json(StreamChunk(meta, "", false, e.finish));
         if (ok && include_usage)
-          ok = send_json(UsageChunk(meta, e.prompt_tokens, e.completion_tokens));
+          ok = send_json(UsageChunk(
+              meta, TokenUsage{e.prompt_tokens, e.completion_tokens, e.cached_tokens}));
       } else {
         ok = send_json(ErrorBody(FromEvent(e)));
       }

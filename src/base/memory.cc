@@ -1,5 +1,7 @@
 #include "base/memory.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 
@@ -28,6 +30,11 @@ int64_t ReadStatusKb(const char* key) {
 
 int64_t PeakRssBytes() { return ReadStatusKb("VmHWM") * 1024; }
 int64_t CurrentRssBytes() { return ReadStatusKb("VmRSS") * 1024; }
+
+int64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
 
 bool ResetPeakRss() {
   FILE* f = std::fopen("/proc/self/clear_refs", "w");

@@ -13,6 +13,8 @@ namespace rotor {
 int64_t PeakRssBytes();
 // Current resident set size (VmRSS) in bytes; 0 if unknown.
 int64_t CurrentRssBytes();
+// The machine's physical memory in bytes; 0 if unknown.
+int64_t PhysicalMemoryBytes();
 // Resets the kernel's peak RSS counter to the current RSS (writes /proc/self/clear_refs);
 // returns false where not permitted. Lets a benchmark measure the peak of one phase.
 bool ResetPeakRss();

@@ -67,7 +67,8 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Create(Engine& engine, ChatOpt
   RETURN_IF_ERROR(ResolveKvConfig(options.kv, shape).status());
 
   std::unique_ptr<ChatSession> s(new ChatSession(engine, std::move(options), prefill_step));
-  ASSIGN_OR_RETURN(s->cache_, KvCache::Create(shape, s->options_.kv));
+  ASSIGN_OR_RETURN(s->cache_, KvCache::Create(shape, s->options_.kv, &engine.kv_pool()));
+  if (!engine.prefix_cache()) s->cache_->DisablePublishing();
   s->sampler_ = std::make_unique<Sampler>(s->options_.sampling, engine.model().config().n_vocab);
 
   // The template's end-of-turn markup, when the vocabulary has it as one token
@@ -188,7 +189,16 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
     }
     ResetCache();
   }
-  Feed prompt = Feed::Prompt(cache_.get(), plan.tokens);
+  // A conversation that starts over (a new session, /clear, a history the
+  // template renders differently) takes what the prefix cache holds of it.
+  std::span<const int32_t> fresh = plan.tokens;
+  if (engine_.prefix_cache() && cache_->n_seen() == 0 && !fresh.empty()) {
+    const int64_t cached = cache_->AttachPrefix(fresh, std::ssize(fresh) - 1);
+    tokens_.insert(tokens_.end(), fresh.begin(), fresh.begin() + cached);
+    fresh = fresh.subspan(cached);
+    turn.n_cached = cached;
+  }
+  Feed prompt = Feed::Prompt(cache_.get(), fresh);
   if (Status s = Run(prompt); !s.ok()) {
     if (prompt.status.ok()) return s;
     turn.finish = FinishReason::kContext;  // refused before anything ran
@@ -196,7 +206,7 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
   }
   after_special_ = plan.after_special;
   for (int32_t t : plan.tokens) sampler_->Accept(t);
-  turn.n_prompt = static_cast<int64_t>(plan.tokens.size());
+  turn.n_prompt = std::ssize(fresh);
   messages_ = std::move(next);
   reply_header_ = options_.chat_template.Apply(messages_, true);
   reply_fed_.clear();

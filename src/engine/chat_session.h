@@ -53,6 +53,7 @@ struct ChatTurn {
   // stop string, is in the reply; the next turn reconciles the two).
   std::vector<int32_t> tokens;
   int64_t n_prompt = 0;         // tokens prefilled this turn
+  int64_t n_cached = 0;         // tokens of the turn taken from the prefix cache instead
   int64_t n_generated = 0;      // tokens.size()
   FinishReason finish = FinishReason::kLength;
   int64_t prompt_ns = 0, gen_ns = 0;

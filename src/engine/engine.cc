@@ -1,7 +1,12 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 
+#include <fmt/format.h>
+
+#include "base/memory.h"
 #include "base/timer.h"
 #include "engine/scheduler.h"
 
@@ -31,7 +36,62 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   e->n_ctx_ = options.n_ctx > 0 ? options.n_ctx : e->model_->config().n_ctx_train;
   e->pool_ = std::make_unique<ThreadPool>(options.n_threads > 0 ? options.n_threads
                                                                 : HardwareThreads());
+  if (options.kv_memory_bytes < 0)
+    return Errorf("engine: --kv-memory {} must not be negative", options.kv_memory_bytes);
+  if (options.max_seqs <= 0) return Errorf("engine: {} sequences at once", options.max_seqs);
+  const KvShape shape = e->model_->config().kv_shape(e->n_ctx_);
+  e->kv_memory_default_ = options.kv_memory_bytes == 0;
+  e->prefix_cache_ = options.prefix_cache;
+  const int64_t budget = e->kv_memory_default_ ? DefaultKvMemory(shape, options.max_seqs)
+                                               : options.kv_memory_bytes;
+  e->kv_pool_ = std::make_unique<KvBlockPool>(
+      shape, KvPoolOptions{.budget_bytes = budget, .model_id = e->model_->identity()});
+  const int64_t one = static_cast<int64_t>(e->kv_pool_->BlockBytes(KvType::kF16));
+  if (budget < one)
+    return Errorf("engine: --kv-memory {} bytes holds not one block of {} tokens ({} bytes)",
+                  budget, e->kv_pool_->block_cells(), one);
   return e;
+}
+
+Result<int64_t> ParseKvMemory(std::string_view text) {
+  const std::string s(text);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  const std::string_view rest(end, s.c_str() + s.size() - end);
+  const bool percent = rest == "%";
+  const bool fraction = percent || s.find('.') != std::string::npos;
+  if (end == s.c_str() || !(rest.empty() || percent) || !(v > 0) || !std::isfinite(v))
+    return Errorf(
+        "--kv-memory {}: expected MiB (4096), a fraction of the machine's memory (0.25) or a "
+        "percentage (25%)",
+        text);
+  if (fraction) {
+    const double f = percent ? v / 100 : v;
+    if (f > 1) return Errorf("--kv-memory {}: more than the machine's memory", text);
+    const int64_t ram = PhysicalMemoryBytes();
+    if (ram <= 0) return Errorf("--kv-memory {}: the machine's memory is unknown; give MiB", text);
+    return static_cast<int64_t>(f * static_cast<double>(ram));
+  }
+  if (v > double{int64_t{1} << 43}) return Errorf("--kv-memory {} MiB is too large", text);
+  return static_cast<int64_t>(v) << 20;
+}
+
+int64_t DefaultKvMemory(const KvShape& shape, int max_seqs) {
+  const int64_t per_seq = 2LL * shape.n_layer * shape.n_ctx * shape.n_head_kv * shape.head_dim *
+                          static_cast<int64_t>(KvTypeBytes(KvType::kF32));
+  const int64_t ram = PhysicalMemoryBytes();
+  const int64_t want = per_seq * max_seqs;
+  return ram > 0 ? std::min(want, ram / 2) : want;
+}
+
+std::string Engine::DescribeKvMemory() const {
+  const KvBlockPool& p = *kv_pool_;
+  const int64_t per_token = static_cast<int64_t>(p.BlockBytes(KvType::kF32)) / p.block_cells();
+  return fmt::format("{} MiB{} = {} tokens of f32 K/V ({} of f16), in blocks of {} tokens",
+                     p.budget_bytes() >> 20,
+                     kv_memory_default_ ? " (default; --kv-memory to change)" : "",
+                     p.budget_bytes() / per_token, 2 * p.budget_bytes() / per_token,
+                     p.block_cells());
 }
 
 Result<KvConfig> Engine::Validate(const GenerateOptions& o, KvSpelling spelling) const {

@@ -17,6 +17,7 @@
 #include "base/thread_pool.h"
 #include "engine/runner.h"
 #include "kv/kv_config.h"
+#include "kv/kv_pool.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -28,7 +29,19 @@ struct EngineOptions {
   std::string model_path;
   int n_threads = 0;       // 0 = the machine's hardware threads
   int n_ctx = 0;           // context per sequence; 0 = the model's trained context
+  // Bytes all K/V of the process may hold (the block pool's budget, kv_pool.h);
+  // 0 = DefaultKvMemory for max_seqs sequences.
+  int64_t kv_memory_bytes = 0;
+  int max_seqs = 1;        // sequences run at once (sizes the default budget)
+  // Automatic prefix caching (kv_pool.h): sequences start from the longest
+  // cached prefix of their prompt and leave their full blocks cached.
+  bool prefix_cache = true;
 };
+
+// --kv-memory: "4096" (MiB), "0.25" or "25%" (of the machine's memory).
+Result<int64_t> ParseKvMemory(std::string_view text);
+// max_seqs full contexts of f32 K/V, at most half the machine's memory.
+int64_t DefaultKvMemory(const KvShape& shape, int max_seqs);
 
 struct GenerateOptions {
   std::string prompt;
@@ -41,6 +54,10 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   KvConfig kv;
+  // Start from the longest cached prefix of the prompt and leave this
+  // sequence's blocks cached (llama-server's cache_prompt), where the
+  // scheduler caches prefixes at all.
+  bool cache_prompt = true;
   // Keep the generated tokens and text in the result. Streaming callers that
   // generate without end turn it off so memory stays flat.
   bool collect_output = true;
@@ -54,6 +71,7 @@ std::string_view FinishReasonName(FinishReason r);
 
 struct GenerateResult {
   std::vector<int32_t> prompt_tokens;
+  int64_t cached_tokens = 0;     // prompt tokens taken from the prefix cache, not computed
   std::vector<int32_t> tokens;   // generated (if collect_output)
   std::string text;              // generated text, stop string excluded (if collect_output)
   int64_t n_generated = 0;
@@ -76,6 +94,11 @@ class Engine {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   ThreadPool& pool() { return *pool_; }
   int n_ctx() const { return n_ctx_; }
+  // The process's K/V blocks: every sequence of this engine takes its blocks here.
+  KvBlockPool& kv_pool() { return *kv_pool_; }
+  bool prefix_cache() const { return prefix_cache_; }
+  // "K/V memory: 512 MiB (default: ...), 32768 tokens of f32 K/V, blocks of 16 tokens".
+  std::string DescribeKvMemory() const;
 
   // Checks a request without running it (also done by Generate and
   // Scheduler::Add) and returns its resolved KV config; KV errors name the
@@ -92,6 +115,9 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<KvBlockPool> kv_pool_;
+  bool kv_memory_default_ = true;
+  bool prefix_cache_ = true;
   int n_ctx_ = 0;
 };
 

@@ -59,17 +59,41 @@ Status Runner::Step(std::span<Feed* const> feeds) {
   inputs_.clear();
   owners_.clear();
   int64_t budget = forward_.max_tokens();
+  // New KV blocks taken so far, per pool and element type (callers share one
+  // pool, perhaps with two types: a short linear list).
+  taken_.clear();
+  bool full = false, no_memory = false;
   for (Feed* f : feeds) {
     f->rows = nullptr;
     f->rows_first = f->n_rows = 0;
+    f->waiting_for_memory = false;
     if (f->done()) continue;
     const int64_t n = NextChunk(*f);
-    if (n > budget) break;
+    full = full || n > budget;
+    if (full || no_memory) {
+      f->waiting_for_memory = no_memory;
+      continue;
+    }
     if (f->n_run == 0) {
       f->status = FitsCache(*f->cache, f->size());
       if (f->status.ok() && f->n_prompt > 0) f->status = f->cache->ExpectPrompt(f->n_prompt);
       if (!f->status.ok()) continue;
     }
+    const KvBlockPool& pool = f->cache->pool();
+    const KvType type = f->cache->config().type;
+    int64_t* taken = nullptr;
+    for (auto& t : taken_)
+      if (t.pool == &pool && t.type == type) taken = &t.blocks;
+    if (taken == nullptr) {
+      taken_.push_back({&pool, type, 0});
+      taken = &taken_.back().blocks;
+    }
+    const int64_t need = f->cache->BlocksFor(static_cast<int32_t>(n));
+    if (*taken + need > pool.Available(type)) {
+      f->waiting_for_memory = no_memory = true;
+      continue;
+    }
+    *taken += need;
     const int64_t b = f->n_run, e = b + n;
     LogitsWanted want = LogitsWanted::kAll;
     if (e <= f->logits_from)
@@ -118,6 +142,9 @@ Status Runner::Run(Feed& feed, const LogitsSink& sink) {
     const int64_t before = feed.n_run;
     RETURN_IF_ERROR(Step(one));
     if (!feed.status.ok()) break;
+    if (feed.waiting_for_memory)
+      return Errorf("kv: the KV memory budget ({} MiB) is full",
+                    feed.cache->pool().budget_bytes() >> 20);
     CHECK_GT(feed.n_run, before);
     if (sink && feed.n_rows > 0) RETURN_IF_ERROR(sink(feed.rows_first, feed.n_rows, feed.rows));
   }

@@ -10,7 +10,9 @@
 //      feeds' order while they fit (one that does not fit waits for the next
 //      step, and so do the feeds behind it: a sequence is cut the same alone
 //      or batched)
-//   2. a feed's first chunk first asks its cache: do all its tokens fit
+//   2. a chunk whose new KV blocks the pool cannot give waits
+//      (Feed::waiting_for_memory), and so do the feeds behind it;
+//      a feed's first chunk first asks its cache: do all its tokens fit
 //      (FitsCache), and, for a prompt, KvCache::ExpectPrompt (snapkv holds a
 //      whole prompt and compresses it at its end). A no fails that feed
 //      alone (Feed::status), before anything of it runs
@@ -50,6 +52,9 @@ struct Feed {
   // Kept by the runner.
   int64_t n_run = 0;             // tokens run so far
   Status status = Status::Ok();  // an error: the tokens do not fit the cache; none of them ran
+  // The last step did not run this feed's chunk: the KV block pool had no
+  // room for its blocks (the scheduler frees some, or the feed waits).
+  bool waiting_for_memory = false;
   // The rows of the last step: logits after tokens [rows_first, rows_first +
   // n_rows), n_vocab floats each; valid until the runner's next step.
   const float* rows = nullptr;
@@ -108,6 +113,12 @@ class Runner {
   std::vector<float> logits_;     // [rows of the last step, n_vocab], grown when needed
   std::vector<SeqInput> inputs_;  // one step's ubatch
   std::vector<Feed*> owners_;     // [inputs_.size()]
+  struct PoolNeed {
+    const KvBlockPool* pool;
+    KvType type;
+    int64_t blocks;
+  };
+  std::vector<PoolNeed> taken_;  // one step's new blocks per pool and type
 };
 
 }  // namespace rotor

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "base/check.h"
 #include "base/timer.h"
 #include "engine/sample_step.h"
@@ -13,8 +15,13 @@ struct Scheduler::Seq {
   GenerateOptions options;
   SeqCallback callback;
   GenerateResult result;
+  KvConfig kv;                 // resolved
+  bool bounded = false;        // an evicting policy: all its blocks set aside when it joins
+  // The text so far: the prompt, and for an unbounded sequence each token
+  // fed after it (what a preempted sequence recomputes when it rejoins).
+  std::vector<int32_t> text;
+  bool started = false;        // joined once (a preempted sequence rejoins)
   std::unique_ptr<KvCache> cache;
-  int64_t kv_bytes = 0;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<SampleStep> step;
   Feed feed;                // what runs next: the prompt, then each sampled token
@@ -57,6 +64,26 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
     if (t < 0 || t >= n_vocab) return Errorf("generate: token id {} out of range [0, {})", t, n_vocab);
   const KvShape shape = engine_.model().config().kv_shape(engine_.n_ctx());
   RETURN_IF_ERROR(FitsNewCache(kv, shape, n_prompt).WithContext("generate"));
+  // A sequence the whole K/V budget cannot hold is refused now, not queued forever.
+  KvBlockPool& pool = engine_.kv_pool();
+  s->kv = kv;
+  s->bounded = KvPolicyEvicts(kv.policy);
+  if (pool.budget_bytes() > 0) {
+    ASSIGN_OR_RETURN(std::unique_ptr<KvCache> probe, KvCache::Create(shape, kv, &pool));
+    const int64_t b = pool.block_cells();
+    const int64_t need = s->bounded ? probe->BlocksToFill() : (n_prompt + b - 1) / b + 1;
+    const int64_t block = static_cast<int64_t>(pool.BlockBytes(kv.type));
+    const int64_t capacity = pool.budget_bytes() / block;
+    if (need > capacity)
+      return Errorf(
+          "generate: {} needs {} blocks of {} tokens ({} MiB of {} K/V), more than the whole "
+          "--kv-memory budget: {} MiB, {} blocks",
+          s->bounded ? fmt::format("a {}-cell {} cache", probe->n_cells(), kv.policy)
+                     : fmt::format("a prompt of {} tokens", n_prompt),
+          need, b, (need * block) >> 20, KvTypeName(kv.type), pool.budget_bytes() >> 20,
+          capacity);
+  }
+  s->text = s->result.prompt_tokens;
   const SeqId id = s->id;
   waiting_.push_back(std::move(s));
   return id;
@@ -80,34 +107,90 @@ int64_t Scheduler::kv_cells_used() const {
   return n;
 }
 
-// First come, first served: a sequence whose KV reservation does not fit waits,
+// First come, first served: a sequence whose KV memory is not free yet waits,
 // and so do the ones behind it, so a large request is not starved.
 Status Scheduler::Admit() {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_seqs) {
     Seq& s = *waiting_.front();
-    ASSIGN_OR_RETURN(s.cache, KvCache::Create(engine_.model().config().kv_shape(engine_.n_ctx()),
-                                              s.options.kv));
-    s.kv_bytes = static_cast<int64_t>(s.cache->memory_bytes());
-    if (options_.kv_budget_bytes > 0 && s.kv_bytes > options_.kv_budget_bytes)
-      return Errorf("scheduler: a sequence's KV cache needs {} bytes, more than the budget {}",
-                    s.kv_bytes, options_.kv_budget_bytes);
-    if (options_.kv_budget_bytes > 0 && kv_reserved_ + s.kv_bytes > options_.kv_budget_bytes) {
-      s.cache.reset();
-      break;
+    if (!Start(s)) {
+      if (!running_.empty()) break;  // it waits for them to free memory
+      // Nothing of this scheduler holds memory: others hold it (another
+      // scheduler or chat session of the engine), and may never let go.
+      std::unique_ptr<Seq> gone = std::move(waiting_.front());
+      waiting_.pop_front();
+      const KvBlockPool& pool = engine_.kv_pool();
+      gone->result.error = fmt::format(
+          "the K/V memory budget ({} MiB) is held by other sequences of this engine: {} blocks "
+          "in use, {} available",
+          pool.budget_bytes() >> 20, pool.stats().blocks_used, pool.Available(gone->kv.type));
+      Finish(*gone, FinishReason::kError);
+      continue;
     }
-    kv_reserved_ += s.kv_bytes;
-    const GenerateOptions& o = s.options;
-    s.sampler = std::make_unique<Sampler>(o.sampling, engine_.model().config().n_vocab);
-    for (int32_t t : s.result.prompt_tokens) s.sampler->Accept(t);
-    s.step = std::make_unique<SampleStep>(
-        engine_.tokenizer(), *s.sampler,
-        StopRules{.n_predict = o.n_predict, .ignore_eos = o.ignore_eos, .stop = o.stop});
-    s.feed = Feed::Prompt(s.cache.get(), s.result.prompt_tokens);
-    s.start_ns = NowNs();
+    if (!s.started) {
+      const GenerateOptions& o = s.options;
+      s.sampler = std::make_unique<Sampler>(o.sampling, engine_.model().config().n_vocab);
+      for (int32_t t : s.result.prompt_tokens) s.sampler->Accept(t);
+      s.step = std::make_unique<SampleStep>(
+          engine_.tokenizer(), *s.sampler,
+          StopRules{.n_predict = o.n_predict, .ignore_eos = o.ignore_eos, .stop = o.stop});
+      s.start_ns = NowNs();
+      s.started = true;
+    }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
   return Status::Ok();
+}
+
+bool Scheduler::Start(Seq& s) {
+  KvBlockPool& pool = engine_.kv_pool();
+  auto created = KvCache::Create(engine_.model().config().kv_shape(engine_.n_ctx()), s.kv, &pool);
+  CHECK(created.ok());  // the config was resolved by Add
+  std::unique_ptr<KvCache> cache = std::move(*created);
+  const int64_t n = static_cast<int64_t>(s.text.size());
+  int64_t cached = 0;
+  if (engine_.prefix_cache() && s.options.cache_prompt)
+    cached = cache->AttachPrefix(s.text, n - 1);  // the last token runs: its logits are needed
+  else
+    cache->DisablePublishing();
+  if (s.bounded && !cache->ReserveAll()) {
+    // Shared blocks it may have to copy cost a reservation each: without
+    // the cached prefix it may fit.
+    if (cached == 0) return false;
+    cache = std::move(
+        KvCache::Create(engine_.model().config().kv_shape(engine_.n_ctx()), s.kv, &pool).value());
+    cached = 0;
+    if (!cache->ReserveAll()) return false;
+  } else if (!s.bounded) {
+    // The prompt's blocks, and one for each growing sequence's next token.
+    const int64_t b = pool.block_cells();
+    int64_t need = (n - cached + b - 1) / b + 1;
+    for (const auto& r : running_) need += r->bounded ? 0 : 1;
+    if (need > pool.Available(s.kv.type)) return false;
+  }
+  if (!s.started) s.result.cached_tokens = cached;
+  s.cache = std::move(cache);
+  s.feed = Feed::Prompt(s.cache.get(), std::span<const int32_t>(s.text).subspan(cached));
+  return true;
+}
+
+void Scheduler::Preempt() {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Seq& s = **it;
+    if (s.bounded || s.done) continue;
+    if (running_.size() == 1) {
+      s.result.error = fmt::format(
+          "the K/V memory budget ({} MiB) is full: the context cannot grow past {} tokens",
+          engine_.kv_pool().budget_bytes() >> 20, s.cache->n_seen());
+      return Finish(s, FinishReason::kContext);
+    }
+    s.cache.reset();  // its full blocks stay cached: the rejoin recomputes little
+    s.feed = Feed{};
+    waiting_.push_front(std::move(*it));
+    running_.erase(std::next(it).base());
+    ++n_preempted_;
+    return;
+  }
 }
 
 void Scheduler::Finish(Seq& s, FinishReason reason) {
@@ -129,10 +212,7 @@ void Scheduler::Finish(Seq& s, FinishReason reason) {
       if (s.callback) s.callback(SeqEvent{s.id, -1, tail, false, nullptr});
     }
   }
-  if (s.cache) {
-    kv_reserved_ -= s.kv_bytes;
-    s.cache.reset();  // the cache is freed at once
-  }
+  s.cache.reset();  // its blocks go back to the pool (full ones stay cached) at once
   if (s.callback) s.callback(SeqEvent{s.id, -1, {}, true, &s.result});
 }
 
@@ -152,6 +232,7 @@ void Scheduler::Advance(Seq& s, const float* logits) {
   }
   if (t.finish) return Finish(s, *t.finish);
   s.next_token = t.token;
+  if (!s.bounded) s.text.push_back(t.token);
   s.feed = Feed::Continue(s.cache.get(), std::span<const int32_t>(&s.next_token, 1));
 }
 
@@ -173,7 +254,15 @@ Status Scheduler::Step() {
       feeds_.push_back(&s->feed);
       owners_.push_back(s.get());
     }
+  int64_t run_before = 0, run_after = 0;
+  for (const Feed* f : feeds_) run_before += f->n_run;
   RETURN_IF_ERROR(runner_.Step(feeds_));
+  bool starved = false;
+  for (const Feed* f : feeds_) {
+    run_after += f->n_run;
+    starved = starved || f->waiting_for_memory;
+  }
+  const bool ran = run_after > run_before;
 
   for (size_t i = 0; i < feeds_.size(); ++i) {
     Seq& s = *owners_[i];
@@ -184,6 +273,8 @@ Status Scheduler::Step() {
       Advance(s, s.feed.rows);
     }
   }
+  std::erase_if(running_, [](const auto& s) { return s->done; });
+  if (starved && !ran) Preempt();
   std::erase_if(running_, [](const auto& s) { return s->done; });
   return Status::Ok();
 }

@@ -3,8 +3,19 @@
 // over one token of every decoding sequence plus prompt chunks of joining
 // ones, so every weight is read once per step, not once per sequence.
 //
+// KV memory is the engine's block pool (kv_pool.h). With the engine's prefix
+// cache on, a sequence starts from the longest cached prefix of its prompt
+// (whoever computed it, even a sequence still running) unless its request
+// says cache_prompt: false. A sequence joins when the
+// pool has room for its prompt (after the cached prefix it starts from) plus
+// a block for each running sequence; a bounded policy (sink, window, h2o,
+// snapkv, tova) sets all its blocks aside when it joins and never waits; a
+// full cache takes blocks as it grows, and when none is left the youngest
+// such sequence goes back to the queue (its blocks stay cached, so it resumes
+// by recomputing little) while the older ones go on.
+//
 // A Step, top to bottom: cancelled sequences leave; waiting ones join while a
-// slot and their KV reservation are free; the runner (runner.h) runs one
+// slot and their KV memory are free; the runner (runner.h) runs one
 // ubatch of every running sequence's Feed (a decoding sequence's sampled
 // token first, then prompt chunks of exactly `prefill_step` tokens from each
 // prompt's start, whatever else is in the batch); each sequence whose feed
@@ -49,7 +60,6 @@ class Scheduler {
   struct Options {
     int max_seqs = 4;            // sequences decoding at once
     int prefill_step = kDefaultPrefillStep;  // prompt chunk size (0 = whole prompts)
-    int64_t kv_budget_bytes = 0; // KV memory all running sequences may hold; 0 = unlimited
     int max_queue = 1024;        // waiting sequences beyond max_seqs
   };
   Scheduler(Engine& engine, const Options& options);
@@ -67,12 +77,21 @@ class Scheduler {
   bool Idle() const { return running_.empty() && waiting_.empty(); }
   size_t n_running() const { return running_.size(); }
   size_t n_waiting() const { return waiting_.size(); }
-  int64_t kv_bytes_reserved() const { return kv_reserved_; }
   int64_t kv_cells_used() const;
+  // Sequences sent back to the queue to free KV memory (recomputed later).
+  int64_t n_preempted() const { return n_preempted_; }
 
  private:
   struct Seq;
   Status Admit();
+  // Gives a sequence its cache: the longest cached prefix, then the rest of
+  // its text as a prompt feed. False (nothing changed) when the KV pool has
+  // no room for it yet.
+  bool Start(Seq& s);
+  // Frees KV memory when no feed could run for want of it: the youngest
+  // sequence that grows without bound goes back to the queue, or, alone,
+  // finishes (its context cannot grow within the budget).
+  void Preempt();
   void Finish(Seq& s, FinishReason reason);
   // The sample/stop step of a sequence whose feed is done, on its logits.
   void Advance(Seq& s, const float* logits);
@@ -84,8 +103,8 @@ class Scheduler {
   std::vector<Seq*> owners_;  // [feeds_.size()]
   SeqId next_id_ = 1;
   std::deque<std::unique_ptr<Seq>> waiting_;
-  std::vector<std::unique_ptr<Seq>> running_;
-  int64_t kv_reserved_ = 0;
+  std::vector<std::unique_ptr<Seq>> running_;  // in order of admission
+  int64_t n_preempted_ = 0;
 };
 
 }  // namespace rotor

@@ -9,13 +9,26 @@
 
 namespace rotor {
 
-Result<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape, const KvConfig& config) {
+Result<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape, const KvConfig& config,
+                                                KvBlockPool* pool) {
   if (shape.n_layer <= 0 || shape.n_head_kv <= 0 || shape.head_dim <= 0)
     return Errorf("kv: bad cache shape: {} layers, {} kv heads, head dim {}", shape.n_layer,
                   shape.n_head_kv, shape.head_dim);
   ASSIGN_OR_RETURN(KvConfig resolved, ResolveKvConfig(config, shape));
+  std::shared_ptr<KvBlockPool> own;
+  if (pool == nullptr) {
+    own = std::make_shared<KvBlockPool>(shape, KvPoolOptions{});
+    pool = own.get();
+  }
+  const KvShape& ps = pool->shape();
+  if (ps.n_layer != shape.n_layer || ps.n_head_kv != shape.n_head_kv ||
+      ps.head_dim != shape.head_dim)
+    return Errorf("kv: the block pool is for {} layers x {} kv heads x {}, not {} x {} x {}",
+                  ps.n_layer, ps.n_head_kv, ps.head_dim, shape.n_layer, shape.n_head_kv,
+                  shape.head_dim);
   std::unique_ptr<KvPolicy> policy = FindKvPolicy(resolved.policy)->create(shape, resolved);
-  return std::unique_ptr<KvCache>(new KvCache(shape, resolved, std::move(policy)));
+  return std::unique_ptr<KvCache>(
+      new KvCache(shape, resolved, std::move(policy), pool, std::move(own)));
 }
 
 namespace {
@@ -32,48 +45,62 @@ int LaneCount(KvLanes lanes, const KvShape& shape) {
   return 1;
 }
 
+int Log2(int32_t v) {
+  int s = 0;
+  while ((1 << s) < v) ++s;
+  return s;
+}
+
 }  // namespace
 
-KvCache::KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<KvPolicy> policy)
+KvCache::KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<KvPolicy> policy,
+                 KvBlockPool* pool, std::shared_ptr<KvBlockPool> own_pool)
     : shape_(shape),
       config_(config),
       policy_(std::move(policy)),
+      own_pool_(std::move(own_pool)),
+      pool_(pool),
       n_cells_(policy_->n_cells()),
       elem_bytes_(KvTypeBytes(config.type)),
+      block_shift_(Log2(pool->block_cells())),
+      block_mask_(pool->block_cells() - 1),
+      layer_bytes_(pool->LayerBytes(config.type)),
+      table_((n_cells_ + pool->block_cells() - 1) / pool->block_cells(), -1),
+      block_data_(table_.size(), nullptr),
       cells_(
           LaneCount(policy_->lanes(), shape), n_cells_,
           config.rope_k == RopeK::kCached
               ? KvCells::Rotate([this](int lane, int32_t c, int32_t d) { RotateLane(lane, c, d); })
-              : KvCells::Rotate()) {
-  const size_t n = static_cast<size_t>(shape.n_layer) * n_cells_ * RowFloats() * elem_bytes_;
-  k_.Resize(n);
-  v_.Resize(n);
-  // Touch the storage now: the cache is preallocated, its memory is paid up front.
-  std::memset(k_.data(), 0, k_.bytes());
-  std::memset(v_.data(), 0, v_.bytes());
+              : KvCells::Rotate()),
+      publish_(policy_->SharesPrefix()),
+      root_(PrefixRoot(PrefixSeed{pool->model_id(), config.type, config.rope_k})) {
   if (config.type != KvType::kF32) shift_row_.resize(RowFloats());
 }
 
-KvCache::~KvCache() = default;
-
-void KvCache::Store(AlignedBuffer<uint8_t>& dst, size_t at, const float* src, size_t n) {
-  if (config_.type == KvType::kF32)
-    std::memcpy(dst.data() + at, src, n * sizeof(float));
-  else
-    ops::F32ToF16Row(src, reinterpret_cast<uint16_t*>(dst.data() + at), static_cast<int64_t>(n));
+KvCache::~KvCache() {
+  for (int32_t b = 0; b < static_cast<int32_t>(table_.size()); ++b) ReleaseBlock(b);
+  if (reserved_ > 0) pool_->Unreserve(config_.type, reserved_);
 }
 
-void KvCache::ShiftKey(size_t at, int n_heads, int32_t delta) {
+
+void KvCache::Store(uint8_t* dst, const float* src, size_t n) {
+  if (config_.type == KvType::kF32)
+    std::memcpy(dst, src, n * sizeof(float));
+  else
+    ops::F32ToF16Row(src, reinterpret_cast<uint16_t*>(dst), static_cast<int64_t>(n));
+}
+
+void KvCache::ShiftKey(uint8_t* at, int n_heads, int32_t delta) {
   const ops::RopeConfig& rope = shape_.rope;
   if (config_.type == KvType::kF32) {
-    ops::RopeShift(rope, reinterpret_cast<float*>(k_.data() + at), n_heads, delta);
+    ops::RopeShift(rope, reinterpret_cast<float*>(at), n_heads, delta);
     return;
   }
   // f16: rotate in f32 and round once more (as llama.cpp's K-shift does).
   const int64_t n = static_cast<int64_t>(n_heads) * shape_.head_dim;
-  ops::DequantizeRow(DType::kF16, k_.data() + at, shift_row_.data(), n);
+  ops::DequantizeRow(DType::kF16, at, shift_row_.data(), n);
   ops::RopeShift(rope, shift_row_.data(), n_heads, delta);
-  ops::F32ToF16Row(shift_row_.data(), reinterpret_cast<uint16_t*>(k_.data() + at), n);
+  ops::F32ToF16Row(shift_row_.data(), reinterpret_cast<uint16_t*>(at), n);
 }
 
 void KvCache::LaneHeads(int lane, int* layer_begin, int* layer_end, int* head, int* n_heads) const {
@@ -94,31 +121,205 @@ void KvCache::LaneHeads(int lane, int* layer_begin, int* layer_end, int* head, i
 void KvCache::RotateLane(int lane, int32_t cell, int32_t delta) {
   int l0 = 0, l1 = 0, head = 0, n_heads = 0;
   LaneHeads(lane, &l0, &l1, &head, &n_heads);
+  const BlockId b = table_[cell >> block_shift_];
+  CHECK(b >= 0 && pool_->refs(b) == 1 && !pool_->published(b));  // MakeWritable first
   for (int l = l0; l < l1; ++l)
-    ShiftKey(Offset(l, cell) + static_cast<size_t>(head) * shape_.head_dim * elem_bytes_, n_heads,
+    ShiftKey(KRow(l, cell) + static_cast<size_t>(head) * shape_.head_dim * elem_bytes_, n_heads,
              delta);
 }
 
 std::vector<float> KvCache::CellK(int layer, int32_t cell) const {
   std::vector<float> out(RowFloats());
   if (config_.type == KvType::kF32)
-    std::memcpy(out.data(), k_.data() + Offset(layer, cell), out.size() * 4);
+    std::memcpy(out.data(), KRow(layer, cell), out.size() * 4);
   else
-    ops::DequantizeRow(DType::kF16, k_.data() + Offset(layer, cell), out.data(), out.size());
+    ops::DequantizeRow(DType::kF16, KRow(layer, cell), out.data(), out.size());
   return out;
 }
 
 std::vector<float> KvCache::CellV(int layer, int32_t cell) const {
   std::vector<float> out(RowFloats());
   if (config_.type == KvType::kF32)
-    std::memcpy(out.data(), v_.data() + Offset(layer, cell), out.size() * 4);
+    std::memcpy(out.data(), VRow(layer, cell), out.size() * 4);
   else
-    ops::DequantizeRow(DType::kF16, v_.data() + Offset(layer, cell), out.data(), out.size());
+    ops::DequantizeRow(DType::kF16, VRow(layer, cell), out.data(), out.size());
   return out;
 }
 
 size_t KvCache::memory_bytes() const {
-  return k_.bytes() + v_.bytes() + cells_.bytes() + policy_->state_bytes();
+  return table_.size() * pool_->BlockBytes(config_.type) + cells_.bytes() +
+         policy_->state_bytes();
+}
+
+int64_t KvCache::n_blocks_held() const {
+  return std::count_if(table_.begin(), table_.end(), [](BlockId b) { return b >= 0; });
+}
+
+size_t KvCache::held_bytes() const {
+  return static_cast<size_t>(n_blocks_held()) * pool_->BlockBytes(config_.type);
+}
+
+// ---- Blocks.
+
+bool KvCache::NeedsBlock(int32_t b) const {
+  return table_[b] < 0 || pool_->refs(table_[b]) > 1;
+}
+
+void KvCache::MakeWritable(int32_t b, int64_t spare) {
+  const BlockId old = table_[b];
+  if (old >= 0 && pool_->refs(old) == 1) {
+    if (!pool_->published(old)) return;
+    // Ours alone but published: a copy keeps the cached prefix for later
+    // requests when a block is spare; else it stops promising its tokens.
+    if (spare <= 0) return pool_->Unpublish(old);
+  }
+  const BlockId fresh = pool_->Take(config_.type, reserved_ > 0);
+  if (reserved_ > 0) --reserved_;
+  if (old >= 0) {
+    std::memcpy(pool_->data(fresh), pool_->data(old), pool_->BlockBytes(config_.type));
+    pool_->Unref(old);
+    ++pool_->mutable_stats().cow_copies;
+  }
+  table_[b] = fresh;
+  block_data_[b] = pool_->data(fresh);
+}
+
+void KvCache::MakeWritable(std::span<const int32_t> blocks) {
+  int64_t need = 0;  // blocks still to take that must be taken
+  for (int32_t b : blocks) need += NeedsBlock(b) ? 1 : 0;
+  for (int32_t b : blocks) {
+    if (NeedsBlock(b)) --need;
+    MakeWritable(b, pool_->Available(config_.type) + reserved_ - need);
+  }
+}
+
+Status KvCache::MakeAllWritable() {
+  int64_t need = 0;
+  std::vector<int32_t> held;
+  for (int32_t b = 0; b < static_cast<int32_t>(table_.size()); ++b) {
+    if (table_[b] < 0) continue;
+    held.push_back(b);
+    need += NeedsBlock(b) ? 1 : 0;
+  }
+  if (need > pool_->Available(config_.type) + reserved_)
+    return Errorf("kv: the KV memory budget has no room for the {} block copies this needs", need);
+  MakeWritable(held);
+  return Status::Ok();
+}
+
+void KvCache::ReleaseBlock(int32_t b) {
+  if (table_[b] < 0) return;
+  pool_->Unref(table_[b]);
+  table_[b] = -1;
+  block_data_[b] = nullptr;
+}
+
+void KvCache::ReleaseEmptyBlocks() {
+  const int32_t bc = pool_->block_cells();
+  for (int32_t b = 0; b < static_cast<int32_t>(table_.size()); ++b) {
+    if (table_[b] < 0) continue;
+    bool occupied = false;
+    const int32_t c1 = std::min(n_cells_, (b + 1) * bc);
+    for (int lane = 0; lane < cells_.n_lanes() && !occupied; ++lane)
+      for (int32_t c = b * bc; c < c1 && !occupied; ++c) occupied = cells_.index(lane, c) >= 0;
+    if (!occupied) ReleaseBlock(b);
+  }
+}
+
+int64_t KvCache::BlocksFor(int32_t n_tokens) const {
+  if (!Plan(n_tokens, &probe_).ok()) return 0;
+  return Unreserved(probe_);
+}
+
+int64_t KvCache::BlocksToFill() const {
+  int64_t n = 0;
+  for (BlockId b : table_) n += b < 0 || pool_->refs(b) > 1 || pool_->published(b) ? 1 : 0;
+  return n;
+}
+
+bool KvCache::ReserveAll() {
+  const int64_t n = BlocksToFill() - reserved_;
+  if (n > 0 && !pool_->Reserve(config_.type, n)) return false;
+  if (n > 0) reserved_ += n;
+  bounded_ = true;
+  return true;
+}
+
+void KvCache::Rebalance() {
+  if (!bounded_) return;
+  const int64_t excess = reserved_ - BlocksToFill();
+  if (excess <= 0) return;
+  pool_->Unreserve(config_.type, excess);
+  reserved_ -= excess;
+}
+
+Status KvCache::Prepare(const KvPlan& plan) {
+  if (Unreserved(plan) > pool_->Available(config_.type))
+    return Errorf(
+        "kv: the KV memory budget ({} MiB) has no room for {} more blocks of {} tokens",
+        pool_->budget_bytes() >> 20, plan.n_new_blocks, pool_->block_cells());
+  MakeWritable(plan.writes);
+  Rebalance();
+  return Status::Ok();
+}
+
+void KvCache::PublishFull() {
+  const int32_t bc = pool_->block_cells();
+  while (publish_) {
+    const int32_t b = static_cast<int32_t>(chain_.size());
+    const TextIndex end = static_cast<TextIndex>(b + 1) * bc;
+    if (end > n_seen_ || end > n_cells_) return;
+    // The block must hold tokens [b * bc, end) at their own positions.
+    for (int32_t c = b * bc; c < end; ++c)
+      if (cells_.index(0, c) != c || cells_.pos(0, c) != c) {
+        publish_ = false;
+        text_.clear();
+        return;
+      }
+    const uint64_t parent = b == 0 ? root_ : chain_.back();
+    const std::span<const int32_t> tokens(text_.data() + static_cast<size_t>(b) * bc, bc);
+    const BlockId id = table_[b];
+    if (!pool_->published(id)) {
+      // A bounded cache first sets aside the copy a shared block may need.
+      if (bounded_ && !pool_->Reserve(config_.type, 1)) {
+        publish_ = false;
+        text_.clear();
+        return;
+      }
+      if (pool_->Publish(id, parent, tokens)) reserved_ += bounded_ ? 1 : 0;
+      else if (bounded_) pool_->Unreserve(config_.type, 1);
+    }
+    chain_.push_back(PrefixHash(parent, tokens));
+  }
+}
+
+int64_t KvCache::AttachPrefix(std::span<const int32_t> text, int64_t max_tokens) {
+  CHECK_EQ(n_seen_, 0);
+  KvBlockPool::Stats& stats = pool_->mutable_stats();
+  stats.query_tokens += static_cast<int64_t>(text.size());
+  if (!publish_) return 0;
+  const int32_t bc = pool_->block_cells();
+  max_tokens = std::min<int64_t>({max_tokens, static_cast<int64_t>(text.size()), n_cells_});
+  int32_t n_blocks = 0;
+  uint64_t parent = root_;
+  while (static_cast<int64_t>(n_blocks + 1) * bc <= max_tokens) {
+    const std::span<const int32_t> tokens = text.subspan(static_cast<size_t>(n_blocks) * bc, bc);
+    const BlockId id = pool_->Lookup(parent, tokens);
+    if (id < 0 || pool_->type(id) != config_.type) break;
+    pool_->Ref(id);
+    table_[n_blocks] = id;
+    block_data_[n_blocks] = pool_->data(id);
+    parent = PrefixHash(parent, tokens);
+    chain_.push_back(parent);
+    ++n_blocks;
+  }
+  const int64_t n = static_cast<int64_t>(n_blocks) * bc;
+  for (int32_t c = 0; c < n; ++c) cells_.Set(0, c, c, c);
+  text_.assign(text.begin(), text.begin() + n);
+  n_seen_ = n;
+  policy_->OnAdopt(cells_, n);
+  stats.hit_tokens += n;
+  return n;
 }
 
 int64_t KvCache::Remaining() const { return policy_->Remaining(cells_, n_seen_); }
@@ -142,19 +343,43 @@ Status KvCache::Plan(int32_t n_tokens, KvPlan* plan) const {
   plan->pos_shift = 0;
   plan->hooks = nullptr;
   plan->lane_slot.clear();
+  plan->writes.clear();
+  plan->n_new_blocks = 0;
+  plan->tokens = {};
   if (policy_->lanes() != KvLanes::kShared) {
     plan->hooks = policy_.get();
     plan->lane_slot.assign(static_cast<size_t>(cells_.n_lanes()) * n_tokens, -1);
   }
-  return policy_->Plan(cells_, n_seen_, plan);
+  RETURN_IF_ERROR(policy_->Plan(cells_, n_seen_, plan));
+  // The blocks the ubatch writes: its slots' (shared lanes); for per-lane
+  // policies every block a lane may admit to (a lane's highest cell grows by
+  // at most one per token); all of them when Commit re-rotates cached keys.
+  const int32_t n_blocks = static_cast<int32_t>(table_.size());
+  std::vector<int32_t>& w = plan->writes;
+  if (plan->hooks != nullptr) {
+    const int64_t hi = std::min<int64_t>(n_cells_, int64_t{cells_.max_hi()} + n_tokens);
+    for (int32_t b = 0; b < n_blocks && (int64_t{b} << block_shift_) < hi; ++b) w.push_back(b);
+  } else if (plan->pos_shift != 0 && config_.rope_k == RopeK::kCached) {
+    for (int32_t b = 0; b < n_blocks; ++b)
+      if (table_[b] >= 0) w.push_back(b);
+  }
+  for (const Slot s : plan->slot)
+    if (s.valid() && (w.empty() || w.back() != (s.v >> block_shift_)))
+      w.push_back(s.v >> block_shift_);
+  std::sort(w.begin(), w.end());
+  w.erase(std::unique(w.begin(), w.end()), w.end());
+  for (int32_t b : w) plan->n_new_blocks += NeedsBlock(b) ? 1 : 0;
+  return Status::Ok();
 }
 
 KvLayerView KvCache::View(int layer) {
   KvLayerView view;
-  view.k = k_.data() + Offset(layer, 0);
-  view.v = v_.data() + Offset(layer, 0);
+  view.blocks = block_data_.data();
+  view.block_shift = block_shift_;
+  view.k_off = static_cast<size_t>(layer) * layer_bytes_;
+  view.v_off = static_cast<size_t>(shape_.n_layer + layer) * layer_bytes_;
   view.type = config_.type;
-  view.row_bytes = RowFloats() * elem_bytes_;
+  view.row_bytes = RowBytes();
   view.layer = layer;
   view.keep = KvPolicyUses(config_.policy, KvOpt::kKeep) ? config_.keep : 0;
   view.rope_k = config_.rope_k;
@@ -184,8 +409,8 @@ void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* 
     for (int32_t i = 0; i < plan.n_tokens; ++i) {
       const Slot s = plan.slot[i];
       if (!s.valid()) continue;
-      Store(k_, Offset(layer, s.v), k + i * row_stride, row);
-      Store(v_, Offset(layer, s.v), v + i * row_stride, row);
+      Store(KRow(layer, s.v), k + i * row_stride, row);
+      Store(VRow(layer, s.v), v + i * row_stride, row);
     }
     return;
   }
@@ -198,9 +423,9 @@ void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* 
     const int64_t col = static_cast<int64_t>(g) * view.lane_heads * hd;
     for (int32_t i = 0; i < plan.n_tokens; ++i) {
       if (slots[i] < 0) continue;
-      const size_t dst = Offset(layer, slots[i]) + col * elem_bytes_;
-      Store(k_, dst, k + i * row_stride + col, n);
-      Store(v_, dst, v + i * row_stride + col, n);
+      const size_t at = col * elem_bytes_;
+      Store(KRow(layer, slots[i]) + at, k + i * row_stride + col, n);
+      Store(VRow(layer, slots[i]) + at, v + i * row_stride + col, n);
     }
   }
 }
@@ -217,12 +442,33 @@ void KvCache::Commit(KvPlan& plan) {
   }
   n_seen_ += plan.n_tokens;
   policy_->Commit(cells_, plan);
+  if (!publish_) return;
+  if (static_cast<int32_t>(plan.tokens.size()) != plan.n_tokens) {
+    publish_ = false;  // a caller that does not say which tokens ran
+    text_.clear();
+    return;
+  }
+  text_.insert(text_.end(), plan.tokens.begin(), plan.tokens.end());
+  PublishFull();
 }
 
 void KvCache::Clear() {
   cells_.Clear();
   policy_->Clear();
   n_seen_ = 0;
+  for (int32_t b = 0; b < static_cast<int32_t>(table_.size()); ++b) ReleaseBlock(b);
+  publish_ = policy_->SharesPrefix() && publish_allowed_;
+  text_.clear();
+  chain_.clear();
+  if (bounded_) CHECK(ReserveAll());  // the blocks just returned
+}
+
+// After tokens [n, n_seen) left: the published chain and text stop at n.
+void KvCache::TruncatePublished(TextIndex n) {
+  if (!publish_) return;
+  const size_t full = static_cast<size_t>(n >> block_shift_);
+  if (chain_.size() > full) chain_.resize(full);
+  if (text_.size() > static_cast<size_t>(n)) text_.resize(n);
 }
 
 // ---- Sequence operations.
@@ -246,9 +492,12 @@ Status KvCache::KeepPrefix(TextIndex n) {
   RETURN_IF_ERROR(CheckRange("keep prefix", n, n_seen_));
   if (n == n_seen_) return Status::Ok();
   RETURN_IF_ERROR(policy_->CanDrop(cells_, n_seen_, n, n_seen_));
+  if (DropRotates()) RETURN_IF_ERROR(MakeAllWritable());
   DropCells(n, n_seen_);
   policy_->OnDrop(cells_, n_seen_, n, n_seen_);
   n_seen_ = n;
+  TruncatePublished(n);
+  ReleaseEmptyBlocks();
   return Status::Ok();
 }
 
@@ -257,8 +506,14 @@ Status KvCache::RemoveRange(TextIndex from, TextIndex to) {
   if (to == n_seen_) return KeepPrefix(from);
   if (from == to) return Status::Ok();
   RETURN_IF_ERROR(policy_->CanDrop(cells_, n_seen_, from, to));
+  if (DropRotates()) RETURN_IF_ERROR(MakeAllWritable());
   DropCells(from, to);
   policy_->OnDrop(cells_, n_seen_, from, to);
+  // A hole: later blocks no longer hold their own tokens.
+  TruncatePublished(from);
+  publish_ = false;
+  text_.clear();
+  ReleaseEmptyBlocks();
   return Status::Ok();
 }
 
@@ -274,6 +529,11 @@ Status KvCache::ShiftPositions(TextIndex from, TextIndex to, int32_t delta) {
         return Errorf("kv: shift: token {} at position {} would move below 0", idx,
                       cells_.pos(lane, c));
     }
+  if (config_.rope_k == RopeK::kCached) RETURN_IF_ERROR(MakeAllWritable());
+  // Moved positions: the blocks from `from` on no longer hold tokens at their own positions.
+  TruncatePublished(from);
+  publish_ = false;
+  text_.clear();
   for (int lane = 0; lane < cells_.n_lanes(); ++lane)
     for (int32_t c = 0; c < cells_.hi(lane); ++c) {
       const TextIndex idx = cells_.index(lane, c);
@@ -284,15 +544,28 @@ Status KvCache::ShiftPositions(TextIndex from, TextIndex to, int32_t delta) {
 }
 
 Result<std::unique_ptr<KvCache>> KvCache::Fork() const {
-  std::unique_ptr<KvCache> copy(new KvCache(shape_, config_, policy_->Clone()));
-  // Rows up to the highest occupied cell of any lane, layer by layer.
-  const int32_t hi = cells_.max_hi();
-  const size_t bytes = static_cast<size_t>(hi) * RowFloats() * elem_bytes_;
-  for (int l = 0; l < shape_.n_layer; ++l) {
-    std::memcpy(copy->k_.data() + Offset(l, 0), k_.data() + Offset(l, 0), bytes);
-    std::memcpy(copy->v_.data() + Offset(l, 0), v_.data() + Offset(l, 0), bytes);
+  std::unique_ptr<KvCache> copy(
+      new KvCache(shape_, config_, policy_->Clone(), pool_, own_pool_));
+  const bool share = policy_->SharesPrefix();
+  if (!share && n_blocks_held() > pool_->Available(config_.type))
+    return Errorf("kv: fork: the KV memory budget has no room for {} blocks", n_blocks_held());
+  for (int32_t b = 0; b < static_cast<int32_t>(table_.size()); ++b) {
+    if (table_[b] < 0) continue;
+    if (share) {
+      pool_->Ref(table_[b]);
+      copy->table_[b] = table_[b];
+    } else {
+      copy->table_[b] = pool_->Take(config_.type);
+      std::memcpy(pool_->data(copy->table_[b]), pool_->data(table_[b]),
+                  pool_->BlockBytes(config_.type));
+    }
+    copy->block_data_[b] = pool_->data(copy->table_[b]);
   }
   copy->n_seen_ = n_seen_;
+  copy->publish_ = publish_;
+  copy->publish_allowed_ = publish_allowed_;
+  copy->text_ = text_;
+  copy->chain_ = chain_;
   // The cell table, without re-rotating (the rows are copied as they are).
   for (int lane = 0; lane < cells_.n_lanes(); ++lane)
     for (int32_t c = 0; c < cells_.hi(lane); ++c)

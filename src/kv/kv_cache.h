@@ -1,6 +1,7 @@
-// One sequence's KV cache: K/V storage and the cell table (which token of the
-// text each cell holds, and at which RoPE position), with a policy
-// (kv_policy.h) deciding what goes where.
+// One sequence's KV cache: the cell table (which token of the text each cell
+// holds, and at which RoPE position), the block table (which block of the
+// process's pool, kv_pool.h, stores each run of block_cells cells), and a
+// policy (kv_policy.h) deciding what goes where.
 //
 // A ubatch goes through the cache in three steps, as in llama.cpp's memory
 // module: Plan (positions for the new tokens, and for shared-lane policies a
@@ -12,26 +13,40 @@
 // by the time Write reads it. Text indices grow forever; cells are bounded by
 // the cache size: they are different types.
 //
+// Blocks: between Plan and the forward pass, Prepare takes the blocks the
+// ubatch writes (a new block where the table has none, a private copy of a
+// block another sequence or the prefix cache shares: copy-on-write);
+// Plan counts them (KvPlan::n_new_blocks) so a caller can check the pool
+// first. Under a policy that shares prefixes (full, sink, window) Commit
+// publishes every block that fills with tokens [b*B, (b+1)*B) at their own
+// positions, and AttachPrefix starts a new sequence from published blocks.
+//
 // Sequence operations (llama.cpp's seq_rm / seq_keep / seq_cp / seq_add):
 // KeepPrefix, RemoveRange, Fork and ShiftPositions, each refused with a clear
 // error where the policy cannot honour it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/memory.h"
 #include "base/status.h"
 #include "kv/kv_config.h"
 #include "kv/kv_policy.h"
+#include "kv/kv_pool.h"
 
 namespace rotor {
 
 // What attention reads for one layer.
 struct KvLayerView {
-  const void* k = nullptr;  // [n_cells, n_head_kv, head_dim] of `type`
-  const void* v = nullptr;  // [n_cells, n_head_kv, head_dim] of `type`
+  // [n_blocks]: the storage of cells [b << block_shift, (b + 1) << block_shift)
+  // (kv_pool.h layout), null where no cell of the block is occupied.
+  uint8_t* const* blocks = nullptr;
+  int block_shift = 0;
+  size_t k_off = 0, v_off = 0;  // this layer's K and V rows within a block
   KvType type = KvType::kF32;
   size_t row_bytes = 0;              // bytes of one cell's K (or V) row
   const TextIndex* index = nullptr;  // [n_cells] shared lane: text index per cell, -1 = empty
@@ -46,13 +61,20 @@ struct KvLayerView {
   int first_lane = 0;
   int n_lanes = 1;
   int lane_heads = 0;
-  const void* KRow(int32_t cell) const { return static_cast<const uint8_t*>(k) + cell * row_bytes; }
-  const void* VRow(int32_t cell) const { return static_cast<const uint8_t*>(v) + cell * row_bytes; }
+  const void* KRow(int32_t cell) const {
+    return blocks[cell >> block_shift] + k_off + (cell & ((1 << block_shift) - 1)) * row_bytes;
+  }
+  const void* VRow(int32_t cell) const {
+    return blocks[cell >> block_shift] + v_off + (cell & ((1 << block_shift) - 1)) * row_bytes;
+  }
 };
 
 class KvCache {
  public:
-  static Result<std::unique_ptr<KvCache>> Create(const KvShape& shape, const KvConfig& config);
+  // Blocks come from `pool` (which must outlive the cache), or without one
+  // from a private pool of unlimited budget.
+  static Result<std::unique_ptr<KvCache>> Create(const KvShape& shape, const KvConfig& config,
+                                                 KvBlockPool* pool = nullptr);
   ~KvCache();
 
   const KvShape& shape() const { return shape_; }
@@ -61,8 +83,13 @@ class KvCache {
   // Occupied cells of the fullest lane: at most the policy's size between ubatches.
   int32_t n_used() const { return cells_.max_used(); }
   TextIndex n_seen() const { return n_seen_; }  // tokens committed: the next token's index
-  // Bytes of K/V storage, cell table and policy state: allocated once, never grows.
+  // Bytes of the cache when all its cells hold tokens: K/V blocks, cell
+  // table and policy state. Blocks are taken as tokens arrive: held_bytes().
   size_t memory_bytes() const;
+  // Bytes of the blocks the table holds now (shared ones counted in full).
+  size_t held_bytes() const;
+  int64_t n_blocks_held() const;
+  KvBlockPool& pool() const { return *pool_; }
 
   // Tokens that can still be appended; -1 = unbounded (evicting policies).
   int64_t Remaining() const;
@@ -71,14 +98,41 @@ class KvCache {
   Status ExpectPrompt(int64_t n_tokens);
 
   // Plans n_tokens new tokens. Mutates nothing. Errors if they cannot fit.
+  // plan->n_new_blocks: the pool blocks Prepare will take.
   Status Plan(int32_t n_tokens, KvPlan* plan) const;
+  // Blocks the next n tokens need beyond this cache's reservation (0 when
+  // they cannot be planned: the runner's FitsCache says why).
+  int64_t BlocksFor(int32_t n_tokens) const;
+  int64_t Unreserved(const KvPlan& plan) const {
+    return std::max<int64_t>(0, plan.n_new_blocks - reserved_);
+  }
+  // The blocks this cache may still take: a block for every table entry it
+  // does not hold alone and unpublished (a published one may be shared by
+  // the time it must be written).
+  int64_t BlocksToFill() const;
+  // Sets aside every block the cache can still need (BlocksToFill), now and
+  // from now on, so it never waits for memory (bounded policies); false when
+  // the pool has not that many available.
+  bool ReserveAll();
+  // Takes the blocks the planned ubatch writes; errors (changing nothing the
+  // text depends on) when the pool cannot give plan.n_new_blocks.
+  Status Prepare(const KvPlan& plan);
   KvLayerView View(int layer);
   // Stores the planned tokens' K and V for one layer.
   // k, v: [plan.n_tokens, n_head_kv * head_dim], rows `row_stride` floats apart.
   void Write(int layer, const KvPlan& plan, const float* k, const float* v, int64_t row_stride);
+  // plan.tokens: the ubatch's token ids (prefix publishing), may be empty.
   void Commit(KvPlan& plan);
-  // Forgets every token (storage stays allocated).
+  // Forgets every token and returns every block to the pool.
   void Clear();
+
+  // Automatic prefix caching. An empty cache whose policy shares prefixes
+  // takes the longest run of published blocks holding the first tokens of
+  // `text`, up to max_tokens tokens: they count as run (n_seen). Returns the
+  // tokens taken (0 when the policy does not share prefixes).
+  int64_t AttachPrefix(std::span<const int32_t> text, int64_t max_tokens);
+  // Stops publishing this sequence's blocks (cache_prompt: false).
+  void DisablePublishing() { publish_ = publish_allowed_ = false; }
 
   // Sequence operations. Each checks its range and asks the policy first; on
   // an error the cache is unchanged.
@@ -91,7 +145,8 @@ class KvCache {
   // re-rotated); new tokens continue from the last token's position.
   Status ShiftPositions(TextIndex from, TextIndex to, int32_t delta);
   // A copy of this sequence's cache (storage, cells and policy state): the
-  // copy continues exactly as this one would.
+  // copy continues exactly as this one would. Under a policy that shares
+  // prefixes the copy shares the blocks (copy-on-write); else it copies them.
   Result<std::unique_ptr<KvCache>> Fork() const;
 
   // Inspection (tests, metrics): the text index / position held by a cell of
@@ -105,17 +160,42 @@ class KvCache {
   std::vector<float> CellV(int layer, int32_t cell) const;
 
  private:
-  KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<KvPolicy> policy);
-  size_t RowFloats() const { return static_cast<size_t>(shape_.n_head_kv) * shape_.head_dim; }
-  // Byte offset of a cell's row in k_ / v_.
-  size_t Offset(int layer, int32_t cell) const {
-    return (static_cast<size_t>(layer) * n_cells_ + cell) * RowFloats() * elem_bytes_;
+  KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<KvPolicy> policy,
+          KvBlockPool* pool, std::shared_ptr<KvBlockPool> own_pool);
+  // A sequence operation's OnDrop may re-rotate cached keys (compact positions).
+  bool DropRotates() const {
+    return config_.rope_k == RopeK::kCached && config_.positions == KvPositions::kCompact;
   }
-  // Stores n f32 values at byte offset `at` of k_ or v_, in the cache's type.
-  void Store(AlignedBuffer<uint8_t>& dst, size_t at, const float* src, size_t n);
+  size_t RowFloats() const { return static_cast<size_t>(shape_.n_head_kv) * shape_.head_dim; }
+  size_t RowBytes() const { return RowFloats() * elem_bytes_; }
+  // A cell's K (V) row of one layer; its block must be held.
+  uint8_t* KRow(int layer, int32_t cell) const {
+    return block_data_[cell >> block_shift_] + layer * layer_bytes_ +
+           (cell & block_mask_) * RowBytes();
+  }
+  uint8_t* VRow(int layer, int32_t cell) const {
+    return KRow(layer, cell) + static_cast<size_t>(shape_.n_layer) * layer_bytes_;
+  }
+  // Stores n f32 values at dst in the cache's type.
+  void Store(uint8_t* dst, const float* src, size_t n);
   // Re-rotates the stored keys a lane keeps in a cell by delta positions.
   void RotateLane(int lane, int32_t cell, int32_t delta);
-  void ShiftKey(size_t at, int n_heads, int32_t delta);
+  void ShiftKey(uint8_t* at, int n_heads, int32_t delta);
+  // Blocks: table entry b needs a new block (none, or shared: copy-on-write).
+  bool NeedsBlock(int32_t b) const;
+  // Makes table entry b a block this cache alone holds and may write;
+  // `spare`: blocks the pool can give beyond those that must be taken.
+  void MakeWritable(int32_t b, int64_t spare);
+  void MakeWritable(std::span<const int32_t> blocks);
+  // Every held block writable (a sequence operation re-rotating keys);
+  // errors when the pool cannot give the copies.
+  Status MakeAllWritable();
+  void ReleaseBlock(int32_t b);
+  // Returns the blocks none of whose cells is occupied.
+  void ReleaseEmptyBlocks();
+  // Publishes the blocks that filled (prefix caching).
+  void PublishFull();
+  void TruncatePublished(TextIndex n);
   // The layer and kv-head range a lane covers.
   void LaneHeads(int lane, int* layer_begin, int* layer_end, int* head, int* n_heads) const;
   Status CheckRange(const char* op, TextIndex from, TextIndex to) const;
@@ -124,13 +204,29 @@ class KvCache {
   KvShape shape_;
   KvConfig config_;
   std::unique_ptr<KvPolicy> policy_;
+  std::shared_ptr<KvBlockPool> own_pool_;  // when created without a pool (shared with forks)
+  KvBlockPool* pool_;
   int32_t n_cells_ = 0;
-  size_t elem_bytes_ = 4;         // KvTypeBytes(config_.type)
-  AlignedBuffer<uint8_t> k_;      // [n_layer, n_cells, n_head_kv, head_dim] of config_.type
-  AlignedBuffer<uint8_t> v_;      // [n_layer, n_cells, n_head_kv, head_dim] of config_.type
-  std::vector<float> shift_row_;  // [n_head_kv * head_dim] f16 re-rotation scratch
+  size_t elem_bytes_ = 4;  // KvTypeBytes(config_.type)
+  int block_shift_ = 0;    // log2 of the pool's block_cells
+  int32_t block_mask_ = 0;
+  size_t layer_bytes_ = 0;            // pool_->LayerBytes(config_.type)
+  std::vector<BlockId> table_;        // [ceil(n_cells / block_cells)] -1 = none
+  std::vector<uint8_t*> block_data_;  // [table_.size()] the blocks' storage
+  std::vector<float> shift_row_;      // [n_head_kv * head_dim] f16 re-rotation scratch
   KvCells cells_;
   TextIndex n_seen_ = 0;
+  // Prefix publishing: while every full block holds its own tokens at their
+  // own positions, the text's token ids and the hash of each full block.
+  bool publish_ = true;
+  bool publish_allowed_ = true;  // DisablePublishing
+  std::vector<int32_t> text_;    // [n_seen] while publishing
+  std::vector<uint64_t> chain_;  // [full blocks published or attached]
+  uint64_t root_ = 0;            // PrefixRoot of the model, type and RoPE mode
+  int64_t reserved_ = 0;         // blocks the pool set aside for this cache
+  bool bounded_ = false;         // ReserveAll: reserved_ stays BlocksToFill()
+  void Rebalance();              // bounded_: returns reservations no longer needed
+  mutable KvPlan probe_;         // BlocksFor
 };
 
 }  // namespace rotor

@@ -113,6 +113,11 @@ struct KvPlan {
   // Per-lane policies: attention calls these hooks, which fill lane_slot.
   KvLaneHooks* hooks = nullptr;
   std::vector<int32_t> lane_slot;  // [n_lanes, n_tokens] cell of each new token, -1 = not kept
+  // Blocks (filled by the cache): the block-table entries the ubatch writes,
+  // and how many of them need a new block from the pool.
+  std::vector<int32_t> writes;
+  int32_t n_new_blocks = 0;
+  std::span<const int32_t> tokens;  // [n_tokens] token ids, set by the caller before Commit
   int32_t* LaneSlots(int lane) { return lane_slot.data() + static_cast<size_t>(lane) * n_tokens; }
 };
 
@@ -157,6 +162,15 @@ class KvPolicy : public KvLaneHooks {
   }
   virtual void Clear() {}
   virtual size_t state_bytes() const { return 0; }
+
+  // Prefix sharing. True when the state after tokens 0..n-1 were appended in
+  // order to cells 0..n-1 at positions 0..n-1, with nothing evicted, depends
+  // on n alone (not on attention weights): such a cache publishes its full
+  // blocks and may start from published ones (kv_pool.h).
+  virtual bool SharesPrefix() const { return false; }
+  // An empty cache now holds tokens [0, n) so (n <= n_cells(), set by the
+  // cache): take the state running them would have left.
+  virtual void OnAdopt(KvCells& cells, TextIndex n) { (void)cells, (void)n; }
 
   // Sequence operations. Drop: tokens [from, to) leave the cache (to == n_seen
   // keeps the prefix [0, from) and the text continues at `from`). Shift: the

@@ -38,6 +38,8 @@ class FullPolicy final : public KvPolicy {
 
   void Commit(KvCells&, KvPlan& plan) override { next_pos_ += plan.n_tokens; }
   void Clear() override { next_pos_ = 0; }
+  bool SharesPrefix() const override { return true; }
+  void OnAdopt(KvCells&, TextIndex n) override { next_pos_ = n; }
 
   void OnDrop(KvCells& cells, TextIndex n_seen, TextIndex from, TextIndex to) override {
     if (to < n_seen) return;

@@ -53,6 +53,10 @@ class RingPolicy final : public KvPolicy {
     if (plan.pos_shift != 0) MoveWindow(cells, -plan.pos_shift);
   }
   void Clear() override { offset_ = 0; }
+  // Tokens below size sit in their own cells at their own positions, having
+  // seen every earlier token: the state of any cache that ran them.
+  bool SharesPrefix() const override { return true; }
+  void OnAdopt(KvCells&, TextIndex) override { offset_ = 0; }
 
   // The text may continue at `from` only if every token it would see there
   // is still held: the sinks and the W - 1 tokens before it.

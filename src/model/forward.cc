@@ -59,7 +59,25 @@ Status Forward::Run(std::span<const SeqInput> seqs, float* logits) {
     CHECK(seqs[si].cache != nullptr);
     RETURN_IF_ERROR(
         seqs[si].cache->Plan(static_cast<int32_t>(seqs[si].tokens.size()), &plans_[si]));
+    plans_[si].tokens = seqs[si].tokens;
   }
+  // The blocks every sequence needs, against what each pool can give, before
+  // any sequence takes one.
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const KvCache& a = *seqs[si].cache;
+    int64_t need = 0;
+    for (size_t sj = 0; sj < seqs.size(); ++sj) {
+      const KvCache& b = *seqs[sj].cache;
+      if (&b.pool() == &a.pool() && b.config().type == a.config().type)
+        need += b.Unreserved(plans_[sj]);
+    }
+    if (need > a.pool().Available(a.config().type))
+      return Errorf(
+          "kv: the KV memory budget ({} MiB) has room for {} more blocks, this step needs {}",
+          a.pool().budget_bytes() >> 20, a.pool().Available(a.config().type), need);
+  }
+  for (size_t si = 0; si < seqs.size(); ++si)
+    RETURN_IF_ERROR(seqs[si].cache->Prepare(plans_[si]));
 
   // Embeddings. x: [n_tokens, n_embd]
   const ops::Weight& embd = model_.token_embd();

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 namespace rotor {
@@ -15,6 +16,17 @@ Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> file, b
   std::unique_ptr<Model> model(new Model());
   model->file_ = std::move(file);
   RETURN_IF_ERROR(model->Init());
+  {  // FNV-1a over the size, the first MiB and 64 samples of 256 bytes.
+    const uint8_t* p = model->file_->bytes();
+    const uint64_t size = model->file_->file_size();
+    uint64_t h = 0xcbf29ce484222325ull ^ size;
+    auto add = [&](uint64_t from, uint64_t n) {
+      for (uint64_t i = from; i < std::min(size, from + n); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+    };
+    add(0, uint64_t{1} << 20);
+    for (uint64_t i = 1; i <= 64; ++i) add(size / 65 * i, 256);
+    model->identity_ = h;
+  }
   if (pack_matrices) model->PackMatrices();
   return model;
 }

@@ -56,10 +56,15 @@ class Model {
   // Bytes of weights a decode step reads (every matrix once; embeddings one row).
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t n_params() const { return n_params_; }
+  // A 64-bit fingerprint of the file: its size, its first MiB (header,
+  // metadata, tensor table) and 64 samples of its tensor data. Cached KV is
+  // keyed by it (prefix cache, prompt-cache files).
+  uint64_t identity() const { return identity_; }
   // The most common matrix type, e.g. "q8_0" (for reports).
   std::string type_name() const { return type_name_; }
 
  private:
+  uint64_t identity_ = 0;
   Model() = default;
   Status Init();
   Result<ops::Weight> Matrix(const std::string& name, int64_t k, int64_t n);

@@ -19,6 +19,7 @@ std::unique_ptr<Engine> MakeEngine(int n_ctx = 0) {
   o.model_path = kModel;
   o.n_threads = 2;
   o.n_ctx = n_ctx;
+  o.max_seqs = 2;  // the chat and the single-shot runs that check it hold K/V at once
   auto e = Engine::Create(o);
   EXPECT_TRUE(e.ok()) << e.message();
   return std::move(*e);
@@ -85,6 +86,7 @@ void ExpectTurnEqualsSingleShot(Engine& e, const ChatSession& chat, const ChatTu
   GenerateResult r =
       SingleShot(e, prompt, chat.options(), static_cast<int>(turn.n_generated), prefill_step);
   std::vector<int32_t> got = r.tokens;
+  EXPECT_NE(r.finish, FinishReason::kError) << r.error;
   if (r.finish == FinishReason::kStop && !got.empty()) got.pop_back();  // not run by the chat
   EXPECT_EQ(got, turn.tokens);
 }
@@ -225,7 +227,9 @@ TEST(ChatSession, FullContextEndsTheReplyAndClearStartsOver) {
   EXPECT_TRUE(chat->tokens().empty());
   EXPECT_TRUE(chat->messages().empty());
   ChatTurn t3 = Send(*chat, "Tell me a story.");
-  EXPECT_EQ(t3.n_prompt, t1.n_prompt);
+  // The conversation starts over: its whole blocks come from the prefix cache.
+  EXPECT_EQ(t3.n_prompt + t3.n_cached, t1.n_prompt);
+  EXPECT_EQ(t3.n_cached, t1.n_prompt / 16 * 16);
   EXPECT_EQ(t3.reply, t1.reply);
 }
 
@@ -339,7 +343,10 @@ TEST(ChatSession, SystemPromptSurvivesClear) {
   chat->Clear();
   ASSERT_EQ(chat->messages().size(), 1u);
   EXPECT_EQ(chat->messages()[0].role, "system");
-  EXPECT_EQ(Send(*chat, "Hi").n_prompt, t1.n_prompt);
+  const ChatTurn t2 = Send(*chat, "Hi");
+  EXPECT_EQ(t2.n_prompt + t2.n_cached, t1.n_prompt);
+  EXPECT_GT(t2.n_cached, 0);
+  EXPECT_EQ(t2.reply, t1.reply);
 }
 
 TEST(ChatSession, LoadPrefillsTheTranscriptThenOnlyNewMessages) {

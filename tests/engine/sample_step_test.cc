@@ -27,6 +27,7 @@ class SampleStepTest : public ::testing::Test {
     if (n > 0) {
       KvPlan plan;
       EXPECT_TRUE((*c)->Plan(n, &plan).ok());
+      EXPECT_TRUE((*c)->Prepare(plan).ok());
       (*c)->Commit(plan);
     }
     return std::move(*c);

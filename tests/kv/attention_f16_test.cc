@@ -48,6 +48,8 @@ void RunSteps(const Shape& s, KvConfig cfg, Isa isa, int threads) {
     KvPlan p32, p16;
     ASSERT_TRUE(c32->Plan(m, &p32).ok());
     ASSERT_TRUE(c16->Plan(m, &p16).ok());
+    ASSERT_TRUE(c32->Prepare(p32).ok());
+    ASSERT_TRUE(c16->Prepare(p16).ok());
     auto attend = [&](KvCache& c, KvPlan& p, const float* kk, const float* vv, float* out) {
       const KvLayerView view = c.View(0);
       AttentionArgs a;

@@ -31,11 +31,13 @@ TEST(F16Cache, StoresTheF16RoundingAndHalvesTheKvBytes) {
   auto f32 = KvCache::Create(shape, KvConfig{});
   auto f16 = KvCache::Create(shape, F16(KvConfig{}));
   ASSERT_TRUE(f32.ok() && f16.ok());
-  const size_t kv32 = 2ull * 2 * 8 * 3 * 16 * 4;  // K and V, layers, cells, row, bytes
+  // K and V, layers, cells (one block of 16 holds the 8), row, bytes
+  const size_t kv32 = 2ull * 2 * 16 * 3 * 16 * 4;
   EXPECT_EQ((*f32)->memory_bytes() - (*f16)->memory_bytes(), kv32 / 2);
   KvCache& c = **f16;
   KvPlan plan;
   ASSERT_TRUE(c.Plan(5, &plan).ok());
+  ASSERT_TRUE(c.Prepare(plan).ok());
   // [5, 48]: values spread over f16's range, subnormals and ties included.
   std::vector<float> k(5 * 48), v(5 * 48);
   for (size_t i = 0; i < k.size(); ++i) {

@@ -62,6 +62,8 @@ inline std::unique_ptr<KvCache> RunToy(const KvConfig& cfg, const std::vector<fl
     Status s = cache->Plan(m, &plan);
     EXPECT_TRUE(s.ok()) << s.message();
     if (!s.ok()) return cache;
+    s = cache->Prepare(plan);
+    EXPECT_TRUE(s.ok()) << s.message();
     KvLayerView view = cache->View(0);
     AttentionArgs a;
     a.q = q.data(), a.k = k.data(), a.v = v.data();

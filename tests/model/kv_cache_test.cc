@@ -96,6 +96,7 @@ TEST(KvCache, FullPlansConsecutiveSlotsAndFailsCleanlyWhenFull) {
   EXPECT_GE(c.memory_bytes(), 2u * 2 * 2 * 16 * 4 * sizeof(float));
   KvPlan plan;
   ASSERT_TRUE(c.Plan(10, &plan).ok());
+  ASSERT_TRUE(c.Prepare(plan).ok());
   EXPECT_EQ(plan.first, 0);
   EXPECT_EQ(plan.slot[9].v, 9);
   EXPECT_EQ(plan.pos[9], 9);

@@ -149,13 +149,14 @@ TEST(ServeApiTest, ErrorsNameTheField) {
 TEST(ServeApiTest, ResponseShapes) {
   const ResponseMeta chat{Endpoint::kChat, "chatcmpl-1", 1700000000, "m"};
   const ResponseMeta text{Endpoint::kCompletions, "cmpl-1", 1700000000, "m"};
-  EXPECT_EQ(FullResponse(chat, "hi", FinishReason::kEos, 3, 2),
+  EXPECT_EQ(FullResponse(chat, "hi", FinishReason::kEos, TokenUsage{3, 2, 1}),
             json::parse(R"({"id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000,
       "model": "m", "choices": [{"index": 0, "logprobs": null, "finish_reason": "stop",
       "message": {"role": "assistant", "content": "hi"}}],
-      "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})"));
+      "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+                 "prompt_tokens_details": {"cached_tokens": 1}}})"));
   EXPECT_EQ(
-      FullResponse(text, "hi", FinishReason::kContext, 3, 2)["choices"][0],
+      FullResponse(text, "hi", FinishReason::kContext, TokenUsage{3, 2})["choices"][0],
       json::parse(R"({"index": 0, "logprobs": null, "finish_reason": "length", "text": "hi"})"));
   EXPECT_EQ(StreamChunk(chat, "", true, std::nullopt)["choices"][0]["delta"],
             json::parse(R"({"role": "assistant", "content": ""})"));
@@ -166,7 +167,7 @@ TEST(ServeApiTest, ResponseShapes) {
   EXPECT_EQ(last["choices"][0]["delta"], json::object());
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(StreamChunk(text, "x", false, std::nullopt)["choices"][0]["text"], "x");
-  EXPECT_TRUE(UsageChunk(text, 1, 2)["choices"].empty());
+  EXPECT_TRUE(UsageChunk(text, TokenUsage{1, 2})["choices"].empty());
   EXPECT_EQ(ErrorBody(ApiError{400, "bad", "invalid_request_error", "", "c"}),
             json::parse(R"({"error": {"message": "bad", "type": "invalid_request_error",
       "param": null, "code": "c"}})"));

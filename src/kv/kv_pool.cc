@@ -1,0 +1,233 @@
+#include "kv/kv_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "base/check.h"
+#include "base/memory.h"
+
+namespace rotor {
+
+namespace {
+
+uint64_t Mix(uint64_t h, uint64_t v) {
+  // splitmix64 finaliser over the running hash and the next value.
+  uint64_t x = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t PrefixRoot(const PrefixSeed& seed) {
+  uint64_t h = Mix(0x726f746f722d6b76ull, seed.model);  // "rotor-kv"
+  h = Mix(h, static_cast<uint64_t>(seed.type));
+  return Mix(h, static_cast<uint64_t>(seed.rope_k));
+}
+
+uint64_t PrefixHash(uint64_t parent, std::span<const int32_t> tokens) {
+  uint64_t h = Mix(parent, tokens.size());
+  for (int32_t t : tokens) h = Mix(h, static_cast<uint32_t>(t));
+  return h;
+}
+
+KvBlockPool::KvBlockPool(const KvShape& shape, const KvPoolOptions& options)
+    : shape_(shape),
+      block_cells_(options.block_cells),
+      budget_(options.budget_bytes),
+      model_id_(options.model_id) {
+  CHECK(block_cells_ > 0 && (block_cells_ & (block_cells_ - 1)) == 0);
+  CHECK_GE(budget_, 0);
+  stats_.budget_bytes = budget_;
+}
+
+KvBlockPool::~KvBlockPool() {
+  for (Block& b : blocks_) std::free(b.data);
+}
+
+size_t KvBlockPool::BlockBytes(KvType t) const {
+  return 2 * static_cast<size_t>(shape_.n_layer) * block_cells_ * shape_.n_head_kv *
+         shape_.head_dim * KvTypeBytes(t);
+}
+
+int64_t KvBlockPool::Available(KvType t) const {
+  if (budget_ == 0) return std::numeric_limits<int64_t>::max();
+  const int64_t free_bytes = budget_ - stats_.bytes + cached_bytes_ - stats_.reserved_bytes;
+  return std::max<int64_t>(0, free_bytes / static_cast<int64_t>(BlockBytes(t)));
+}
+
+bool KvBlockPool::Reserve(KvType t, int64_t n) {
+  if (n > Available(t)) return false;
+  stats_.reserved_bytes += n * static_cast<int64_t>(BlockBytes(t));
+  return true;
+}
+
+void KvBlockPool::Unreserve(KvType t, int64_t n) {
+  stats_.reserved_bytes -= n * static_cast<int64_t>(BlockBytes(t));
+  CHECK_GE(stats_.reserved_bytes, 0);
+}
+
+void KvBlockPool::LruPush(BlockId b) {
+  Block& k = blocks_[b];
+  k.lru_prev = lru_tail_, k.lru_next = -1;
+  if (lru_tail_ >= 0) blocks_[lru_tail_].lru_next = b;
+  else lru_head_ = b;
+  lru_tail_ = b;
+  cached_bytes_ += static_cast<int64_t>(BlockBytes(k.type));
+  ++stats_.blocks_cached;
+}
+
+void KvBlockPool::LruRemove(BlockId b) {
+  Block& k = blocks_[b];
+  if (k.lru_prev >= 0) blocks_[k.lru_prev].lru_next = k.lru_next;
+  else lru_head_ = k.lru_next;
+  if (k.lru_next >= 0) blocks_[k.lru_next].lru_prev = k.lru_prev;
+  else lru_tail_ = k.lru_prev;
+  k.lru_prev = k.lru_next = -1;
+  cached_bytes_ -= static_cast<int64_t>(BlockBytes(k.type));
+  --stats_.blocks_cached;
+}
+
+void KvBlockPool::Free(BlockId b) {
+  Block& k = blocks_[b];
+  CHECK(k.refs == 0 && !k.published);
+  std::free(k.data);
+  stats_.bytes -= static_cast<int64_t>(BlockBytes(k.type));
+  --stats_.blocks;
+  k = Block{};
+  free_ids_.push_back(b);
+}
+
+void KvBlockPool::Evict(BlockId b) {
+  LruRemove(b);
+  index_.erase(blocks_[b].hash);
+  blocks_[b].published = false;
+  ++stats_.evictions;
+  Free(b);
+}
+
+BlockId KvBlockPool::Take(KvType t, bool reserved) {
+  const int64_t bytes = static_cast<int64_t>(BlockBytes(t));
+  if (reserved) Unreserve(t, 1);
+  else CHECK_GT(Available(t), 0);
+  while (budget_ > 0 && stats_.bytes + bytes > budget_) {
+    CHECK(lru_head_ >= 0);
+    Evict(lru_head_);
+  }
+  BlockId id;
+  if (!free_ids_.empty()) {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+  } else {
+    id = static_cast<BlockId>(blocks_.size());
+    blocks_.emplace_back();
+    tokens_.resize(blocks_.size() * static_cast<size_t>(block_cells_));
+  }
+  const size_t rounded = (static_cast<size_t>(bytes) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  Block& k = blocks_[id];
+  k.data = static_cast<uint8_t*>(p);
+  k.type = t;
+  k.refs = 1;
+  stats_.bytes += bytes;
+  ++stats_.blocks;
+  ++stats_.blocks_used;
+  return id;
+}
+
+void KvBlockPool::Ref(BlockId b) {
+  Block& k = blocks_[b];
+  CHECK(k.data != nullptr);
+  if (InLru(b)) LruRemove(b);
+  if (k.refs++ == 0) ++stats_.blocks_used;
+}
+
+void KvBlockPool::Unref(BlockId b) {
+  Block& k = blocks_[b];
+  CHECK_GT(k.refs, 0);
+  if (--k.refs > 0) return;
+  --stats_.blocks_used;
+  if (k.published) LruPush(b);
+  else Free(b);
+}
+
+bool KvBlockPool::Publish(BlockId b, uint64_t parent, std::span<const int32_t> tokens) {
+  CHECK_EQ(static_cast<int32_t>(tokens.size()), block_cells_);
+  Block& k = blocks_[b];
+  CHECK(k.refs > 0 && !k.published);
+  const uint64_t hash = PrefixHash(parent, tokens);
+  if (index_.count(hash)) return false;
+  index_.emplace(hash, b);
+  k.published = true;
+  k.hash = hash;
+  k.parent = parent;
+  std::copy(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<size_t>(b) * block_cells_);
+  return true;
+}
+
+void KvBlockPool::Unpublish(BlockId b) {
+  Block& k = blocks_[b];
+  if (!k.published) return;
+  CHECK_GT(k.refs, 0);  // a cached block is evicted, not unpublished
+  index_.erase(k.hash);
+  k.published = false;
+}
+
+BlockId KvBlockPool::Lookup(uint64_t parent, std::span<const int32_t> tokens) const {
+  if (static_cast<int32_t>(tokens.size()) != block_cells_) return -1;
+  const auto it = index_.find(PrefixHash(parent, tokens));
+  if (it == index_.end()) return -1;
+  const Block& k = blocks_[it->second];
+  const std::span<const int32_t> held = BlockTokens(it->second);
+  if (k.parent != parent || !std::equal(held.begin(), held.end(), tokens.begin())) return -1;
+  return it->second;
+}
+
+void KvBlockPool::DropCached() {
+  while (lru_head_ >= 0) Evict(lru_head_);
+}
+
+Status KvBlockPool::Validate() const {
+  int64_t blocks = 0, used = 0, cached = 0, bytes = 0, published = 0;
+  for (BlockId b = 0; b < static_cast<BlockId>(blocks_.size()); ++b) {
+    const Block& k = blocks_[b];
+    if (k.data == nullptr) continue;
+    ++blocks;
+    bytes += static_cast<int64_t>(BlockBytes(k.type));
+    if (k.refs > 0) ++used;
+    if (k.refs < 0) return Errorf("pool: block {} has {} references", b, k.refs);
+    if (k.published) {
+      ++published;
+      const auto it = index_.find(k.hash);
+      if (it == index_.end() || it->second != b)
+        return Errorf("pool: published block {} is not in the index", b);
+    }
+    if (k.refs == 0 && !k.published) return Errorf("pool: block {} is neither used nor cached", b);
+  }
+  int64_t lru_bytes = 0;
+  for (BlockId b = lru_head_, prev = -1; b >= 0; prev = b, b = blocks_[b].lru_next) {
+    if (blocks_[b].lru_prev != prev) return Errorf("pool: LRU list broken at block {}", b);
+    if (!InLru(b)) return Errorf("pool: block {} in the LRU list is not cached", b);
+    ++cached;
+    lru_bytes += static_cast<int64_t>(BlockBytes(blocks_[b].type));
+  }
+  if (blocks != stats_.blocks || used != stats_.blocks_used || cached != stats_.blocks_cached ||
+      bytes != stats_.bytes || lru_bytes != cached_bytes_ ||
+      published != static_cast<int64_t>(index_.size()))
+    return Errorf(
+        "pool: counts disagree: blocks {} / {}, used {} / {}, cached {} / {}, bytes {} / {}, "
+        "index {} / {}",
+        blocks, stats_.blocks, used, stats_.blocks_used, cached, stats_.blocks_cached, bytes,
+        stats_.bytes, published, index_.size());
+  if (budget_ > 0 && bytes + stats_.reserved_bytes > budget_)
+    return Errorf("pool: {} bytes held and {} reserved, over the budget {}", bytes,
+                  stats_.reserved_bytes, budget_);
+  return Status::Ok();
+}
+
+}  // namespace rotor

@@ -1,0 +1,159 @@
+// The KV block pool: one per process (per model), shared by every sequence.
+//
+// K/V storage comes in blocks of `block_cells` cells. A block holds those
+// cells for every layer, K then V:
+//   [2 (K, V), n_layer, block_cells, n_head_kv, head_dim] of its KvType,
+// so one layer's rows of a block are contiguous and a sequence whose table
+// has one block covers its whole context in today's contiguous layout. A
+// sequence maps its cells to blocks through its own table (kv_cache.h).
+//
+// Blocks are reference counted. One that nobody references is freed at once,
+// unless it is *published*: a full block that holds tokens [b*B, (b+1)*B) of
+// some text at positions equal to their indices, identified by the hash chain
+// of its tokens (PrefixHash). A published block nobody references is
+// *cached*: it stays until its bytes are needed, least recently used first,
+// and a new sequence whose text starts the same way takes it instead of
+// computing it (automatic prefix caching). A published or shared block is
+// read-only: a sequence that must write into one takes a private copy first
+// (copy-on-write, KvCache) or, when it is the only holder, unpublishes it.
+//
+// One budget bounds the bytes of every block (referenced or cached); memory
+// is taken block by block as tokens arrive, so an idle pool holds nothing.
+// Not thread-safe: the pool belongs to the thread that runs the forward pass
+// (the scheduler's); attention only reads block memory.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/kv_config.h"
+
+namespace rotor {
+
+using BlockId = int32_t;
+
+// What identifies a block's contents besides its tokens: everything that
+// changes the K/V computed for them.
+struct PrefixSeed {
+  uint64_t model = 0;  // the model's identity (weights and hyper-parameters)
+  KvType type = KvType::kF32;
+  RopeK rope_k = RopeK::kCached;
+};
+uint64_t PrefixRoot(const PrefixSeed& seed);
+// The hash of a block: its parent's hash (PrefixRoot for the first) and tokens.
+uint64_t PrefixHash(uint64_t parent, std::span<const int32_t> tokens);
+
+// Cells per block: 16 (docs/BENCHMARKS.md, "Paged KV": attention reads
+// blocks of 16 at the speed of a contiguous cache, and a prefix is reused to
+// within 15 tokens). A power of two.
+inline constexpr int32_t kKvBlockCells = 16;
+
+struct KvPoolOptions {
+  int32_t block_cells = kKvBlockCells;
+  int64_t budget_bytes = 0;  // 0 = unlimited
+  uint64_t model_id = 0;     // PrefixSeed::model of every block
+};
+
+class KvBlockPool {
+ public:
+  KvBlockPool(const KvShape& shape, const KvPoolOptions& options);
+  ~KvBlockPool();
+  KvBlockPool(const KvBlockPool&) = delete;
+  KvBlockPool& operator=(const KvBlockPool&) = delete;
+
+  int32_t block_cells() const { return block_cells_; }
+  uint64_t model_id() const { return model_id_; }
+  int64_t budget_bytes() const { return budget_; }
+  const KvShape& shape() const { return shape_; }
+  // Bytes of one block of type t.
+  size_t BlockBytes(KvType t) const;
+  // Bytes of one layer's K (or V) rows in a block: the offset of layer l's K
+  // is l * LayerBytes, of its V (n_layer + l) * LayerBytes.
+  size_t LayerBytes(KvType t) const { return BlockBytes(t) / (2 * shape_.n_layer); }
+
+  // Blocks of type t the pool can hand out now: the budget's free bytes plus
+  // the cached blocks nobody references (evicted when taken), less the
+  // reservations.
+  int64_t Available(KvType t) const;
+  // Sets n blocks of type t aside for one holder (a bounded sequence that
+  // must never wait for memory): false when fewer are available.
+  bool Reserve(KvType t, int64_t n);
+  void Unreserve(KvType t, int64_t n);
+  // A block of type t with one reference, its bytes uninitialised (evicts
+  // the least recently used cached blocks when the budget needs their bytes).
+  // Available(t) must be positive, or the block comes out of a reservation.
+  BlockId Take(KvType t, bool reserved = false);
+  void Ref(BlockId b);
+  // Drops a reference; at zero a published block is cached, another freed.
+  void Unref(BlockId b);
+  int32_t refs(BlockId b) const { return blocks_[b].refs; }
+  uint8_t* data(BlockId b) const { return blocks_[b].data; }
+  KvType type(BlockId b) const { return blocks_[b].type; }
+
+  // Prefix index. Publish: b holds `tokens` (block_cells of them) after the
+  // block whose hash is `parent`; its hash is PrefixHash(parent, tokens).
+  // A block with the same hash already published keeps its place (b stays
+  // unpublished): returns false.
+  bool Publish(BlockId b, uint64_t parent, std::span<const int32_t> tokens);
+  void Unpublish(BlockId b);
+  bool published(BlockId b) const { return blocks_[b].published; }
+  // The published block holding `tokens` after `parent`, or -1.
+  BlockId Lookup(uint64_t parent, std::span<const int32_t> tokens) const;
+  // Drops every cached block (frees their memory).
+  void DropCached();
+
+  struct Stats {
+    int64_t budget_bytes = 0;
+    int64_t bytes = 0;          // every block's bytes (referenced or cached)
+    int64_t reserved_bytes = 0; // set aside for bounded sequences, not yet taken
+    int64_t blocks = 0;         // blocks that exist
+    int64_t blocks_used = 0;    // referenced by a sequence
+    int64_t blocks_cached = 0;  // published, referenced by none
+    int64_t evictions = 0;      // cached blocks freed to make room
+    int64_t cow_copies = 0;     // copy-on-write copies (KvCache counts them here)
+    int64_t query_tokens = 0;   // prompt tokens looked up in the prefix index
+    int64_t hit_tokens = 0;     // of which found cached
+  };
+  const Stats& stats() const { return stats_; }
+  Stats& mutable_stats() { return stats_; }
+
+  // Checks the pool's invariants (tests): counts, LRU list, index.
+  Status Validate() const;
+
+ private:
+  struct Block {
+    uint8_t* data = nullptr;  // null: the id is free
+    KvType type = KvType::kF32;
+    int32_t refs = 0;
+    bool published = false;
+    uint64_t hash = 0, parent = 0;
+    BlockId lru_prev = -1, lru_next = -1;  // cached blocks, oldest first
+  };
+  void LruPush(BlockId b);
+  void LruRemove(BlockId b);
+  void Free(BlockId b);
+  void Evict(BlockId b);
+  bool InLru(BlockId b) const { return blocks_[b].refs == 0 && blocks_[b].published; }
+  std::span<const int32_t> BlockTokens(BlockId b) const {
+    return {tokens_.data() + static_cast<size_t>(b) * block_cells_,
+            static_cast<size_t>(block_cells_)};
+  }
+
+  KvShape shape_;
+  int32_t block_cells_;
+  int64_t budget_;
+  uint64_t model_id_;
+  std::vector<Block> blocks_;
+  std::vector<BlockId> free_ids_;
+  std::vector<int32_t> tokens_;  // [blocks_.size(), block_cells] published blocks' tokens
+  std::unordered_map<uint64_t, BlockId> index_;
+  BlockId lru_head_ = -1, lru_tail_ = -1;
+  int64_t cached_bytes_ = 0;
+  Stats stats_;
+};
+
+}  // namespace rotor

@@ -1,0 +1,200 @@
+// The block pool and the paged cache on top of it: allocation, reference
+// counts, publishing and lookup, LRU eviction under a tiny budget, and
+// thousands of random add / fork / keep-prefix / attach / finish operations
+// checked against a model (each sequence's text: every occupied cell must hold
+// the K/V its own token wrote, whoever wrote the block) with no leak at the end.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
+
+namespace rotor {
+namespace {
+
+const KvShape kShape{2, 1, 2, 64, ops::RopeConfig{2, 2}};
+
+KvPoolOptions Opts(int64_t blocks, int32_t block_cells = 4) {
+  KvBlockPool probe(kShape, KvPoolOptions{.block_cells = block_cells});
+  return KvPoolOptions{
+      .block_cells = block_cells,
+      .budget_bytes = blocks * static_cast<int64_t>(probe.BlockBytes(KvType::kF32))};
+}
+
+TEST(KvPool, TakeRefUnrefFree) {
+  KvBlockPool pool(kShape, Opts(3));
+  EXPECT_EQ(pool.BlockBytes(KvType::kF32), 2u * 2 * 4 * 2 * 4);
+  EXPECT_EQ(pool.BlockBytes(KvType::kF16), pool.BlockBytes(KvType::kF32) / 2);
+  EXPECT_EQ(pool.Available(KvType::kF32), 3);
+  EXPECT_EQ(pool.Available(KvType::kF16), 6);
+  const BlockId a = pool.Take(KvType::kF32), b = pool.Take(KvType::kF32);
+  EXPECT_EQ(pool.Available(KvType::kF32), 1);
+  pool.Ref(a);
+  EXPECT_EQ(pool.refs(a), 2);
+  pool.Unref(a);
+  pool.Unref(a);  // unpublished: freed at once
+  EXPECT_EQ(pool.stats().blocks, 1);
+  EXPECT_EQ(pool.Available(KvType::kF32), 2);
+  pool.Unref(b);
+  EXPECT_EQ(pool.stats().bytes, 0);
+  EXPECT_TRUE(pool.Validate().ok()) << pool.Validate().message();
+}
+
+TEST(KvPool, PublishedBlocksAreCachedAndEvictedLeastRecentlyUsedFirst) {
+  KvBlockPool pool(kShape, Opts(3));
+  const std::vector<int32_t> t1 = {1, 2, 3, 4}, t2 = {5, 6, 7, 8}, t3 = {9, 9, 9, 9};
+  const uint64_t root = PrefixRoot(PrefixSeed{});
+  const BlockId a = pool.Take(KvType::kF32), b = pool.Take(KvType::kF32);
+  ASSERT_TRUE(pool.Publish(a, root, t1));
+  ASSERT_TRUE(pool.Publish(b, PrefixHash(root, t1), t2));
+  EXPECT_EQ(pool.Lookup(root, t1), a);
+  EXPECT_EQ(pool.Lookup(PrefixHash(root, t1), t2), b);
+  EXPECT_EQ(pool.Lookup(root, t2), -1);  // same tokens, another parent
+  pool.Unref(b);                         // b first: the tail ages before the head
+  pool.Unref(a);
+  EXPECT_EQ(pool.stats().blocks_cached, 2);
+  EXPECT_EQ(pool.Available(KvType::kF32), 3);  // cached blocks count as room
+  // A third block fits in the budget; a fourth evicts the oldest cached (b).
+  const BlockId c = pool.Take(KvType::kF32);
+  EXPECT_EQ(pool.stats().evictions, 0);
+  const BlockId d = pool.Take(KvType::kF32);
+  EXPECT_EQ(pool.stats().evictions, 1);
+  EXPECT_EQ(pool.Lookup(PrefixHash(root, t1), t2), -1);
+  EXPECT_EQ(pool.Lookup(root, t1), a);
+  EXPECT_EQ(pool.Available(KvType::kF32), 1);  // a, still cached
+  // Referencing a cached block takes it off the LRU list.
+  pool.Ref(a);
+  EXPECT_EQ(pool.Available(KvType::kF32), 0);
+  EXPECT_FALSE(pool.Publish(c, root, t1));  // the same hash stays with a
+  ASSERT_TRUE(pool.Publish(c, root, t3));
+  pool.Unpublish(c);
+  EXPECT_EQ(pool.Lookup(root, t3), -1);
+  for (BlockId x : {a, c, d}) pool.Unref(x);
+  EXPECT_TRUE(pool.Validate().ok()) << pool.Validate().message();
+  pool.DropCached();
+  EXPECT_EQ(pool.stats().bytes, 0);
+}
+
+// ---- Random operations on paged caches sharing a pool.
+
+struct Seq {
+  std::unique_ptr<KvCache> cache;
+  std::vector<int32_t> text;
+};
+
+KvConfig Policy(int which) {
+  KvConfig kv;
+  if (which == 0) return kv;  // full
+  EXPECT_TRUE(kv.Set(KvOpt::kPolicy, "sink").ok());
+  EXPECT_TRUE(kv.SetInt(KvOpt::kSize, 24).ok());
+  return kv;
+}
+
+// The K/V a token writes: K = (token + 1000 layer, index), V = (index, -token).
+void Append(Seq& s, const std::vector<int32_t>& tokens, bool* refused) {
+  KvPlan plan;
+  *refused = !s.cache->Plan(static_cast<int32_t>(tokens.size()), &plan).ok() ||
+             !s.cache->Prepare(plan).ok();
+  if (*refused) return;
+  const TextIndex first = s.cache->n_seen();
+  std::vector<float> k(tokens.size() * 2), v(tokens.size() * 2);
+  for (int l = 0; l < kShape.n_layer; ++l) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      k[2 * i] = static_cast<float>(tokens[i] + 1000 * l);
+      k[2 * i + 1] = static_cast<float>(first + i);
+      v[2 * i] = static_cast<float>(first + i);
+      v[2 * i + 1] = static_cast<float>(-tokens[i]);
+    }
+    s.cache->Write(l, plan, k.data(), v.data(), 2);
+  }
+  plan.tokens = tokens;
+  s.cache->Commit(plan);
+  s.text.insert(s.text.end(), tokens.begin(), tokens.end());
+}
+
+void ExpectHolds(const Seq& s) {
+  const KvCache& c = *s.cache;
+  ASSERT_EQ(c.n_seen(), static_cast<TextIndex>(s.text.size()));
+  for (int32_t cell = 0; cell < c.cells().hi(0); ++cell) {
+    const TextIndex idx = c.CellIndex(cell);
+    if (idx < 0) continue;
+    for (int l = 0; l < kShape.n_layer; ++l) {
+      const std::vector<float> k = c.CellK(l, cell), v = c.CellV(l, cell);
+      ASSERT_EQ(k[0], s.text[idx] + 1000 * l) << "cell " << cell << " token " << idx;
+      ASSERT_EQ(k[1], idx);
+      ASSERT_EQ(v[0], idx);
+      ASSERT_EQ(v[1], -s.text[idx]);
+    }
+  }
+}
+
+TEST(KvPool, RandomOperationsAgainstAModel) {
+  KvBlockPool pool(kShape, Opts(40));
+  std::mt19937 rng(7);
+  auto rand = [&](int n) { return static_cast<int>(rng() % n); };
+  // Texts start from one of three prefixes, so attachments happen.
+  const std::vector<std::vector<int32_t>> prefixes = {
+      {1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 2, 3, 4, 7, 7}, {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}};
+  std::vector<Seq> seqs;
+  int64_t attached = 0, refused = 0, cow_before = pool.stats().cow_copies;
+  for (int op = 0; op < 4000; ++op) {
+    const int what = rand(10);
+    if (seqs.empty() || (what < 2 && seqs.size() < 6)) {
+      Seq s;
+      s.cache = std::move(KvCache::Create(kShape, Policy(rand(2)), &pool)).value();
+      std::vector<int32_t> prompt = prefixes[rand(3)];
+      for (int i = rand(8); i > 0; --i) prompt.push_back(rand(4));
+      const int64_t n = s.cache->AttachPrefix(prompt, static_cast<int64_t>(prompt.size()) - 1);
+      attached += n;
+      s.text.assign(prompt.begin(), prompt.begin() + n);
+      bool no = false;
+      Append(s, std::vector<int32_t>(prompt.begin() + n, prompt.end()), &no);
+      if (no) {
+        ++refused;
+        continue;
+      }
+      seqs.push_back(std::move(s));
+    } else if (what < 6) {
+      Seq& s = seqs[rand(static_cast<int>(seqs.size()))];
+      std::vector<int32_t> tokens(1 + rand(9));
+      for (int32_t& t : tokens) t = rand(4);
+      bool no = false;
+      Append(s, tokens, &no);
+      refused += no;
+    } else if (what < 7 && seqs.size() < 6) {
+      const Seq& s = seqs[rand(static_cast<int>(seqs.size()))];
+      auto fork = s.cache->Fork();
+      if (!fork.ok()) continue;
+      seqs.push_back(Seq{std::move(*fork), s.text});
+    } else if (what < 8) {
+      Seq& s = seqs[rand(static_cast<int>(seqs.size()))];
+      const TextIndex n = rand(static_cast<int>(s.text.size()) + 1);
+      if (s.cache->KeepPrefix(n).ok()) s.text.resize(n);
+    } else {
+      seqs.erase(seqs.begin() + rand(static_cast<int>(seqs.size())));
+    }
+    for (const Seq& s : seqs) ExpectHolds(s);
+    const Status v = pool.Validate();
+    ASSERT_TRUE(v.ok()) << "op " << op << ": " << v.message();
+    int64_t held = 0;
+    for (const Seq& s : seqs) held += s.cache->n_blocks_held();
+    ASSERT_GE(held, pool.stats().blocks_used);  // shared blocks are counted per holder
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(attached, 0);
+  EXPECT_GT(refused, 0);  // the budget ran out now and then
+  EXPECT_GT(pool.stats().evictions, 0);
+  EXPECT_GT(pool.stats().cow_copies, cow_before);
+  seqs.clear();
+  EXPECT_EQ(pool.stats().blocks_used, 0);
+  EXPECT_EQ(pool.stats().blocks, pool.stats().blocks_cached);  // no leak: only cached blocks
+  pool.DropCached();
+  EXPECT_EQ(pool.stats().bytes, 0);
+  EXPECT_TRUE(pool.Validate().ok());
+}
+
+}  // namespace
+}  // namespace rotor
