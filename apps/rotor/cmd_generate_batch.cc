@@ -115,6 +115,7 @@ int RunGenerateBatch(const EngineOptions& engine_options, const GenerateOptions&
                   {"text", r.text},
                   {"tokens", r.tokens},
                   {"prompt_tokens", r.prompt_tokens.size()},
+                  {"cached_tokens", r.cached_tokens},
                   {"finish_reason", FinishReasonName(r.finish)},
                   {"timings",
                    {{"prompt_ms", r.prompt_ns / 1e6},

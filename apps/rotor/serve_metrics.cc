@@ -57,19 +57,22 @@ std::string Metrics::Render(const Batcher::Stats& s, int max_sequences) const {
   const KvBlockPool::Stats& kv = s.kv;
   Sample(&out, "rotor_kv_memory_budget_bytes", "gauge", "K/V memory budget (--kv-memory).",
          static_cast<double>(kv.budget_bytes));
-  Sample(&out, "rotor_kv_memory_bytes", "gauge", "K/V memory held by blocks (used and cached).",
+  Sample(&out, "rotor_kv_memory_bytes", "gauge", "K/V memory held by blocks (used, cached, free).",
          static_cast<double>(kv.bytes));
   Sample(&out, "rotor_kv_block_tokens", "gauge", "Tokens per K/V block.",
          static_cast<double>(s.kv_block_cells));
-  Sample(&out, "rotor_kv_blocks", "gauge", "K/V blocks that exist (used and cached).",
+  Sample(&out, "rotor_kv_blocks", "gauge", "K/V blocks that exist (used, cached, free).",
          static_cast<double>(kv.blocks));
   Sample(&out, "rotor_kv_blocks_used", "gauge", "K/V blocks held by sequences.",
          static_cast<double>(kv.blocks_used));
   Sample(&out, "rotor_kv_blocks_cached", "gauge",
          "K/V blocks of finished prompts kept for reuse (evicted least recently used first).",
          static_cast<double>(kv.blocks_cached));
-  Sample(&out, "rotor_kv_blocks_evicted_total", "counter",
-         "Cached K/V blocks freed to make room.", static_cast<double>(kv.evictions));
+  Sample(&out, "rotor_kv_blocks_free", "gauge",
+         "K/V blocks neither used nor cached, their memory kept for the next ones.",
+         static_cast<double>(kv.blocks_free));
+  Sample(&out, "rotor_kv_blocks_evicted_total", "counter", "Cached K/V blocks freed to make room.",
+         static_cast<double>(kv.evictions));
   Sample(&out, "rotor_kv_blocks_copied_total", "counter",
          "Shared K/V blocks copied before a sequence wrote into them.",
          static_cast<double>(kv.cow_copies));
@@ -79,8 +82,7 @@ std::string Metrics::Render(const Batcher::Stats& s, int max_sequences) const {
          "Prompt tokens found in the prefix cache (not computed).",
          static_cast<double>(kv.hit_tokens));
   Sample(&out, "rotor_sequences_preempted_total", "counter",
-         "Sequences sent back to the queue to free K/V memory.",
-         static_cast<double>(s.preempted));
+         "Sequences sent back to the queue to free K/V memory.", static_cast<double>(s.preempted));
   Sample(&out, "rotor_prompt_tokens_per_second", "gauge",
          "Prompt tokens processed per second over the last 10 s.", s.prompt_tps);
   Sample(&out, "rotor_generation_tokens_per_second", "gauge",

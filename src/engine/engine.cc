@@ -1,10 +1,10 @@
 #include "engine/engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "base/memory.h"
 #include "base/timer.h"
@@ -14,12 +14,18 @@ namespace rotor {
 
 std::string_view FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kContext: return "context";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kContext:
+      return "context";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "?";
 }
@@ -34,16 +40,16 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
     return Errorf("engine: {}: vocabulary has {} tokens but token_embd.weight has {} rows",
                   options.model_path, e->tokenizer_->n_vocab(), e->model_->config().n_vocab);
   e->n_ctx_ = options.n_ctx > 0 ? options.n_ctx : e->model_->config().n_ctx_train;
-  e->pool_ = std::make_unique<ThreadPool>(options.n_threads > 0 ? options.n_threads
-                                                                : HardwareThreads());
+  e->pool_ =
+      std::make_unique<ThreadPool>(options.n_threads > 0 ? options.n_threads : HardwareThreads());
   if (options.kv_memory_bytes < 0)
     return Errorf("engine: --kv-memory {} must not be negative", options.kv_memory_bytes);
   if (options.max_seqs <= 0) return Errorf("engine: {} sequences at once", options.max_seqs);
   const KvShape shape = e->model_->config().kv_shape(e->n_ctx_);
   e->kv_memory_default_ = options.kv_memory_bytes == 0;
   e->prefix_cache_ = options.prefix_cache;
-  const int64_t budget = e->kv_memory_default_ ? DefaultKvMemory(shape, options.max_seqs)
-                                               : options.kv_memory_bytes;
+  const int64_t budget =
+      e->kv_memory_default_ ? DefaultKvMemory(shape, options.max_seqs) : options.kv_memory_bytes;
   e->kv_pool_ = std::make_unique<KvBlockPool>(
       shape, KvPoolOptions{.budget_bytes = budget, .model_id = e->model_->identity()});
   const int64_t one = static_cast<int64_t>(e->kv_pool_->BlockBytes(KvType::kF16));
@@ -87,15 +93,15 @@ int64_t DefaultKvMemory(const KvShape& shape, int max_seqs) {
 std::string Engine::DescribeKvMemory() const {
   const KvBlockPool& p = *kv_pool_;
   const int64_t per_token = static_cast<int64_t>(p.BlockBytes(KvType::kF32)) / p.block_cells();
-  return fmt::format("{} MiB{} = {} tokens of f32 K/V ({} of f16), in blocks of {} tokens",
-                     p.budget_bytes() >> 20,
-                     kv_memory_default_ ? " (default; --kv-memory to change)" : "",
-                     p.budget_bytes() / per_token, 2 * p.budget_bytes() / per_token,
-                     p.block_cells());
+  return fmt::format(
+      "{} MiB{} = {} tokens of f32 K/V ({} of f16), in blocks of {} tokens", p.budget_bytes() >> 20,
+      kv_memory_default_ ? " (default; --kv-memory to change)" : "", p.budget_bytes() / per_token,
+      2 * p.budget_bytes() / per_token, p.block_cells());
 }
 
 Result<KvConfig> Engine::Validate(const GenerateOptions& o, KvSpelling spelling) const {
-  if (o.n_predict < -1) return Errorf("generate: -n {} must be >= 0, or -1 for no limit", o.n_predict);
+  if (o.n_predict < -1)
+    return Errorf("generate: -n {} must be >= 0, or -1 for no limit", o.n_predict);
   RETURN_IF_ERROR(ValidateSamplingParams(o.sampling));
   return ResolveKvConfig(o.kv, model_->config().kv_shape(n_ctx_), spelling);
 }

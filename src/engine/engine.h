@@ -27,12 +27,12 @@ namespace rotor {
 
 struct EngineOptions {
   std::string model_path;
-  int n_threads = 0;       // 0 = the machine's hardware threads
-  int n_ctx = 0;           // context per sequence; 0 = the model's trained context
+  int n_threads = 0;  // 0 = the machine's hardware threads
+  int n_ctx = 0;      // context per sequence; 0 = the model's trained context
   // Bytes all K/V of the process may hold (the block pool's budget, kv_pool.h);
   // 0 = DefaultKvMemory for max_seqs sequences.
   int64_t kv_memory_bytes = 0;
-  int max_seqs = 1;        // sequences run at once (sizes the default budget)
+  int max_seqs = 1;  // sequences run at once (sizes the default budget)
   // Automatic prefix caching (kv_pool.h): sequences start from the longest
   // cached prefix of their prompt and leave their full blocks cached.
   bool prefix_cache = true;
@@ -49,7 +49,7 @@ struct GenerateOptions {
   // Control-token texts in the prompt ("<|im_start|>", "<|eot_id|>") become
   // those tokens; otherwise they are ordinary text (CLI --special).
   bool parse_special = false;
-  int n_predict = 256;           // -1 = until end of generation or a full context
+  int n_predict = 256;  // -1 = until end of generation or a full context
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
@@ -71,14 +71,14 @@ std::string_view FinishReasonName(FinishReason r);
 
 struct GenerateResult {
   std::vector<int32_t> prompt_tokens;
-  int64_t cached_tokens = 0;     // prompt tokens taken from the prefix cache, not computed
-  std::vector<int32_t> tokens;   // generated (if collect_output)
-  std::string text;              // generated text, stop string excluded (if collect_output)
+  int64_t cached_tokens = 0;    // prompt tokens taken from the prefix cache, not computed
+  std::vector<int32_t> tokens;  // generated (if collect_output)
+  std::string text;             // generated text, stop string excluded (if collect_output)
   int64_t n_generated = 0;
   FinishReason finish = FinishReason::kLength;
-  std::string error;             // kError: why
-  int64_t prompt_ns = 0;         // prefill time
-  int64_t gen_ns = 0;            // decode time (first sampled token to last)
+  std::string error;      // kError: why
+  int64_t prompt_ns = 0;  // prefill time
+  int64_t gen_ns = 0;     // decode time (first sampled token to last)
   double prompt_tps() const { return prompt_ns ? prompt_tokens.size() * 1e9 / prompt_ns : 0; }
   double gen_tps() const { return gen_ns ? n_generated * 1e9 / gen_ns : 0; }
 };

@@ -1,8 +1,8 @@
 #include "engine/scheduler.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "base/check.h"
 #include "base/timer.h"
@@ -15,12 +15,13 @@ struct Scheduler::Seq {
   GenerateOptions options;
   SeqCallback callback;
   GenerateResult result;
-  KvConfig kv;                 // resolved
-  bool bounded = false;        // an evicting policy: all its blocks set aside when it joins
+  KvConfig kv;           // resolved
+  bool bounded = false;  // an evicting policy: all its blocks set aside when it joins
   // The text so far: the prompt, and for an unbounded sequence each token
   // fed after it (what a preempted sequence recomputes when it rejoins).
   std::vector<int32_t> text;
-  bool started = false;        // joined once (a preempted sequence rejoins)
+  bool started = false;  // joined once (a preempted sequence rejoins)
+  int64_t attached = 0;  // tokens of `text` the cache started from (the feed runs the rest)
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<SampleStep> step;
@@ -53,15 +54,16 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
   s->id = next_id_++;
   s->options = std::move(request.options);
   s->callback = std::move(callback);
-  s->result.prompt_tokens = request.tokens.empty()
-                                ? engine_.tokenizer().Encode(request.prompt, s->options.add_bos,
-                                                             s->options.parse_special)
-                                : std::move(request.tokens);
+  s->result.prompt_tokens =
+      request.tokens.empty()
+          ? engine_.tokenizer().Encode(request.prompt, s->options.add_bos, s->options.parse_special)
+          : std::move(request.tokens);
   const int64_t n_prompt = static_cast<int64_t>(s->result.prompt_tokens.size());
   if (n_prompt == 0) return Status::Error("generate: the prompt is empty");
   const int n_vocab = engine_.model().config().n_vocab;
   for (int32_t t : s->result.prompt_tokens)
-    if (t < 0 || t >= n_vocab) return Errorf("generate: token id {} out of range [0, {})", t, n_vocab);
+    if (t < 0 || t >= n_vocab)
+      return Errorf("generate: token id {} out of range [0, {})", t, n_vocab);
   const KvShape shape = engine_.model().config().kv_shape(engine_.n_ctx());
   RETURN_IF_ERROR(FitsNewCache(kv, shape, n_prompt).WithContext("generate"));
   // A sequence the whole K/V budget cannot hold is refused now, not queued forever.
@@ -80,8 +82,7 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
           "--kv-memory budget: {} MiB, {} blocks",
           s->bounded ? fmt::format("a {}-cell {} cache", probe->n_cells(), kv.policy)
                      : fmt::format("a prompt of {} tokens", n_prompt),
-          need, b, (need * block) >> 20, KvTypeName(kv.type), pool.budget_bytes() >> 20,
-          capacity);
+          need, b, (need * block) >> 20, KvTypeName(kv.type), pool.budget_bytes() >> 20, capacity);
   }
   s->text = s->result.prompt_tokens;
   const SeqId id = s->id;
@@ -144,12 +145,24 @@ Status Scheduler::Admit() {
 
 bool Scheduler::Start(Seq& s) {
   KvBlockPool& pool = engine_.kv_pool();
+  const bool share = engine_.prefix_cache() && s.options.cache_prompt;
+  // A sequence still prefilling blocks this one's prompt shares will publish
+  // them shortly: waiting for it beats computing them twice.
+  if (share)
+    for (const auto& r : running_) {
+      if (!r->options.cache_prompt || r->feed.n_run >= r->feed.n_prompt) continue;
+      const auto [a, b] =
+          std::mismatch(s.text.begin(), s.text.end(), r->text.begin(), r->text.end());
+      const int64_t common = std::min<int64_t>(a - s.text.begin(), std::ssize(s.text) - 1);
+      const int64_t done = r->attached + r->feed.n_run;
+      if (common / pool.block_cells() > done / pool.block_cells()) return false;
+    }
   auto created = KvCache::Create(engine_.model().config().kv_shape(engine_.n_ctx()), s.kv, &pool);
   CHECK(created.ok());  // the config was resolved by Add
   std::unique_ptr<KvCache> cache = std::move(*created);
   const int64_t n = static_cast<int64_t>(s.text.size());
   int64_t cached = 0;
-  if (engine_.prefix_cache() && s.options.cache_prompt)
+  if (share)
     cached = cache->AttachPrefix(s.text, n - 1);  // the last token runs: its logits are needed
   else
     cache->DisablePublishing();
@@ -169,6 +182,7 @@ bool Scheduler::Start(Seq& s) {
     if (need > pool.Available(s.kv.type)) return false;
   }
   if (!s.started) s.result.cached_tokens = cached;
+  s.attached = cached;
   s.cache = std::move(cache);
   s.feed = Feed::Prompt(s.cache.get(), std::span<const int32_t>(s.text).subspan(cached));
   return true;

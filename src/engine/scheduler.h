@@ -6,7 +6,10 @@
 // KV memory is the engine's block pool (kv_pool.h). With the engine's prefix
 // cache on, a sequence starts from the longest cached prefix of its prompt
 // (whoever computed it, even a sequence still running) unless its request
-// says cache_prompt: false. A sequence joins when the
+// says cache_prompt: false; one whose prompt shares whole blocks with a
+// sequence still prefilling them waits until they are published rather than
+// compute them twice (eight requests with one system prompt compute it once).
+// A sequence joins when the
 // pool has room for its prompt (after the cached prefix it starts from) plus
 // a block for each running sequence; a bounded policy (sink, window, h2o,
 // snapkv, tova) sets all its blocks aside when it joins and never waits; a
@@ -39,7 +42,7 @@ namespace rotor {
 using SeqId = int64_t;
 
 struct SeqRequest {
-  std::string prompt;              // tokenized with options.add_bos and parse_special, unless tokens is set
+  std::string prompt;  // tokenized with options.add_bos and parse_special, unless tokens is set
   std::vector<int32_t> tokens;
   GenerateOptions options;
   KvSpelling spelling = KvSpelling::kFlag;  // how KV errors name options (flags, JSON fields)
@@ -48,8 +51,8 @@ struct SeqRequest {
 // Reported from Step(): each new piece of text, then once the end.
 struct SeqEvent {
   SeqId id = 0;
-  int32_t token = -1;              // -1 on the final event
-  std::string_view text;           // text released by this token (may be empty)
+  int32_t token = -1;     // -1 on the final event
+  std::string_view text;  // text released by this token (may be empty)
   bool finished = false;
   const GenerateResult* result = nullptr;  // on the final event
 };
@@ -58,9 +61,9 @@ using SeqCallback = std::function<void(const SeqEvent&)>;
 class Scheduler {
  public:
   struct Options {
-    int max_seqs = 4;            // sequences decoding at once
+    int max_seqs = 4;                        // sequences decoding at once
     int prefill_step = kDefaultPrefillStep;  // prompt chunk size (0 = whole prompts)
-    int max_queue = 1024;        // waiting sequences beyond max_seqs
+    int max_queue = 1024;                    // waiting sequences beyond max_seqs
   };
   Scheduler(Engine& engine, const Options& options);
   ~Scheduler();

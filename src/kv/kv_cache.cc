@@ -10,7 +10,7 @@
 namespace rotor {
 
 Result<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape, const KvConfig& config,
-                                                KvBlockPool* pool) {
+                                                 KvBlockPool* pool) {
   if (shape.n_layer <= 0 || shape.n_head_kv <= 0 || shape.head_dim <= 0)
     return Errorf("kv: bad cache shape: {} layers, {} kv heads, head dim {}", shape.n_layer,
                   shape.n_head_kv, shape.head_dim);
@@ -82,7 +82,6 @@ KvCache::~KvCache() {
   if (reserved_ > 0) pool_->Unreserve(config_.type, reserved_);
 }
 
-
 void KvCache::Store(uint8_t* dst, const float* src, size_t n) {
   if (config_.type == KvType::kF32)
     std::memcpy(dst, src, n * sizeof(float));
@@ -147,8 +146,7 @@ std::vector<float> KvCache::CellV(int layer, int32_t cell) const {
 }
 
 size_t KvCache::memory_bytes() const {
-  return table_.size() * pool_->BlockBytes(config_.type) + cells_.bytes() +
-         policy_->state_bytes();
+  return table_.size() * pool_->BlockBytes(config_.type) + cells_.bytes() + policy_->state_bytes();
 }
 
 int64_t KvCache::n_blocks_held() const {
@@ -161,9 +159,7 @@ size_t KvCache::held_bytes() const {
 
 // ---- Blocks.
 
-bool KvCache::NeedsBlock(int32_t b) const {
-  return table_[b] < 0 || pool_->refs(table_[b]) > 1;
-}
+bool KvCache::NeedsBlock(int32_t b) const { return table_[b] < 0 || pool_->refs(table_[b]) > 1; }
 
 void KvCache::MakeWritable(int32_t b, int64_t spare) {
   const BlockId old = table_[b];
@@ -255,9 +251,8 @@ void KvCache::Rebalance() {
 
 Status KvCache::Prepare(const KvPlan& plan) {
   if (Unreserved(plan) > pool_->Available(config_.type))
-    return Errorf(
-        "kv: the KV memory budget ({} MiB) has no room for {} more blocks of {} tokens",
-        pool_->budget_bytes() >> 20, plan.n_new_blocks, pool_->block_cells());
+    return Errorf("kv: the KV memory budget ({} MiB) has no room for {} more blocks of {} tokens",
+                  pool_->budget_bytes() >> 20, plan.n_new_blocks, pool_->block_cells());
   MakeWritable(plan.writes);
   Rebalance();
   return Status::Ok();
@@ -286,8 +281,10 @@ void KvCache::PublishFull() {
         text_.clear();
         return;
       }
-      if (pool_->Publish(id, parent, tokens)) reserved_ += bounded_ ? 1 : 0;
-      else if (bounded_) pool_->Unreserve(config_.type, 1);
+      if (pool_->Publish(id, parent, tokens))
+        reserved_ += bounded_ ? 1 : 0;
+      else if (bounded_)
+        pool_->Unreserve(config_.type, 1);
     }
     chain_.push_back(PrefixHash(parent, tokens));
   }
@@ -544,8 +541,7 @@ Status KvCache::ShiftPositions(TextIndex from, TextIndex to, int32_t delta) {
 }
 
 Result<std::unique_ptr<KvCache>> KvCache::Fork() const {
-  std::unique_ptr<KvCache> copy(
-      new KvCache(shape_, config_, policy_->Clone(), pool_, own_pool_));
+  std::unique_ptr<KvCache> copy(new KvCache(shape_, config_, policy_->Clone(), pool_, own_pool_));
   const bool share = policy_->SharesPrefix();
   if (!share && n_blocks_held() > pool_->Available(config_.type))
     return Errorf("kv: fork: the KV memory budget has no room for {} blocks", n_blocks_held());

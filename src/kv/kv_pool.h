@@ -7,8 +7,9 @@
 // has one block covers its whole context in today's contiguous layout. A
 // sequence maps its cells to blocks through its own table (kv_cache.h).
 //
-// Blocks are reference counted. One that nobody references is freed at once,
-// unless it is *published*: a full block that holds tokens [b*B, (b+1)*B) of
+// Blocks are reference counted. One that nobody references goes to a free
+// list (its memory kept for the next taker: fresh pages fault, slowly), unless
+// it is *published*: a full block that holds tokens [b*B, (b+1)*B) of
 // some text at positions equal to their indices, identified by the hash chain
 // of its tokens (PrefixHash). A published block nobody references is
 // *cached*: it stays until its bytes are needed, least recently used first,
@@ -17,8 +18,9 @@
 // read-only: a sequence that must write into one takes a private copy first
 // (copy-on-write, KvCache) or, when it is the only holder, unpublishes it.
 //
-// One budget bounds the bytes of every block (referenced or cached); memory
-// is taken block by block as tokens arrive, so an idle pool holds nothing.
+// One budget bounds the bytes of every block (referenced, cached or free);
+// memory is taken block by block as tokens arrive, so a pool that has served
+// nothing holds nothing.
 // Not thread-safe: the pool belongs to the thread that runs the forward pass
 // (the scheduler's); attention only reads block memory.
 #pragma once
@@ -88,7 +90,7 @@ class KvBlockPool {
   // Available(t) must be positive, or the block comes out of a reservation.
   BlockId Take(KvType t, bool reserved = false);
   void Ref(BlockId b);
-  // Drops a reference; at zero a published block is cached, another freed.
+  // Drops a reference; at zero a published block is cached, another free.
   void Unref(BlockId b);
   int32_t refs(BlockId b) const { return blocks_[b].refs; }
   uint8_t* data(BlockId b) const { return blocks_[b].data; }
@@ -103,20 +105,23 @@ class KvBlockPool {
   bool published(BlockId b) const { return blocks_[b].published; }
   // The published block holding `tokens` after `parent`, or -1.
   BlockId Lookup(uint64_t parent, std::span<const int32_t> tokens) const;
-  // Drops every cached block (frees their memory).
+  // Drops every cached block and returns the memory of every free one.
   void DropCached();
+  // Returns the memory of the free blocks.
+  void Trim();
 
   struct Stats {
     int64_t budget_bytes = 0;
-    int64_t bytes = 0;          // every block's bytes (referenced or cached)
-    int64_t reserved_bytes = 0; // set aside for bounded sequences, not yet taken
-    int64_t blocks = 0;         // blocks that exist
-    int64_t blocks_used = 0;    // referenced by a sequence
-    int64_t blocks_cached = 0;  // published, referenced by none
-    int64_t evictions = 0;      // cached blocks freed to make room
-    int64_t cow_copies = 0;     // copy-on-write copies (KvCache counts them here)
-    int64_t query_tokens = 0;   // prompt tokens looked up in the prefix index
-    int64_t hit_tokens = 0;     // of which found cached
+    int64_t bytes = 0;           // every block's bytes (referenced or cached)
+    int64_t reserved_bytes = 0;  // set aside for bounded sequences, not yet taken
+    int64_t blocks = 0;          // blocks that exist
+    int64_t blocks_used = 0;     // referenced by a sequence
+    int64_t blocks_cached = 0;   // published, referenced by none
+    int64_t blocks_free = 0;     // neither: memory kept for the next block
+    int64_t evictions = 0;       // cached blocks freed to make room
+    int64_t cow_copies = 0;      // copy-on-write copies (KvCache counts them here)
+    int64_t query_tokens = 0;    // prompt tokens looked up in the prefix index
+    int64_t hit_tokens = 0;      // of which found cached
   };
   const Stats& stats() const { return stats_; }
   Stats& mutable_stats() { return stats_; }
@@ -135,7 +140,10 @@ class KvBlockPool {
   };
   void LruPush(BlockId b);
   void LruRemove(BlockId b);
-  void Free(BlockId b);
+  std::vector<BlockId>& FreeList(KvType t);
+  void Free(BlockId b);       // to its type's free list
+  BlockId PopFree(KvType t);  // -1 when none
+  void Release(BlockId b);    // returns a block's memory
   void Evict(BlockId b);
   bool InLru(BlockId b) const { return blocks_[b].refs == 0 && blocks_[b].published; }
   std::span<const int32_t> BlockTokens(BlockId b) const {
@@ -148,7 +156,9 @@ class KvBlockPool {
   int64_t budget_;
   uint64_t model_id_;
   std::vector<Block> blocks_;
-  std::vector<BlockId> free_ids_;
+  std::vector<BlockId> free_ids_;           // ids without memory
+  std::vector<std::vector<BlockId>> free_;  // [KvType] blocks with memory, unused
+  int64_t free_bytes_ = 0;
   std::vector<int32_t> tokens_;  // [blocks_.size(), block_cells] published blocks' tokens
   std::unordered_map<uint64_t, BlockId> index_;
   BlockId lru_head_ = -1, lru_tail_ = -1;

@@ -117,6 +117,47 @@ TEST(GenerateCliTest, PromptsFileInParallelEqualsEachAlone) {
   EXPECT_THAT(bad.err, HasSubstr("q4_0"));
 }
 
+// Prompts that start alike share their K/V blocks (one computes, the others
+// wait for it and reuse), under a --kv-memory budget; the text is the same
+// with --no-prefix-cache.
+TEST(GenerateCliTest, PromptsSharingAPrefixReuseItsBlocks) {
+  TempDir dir;
+  const std::string file = dir.File("prompts.txt");
+  const std::string common =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends. One day,";
+  std::ofstream(file) << common << " she saw a bird.\n"
+                      << common << " her mom said\n"
+                      << common << " the sun was hot.\n";
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"generate", "-m",       BundledModel(), "--prompts", file,
+                                     "--parallel", "3",      "-n",           "12",        "--temp",
+                                     "0",          "-t",     "2",            "--kv-memory", "8"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CliResult r = RunRotor(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::map<int, Json> by_id;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      const Json j = Json::parse(line);
+      by_id[j["id"].get<int>()] = j;
+    }
+    return by_id;
+  };
+  std::map<int, Json> on = run({}), off = run({"--no-prefix-cache"});
+  ASSERT_EQ(on.size(), 3u);
+  ASSERT_EQ(off.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(on[i]["text"], off[i]["text"]) << i;
+    EXPECT_EQ(off[i]["cached_tokens"], 0);
+    // The common text is two whole blocks and a part of a third.
+    EXPECT_EQ(on[i]["cached_tokens"].get<int>(), i == 0 ? 0 : 32) << i;
+  }
+  CliResult bad = RunRotor({"generate", "-m", BundledModel(), "-p", "hi", "--kv-memory", "12x"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--kv-memory 12x"));
+}
+
 TEST(GenerateCliTest, NegativeTokenCount) {
   CliResult r = RunRotor({"generate", "-m", BundledModel(), "-p", "hi", "-n", "-5"});
   EXPECT_NE(r.exit_code, 0);

@@ -41,8 +41,8 @@ struct Out {
 
 // Runs jobs through one scheduler; calls on_step after every step.
 std::vector<Out> RunJobs(Engine& e, const std::vector<Job>& jobs, int max_seqs,
-                     int64_t* preempted = nullptr,
-                     const std::function<void(const Scheduler&)>& on_step = {}) {
+                         int64_t* preempted = nullptr,
+                         const std::function<void(const Scheduler&)>& on_step = {}) {
   Scheduler s(e, Scheduler::Options{.max_seqs = max_seqs, .prefill_step = 16});
   std::vector<Out> out(jobs.size());
   for (int step = 0;; ++step) {
@@ -90,8 +90,13 @@ class EveryPolicy : public ::testing::TestWithParam<std::tuple<std::string, Rope
 // that resends the first with its reply: one after the other, with the cache
 // and without it.
 TEST_P(EveryPolicy, SameTextWithAndWithoutThePrefixCache) {
-  const auto& [policy, rope] = GetParam();
-  const KvConfig kv = testing::Kv(policy, policy == "full" ? 0 : 64, 4, rope);
+  const auto& [name, rope] = GetParam();
+  // "sink_compact": compact positions re-rotate the window's cached keys at
+  // every eviction, writing into every block, shared ones included.
+  const bool compact = name == "sink_compact";
+  const std::string policy = compact ? "sink" : name;
+  const KvConfig kv = testing::Kv(policy, policy == "full" ? 0 : 64, 4, rope,
+                                  compact ? KvPositions::kCompact : KvPositions::kOriginal);
   auto on = NewEngine(true), off = NewEngine(false);
   const int n_vocab = on->model().config().n_vocab;
   const std::vector<int32_t> p = testing::Prompt(40, n_vocab, 1);
@@ -118,14 +123,15 @@ TEST_P(EveryPolicy, SameTextWithAndWithoutThePrefixCache) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    PrefixCache, EveryPolicy,
-    ::testing::Combine(::testing::Values("full", "sink", "window", "h2o", "snapkv", "tova"),
-                       ::testing::Values(RopeK::kCached, RopeK::kDeferred)),
-    [](const auto& info) {
-      return std::get<0>(info.param) +
-             (std::get<1>(info.param) == RopeK::kCached ? "_cached" : "_deferred");
-    });
+INSTANTIATE_TEST_SUITE_P(PrefixCache, EveryPolicy,
+                         ::testing::Combine(::testing::Values("full", "sink", "sink_compact",
+                                                              "window", "h2o", "snapkv", "tova"),
+                                            ::testing::Values(RopeK::kCached, RopeK::kDeferred)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) +
+                                  (std::get<1>(info.param) == RopeK::kCached ? "_cached"
+                                                                             : "_deferred");
+                         });
 
 TEST(PrefixCache, RequestArrivingWhileThePrefixOwnerRuns) {
   auto on = NewEngine(true), off = NewEngine(false);
@@ -134,16 +140,16 @@ TEST(PrefixCache, RequestArrivingWhileThePrefixOwnerRuns) {
   const std::vector<int32_t> system = testing::Prompt(100, n_vocab, 4);
   // The owner prefills 100 tokens in 7 steps of 16 and decodes 60 more; the
   // others join at step 10 and 12, while it runs, and share its blocks.
-  const std::vector<Job> jobs = {
-      Greedy(Cat(system, {7}), 60, kv, 0),
-      Greedy(Cat(system, testing::Prompt(5, n_vocab, 5)), 20, kv, 10),
-      Greedy(Cat(system, testing::Prompt(30, n_vocab, 6)), 20, kv, 12)};
+  const std::vector<Job> jobs = {Greedy(Cat(system, {7}), 60, kv, 0),
+                                 Greedy(Cat(system, testing::Prompt(5, n_vocab, 5)), 20, kv, 10),
+                                 Greedy(Cat(system, testing::Prompt(30, n_vocab, 6)), 20, kv, 12)};
   bool owner_running_when_shared = false;
   std::vector<Out> with = RunJobs(*on, jobs, 3, nullptr, [&](const Scheduler& s) {
     owner_running_when_shared |= s.n_running() == 3;
   });
   for (size_t i = 0; i < jobs.size(); ++i) {
-    std::vector<Out> alone = RunJobs(*off, {Greedy(jobs[i].prompt, jobs[i].options.n_predict, kv)}, 1);
+    std::vector<Out> alone =
+        RunJobs(*off, {Greedy(jobs[i].prompt, jobs[i].options.n_predict, kv)}, 1);
     EXPECT_EQ(with[i].tokens, alone[0].tokens) << "request " << i;
   }
   EXPECT_TRUE(owner_running_when_shared);
@@ -156,6 +162,26 @@ TEST(PrefixCache, RequestArrivingWhileThePrefixOwnerRuns) {
   EXPECT_EQ(st.blocks_used, 0);
 }
 
+TEST(PrefixCache, RequestsArrivingTogetherComputeTheirCommonPrefixOnce) {
+  auto on = NewEngine(true), off = NewEngine(false);
+  const int n_vocab = on->model().config().n_vocab;
+  const KvConfig kv = testing::Kv("full", 0);
+  const std::vector<int32_t> system = testing::Prompt(100, n_vocab, 11);
+  std::vector<Job> jobs;
+  for (int i = 0; i < 4; ++i)
+    jobs.push_back(Greedy(Cat(system, testing::Prompt(8 + i, n_vocab, 30 + i)), 12, kv));
+  int64_t peak_blocks = 0;
+  std::vector<Out> with = RunJobs(*on, jobs, 4, nullptr, [&](const Scheduler&) {
+    peak_blocks = std::max(peak_blocks, on->kv_pool().stats().blocks_used);
+  });
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    EXPECT_EQ(with[i].tokens, RunJobs(*off, {jobs[i]}, 1)[0].tokens) << "request " << i;
+    EXPECT_EQ(with[i].cached, i == 0 ? 0 : 96) << "request " << i;
+  }
+  // One copy of the 6 shared blocks, and each sequence's own 2 (tokens 96..130).
+  EXPECT_LE(peak_blocks, 6 + 4 * 2);
+}
+
 TEST(PrefixCache, CachePromptFalseNeitherTakesNorLeaves) {
   auto e = NewEngine(true);
   const KvConfig kv = testing::Kv("full", 0);
@@ -164,7 +190,7 @@ TEST(PrefixCache, CachePromptFalseNeitherTakesNorLeaves) {
   no.options.cache_prompt = false;
   EXPECT_EQ(RunJobs(*e, {no}, 1)[0].cached, 0);
   EXPECT_EQ(RunJobs(*e, {no}, 1)[0].cached, 0);  // the first left nothing, nor does this one take
-  EXPECT_EQ(e->kv_pool().stats().blocks, 0);
+  EXPECT_EQ(e->kv_pool().stats().blocks_cached, 0);
   EXPECT_EQ(RunJobs(*e, {Greedy(p, 5, kv)}, 1)[0].cached, 0);
   EXPECT_EQ(RunJobs(*e, {Greedy(p, 5, kv)}, 1)[0].cached, 64);
 }

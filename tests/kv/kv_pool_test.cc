@@ -3,6 +3,8 @@
 // thousands of random add / fork / keep-prefix / attach / finish operations
 // checked against a model (each sequence's text: every occupied cell must hold
 // the K/V its own token wrote, whoever wrote the block) with no leak at the end.
+#include "kv/kv_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "kv/kv_cache.h"
-#include "kv/kv_pool.h"
 
 namespace rotor {
 namespace {
@@ -35,10 +36,20 @@ TEST(KvPool, TakeRefUnrefFree) {
   pool.Ref(a);
   EXPECT_EQ(pool.refs(a), 2);
   pool.Unref(a);
-  pool.Unref(a);  // unpublished: freed at once
-  EXPECT_EQ(pool.stats().blocks, 1);
+  pool.Unref(a);  // unpublished: free, its memory kept for the next block
+  EXPECT_EQ(pool.stats().blocks_free, 1);
   EXPECT_EQ(pool.Available(KvType::kF32), 2);
+  EXPECT_EQ(pool.Take(KvType::kF32), a);  // taken again, no new memory
+  EXPECT_EQ(pool.stats().blocks, 2);
+  pool.Unref(a);
   pool.Unref(b);
+  // Free f32 blocks make room for f16 ones: their memory is returned first.
+  const BlockId h[] = {pool.Take(KvType::kF16), pool.Take(KvType::kF16), pool.Take(KvType::kF16),
+                       pool.Take(KvType::kF16), pool.Take(KvType::kF16), pool.Take(KvType::kF16)};
+  EXPECT_EQ(pool.Available(KvType::kF16), 0);
+  EXPECT_TRUE(pool.Validate().ok()) << pool.Validate().message();
+  for (BlockId x : h) pool.Unref(x);
+  pool.Trim();
   EXPECT_EQ(pool.stats().bytes, 0);
   EXPECT_TRUE(pool.Validate().ok()) << pool.Validate().message();
 }
@@ -190,7 +201,8 @@ TEST(KvPool, RandomOperationsAgainstAModel) {
   EXPECT_GT(pool.stats().cow_copies, cow_before);
   seqs.clear();
   EXPECT_EQ(pool.stats().blocks_used, 0);
-  EXPECT_EQ(pool.stats().blocks, pool.stats().blocks_cached);  // no leak: only cached blocks
+  // No leak: every block is cached or free.
+  EXPECT_EQ(pool.stats().blocks, pool.stats().blocks_cached + pool.stats().blocks_free);
   pool.DropCached();
   EXPECT_EQ(pool.stats().bytes, 0);
   EXPECT_TRUE(pool.Validate().ok());

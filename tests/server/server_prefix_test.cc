@@ -40,8 +40,8 @@ const char* kStory =
 int64_t Cached(const json& r) { return r["usage"]["prompt_tokens_details"]["cached_tokens"]; }
 
 TEST_F(ServerPrefix, ASecondIdenticalRequestComesFromTheCache) {
-  const json body = {{"prompt", std::string(kStory) + "The sun"}, {"max_tokens", 16},
-                     {"temperature", 0}};
+  const json body = {
+      {"prompt", std::string(kStory) + "The sun"}, {"max_tokens", 16}, {"temperature", 0}};
   int status = 0;
   const json first = Post("/v1/completions", body, &status);
   ASSERT_EQ(status, 200) << first.dump();
@@ -88,8 +88,7 @@ TEST_F(ServerPrefix, AChatResendingItsHistoryIsCachedMoreEachTurn) {
     }
     last = cached;
     last_prompt = r["usage"]["prompt_tokens"];
-    messages.push_back(
-        {{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
+    messages.push_back({{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
   }
   const std::map<std::string, double> m = ScrapeMetrics(server_->port());
   EXPECT_GT(m.at("rotor_prefix_cache_hit_tokens_total"), 0);
