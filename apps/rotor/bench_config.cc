@@ -172,6 +172,7 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
               for (const BenchTest& test : tests) {
                 BenchCase c;
                 c.n_seq = n_seq;
+                c.shared_prefix = a.shared_prefix;
                 c.model = mi;
                 c.threads = threads;
                 c.kv = kv;

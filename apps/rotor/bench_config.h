@@ -33,6 +33,9 @@ struct BenchArgs {
   std::vector<int> prefill_step = {512};
   std::vector<int> n_ctx = {0};  // 0: what the test needs (see ResolveContext)
   std::vector<int> batch = {1};  // sequences decoded together (n_seq)
+  // The sequences' depth is one shared prefix (llama-batched-bench's -pps):
+  // the first computes it, the others take its blocks from the prefix cache.
+  bool shared_prefix = false;
   std::string output = "md";
   bool roofline = false;
   int roofline_mib = 1024;
@@ -78,6 +81,7 @@ struct BenchCase {
   // prefills all their prompts chunk by chunk in shared passes, tg decodes one
   // token of every sequence per pass (Forward::Decode). t/s is the aggregate.
   int n_seq = 1;
+  bool shared_prefix = false;  // BenchArgs::shared_prefix
   BenchTest test;
 };
 

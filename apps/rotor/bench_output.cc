@@ -212,7 +212,7 @@ const std::vector<std::string>& BenchFieldNames() {
       "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts",
       "gbps", "gflops", "roofline_pct", "roofline_bound",
       "roofline_read_gbps", "roofline_read_best_gbps", "roofline_fma_gflops", "roofline_int8_gops", "roofline_matmul_gflops",
-      "peak_rss_bytes", "peak_rss_scope"};
+      "peak_rss_bytes", "peak_rss_scope", "shared_prefix", "kv_blocks", "kv_bytes", "prefix_hit_tokens"};
   // clang-format on
   return kNames;
 }
@@ -260,6 +260,10 @@ Json BenchRowJson(const BenchRow& row) {
   j["roofline_matmul_gflops"] = roof ? Json(roof->matmul_gflops) : Json(nullptr);
   j["peak_rss_bytes"] = r.peak_rss_bytes;
   j["peak_rss_scope"] = r.peak_rss_scoped ? "test" : "process";
+  j["shared_prefix"] = c.shared_prefix;
+  j["kv_blocks"] = r.kv_blocks;
+  j["kv_bytes"] = r.kv_bytes;
+  j["prefix_hit_tokens"] = r.prefix_hit_tokens;
   return j;
 }
 

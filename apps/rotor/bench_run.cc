@@ -100,9 +100,13 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
   const BenchTest& t = c.test;
   ThreadPool pool(c.threads);
   const int n_seq = c.n_seq;
+  // One block pool for the case's sequences, as a server's.
+  KvBlockPool kv_pool(mc.kv_shape(c.n_ctx), KvPoolOptions{.model_id = model.identity()});
   std::vector<std::unique_ptr<KvCache>> caches;
   for (int s = 0; s < n_seq; ++s) {
-    ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, KvCache::Create(mc.kv_shape(c.n_ctx), c.kv));
+    ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
+                     KvCache::Create(mc.kv_shape(c.n_ctx), c.kv, &kv_pool));
+    if (!c.shared_prefix) cache->DisablePublishing();
     caches.push_back(std::move(cache));
   }
   r.kv = caches[0]->config();
@@ -151,12 +155,33 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
     for (auto& cache : caches) cache->Clear();
     if (t.n_depth > 0) {  // a prompt, no logits
       if (progress) progress("fill", rep);
-      RETURN_IF_ERROR(run([&](KvCache* cache) {
-        return Feed{.cache = cache,
-                    .tokens = depth_tokens,
-                    .n_prompt = t.n_depth,
-                    .logits_from = t.n_depth};
-      }));
+      if (c.shared_prefix) {
+        // The first sequence computes the depth; the others take its whole
+        // blocks and compute only the rest.
+        kv_pool.DropCached();
+        const int64_t hits = kv_pool.stats().hit_tokens;
+        std::vector<Feed> fill(n_seq);
+        for (int s = 0; s < n_seq; ++s) {
+          const int64_t cached = s == 0 ? 0 : caches[s]->AttachPrefix(depth_tokens, t.n_depth);
+          fill[s] = Feed{.cache = caches[s].get(),
+                         .tokens = std::span<const int32_t>(depth_tokens).subspan(cached),
+                         .n_prompt = t.n_depth - cached,
+                         .logits_from = t.n_depth - cached};
+          Feed* one[1] = {&fill[s]};
+          while (!fill[s].done()) RETURN_IF_ERROR(runner.Step(one));
+          RETURN_IF_ERROR(fill[s].status);
+        }
+        r.prefix_hit_tokens = kv_pool.stats().hit_tokens - hits;
+      } else {
+        RETURN_IF_ERROR(run([&](KvCache* cache) {
+          return Feed{.cache = cache,
+                      .tokens = depth_tokens,
+                      .n_prompt = t.n_depth,
+                      .logits_from = t.n_depth};
+        }));
+      }
+      r.kv_blocks = kv_pool.stats().blocks_used;
+      r.kv_bytes = r.kv_blocks * static_cast<int64_t>(kv_pool.BlockBytes(c.kv.type));
     }
     if (progress) progress("run", rep);
     ASSIGN_OR_RETURN(int64_t ns, run_test());

@@ -44,6 +44,10 @@ struct BenchResult {
   bool peak_rss_scoped = false;  // false: the process's peak (the reset was not permitted)
   KvConfig kv;                   // as resolved by the cache (size filled in)
   BenchWork work;
+  // The K/V block pool after the last repetition's depth fill: blocks the
+  // sequences hold (a shared one counted once) and their bytes, and the
+  // fill's tokens found in the prefix cache (--shared-prefix).
+  int64_t kv_blocks = 0, kv_bytes = 0, prefix_hit_tokens = 0;
 };
 
 // Statistics of a result: llama-bench's definitions (sample standard deviation;

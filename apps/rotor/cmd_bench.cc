@@ -135,9 +135,9 @@ int RunBench(BenchArgs a) {
   for (int i = 0; i < n_cases; ++i) {
     const BenchCase& c = (*cases)[i];
     const BenchModel& m = models[c.model];
-    const std::string what = fmt::format("[{}/{}] {} {} (t={}, kv={}{})", i + 1, n_cases, m.path,
-                                         c.test.Name(), c.threads, c.kv.policy,
-                                         c.kv.size > 0 ? fmt::format(" {}", c.kv.size) : "");
+    const std::string what =
+        fmt::format("[{}/{}] {} {} (t={}, kv={}{})", i + 1, n_cases, m.path, c.test.Name(),
+                    c.threads, c.kv.policy, c.kv.size > 0 ? fmt::format(" {}", c.kv.size) : "");
     m.model->PackMatrices();  // once, at the model's first case (LoadBenchModel)
     ReadProbe* probe = nullptr;
     if (a.roofline && c.test.n_prompt == 0) {
@@ -235,6 +235,10 @@ Runner RegisterBench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  sub->add_flag("--shared-prefix", a->shared_prefix,
+                "with --batch and -d: the depth is one prefix the sequences share (the first "
+                "computes it, the others take its K/V blocks from the prefix cache, as "
+                "llama-batched-bench's -pps); JSON kv_blocks, kv_bytes, prefix_hit_tokens");
   sub->add_option("-c,--ctx-size", a->n_ctx,
                   "context sizes (0 = what each test needs: depth + its tokens, at least "
                   "--kv-size)")

@@ -32,6 +32,8 @@ Batcher::Batcher(Engine& engine, const Options& options) : engine_(engine), opti
   so.max_queue = options.parallel + options.max_queue + 1;
   scheduler_ = std::make_unique<Scheduler>(engine, so);
   started_ = std::chrono::steady_clock::now();
+  stats_.kv = engine.kv_pool().stats();  // the engine thread is not running yet
+  stats_.kv_block_cells = engine.kv_pool().block_cells();
 }
 
 Batcher::~Batcher() { Stop(); }

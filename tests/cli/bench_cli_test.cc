@@ -111,6 +111,25 @@ TEST(BenchCliTest, JsonHasEveryField) {
   EXPECT_EQ(rows[1]["model_filename"], BundledModel());
 }
 
+// --shared-prefix: three sequences at depth 64 hold one copy of its four
+// 16-token blocks (the second and third take them from the prefix cache);
+// without it each holds its own.
+TEST(BenchCliTest, SharedPrefixHoldsOneCopyOfTheDepth) {
+  for (bool shared : {true, false}) {
+    std::vector<std::string> args = {"bench", "-m", BundledModel(), "-p", "0",  "-n", "4",
+                                     "-d",    "64", "--batch",      "3",  "-r", "1",  "-t",
+                                     "2",     "-o", "jsonl"};
+    if (shared) args.push_back("--shared-prefix");
+    CliResult r = RunRotor(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const Json row = Json::parse(Lines(r.out).at(0));
+    EXPECT_EQ(row["shared_prefix"], shared);
+    EXPECT_EQ(row["kv_blocks"], shared ? 4 : 12);
+    EXPECT_EQ(row["prefix_hit_tokens"], shared ? 128 : 0);
+    EXPECT_GT(row["kv_bytes"].get<int64_t>(), 0);
+  }
+}
+
 TEST(BenchCliTest, JsonLinesOneObjectPerTest) {
   CliResult r = RunRotor(SmallBench("jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -84,7 +84,8 @@ TEST(GenerateCliTest, PromptsFileInParallelEqualsEachAlone) {
     out << "Once upon a time\n"
         << R"({"prompt": "Lily had a dog", "n_predict": 12, "kv": "sink", "kv_size": 24, "kv_type": "f16"})"
         << "\n"
-        << R"({"prompt": "The sun", "n_predict": 20, "rope_k": "deferred", "kv_type": "f32"})" << "\n";
+        << R"({"prompt": "The sun", "n_predict": 20, "rope_k": "deferred", "kv_type": "f32"})"
+        << "\n";
   }
   CliResult r = RunRotor({"generate", "-m", BundledModel(), "--prompts", file, "--parallel", "3",
                           "-n", "16", "--temp", "0", "-t", "2"});
@@ -110,7 +111,8 @@ TEST(GenerateCliTest, PromptsFileInParallelEqualsEachAlone) {
     ASSERT_EQ(one.exit_code, 0) << one.err;
     EXPECT_EQ(alone[i][1] + by_id[i]["text"].get<std::string>() + "\n", one.out) << "prompt " << i;
   }
-  std::ofstream(file) << R"({"prompt": "x", "kv_type": "q4_0"})" << "\n";
+  std::ofstream(file) << R"({"prompt": "x", "kv_type": "q4_0"})"
+                      << "\n";
   CliResult bad = RunRotor({"generate", "-m", BundledModel(), "--prompts", file});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.err, HasSubstr("line 1"));
@@ -130,9 +132,9 @@ TEST(GenerateCliTest, PromptsSharingAPrefixReuseItsBlocks) {
                       << common << " her mom said\n"
                       << common << " the sun was hot.\n";
   auto run = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = {"generate", "-m",       BundledModel(), "--prompts", file,
-                                     "--parallel", "3",      "-n",           "12",        "--temp",
-                                     "0",          "-t",     "2",            "--kv-memory", "8"};
+    std::vector<std::string> args = {
+        "generate", "-m", BundledModel(), "--prompts", file,          "--parallel", "3", "-n", "12",
+        "--temp",   "0",  "-t",           "2",         "--kv-memory", "8"};
     args.insert(args.end(), extra.begin(), extra.end());
     CliResult r = RunRotor(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
