@@ -439,6 +439,13 @@ void KvCache::Commit(KvPlan& plan) {
   }
   n_seen_ += plan.n_tokens;
   policy_->Commit(cells_, plan);
+  if (plan.hooks != nullptr && !bounded_) {
+    // Per-lane policies may shrink (snapkv compresses its prompt): the
+    // blocks above every lane's highest cell go back to the pool (a bounded
+    // cache keeps them: its reservation counts them anyway).
+    const int32_t used_blocks = (cells_.max_hi() + block_mask_) >> block_shift_;
+    for (int32_t b = used_blocks; b < static_cast<int32_t>(table_.size()); ++b) ReleaseBlock(b);
+  }
   if (!publish_) return;
   if (static_cast<int32_t>(plan.tokens.size()) != plan.n_tokens) {
     publish_ = false;  // a caller that does not say which tokens ran

@@ -21,13 +21,7 @@ class ServerPrefix : public ::testing::Test {
   }
   void SetUp() override { ASSERT_TRUE(server_->ok()) << server_->error(); }
   json Post(const std::string& path, const json& body, int* status = nullptr) {
-    auto res = server_->Client()->Post(path, body.dump(), "application/json");
-    if (!res) {
-      ADD_FAILURE() << "POST " << path << " failed: " << httplib::to_string(res.error());
-      return json();
-    }
-    if (status) *status = res->status;
-    return json::parse(res->body, nullptr, false);
+    return PostJson(*server_, path, body, status);
   }
   static TestServer* server_;
 };

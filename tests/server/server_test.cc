@@ -36,14 +36,7 @@ class ServerTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(server_->ok()) << server_->error(); }
   int port() const { return server_->port(); }
   json Post(const std::string& path, const json& body, int* status = nullptr) {
-    auto cli = server_->Client();
-    auto res = cli->Post(path, body.dump(), "application/json");
-    if (!res) {
-      ADD_FAILURE() << "POST " << path << " failed: " << httplib::to_string(res.error());
-      return json();
-    }
-    if (status) *status = res->status;
-    return json::parse(res->body, nullptr, false);
+    return PostJson(*server_, path, body, status);
   }
   static TestServer* server_;
 };

@@ -126,6 +126,16 @@ StreamResult PostStream(int port, const std::string& path, json body,
   return r;
 }
 
+json PostJson(const TestServer& server, const std::string& path, const json& body, int* status) {
+  auto res = server.Client()->Post(path, body.dump(), "application/json");
+  if (!res) {
+    ADD_FAILURE() << "POST " << path << " failed: " << httplib::to_string(res.error());
+    return json();
+  }
+  if (status) *status = res->status;
+  return json::parse(res->body, nullptr, false);
+}
+
 std::map<std::string, double> ScrapeMetrics(int port) {
   httplib::Client cli("127.0.0.1", port);
   std::map<std::string, double> out;

@@ -63,6 +63,11 @@ struct StreamResult {
 StreamResult PostStream(int port, const std::string& path, json body,
                         const std::function<bool(const std::string&)>& keep_reading = nullptr);
 
+// POSTs a JSON body; the parsed response (discarded on a parse error), its
+// status in *status. A transport failure fails the test.
+json PostJson(const TestServer& server, const std::string& path, const json& body,
+              int* status = nullptr);
+
 // GET /metrics as name (with labels) -> value.
 std::map<std::string, double> ScrapeMetrics(int port);
 
