@@ -91,37 +91,39 @@ void Server::HandleSlots(const httplib::Request& req, httplib::Response& res) {
                            "invalid_request_error", "filename", "not_found"});
   }
 
+  // On the engine thread: the slot's text and the engine's KV pool.
   json out;
-  Status status;
-  const int64_t start = NowNs();
-  const bool ran = batcher_->RunOnEngineThread([&] {
+  auto act = [&]() -> Status {
     Batcher::Slot& slot = batcher_->slots()[id];
     if (action == "save") {
-      Result<PromptCacheFile> r = SavePromptCache(*engine_, path.string(), slot.kv, slot.tokens);
-      if (!r.ok()) return void(status = r.status());
-      out = {{"id_slot", id},
-             {"filename", filename},
-             {"n_saved", r->n_tokens},
-             {"n_written", r->bytes}};
+      ASSIGN_OR_RETURN(PromptCacheFile r,
+                       SavePromptCache(*engine_, path.string(), slot.kv, slot.tokens));
+      out = {
+          {"id_slot", id}, {"filename", filename}, {"n_saved", r.n_tokens}, {"n_written", r.bytes}};
     } else if (action == "restore") {
-      Result<KvConfig> kv = PromptCacheConfig(*engine_, path.string());
-      if (!kv.ok()) return void(status = kv.status());
-      Result<PromptCacheFile> r = LoadPromptCache(*engine_, path.string(), *kv, std::nullopt);
-      if (!r.ok()) return void(status = r.status());
-      slot.tokens = std::move(r->tokens);
-      slot.kv = *kv;
-      out = {{"id_slot", id},
-             {"filename", filename},
-             {"n_restored", r->n_cached},
-             {"n_read", r->bytes}};
+      ASSIGN_OR_RETURN(KvConfig kv, PromptCacheConfig(*engine_, path.string()));
+      ASSIGN_OR_RETURN(PromptCacheFile r,
+                       LoadPromptCache(*engine_, path.string(), kv, std::nullopt));
+      slot.tokens = std::move(r.tokens);
+      slot.kv = kv;
+      out = {
+          {"id_slot", id}, {"filename", filename}, {"n_restored", r.n_cached}, {"n_read", r.bytes}};
     } else {
       DropPromptCache(*engine_, slot.kv, slot.tokens);
       out = {{"id_slot", id}, {"n_erased", slot.tokens.size()}};
       slot.tokens.clear();
     }
-  });
-  if (!ran) return fail(ApiError{503, "the server is shutting down", "server_error", "", ""});
-  if (!status.ok()) return fail(BadRequest(status.message(), "filename"));
+    return Status::Ok();
+  };
+  Status status;
+  const int64_t start = NowNs();
+  if (!batcher_->RunOnEngineThread([&] { status = act(); }))
+    return fail(ApiError{503, "the server is shutting down", "server_error", "", ""});
+  if (!status.ok()) {
+    // A file that cannot be restored is the request's; one that cannot be written, the server's.
+    if (action == "restore") return fail(BadRequest(status.message(), "filename"));
+    return fail(ApiError{500, status.message(), "server_error", "", ""});
+  }
   if (action != "erase")
     out["timings"] = {{action == "save" ? "save_ms" : "restore_ms", (NowNs() - start) / 1e6}};
   res.set_content(Dump(out), kJson);
