@@ -26,8 +26,9 @@ struct ChatArgs {
 
 constexpr const char* kHelp =
     "  /clear        forget the conversation (the system prompt stays)\n"
-    "  /save FILE    write the transcript as JSON\n"
-    "  /load FILE    read a transcript written by /save and continue it\n"
+    "  /save FILE    write the transcript as JSON, and its KV cache to FILE.kv\n"
+    "  /load FILE    read a transcript written by /save and continue it (its KV\n"
+    "                from FILE.kv where it matches, instead of prefilling it)\n"
     "  /n N          tokens per reply from now on (-1 = no limit)\n"
     "  /help         this list\n"
     "  /quit         end the session (as Ctrl-D)\n"
@@ -161,12 +162,7 @@ class ChatLoop {
       if (arg.empty()) {
         fmt::print(stderr, "rotor: {} needs a file name\n", name);
       } else if (name == "/save") {
-        Status s = SaveTranscript(arg, std::filesystem::path(args_.engine.model_path).stem(),
-                                  std::string(chat_.chat_template().name()), chat_.messages());
-        if (s.ok())
-          fmt::print(stderr, "(saved {} messages to {})\n", chat_.messages().size(), arg);
-        else
-          fmt::print(stderr, "rotor: error: /save: {}\n", s.message());
+        Save(arg);
       } else {
         Load(arg);
       }
@@ -176,6 +172,24 @@ class ChatLoop {
     return true;
   }
 
+  // The transcript as JSON, its KV cache beside it (PATH.kv).
+  void Save(const std::string& path) {
+    Status s = SaveTranscript(path, std::filesystem::path(args_.engine.model_path).stem(),
+                              std::string(chat_.chat_template().name()), chat_.messages());
+    if (!s.ok()) {
+      fmt::print(stderr, "rotor: error: /save: {}\n", s.message());
+      return;
+    }
+    const std::string kv = path + ".kv";
+    Result<int64_t> bytes = chat_.SaveKv(kv);
+    if (bytes.ok())
+      fmt::print(stderr, "(saved {} messages to {}, {} tokens of K/V to {})\n",
+                 chat_.messages().size(), path, chat_.tokens().size(), kv);
+    else
+      fmt::print(stderr, "(saved {} messages to {}; K/V not saved: {})\n", chat_.messages().size(),
+                 path, bytes.message());
+  }
+
   void Load(const std::string& path) {
     Result<std::vector<ChatMessage>> messages = LoadTranscript(path);
     if (!messages.ok()) {
@@ -183,12 +197,20 @@ class ChatLoop {
       return;
     }
     const size_t n = messages->size();
-    Result<int64_t> prefilled = chat_.Load(std::move(*messages));
-    if (!prefilled.ok()) {
-      fmt::print(stderr, "rotor: error: /load: {}\n", prefilled.message());
+    const std::string kv = path + ".kv";
+    const bool has_kv = std::filesystem::exists(kv);
+    Result<ChatSession::Loaded> loaded = chat_.Load(std::move(*messages), has_kv ? kv : "");
+    if (!loaded.ok()) {
+      fmt::print(stderr, "rotor: error: /load: {}\n", loaded.message());
       return;
     }
-    fmt::print(stderr, "(loaded {} messages from {}; prompt {} tokens)\n", n, path, *prefilled);
+    if (!loaded->kv.ok())
+      fmt::print(stderr, "(K/V not restored: {}; prefilling the transcript)\n",
+                 loaded->kv.message());
+    const std::string restored =
+        has_kv ? fmt::format("{} tokens restored from {}, ", loaded->n_restored, kv) : "";
+    fmt::print(stderr, "(loaded {} messages from {}; {}prompt {} tokens)\n", n, path, restored,
+               loaded->n_prompt);
   }
 
   ChatSession& chat_;

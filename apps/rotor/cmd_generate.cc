@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "base/memory.h"
@@ -9,6 +10,7 @@
 #include "cli_common.h"
 #include "cmd_generate_batch.h"
 #include "commands.h"
+#include "engine/prompt_cache.h"
 
 namespace rotor::cli {
 namespace {
@@ -22,7 +24,51 @@ struct GenerateArgs {
   int64_t progress = 0;
   int parallel = 4;
   int prefill_step = kDefaultPrefillStep;
+  std::string prompt_cache;  // --prompt-cache FILE
+  bool prompt_cache_ro = false;
 };
+
+// --prompt-cache: before generating, the file's tokens that start the prompt
+// go into the engine's prefix cache, where the scheduler takes them. A file
+// that cannot be used is a warning: the prompt is computed as without it.
+// Returns the tokens loaded.
+int64_t LoadPromptCacheFile(Engine& engine, const GenerateArgs& a, const KvConfig& kv,
+                            const std::vector<int32_t>& prompt) {
+  if (!std::filesystem::exists(a.prompt_cache)) {
+    if (!a.prompt_cache_ro)
+      fmt::print(stderr, "rotor: prompt cache {}: no such file yet; it will be written\n",
+                 a.prompt_cache);
+    return 0;
+  }
+  Result<PromptCacheFile> r =
+      LoadPromptCache(engine, a.prompt_cache, kv, std::span<const int32_t>(prompt));
+  if (!r.ok()) {
+    fmt::print(stderr, "rotor: warning: {}; computing the whole prompt\n", r.message());
+    return 0;
+  }
+  return r->n_tokens;
+}
+
+// After generating: the prompt's whole blocks, unless the file held them already.
+void SavePromptCacheFile(Engine& engine, const GenerateArgs& a, const KvConfig& kv,
+                         const std::vector<int32_t>& prompt, int64_t loaded) {
+  const int64_t b = engine.kv_pool().block_cells();
+  const int64_t whole = static_cast<int64_t>(prompt.size()) / b * b;
+  if (whole == 0) {
+    fmt::print(stderr,
+               "rotor: prompt cache {}: not written: the prompt has no whole block of {} tokens\n",
+               a.prompt_cache, b);
+    return;
+  }
+  if (whole <= loaded) return;  // nothing the file lacks
+  Result<PromptCacheFile> r = SavePromptCache(engine, a.prompt_cache, kv, prompt);
+  if (!r.ok()) {
+    fmt::print(stderr, "rotor: warning: {}\n", r.message());
+    return;
+  }
+  fmt::print(stderr, "rotor: prompt cache {}: saved {} prompt tokens ({})\n", a.prompt_cache,
+             r->n_tokens, HumanBytes(r->bytes));
+}
 
 int RunGenerate(GenerateArgs& a) {
   if (!a.prompts_file.empty())
@@ -34,7 +80,15 @@ int RunGenerate(GenerateArgs& a) {
   }
   Result<std::unique_ptr<Engine>> engine = Engine::Create(a.engine);
   if (!engine.ok()) return Fail(engine.status());
-  if (Status s = (*engine)->Validate(a.gen).status(); !s.ok()) return Fail(s);
+  Result<KvConfig> kv = (*engine)->Validate(a.gen);
+  if (!kv.ok()) return Fail(kv.status());
+  std::vector<int32_t> prompt;  // as the scheduler will tokenize it
+  int64_t loaded = 0;
+  if (!a.prompt_cache.empty()) {
+    if (Status s = CheckPromptCache(**engine, *kv); !s.ok()) return Fail(s);
+    prompt = (*engine)->tokenizer().Encode(a.gen.prompt, a.gen.add_bos, a.gen.parse_special);
+    loaded = LoadPromptCacheFile(**engine, a, *kv, prompt);
+  }
   int64_t window_start = NowNs();
   if (a.progress > 0) {
     a.gen.on_token = [&](int64_t n) {
@@ -63,6 +117,13 @@ int RunGenerate(GenerateArgs& a) {
   if (!r.ok()) return Fail(r.status());
   std::fputc('\n', stdout);
   std::fflush(stdout);
+  if (!a.prompt_cache.empty()) {
+    if (loaded > 0)
+      fmt::print(stderr, "rotor: prompt cache {}: {} prompt tokens restored, {} computed\n",
+                 a.prompt_cache, r->cached_tokens,
+                 static_cast<int64_t>(r->prompt_tokens.size()) - r->cached_tokens);
+    if (!a.prompt_cache_ro) SavePromptCacheFile(**engine, a, *kv, r->prompt_tokens, loaded);
+  }
   fmt::print(stderr,
              "rotor: prompt {} tokens, {:.1f} tok/s | generated {} tokens, {:.1f} tok/s | "
              "finish: {}{} | peak RSS {}\n",
@@ -111,6 +172,14 @@ Runner RegisterGenerate(CLI::App& app) {
                   "every N generated tokens, print tok/s and resident memory to stderr")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   sub->add_flag("--no-display-prompt", a->no_display_prompt, "do not echo the prompt");
+  auto* pc = sub->add_option(
+      "--prompt-cache", a->prompt_cache,
+      "KV file of the prompt: restored where a later prompt starts with its tokens, written "
+      "after the run (the prompt's whole blocks of 16 tokens)");
+  sub->add_flag("--prompt-cache-ro", a->prompt_cache_ro,
+                "use the --prompt-cache file but do not write it")
+      ->needs(pc);
+  pc->excludes(pf);
   return [a] { return RunGenerate(*a); };
 }
 

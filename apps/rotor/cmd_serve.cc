@@ -97,6 +97,8 @@ Runner RegisterServe(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   sub->add_flag("!--no-bos", o.defaults.add_bos, "do not add the BOS token");
+  sub->add_option("--slot-save-path", o.slot_save_path,
+                  "directory of slot KV files: enables POST /slots/{id}?action=save|restore|erase");
   return [a] { return RunServe(*a); };
 }
 

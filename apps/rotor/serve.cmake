@@ -20,7 +20,7 @@ else()
   set(ROTOR_HTTPLIB rotor_httplib)
 endif()
 
-add_library(rotor_serve STATIC serve_api.cc serve_batcher.cc serve_metrics.cc serve_server.cc
+add_library(rotor_serve STATIC serve_api.cc serve_batcher.cc serve_metrics.cc serve_server.cc serve_slots.cc
   serve_socket.cc kv_args.cc)
 target_include_directories(rotor_serve PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(rotor_serve PUBLIC rotor_engine nlohmann_json::nlohmann_json

@@ -31,6 +31,7 @@ Batcher::Batcher(Engine& engine, const Options& options) : engine_(engine), opti
   // Admission is bounded here (parallel + max_queue in flight), not by the scheduler.
   so.max_queue = options.parallel + options.max_queue + 1;
   scheduler_ = std::make_unique<Scheduler>(engine, so);
+  slots_.resize(options.parallel);
   started_ = std::chrono::steady_clock::now();
   stats_.kv = engine.kv_pool().stats();  // the engine thread is not running yet
   stats_.kv_block_cells = engine.kv_pool().block_cells();
@@ -53,13 +54,29 @@ void Batcher::Stop() {
   if (thread_.joinable()) thread_.join();
   // Requests that never reached the engine thread (or when it never ran).
   std::vector<Job> left;
+  std::vector<std::shared_ptr<Task>> tasks;
   {
     std::lock_guard<std::mutex> lock(mu_);
     left.swap(inbox_);
+    tasks.swap(tasks_);
     in_flight_ -= static_cast<int64_t>(left.size());
   }
   for (Job& j : left)
     j.stream->Push({StreamEvent::Kind::kError, "the server is shutting down", {}, 0, 0, 503});
+  for (const auto& t : tasks) t->ran.set_value(false);
+}
+
+bool Batcher::RunOnEngineThread(std::function<void()> fn) {
+  auto task = std::make_shared<Task>();
+  task->fn = std::move(fn);
+  std::future<bool> ran = task->ran.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return false;
+    tasks_.push_back(task);
+  }
+  cv_.notify_one();
+  return ran.get();
 }
 
 bool Batcher::Submit(SeqRequest request, std::shared_ptr<RequestStream> stream) {
@@ -105,19 +122,26 @@ void Batcher::Loop() {
   for (;;) {
     std::vector<Job> jobs;
     std::vector<std::shared_ptr<RequestStream>> cancels;
+    std::vector<std::shared_ptr<Task>> tasks;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
-        return stopping_ || !inbox_.empty() || !cancels_.empty() || !scheduler_->Idle();
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty() ||
+               !scheduler_->Idle();
       });
       if (stopping_) break;
       jobs.swap(inbox_);
       cancels.swap(cancels_);
+      tasks.swap(tasks_);
     }
     step_prompt_ = step_generated_ = 0;
     for (Job& j : jobs) AddJob(std::move(j));
     for (const auto& s : cancels)
       if (!s->ended_ && s->seq_id_ != 0) scheduler_->Cancel(s->seq_id_);
+    for (const auto& t : tasks) {
+      t->fn();
+      t->ran.set_value(true);
+    }
     if (!scheduler_->Idle()) {
       if (Status st = scheduler_->Step(); !st.ok()) {
         // Not attributable to one request: end them all, keep serving.
@@ -134,6 +158,8 @@ void Batcher::Loop() {
 void Batcher::AddJob(Job job) {
   std::shared_ptr<RequestStream> stream = job.stream;
   stream->n_prompt_ = static_cast<int64_t>(job.request.tokens.size());
+  Result<KvConfig> kv = engine_.Validate(job.request.options, job.request.spelling);
+  if (kv.ok()) stream->kv_ = *kv;  // else Add says why
   Result<SeqId> id = scheduler_->Add(std::move(job.request),
                                      [this, stream](const SeqEvent& e) { OnEvent(stream, e); });
   if (!id.ok()) {
@@ -146,7 +172,39 @@ void Batcher::AddJob(Job job) {
     return;
   }
   stream->seq_id_ = *id;
+  TakeSlot(stream);
   active_.push_back(std::move(stream));
+}
+
+void Batcher::TakeSlot(const std::shared_ptr<RequestStream>& stream) {
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+    if (slots_[i].busy) continue;
+    slots_[i].busy = true;
+    stream->slot_ = i;
+    return;
+  }
+  slot_queue_.push_back(stream);
+}
+
+void Batcher::LeaveSlot(const std::shared_ptr<RequestStream>& stream,
+                        const GenerateResult* result) {
+  const int i = stream->slot_;
+  if (i < 0) {
+    std::erase(slot_queue_, stream);
+    return;
+  }
+  stream->slot_ = -1;
+  Slot& slot = slots_[i];
+  if (result != nullptr) {
+    slot.tokens = result->prompt_tokens;
+    slot.tokens.insert(slot.tokens.end(), result->tokens.begin(), result->tokens.end());
+    slot.kv = stream->kv_;
+  }
+  slot.busy = false;
+  if (slot_queue_.empty()) return;
+  std::shared_ptr<RequestStream> next = std::move(slot_queue_.front());
+  slot_queue_.pop_front();
+  TakeSlot(next);
 }
 
 void Batcher::OnEvent(const std::shared_ptr<RequestStream>& stream, const SeqEvent& e) {
@@ -162,6 +220,7 @@ void Batcher::OnEvent(const std::shared_ptr<RequestStream>& stream, const SeqEve
   }
   std::erase(active_, stream);
   const GenerateResult& r = *e.result;
+  LeaveSlot(stream, r.finish == FinishReason::kError ? nullptr : &r);
   if (r.finish == FinishReason::kError) {  // the request could not run (its prompt does not fit)
     if (stream->ended_) return;
     stream->ended_ = true;

@@ -3,13 +3,16 @@
 // hand requests in through a mutex-protected inbox and read what their
 // sequence produces from their own RequestStream (a queue with a condition
 // variable). Cancellations travel through the inbox as well, so a cancelled
-// sequence leaves, and its KV cache is freed, at the next Step.
+// sequence leaves, and its KV cache is freed, at the next Step; so do tasks
+// that must touch the engine's KV pool (RunOnEngineThread: slot files).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +51,8 @@ class RequestStream {
   int64_t n_prompt_ = 0;
   bool ended_ = false;
   bool saw_token_ = false;
+  int slot_ = -1;  // the slot it holds (-1: none yet)
+  KvConfig kv_;    // resolved
 };
 
 class Batcher {
@@ -68,6 +73,16 @@ class Batcher {
     double prompt_tps = 0, gen_tps = 0;  // over the last kRateWindow of wall time
   };
   static constexpr std::chrono::seconds kRateWindow{10};
+  // Slots, as llama-server's /slots name them: ids 0..parallel-1. A request
+  // holds the lowest free one from the time the engine thread takes it until
+  // it ends (requests beyond --parallel wait for one in arrival order, as the
+  // scheduler admits them); a slot remembers the text (prompt and generated
+  // tokens) and the KV config of the last request that held it.
+  struct Slot {
+    std::vector<int32_t> tokens;
+    KvConfig kv;  // resolved
+    bool busy = false;
+  };
 
   Batcher(Engine& engine, const Options& options);
   ~Batcher();
@@ -85,6 +100,12 @@ class Batcher {
   // The request's sequence leaves at the next Step (a no-op once it ended).
   void Cancel(std::shared_ptr<RequestStream> stream);
   Stats stats() const;
+  // Runs fn on the engine thread between two steps, where it may use the
+  // engine's KV pool and slots(), and waits for it; false when the batcher
+  // has stopped (fn did not run).
+  bool RunOnEngineThread(std::function<void()> fn);
+  // Engine thread only (inside RunOnEngineThread).
+  std::vector<Slot>& slots() { return slots_; }
 
  private:
   struct Job {
@@ -99,6 +120,14 @@ class Batcher {
   void AddJob(Job job);
   void OnEvent(const std::shared_ptr<RequestStream>& stream, const SeqEvent& e);
   void EndAll(const std::string& message, int status);
+  void TakeSlot(const std::shared_ptr<RequestStream>& stream);
+  // The request ended: its slot remembers `result`'s text (if any) and goes
+  // to the next request waiting for one.
+  void LeaveSlot(const std::shared_ptr<RequestStream>& stream, const GenerateResult* result);
+  struct Task {
+    std::function<void()> fn;
+    std::promise<bool> ran;
+  };
   void Publish(int64_t prompt_tokens, int64_t generated_tokens);
 
   Engine& engine_;
@@ -106,12 +135,15 @@ class Batcher {
   std::unique_ptr<Scheduler> scheduler_;                // engine thread only
   std::vector<std::shared_ptr<RequestStream>> active_;  // engine thread only
   int64_t step_prompt_ = 0, step_generated_ = 0;        // engine thread: counted during a Step
+  std::vector<Slot> slots_;                             // engine thread only
+  std::deque<std::shared_ptr<RequestStream>> slot_queue_;  // engine thread: waiting for a slot
   std::thread thread_;
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   std::vector<Job> inbox_;
   std::vector<std::shared_ptr<RequestStream>> cancels_;
+  std::vector<std::shared_ptr<Task>> tasks_;
   int64_t in_flight_ = 0;
   bool stopping_ = false;
   bool stopped_ = false;

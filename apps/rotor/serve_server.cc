@@ -71,6 +71,13 @@ Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
                    t.message().c_str());
     }
   }
+  if (!options.slot_save_path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.slot_save_path, ec);
+    if (!std::filesystem::is_directory(options.slot_save_path))
+      return Errorf("serve: --slot-save-path {} is not a directory{}", options.slot_save_path,
+                    ec ? ": " + ec.message() : "");
+  }
   s->model_id_ = std::filesystem::path(options.engine.model_path).stem().string();
   s->batcher_ = std::make_unique<Batcher>(*s->engine_,
                                           Batcher::Options{.parallel = options.parallel,
@@ -140,6 +147,8 @@ void Server::Routes() {
   h.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     HandleGenerate(req, res, Endpoint::kChat);
   });
+  h.Post(R"(/slots/([^/]*))",
+         [this](const httplib::Request& req, httplib::Response& res) { HandleSlots(req, res); });
   const int64_t started = UnixNow();
   h.Get("/v1/models", [this, started](const httplib::Request& req, httplib::Response& res) {
     json model = {{"id", model_id_},

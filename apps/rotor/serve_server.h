@@ -1,7 +1,9 @@
 // `rotor serve`: an OpenAI-compatible HTTP server over one Engine.
 //
 //   POST /v1/completions, POST /v1/chat/completions (stream or not),
-//   GET /v1/models, GET /health, GET /metrics (Prometheus).
+//   GET /v1/models, GET /health, GET /metrics (Prometheus),
+//   POST /slots/{id}?action=save|restore|erase (with --slot-save-path;
+//   serve_slots.cc).
 //
 // Threads: cpp-httplib's worker threads run the handlers (one per connection);
 // the Batcher's engine thread runs the Scheduler. A handler validates and
@@ -17,6 +19,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "engine/engine.h"
@@ -44,7 +47,12 @@ struct ServeOptions {
   size_t max_body = 4 << 20;  // bytes
   std::string chat_template;  // a ChatTemplate name; "" = the model's
   int http_threads = 0;       // 0 = parallel + max_queue + 16
+  std::string slot_save_path;  // where slot files go; "" = no slot actions
 };
+
+// Why `name` cannot name a file in --slot-save-path ("" when it can): it must
+// be a plain file name, nothing that leaves the directory.
+std::string SlotFilenameError(std::string_view name);
 
 class Server {
  public:
@@ -68,6 +76,7 @@ class Server {
   Server() = default;
   void Routes();
   void HandleGenerate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  void HandleSlots(const httplib::Request& req, httplib::Response& res);
   // Turns a parsed request into the scheduler's; an error for bad input.
   std::optional<ApiError> Prepare(const ApiRequest& api, SeqRequest* seq) const;
   void RespondWhole(const httplib::Request& req, httplib::Response& res, const ResponseMeta& meta,

@@ -5,6 +5,7 @@
 #include "base/check.h"
 #include "base/timer.h"
 #include "engine/sample_step.h"
+#include "kv/kv_file.h"
 
 namespace rotor {
 namespace {
@@ -264,6 +265,12 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
 }
 
 Result<int64_t> ChatSession::Load(std::vector<ChatMessage> messages) {
+  ASSIGN_OR_RETURN(Loaded loaded, Load(std::move(messages), ""));
+  return loaded.n_prompt;
+}
+
+Result<ChatSession::Loaded> ChatSession::Load(std::vector<ChatMessage> messages,
+                                              const std::string& kv_file) {
   for (const ChatMessage& m : messages)
     if (m.role.empty()) return Status::Error("chat: a message has no role");
   const bool has_turns = std::any_of(messages.begin(), messages.end(),
@@ -279,12 +286,32 @@ Result<int64_t> ChatSession::Load(std::vector<ChatMessage> messages) {
   ResetCache();
   sampler_->Reset();
   messages_ = std::move(messages);
-  if (plan.tokens.empty()) return int64_t{0};
-  Feed prompt = Feed::Prompt(cache_.get(), plan.tokens);
+  Loaded out;
+  if (plan.tokens.empty()) return out;
+  std::span<const int32_t> rest = plan.tokens;
+  if (!kv_file.empty()) {
+    Result<KvFileLoaded> r =
+        LoadKvFile(kv_file, *cache_, KvFileLoadOptions{.text = std::span<const int32_t>(rest)});
+    if (r.ok() && r->n_loaded == 0 && r->n_file > 0)
+      out.kv = Errorf("kv file {}: its tokens are not this transcript's", kv_file);
+    else if (!r.ok())
+      out.kv = r.status();
+    if (r.ok()) {
+      out.n_restored = r->n_loaded;
+      tokens_.assign(rest.begin(), rest.begin() + r->n_loaded);
+      rest = rest.subspan(r->n_loaded);
+    }
+  }
+  Feed prompt = Feed::Prompt(cache_.get(), rest);
   RETURN_IF_ERROR(Run(prompt));
   after_special_ = plan.after_special;
   for (int32_t t : plan.tokens) sampler_->Accept(t);
-  return static_cast<int64_t>(plan.tokens.size());
+  out.n_prompt = std::ssize(rest);
+  return out;
+}
+
+Result<int64_t> ChatSession::SaveKv(const std::string& path) const {
+  return SaveKvFile(path, *cache_, tokens_);
 }
 
 }  // namespace rotor

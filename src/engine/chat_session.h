@@ -83,6 +83,21 @@ class ChatSession {
   // Replaces the transcript (system messages included) and prefills it, so the
   // next message is all the next turn processes. Returns the tokens prefilled.
   Result<int64_t> Load(std::vector<ChatMessage> messages);
+  // The same, starting from a KV file (SaveKv) where it agrees: the file's
+  // tokens that begin the transcript's rendering are restored instead of
+  // prefilled. A file that cannot be used (written for another model, K/V
+  // type, RoPE mode or positions; corrupt; not this transcript's) is reported
+  // in `kv` and the transcript prefilled as without it.
+  struct Loaded {
+    int64_t n_prompt = 0;    // tokens prefilled
+    int64_t n_restored = 0;  // tokens taken from the KV file
+    Status kv;               // why the KV file was not used
+  };
+  Result<Loaded> Load(std::vector<ChatMessage> messages, const std::string& kv_file);
+  // Writes the cache's tokens (tokens()) and their K/V to a KV file
+  // (kv_file.h); an error when the cache no longer holds them all in order (an
+  // evicting policy past its size). Returns the bytes written.
+  Result<int64_t> SaveKv(const std::string& path) const;
 
   // The transcript: the system prompt (if any), then user and assistant turns.
   const std::vector<ChatMessage>& messages() const { return messages_; }

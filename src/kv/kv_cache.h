@@ -19,7 +19,9 @@
 // Plan counts them (KvPlan::n_new_blocks) so a caller can check the pool
 // first. Under a policy that shares prefixes (full, sink, window) Commit
 // publishes every block that fills with tokens [b*B, (b+1)*B) at their own
-// positions, and AttachPrefix starts a new sequence from published blocks.
+// positions, and AttachPrefix starts a new sequence from published blocks;
+// ExportPrefix and ImportPrefix move a text's first tokens out of the blocks
+// and into an empty cache's (KV files, kv_file.h).
 //
 // Sequence operations (llama.cpp's seq_rm / seq_keep / seq_cp / seq_add):
 // KeepPrefix, RemoveRange, Fork and ShiftPositions, each refused with a clear
@@ -28,6 +30,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -133,6 +136,29 @@ class KvCache {
   int64_t AttachPrefix(std::span<const int32_t> text, int64_t max_tokens);
   // Stops publishing this sequence's blocks (cache_prompt: false).
   void DisablePublishing() { publish_ = publish_allowed_ = false; }
+  // True when the policy shares prefixes (kv_policy.h): full, sink, window.
+  bool SharesPrefix() const { return policy_->SharesPrefix(); }
+
+  // KV files (kv_file.h, kv_cache_io.cc). The rows of one layer's K (is_v
+  // false) or V for cells [first, first + rows.size() / row_bytes()), all in
+  // one block: [n, n_head_kv * head_dim] of the cache's type. Both calls go
+  // layer by layer, K then V, cells in order, and stop at the first error.
+  using RowsOut =
+      std::function<Status(int layer, bool is_v, int32_t first, std::span<const uint8_t> rows)>;
+  using RowsIn =
+      std::function<Status(int layer, bool is_v, int32_t first, std::span<uint8_t> rows)>;
+  size_t row_bytes() const { return RowBytes(); }
+  // Hands `out` the K/V of tokens [0, n), n = tokens.size(). An error when
+  // cells [0, n) do not hold tokens 0..n-1 at positions 0..n-1 (per-lane
+  // policies; a ring that wrapped; a sequence operation) or when the cache
+  // knows the ids it ran and `tokens` are not those.
+  Status ExportPrefix(std::span<const int32_t> tokens, const RowsOut& out) const;
+  // An empty cache whose policy shares prefixes takes tokens it did not run:
+  // blocks for cells [0, n) from the pool, rows filled by `in`, then the
+  // tokens count as run (as AttachPrefix: cells, OnAdopt) and full blocks are
+  // published. On an error (from `in`; a policy that does not share
+  // prefixes; n beyond the cache or the pool's budget) the cache stays empty.
+  Status ImportPrefix(std::span<const int32_t> tokens, const RowsIn& in);
 
   // Sequence operations. Each checks its range and asks the policy first; on
   // an error the cache is unchanged.

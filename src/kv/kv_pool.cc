@@ -244,6 +244,25 @@ void KvBlockPool::DropCached() {
   Trim();
 }
 
+int64_t KvBlockPool::DropCachedChain(uint64_t root, std::span<const int32_t> text) {
+  std::vector<BlockId> chain;
+  uint64_t parent = root;
+  for (size_t at = 0; at + block_cells_ <= text.size(); at += block_cells_) {
+    const std::span<const int32_t> tokens = text.subspan(at, block_cells_);
+    const BlockId b = Lookup(parent, tokens);
+    if (b < 0) break;
+    chain.push_back(b);
+    parent = PrefixHash(parent, tokens);
+  }
+  int64_t n = 0;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it)  // children first
+    if (InLru(*it)) {
+      Evict(*it);
+      ++n;
+    }
+  return n;
+}
+
 Status KvBlockPool::Validate() const {
   int64_t blocks = 0, used = 0, cached = 0, bytes = 0, published = 0, free = 0;
   for (BlockId b = 0; b < static_cast<BlockId>(blocks_.size()); ++b) {

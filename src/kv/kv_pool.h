@@ -109,6 +109,10 @@ class KvBlockPool {
   void DropCached();
   // Returns the memory of the free blocks.
   void Trim();
+  // Drops the cached blocks (published, referenced by none) of the chain of
+  // `text`'s whole blocks from `root` (PrefixRoot): blocks a sequence holds
+  // stay. Returns the blocks dropped.
+  int64_t DropCachedChain(uint64_t root, std::span<const int32_t> text);
 
   struct Stats {
     int64_t budget_bytes = 0;

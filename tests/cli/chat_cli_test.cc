@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -94,6 +95,52 @@ TEST(ChatCli, PipedInputRunsTurnsAndCommands) {
   const std::vector<int64_t> counts2 = PromptCounts(r2.err);
   ASSERT_EQ(counts2.size(), 1u) << r2.err;
   EXPECT_EQ(counts2[0], ContinuationTokens("User: And then?\nAssistant:"));
+}
+
+// /save writes FILE.kv beside the transcript; /load restores from it the
+// tokens that agree with the transcript's rendering instead of prefilling
+// them, and the conversation goes on as after a prefill; a file it cannot
+// use is noted and the transcript prefilled.
+TEST(ChatCli, SaveAndLoadRestoreTheKvCache) {
+  TempDir dir;
+  const std::string saved = dir.File("chat.json");
+  const std::vector<std::string> args = {"chat", "-m", BundledModel(), "--temp", "0",
+                                         "-n",   "16", "-t",           "2"};
+  const std::string input =
+      WriteFile(dir, "in.txt", "Hello there\nTell me about the cat\n/save " + saved + "\n");
+  CliResult r = RunRotor(args, input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("tokens of K/V to " + saved + ".kv"));
+  ASSERT_TRUE(std::filesystem::exists(saved + ".kv"));
+
+  const std::string input2 = WriteFile(dir, "in2.txt", "/load " + saved + "\nAnd then?\n");
+  CliResult restored = RunRotor(args, input2);
+  ASSERT_EQ(restored.exit_code, 0) << restored.err;
+  static const std::regex kRestored(
+      R"((\d+) tokens restored from .*chat\.json\.kv, prompt (\d+) tokens)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(restored.err, m, kRestored)) << restored.err;
+  const int64_t n_restored = std::stoll(m[1]), n_prompt = std::stoll(m[2]);
+  EXPECT_GT(n_restored, FirstTurnTokens("User: Hello there\nAssistant:"));
+
+  // The same conversation prefilled (no K/V file): the same replies, and the
+  // whole transcript prefilled.
+  std::filesystem::copy_file(saved + ".kv", dir.File("keep.kv"));
+  std::filesystem::remove(saved + ".kv");
+  CliResult prefilled = RunRotor(args, input2);
+  ASSERT_EQ(prefilled.exit_code, 0) << prefilled.err;
+  EXPECT_EQ(prefilled.out, restored.out);
+  EXPECT_THAT(prefilled.err,
+              HasSubstr("prompt " + std::to_string(n_restored + n_prompt) + " tokens)"));
+
+  // A truncated K/V file: noted, prefilled, the same replies.
+  std::filesystem::copy_file(dir.File("keep.kv"), saved + ".kv");
+  std::filesystem::resize_file(saved + ".kv", 1000);
+  CliResult cut = RunRotor(args, input2);
+  ASSERT_EQ(cut.exit_code, 0) << cut.err;
+  EXPECT_THAT(cut.err, HasSubstr("K/V not restored: kv file " + saved + ".kv: truncated"));
+  EXPECT_THAT(cut.err, HasSubstr("0 tokens restored"));
+  EXPECT_EQ(cut.out, restored.out);
 }
 
 TEST(ChatCli, BadTemplateNameAndBadLoadFile) {

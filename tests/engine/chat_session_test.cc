@@ -4,8 +4,10 @@
 #include "engine/chat_session.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 
 #include "engine/scheduler.h"
 
@@ -372,6 +374,55 @@ TEST(ChatSession, LoadPrefillsTheTranscriptThenOnlyNewMessages) {
   Result<int64_t> too_long = small->Load(saved);
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.message().find("context size 16"), std::string::npos) << too_long.message();
+}
+
+// /save and /load with the K/V: a session in another engine (nothing shared)
+// restores the transcript's tokens from the file instead of prefilling them,
+// and continues as the one that prefilled; a file it cannot use is reported
+// and the transcript prefilled.
+TEST(ChatSession, SaveKvThenLoadRestoresInsteadOfPrefilling) {
+  auto e = MakeEngine();
+  auto chat = MakeChat(*e, Greedy(16));
+  Send(*chat, "Once upon a time");
+  Send(*chat, "Then what?");
+  const std::vector<ChatMessage> saved = chat->messages();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("rotor_chat_kv_" + std::to_string(::getpid()) + ".kv"))
+                               .string();
+  Result<int64_t> bytes = chat->SaveKv(path);
+  ASSERT_TRUE(bytes.ok()) << bytes.message();
+
+  auto e2 = MakeEngine();
+  auto restored = MakeChat(*e2, Greedy(16));
+  Result<ChatSession::Loaded> loaded = restored->Load(saved, path);
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  EXPECT_TRUE(loaded->kv.ok()) << loaded->kv.message();
+  const std::string text = restored->chat_template().Apply(saved, false);
+  const int64_t n = static_cast<int64_t>(e2->tokenizer().Encode(text, true).size());
+  // The file's tokens agree with the rendering at least through the first
+  // turn's prompt; from where a reply ran otherwise than the transcript
+  // renders it (trailing whitespace the transcript trims) it is prefilled.
+  const int64_t first_prompt = static_cast<int64_t>(
+      e2->tokenizer().Encode("User: Once upon a time\nAssistant:", true).size());
+  EXPECT_GT(loaded->n_restored, first_prompt) << n;
+  EXPECT_EQ(loaded->n_restored + loaded->n_prompt, n);
+  EXPECT_EQ(restored->tokens().size(), static_cast<size_t>(n));
+  const ChatTurn t = Send(*restored, "The end.");
+  ExpectTurnEqualsSingleShot(*e2, *restored, t);
+  auto prefilled = MakeChat(*e2, Greedy(16));
+  ASSERT_TRUE(prefilled->Load(saved).ok());
+  EXPECT_EQ(Send(*prefilled, "The end.").tokens, t.tokens);
+
+  // f16 K/V: the file (f32) is not used, the transcript is prefilled.
+  ChatOptions f16 = Greedy(16);
+  f16.kv.type = KvType::kF16;
+  auto other = MakeChat(*e2, f16);
+  loaded = other->Load(saved, path);
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  EXPECT_NE(loaded->kv.message().find("K/V type"), std::string::npos) << loaded->kv.message();
+  EXPECT_EQ(loaded->n_restored, 0);
+  EXPECT_EQ(loaded->n_prompt, n);
+  std::filesystem::remove(path);
 }
 
 TEST(ChatSession, RejectsBadOptions) {

@@ -84,6 +84,9 @@ TEST_F(ServerPrefix, AChatResendingItsHistoryIsCachedMoreEachTurn) {
     last_prompt = r["usage"]["prompt_tokens"];
     messages.push_back({{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
   }
+  // The engine thread publishes its figures after the step that ended the
+  // last request, which may be after its response arrived.
+  ASSERT_TRUE(WaitFor([&] { return ScrapeMetrics(server_->port())["rotor_kv_blocks_used"] == 0; }));
   const std::map<std::string, double> m = ScrapeMetrics(server_->port());
   EXPECT_GT(m.at("rotor_prefix_cache_hit_tokens_total"), 0);
   EXPECT_GE(m.at("rotor_prefix_cache_query_tokens_total"),

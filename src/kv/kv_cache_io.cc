@@ -1,0 +1,84 @@
+// KvCache's side of KV files (kv_file.h): the rows of a text's first tokens
+// out of the blocks, and into fresh ones of an empty cache.
+#include <algorithm>
+#include <numeric>
+
+#include "base/check.h"
+#include "kv/kv_cache.h"
+
+namespace rotor {
+
+Status KvCache::ExportPrefix(std::span<const int32_t> tokens, const RowsOut& out) const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (policy_->lanes() != KvLanes::kShared)
+    return Errorf(
+        "kv: the {} cache keeps tokens per layer or head as attention chooses: its K/V is not "
+        "a text's first tokens and cannot be saved",
+        config_.policy);
+  if (n > n_seen_) return Errorf("kv: {} tokens to save, but the cache has run {}", n, n_seen_);
+  for (int32_t c = 0; c < n; ++c)
+    if (cells_.index(0, c) != c || cells_.pos(0, c) != c)
+      return Errorf(
+          "kv: cell {} holds token {} at position {}, not token {} at its own position: the {} "
+          "cache no longer holds its first {} tokens in order (it evicted or moved some)",
+          c, cells_.index(0, c), cells_.pos(0, c), c, config_.policy, n);
+  if (publish_ && static_cast<int64_t>(text_.size()) >= n)
+    for (int64_t i = 0; i < n; ++i)
+      if (text_[i] != tokens[i])
+        return Errorf("kv: token {} to save is {}, but the cache ran {} there", i, tokens[i],
+                      text_[i]);
+  const int32_t bc = pool_->block_cells();
+  const size_t rb = RowBytes();
+  for (int l = 0; l < shape_.n_layer; ++l)
+    for (bool is_v : {false, true})
+      for (int64_t first = 0; first < n; first += bc) {
+        const int32_t c = static_cast<int32_t>(first);
+        const size_t rows = static_cast<size_t>(std::min<int64_t>(bc, n - first));
+        const uint8_t* p = is_v ? VRow(l, c) : KRow(l, c);
+        RETURN_IF_ERROR(out(l, is_v, c, std::span<const uint8_t>(p, rows * rb)));
+      }
+  return Status::Ok();
+}
+
+Status KvCache::ImportPrefix(std::span<const int32_t> tokens, const RowsIn& in) {
+  CHECK_EQ(n_seen_, 0);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (!policy_->SharesPrefix())
+    return Errorf(
+        "kv: the {} cache cannot start from saved K/V: what it keeps depends on attention, not "
+        "on the text alone (full, sink and window can)",
+        config_.policy);
+  if (n > n_cells_)
+    return Errorf("kv: {} saved tokens do not fit the cache's {} cells", n, n_cells_);
+  const int32_t bc = pool_->block_cells();
+  const int32_t n_blocks = static_cast<int32_t>((n + bc - 1) / bc);
+  if (n_blocks > pool_->Available(config_.type) + reserved_)
+    return Errorf(
+        "kv: the KV memory budget ({} MiB) has no room for the {} blocks of {} saved tokens",
+        pool_->budget_bytes() >> 20, n_blocks, n);
+  std::vector<int32_t> blocks(n_blocks);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  MakeWritable(blocks);
+  const size_t rb = RowBytes();
+  for (int l = 0; l < shape_.n_layer; ++l)
+    for (bool is_v : {false, true})
+      for (int64_t first = 0; first < n; first += bc) {
+        const int32_t c = static_cast<int32_t>(first);
+        const size_t rows = static_cast<size_t>(std::min<int64_t>(bc, n - first));
+        uint8_t* p = is_v ? VRow(l, c) : KRow(l, c);
+        if (Status s = in(l, is_v, c, std::span<uint8_t>(p, rows * rb)); !s.ok()) {
+          for (int32_t b : blocks) ReleaseBlock(b);
+          Rebalance();
+          return s;
+        }
+      }
+  for (int32_t c = 0; c < n; ++c) cells_.Set(0, c, c, c);
+  n_seen_ = n;
+  if (publish_) text_.assign(tokens.begin(), tokens.end());
+  policy_->OnAdopt(cells_, n);
+  Rebalance();
+  PublishFull();
+  return Status::Ok();
+}
+
+}  // namespace rotor
