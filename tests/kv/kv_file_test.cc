@@ -175,14 +175,15 @@ TEST(KvFile, LoadedBlocksJoinThePrefixCacheAndCanBeDropped) {
     std::unique_ptr<KvCache> vehicle = CacheOf(m, kv, *pool);
     ASSERT_TRUE(LoadKvFile(file.path, *vehicle).ok());
   }
-  EXPECT_EQ(pool->stats().blocks_cached, 2);  // the two whole blocks; the partial one is gone
-  EXPECT_EQ(pool->stats().blocks, 2);
+  EXPECT_EQ(pool->stats().blocks_cached, 2);  // the two whole blocks; the partial one is free
+  EXPECT_EQ(pool->stats().blocks_free, 1);
   std::unique_ptr<KvCache> next = CacheOf(m, kv, *pool);
   EXPECT_EQ(next->AttachPrefix(text, 40), 32);
   next.reset();
   const uint64_t root = PrefixRoot(PrefixSeed{m.identity(), kv.type, kv.rope_k});
   EXPECT_EQ(pool->DropCachedChain(root, text), 2);
-  EXPECT_EQ(pool->stats().blocks, 0);
+  EXPECT_EQ(pool->stats().blocks_cached, 0);
+  EXPECT_EQ(pool->stats().blocks, pool->stats().blocks_free);
   EXPECT_EQ(CacheOf(m, kv, *pool)->AttachPrefix(text, 40), 0);
   EXPECT_TRUE(pool->Validate().ok()) << pool->Validate().message();
 }
