@@ -8,6 +8,23 @@
 
 namespace rotor {
 
+namespace {
+
+// Calls f(layer, is_v, first cell, rows) for the runs of cells [0, n) that
+// lie in one block, layer by layer, K then V (the file's order); stops at the
+// first error.
+template <typename F>
+Status ForEachRun(int n_layer, int64_t n, int32_t block_cells, F f) {
+  for (int l = 0; l < n_layer; ++l)
+    for (bool is_v : {false, true})
+      for (int64_t first = 0; first < n; first += block_cells)
+        RETURN_IF_ERROR(f(l, is_v, static_cast<int32_t>(first),
+                          static_cast<size_t>(std::min<int64_t>(block_cells, n - first))));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status KvCache::ExportPrefix(std::span<const int32_t> tokens, const RowsOut& out) const {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (policy_->lanes() != KvLanes::kShared)
@@ -27,17 +44,12 @@ Status KvCache::ExportPrefix(std::span<const int32_t> tokens, const RowsOut& out
       if (text_[i] != tokens[i])
         return Errorf("kv: token {} to save is {}, but the cache ran {} there", i, tokens[i],
                       text_[i]);
-  const int32_t bc = pool_->block_cells();
   const size_t rb = RowBytes();
-  for (int l = 0; l < shape_.n_layer; ++l)
-    for (bool is_v : {false, true})
-      for (int64_t first = 0; first < n; first += bc) {
-        const int32_t c = static_cast<int32_t>(first);
-        const size_t rows = static_cast<size_t>(std::min<int64_t>(bc, n - first));
-        const uint8_t* p = is_v ? VRow(l, c) : KRow(l, c);
-        RETURN_IF_ERROR(out(l, is_v, c, std::span<const uint8_t>(p, rows * rb)));
-      }
-  return Status::Ok();
+  return ForEachRun(shape_.n_layer, n, pool_->block_cells(),
+                    [&](int l, bool is_v, int32_t c, size_t rows) {
+                      const uint8_t* p = is_v ? VRow(l, c) : KRow(l, c);
+                      return out(l, is_v, c, std::span<const uint8_t>(p, rows * rb));
+                    });
 }
 
 Status KvCache::ImportPrefix(std::span<const int32_t> tokens, const RowsIn& in) {
@@ -60,18 +72,16 @@ Status KvCache::ImportPrefix(std::span<const int32_t> tokens, const RowsIn& in) 
   std::iota(blocks.begin(), blocks.end(), 0);
   MakeWritable(blocks);
   const size_t rb = RowBytes();
-  for (int l = 0; l < shape_.n_layer; ++l)
-    for (bool is_v : {false, true})
-      for (int64_t first = 0; first < n; first += bc) {
-        const int32_t c = static_cast<int32_t>(first);
-        const size_t rows = static_cast<size_t>(std::min<int64_t>(bc, n - first));
+  const Status filled =
+      ForEachRun(shape_.n_layer, n, bc, [&](int l, bool is_v, int32_t c, size_t rows) {
         uint8_t* p = is_v ? VRow(l, c) : KRow(l, c);
-        if (Status s = in(l, is_v, c, std::span<uint8_t>(p, rows * rb)); !s.ok()) {
-          for (int32_t b : blocks) ReleaseBlock(b);
-          Rebalance();
-          return s;
-        }
-      }
+        return in(l, is_v, c, std::span<uint8_t>(p, rows * rb));
+      });
+  if (!filled.ok()) {
+    for (int32_t b : blocks) ReleaseBlock(b);
+    Rebalance();
+    return filled;
+  }
   for (int32_t c = 0; c < n; ++c) cells_.Set(0, c, c, c);
   n_seen_ = n;
   if (publish_) text_.assign(tokens.begin(), tokens.end());
