@@ -10,11 +10,11 @@ PROMPT ?= Once upon a time
 # tokenizer, the code that parses untrusted files and text.
 ASAN_TARGETS ?= gguf_test gguf_malformed_test tokenizer_test
 
-DEB_PACKAGES := cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev \
+DEB_PACKAGES := cmake gcc g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev \
 	nlohmann-json3-dev libcpp-httplib-dev libfmt-dev pkgconf \
 	libcairo2-dev tmux libpcre2-dev
 
-.PHONY: all deps build run test test-asan bench clean format
+.PHONY: all deps build run test test-asan bench install clean format
 
 all: build
 
@@ -50,6 +50,12 @@ test-asan: deps
 	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DROTOR_SANITIZE=ON -DROTOR_BUILD_BENCH=OFF >/dev/null
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
 	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) -L asan --timeout 600
+
+# The library, header, rotor.pc, the CMake package, the binary and the bundled
+# model under $(PREFIX) (make install PREFIX=$$HOME/.local).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 bench: build
 	./$(BUILD_DIR)/rotor bench -m $(MODEL)

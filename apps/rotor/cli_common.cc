@@ -7,10 +7,31 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 namespace rotor::cli {
+
+std::string FindBundledFile(const std::string& relative) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(relative, ec)) return relative;
+  std::vector<fs::path> places;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    places.push_back(exe.parent_path().parent_path() / relative);
+    places.push_back(exe.parent_path().parent_path() / "share" / "rotor" / relative);
+  }
+#ifdef ROTOR_SOURCE_DIR
+  places.push_back(fs::path(ROTOR_SOURCE_DIR) / relative);
+#endif
+  for (const fs::path& p : places)
+    if (fs::is_regular_file(p, ec)) return p.lexically_normal().string();
+  return relative;
+}
+
+std::string DefaultModelPath() { return FindBundledFile(kDefaultModel); }
 
 int Fail(const Status& status) {
   fmt::print(stderr, "rotor: error: {}\n", status.message());
@@ -18,8 +39,8 @@ int Fail(const Status& status) {
 }
 
 void AddEngineOptions(CLI::App* app, EngineOptions* o) {
-  o->model_path = kDefaultModel;
-  app->add_option("-m,--model", o->model_path, "GGUF model file")->capture_default_str();
+  o->model_path = DefaultModelPath();
+  app->add_option("-m,--model", o->model_path, "GGUF model file (default: the bundled model)");
   app->add_option("-t,--threads", o->n_threads, "threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));
   app->add_option("-c,--ctx-size", o->n_ctx, "context size per sequence (0 = the model's)")

@@ -13,8 +13,18 @@
 
 namespace rotor::cli {
 
-// Where the bundled model lives relative to the working directory (make run).
+// The bundled model, relative to the checkout and to share/rotor/ of an install.
 inline constexpr const char* kDefaultModel = "models/stories260K.gguf";
+
+// A file that ships with rotor (the bundled model, the vocabulary of `synth`),
+// found from any working directory: `relative` as given when it exists there;
+// else beside the binary in a checkout (build/rotor -> models/...); else under
+// the install prefix (bin/rotor -> share/rotor/models/...); else in the source
+// tree the binary was built from. Returns `relative` when none has it (the
+// error then names the path the user would expect).
+std::string FindBundledFile(const std::string& relative);
+// FindBundledFile(kDefaultModel): the -m default of every command.
+std::string DefaultModelPath();
 
 // Prints "rotor: <message>" to stderr and returns the exit code 1.
 int Fail(const Status& status);

@@ -72,7 +72,7 @@ BenchColumns ColumnsFor(const BenchArgs& a, const std::vector<BenchCase>& cases)
 }
 
 int RunBench(BenchArgs a) {
-  if (a.models.empty()) a.models = {kDefaultModel};
+  if (a.models.empty()) a.models = {DefaultModelPath()};
   if (a.threads.empty()) a.threads = {HardwareThreads()};
   Result<BenchFormat> format = ParseBenchFormat(a.output);
   if (!format.ok()) return Fail(format.status());
@@ -196,7 +196,7 @@ Runner RegisterBench(CLI::App& app) {
       "bench", "measure prompt processing (pp) and generation (tg) speed, llama-bench style");
   sub->add_option("-m,--model", a->models, "GGUF model file(s): repeat -m or separate with ','")
       ->delimiter(',')
-      ->default_str(kDefaultModel);
+      ->default_str("the bundled model");
   CLI::Option* p =
       sub->add_option("-p,--n-prompt", a->n_prompt, "prompt-processing test sizes (0 = none)")
           ->delimiter(',')

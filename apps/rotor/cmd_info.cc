@@ -26,7 +26,7 @@ Runner RegisterInfo(CLI::App& app) {
 
 Runner RegisterTokenize(CLI::App& app) {
   struct Args {
-    std::string model = kDefaultModel;
+    std::string model = DefaultModelPath();
     std::string prompt;
     bool no_bos = false;
     bool pieces = false;

@@ -63,8 +63,8 @@ Runner RegisterPerplexity(CLI::App& app) {
       "perplexity",
       "perplexity of a text (llama-perplexity's method), KL divergence against the "
       "full cache, or perplexity along one long stream, per KV-cache policy");
-  a->model_path = kDefaultModel;
-  sub->add_option("-m,--model", a->model_path, "GGUF model file")->capture_default_str();
+  a->model_path = DefaultModelPath();
+  sub->add_option("-m,--model", a->model_path, "GGUF model file (default: the bundled model)");
   sub->add_option("-f,--file", a->text_file, "the text to score")->required();
   sub->add_option("-t,--threads", a->n_threads, "threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));

@@ -16,22 +16,8 @@ namespace {
 
 constexpr const char* kDefaultVocab = "models/ggml-vocab-llama-spm.gguf";
 
-// The bundled vocabulary from any working directory: as given (relative to
-// the current directory), else beside the binary's build directory
-// (build/rotor -> models/...), else in the source tree rotor was built from.
-std::string FindDefaultVocab() {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(kDefaultVocab, ec)) return kDefaultVocab;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const fs::path near = exe.parent_path().parent_path() / kDefaultVocab;
-    if (fs::exists(near, ec)) return near.string();
-  }
-  const fs::path src = fs::path(ROTOR_SOURCE_DIR) / kDefaultVocab;
-  if (fs::exists(src, ec)) return src.string();
-  return kDefaultVocab;
-}
+// The bundled vocabulary from any working directory (FindBundledFile).
+std::string FindDefaultVocab() { return FindBundledFile(kDefaultVocab); }
 
 struct SynthArgs {
   std::string shape = "stories15m";

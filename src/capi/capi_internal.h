@@ -1,0 +1,85 @@
+// What the C API's handles hold, shared by its translation units.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "engine/runner.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_config.h"
+#include "rotor/rotor.h"
+#include "sampling/sampler.h"
+
+struct rotor_status {
+  rotor_code code;
+  std::string message;
+};
+
+struct rotor_model {
+  std::unique_ptr<rotor::Engine> engine;
+  std::string description;
+  // Serializes every call that computes or touches sequences: the engine's
+  // thread pool and K/V block pool serve one caller at a time.
+  std::mutex mu;
+};
+
+struct rotor_kv_config {
+  rotor::KvConfig config;
+};
+
+struct rotor_sampler {
+  rotor::Sampler sampler;
+};
+
+namespace rotor::capi {
+
+// One sequence of a context: its cache, the ids of its text, and the logits
+// after its last token.
+struct Seq {
+  std::unique_ptr<KvCache> cache;
+  std::vector<int32_t> tokens;  // [n_seen] the text's ids (from 0)
+  std::vector<float> logits;    // [n_vocab], or empty: none since the last change
+};
+
+}  // namespace rotor::capi
+
+struct rotor_context {
+  rotor_model* model = nullptr;
+  int max_seqs = 1;
+  int prefill_step = rotor::kDefaultPrefillStep;
+  std::unique_ptr<rotor::Runner> runner;
+  std::vector<std::unique_ptr<rotor::capi::Seq>> seqs;  // [id], null = freed
+};
+
+namespace rotor::capi {
+
+// nullptr for an ok Status, else a new rotor_status with `code`.
+rotor_status* Make(rotor_code code, std::string message);
+rotor_status* FromStatus(const Status& s, rotor_code code = ROTOR_ERR_INVALID_ARGUMENT);
+
+// "rotor_eval: ctx is NULL"-style argument checks.
+#define ROTOR_CAPI_REQUIRE(cond, ...)                                                         \
+  do {                                                                                         \
+    if (!(cond)) return ::rotor::capi::Make(ROTOR_ERR_INVALID_ARGUMENT, fmt::format(__VA_ARGS__)); \
+  } while (0)
+
+// Runs fn, turning an exception (bad_alloc above all) into a status: no
+// exception crosses the C boundary.
+template <typename F>
+rotor_status* Guard(const char* call, F&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return Make(ROTOR_ERR_OUT_OF_MEMORY, std::string(call) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Make(ROTOR_ERR_INTERNAL, std::string(call) + ": " + e.what());
+  } catch (...) {
+    return Make(ROTOR_ERR_INTERNAL, std::string(call) + ": unknown exception");
+  }
+}
+
+}  // namespace rotor::capi

@@ -1,0 +1,232 @@
+// The C API (include/rotor/rotor.h): version, status, models, tokens, KV
+// configurations and samplers.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "capi_internal.h"
+
+using rotor::capi::Guard;
+using rotor::capi::Make;
+
+namespace rotor::capi {
+
+rotor_status* Make(rotor_code code, std::string message) {
+  return new (std::nothrow) rotor_status{code, "rotor: " + std::move(message)};
+}
+
+rotor_status* FromStatus(const Status& s, rotor_code code) {
+  return s.ok() ? nullptr : Make(code, s.message());
+}
+
+}  // namespace rotor::capi
+
+extern "C" {
+
+const char* rotor_version(void) {
+#define ROTOR_STR2(x) #x
+#define ROTOR_STR(x) ROTOR_STR2(x)
+  return ROTOR_STR(ROTOR_VERSION_MAJOR) "." ROTOR_STR(ROTOR_VERSION_MINOR) "." ROTOR_STR(
+      ROTOR_VERSION_PATCH);
+}
+
+int rotor_api_version(void) { return ROTOR_API_VERSION; }
+
+rotor_code rotor_status_code(const rotor_status* s) { return s ? s->code : ROTOR_OK; }
+const char* rotor_status_message(const rotor_status* s) { return s ? s->message.c_str() : ""; }
+void rotor_status_free(rotor_status* s) { delete s; }
+
+// ---- Model -----------------------------------------------------------------
+
+rotor_model_params rotor_model_default_params(void) {
+  return rotor_model_params{
+      .n_threads = 0, .n_ctx = 0, .kv_memory_mib = 0, .max_seqs = 1, .prefix_cache = true};
+}
+
+rotor_status* rotor_model_load(const char* path, const rotor_model_params* params,
+                               rotor_model** out) {
+  return Guard("rotor_model_load", [&]() -> rotor_status* {
+    ROTOR_CAPI_REQUIRE(out != nullptr, "rotor_model_load: out is NULL");
+    *out = nullptr;
+    ROTOR_CAPI_REQUIRE(path != nullptr, "rotor_model_load: path is NULL");
+    const rotor_model_params p = params ? *params : rotor_model_default_params();
+    ROTOR_CAPI_REQUIRE(p.kv_memory_mib >= 0 && p.kv_memory_mib < (int64_t{1} << 43),
+                       "rotor_model_load: kv_memory_mib {} out of range", p.kv_memory_mib);
+    rotor::EngineOptions eo;
+    eo.model_path = path;
+    eo.n_threads = p.n_threads;
+    eo.n_ctx = p.n_ctx;
+    eo.kv_memory_bytes = p.kv_memory_mib << 20;
+    eo.max_seqs = p.max_seqs;
+    eo.prefix_cache = p.prefix_cache;
+    rotor::Result<std::unique_ptr<rotor::Engine>> engine = rotor::Engine::Create(eo);
+    if (!engine.ok()) {
+      // Bad parameters are the caller's; anything else is the file's.
+      const bool file = p.n_threads >= 0 && p.n_ctx >= 0 && p.max_seqs > 0;
+      return Make(file ? ROTOR_ERR_IO : ROTOR_ERR_INVALID_ARGUMENT, engine.message());
+    }
+    auto m = std::make_unique<rotor_model>();
+    m->engine = std::move(*engine);
+    const rotor::Model& model = m->engine->model();
+    const rotor::ModelConfig& c = model.config();
+    m->description = fmt::format(
+        "{} {} params {}, {} layers, {} heads ({} K/V) of {}, vocabulary {}, trained context {}",
+        c.arch, model.n_params(), model.type_name(), c.n_layer, c.n_head, c.n_head_kv, c.head_dim,
+        c.n_vocab, c.n_ctx_train);
+    *out = m.release();
+    return nullptr;
+  });
+}
+
+void rotor_model_free(rotor_model* model) { delete model; }
+
+int32_t rotor_model_n_vocab(const rotor_model* m) { return m->engine->tokenizer().n_vocab(); }
+int32_t rotor_model_n_ctx(const rotor_model* m) { return m->engine->n_ctx(); }
+int32_t rotor_model_n_ctx_train(const rotor_model* m) {
+  return m->engine->model().config().n_ctx_train;
+}
+int32_t rotor_model_token_bos(const rotor_model* m) { return m->engine->tokenizer().bos(); }
+int32_t rotor_model_token_eos(const rotor_model* m) { return m->engine->tokenizer().eos(); }
+bool rotor_model_token_is_eog(const rotor_model* m, int32_t token) {
+  return token >= 0 && token < rotor_model_n_vocab(m) &&
+         m->engine->tokenizer().IsEndOfGeneration(token);
+}
+const char* rotor_model_description(const rotor_model* m) { return m->description.c_str(); }
+
+// ---- Tokens ----------------------------------------------------------------
+
+rotor_status* rotor_tokenize(const rotor_model* model, const char* text, size_t len, bool add_bos,
+                             bool parse_special, int32_t* tokens, size_t capacity,
+                             size_t* n_tokens) {
+  return Guard("rotor_tokenize", [&]() -> rotor_status* {
+    ROTOR_CAPI_REQUIRE(model && n_tokens, "rotor_tokenize: model or n_tokens is NULL");
+    ROTOR_CAPI_REQUIRE(text || len == 0, "rotor_tokenize: text is NULL");
+    ROTOR_CAPI_REQUIRE(tokens || capacity == 0, "rotor_tokenize: tokens is NULL, capacity {}",
+                       capacity);
+    const std::vector<int32_t> ids = model->engine->tokenizer().Encode(
+        std::string_view(text ? text : "", len), add_bos, parse_special);
+    *n_tokens = ids.size();
+    if (ids.size() > capacity)
+      return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
+                  fmt::format("rotor_tokenize: {} tokens, room for {}", ids.size(), capacity));
+    std::copy(ids.begin(), ids.end(), tokens);
+    return nullptr;
+  });
+}
+
+rotor_status* rotor_detokenize(const rotor_model* model, const int32_t* tokens, size_t n,
+                               bool special, char* text, size_t capacity, size_t* n_bytes) {
+  return Guard("rotor_detokenize", [&]() -> rotor_status* {
+    ROTOR_CAPI_REQUIRE(model && n_bytes, "rotor_detokenize: model or n_bytes is NULL");
+    ROTOR_CAPI_REQUIRE(tokens || n == 0, "rotor_detokenize: tokens is NULL");
+    ROTOR_CAPI_REQUIRE(text || capacity == 0, "rotor_detokenize: text is NULL, capacity {}",
+                       capacity);
+    const rotor::Tokenizer& tok = model->engine->tokenizer();
+    for (size_t i = 0; i < n; ++i)
+      ROTOR_CAPI_REQUIRE(tokens[i] >= 0 && tokens[i] < tok.n_vocab(),
+                         "rotor_detokenize: token {} (at {}) out of range [0, {})", tokens[i], i,
+                         tok.n_vocab());
+    const std::string s = tok.Decode(std::span<const int32_t>(tokens, n), special);
+    *n_bytes = s.size();
+    if (s.size() > capacity)
+      return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
+                  fmt::format("rotor_detokenize: {} bytes, room for {}", s.size(), capacity));
+    std::memcpy(text, s.data(), s.size());
+    if (s.size() < capacity) text[s.size()] = '\0';
+    return nullptr;
+  });
+}
+
+// ---- KV configuration ------------------------------------------------------
+
+rotor_status* rotor_kv_config_new(rotor_kv_config** out) {
+  return Guard("rotor_kv_config_new", [&]() -> rotor_status* {
+    ROTOR_CAPI_REQUIRE(out != nullptr, "rotor_kv_config_new: out is NULL");
+    *out = new rotor_kv_config();
+    return nullptr;
+  });
+}
+
+void rotor_kv_config_free(rotor_kv_config* config) { delete config; }
+
+rotor_status* rotor_kv_config_set(rotor_kv_config* config, const char* option, const char* value) {
+  return Guard("rotor_kv_config_set", [&]() -> rotor_status* {
+    ROTOR_CAPI_REQUIRE(config && option && value,
+                       "rotor_kv_config_set: config, option or value is NULL");
+    const std::string_view name(option);
+    for (const rotor::KvOptionSpec& spec : rotor::KvOptions()) {
+      if (name == spec.field)
+        return rotor::capi::FromStatus(config->config.Set(spec.id, value, rotor::KvSpelling::kField));
+      if (name == spec.flag)
+        return rotor::capi::FromStatus(config->config.Set(spec.id, value, rotor::KvSpelling::kFlag));
+    }
+    std::string known;
+    for (const rotor::KvOptionSpec& spec : rotor::KvOptions())
+      known += fmt::format("{}{}", known.empty() ? "" : ", ", spec.field);
+    return Make(ROTOR_ERR_INVALID_ARGUMENT,
+                fmt::format("rotor_kv_config_set: unknown KV option '{}' (known: {})", name, known));
+  });
+}
+
+rotor_status* rotor_kv_config_describe(const rotor_kv_config* config, const rotor_model* model,
+                                       char* text, size_t capacity, size_t* n_bytes) {
+  return Guard("rotor_kv_config_describe", [&]() -> rotor_status* {
+    ROTOR_CAPI_REQUIRE(config && model, "rotor_kv_config_describe: config or model is NULL");
+    ROTOR_CAPI_REQUIRE(text || capacity == 0, "rotor_kv_config_describe: text is NULL");
+    const rotor::KvShape shape = model->engine->model().config().kv_shape(model->engine->n_ctx());
+    rotor::Result<rotor::KvConfig> r =
+        rotor::ResolveKvConfig(config->config, shape, rotor::KvSpelling::kField);
+    if (!r.ok()) return rotor::capi::FromStatus(r.status());
+    const std::string s = rotor::DescribeKvConfig(*r);
+    if (n_bytes) *n_bytes = s.size();
+    if (s.size() + 1 > capacity)
+      return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
+                  fmt::format("rotor_kv_config_describe: {} bytes and a NUL, room for {}",
+                              s.size(), capacity));
+    std::memcpy(text, s.c_str(), s.size() + 1);
+    return nullptr;
+  });
+}
+
+// ---- Sampling --------------------------------------------------------------
+
+rotor_sampling_params rotor_sampling_default_params(void) {
+  const rotor::SamplingParams d;
+  return rotor_sampling_params{d.temperature, d.top_k,         d.top_p, d.min_p,
+                               d.repeat_penalty, d.repeat_last_n, d.seed};
+}
+
+rotor_sampling_params rotor_sampling_greedy_params(void) {
+  rotor_sampling_params p = rotor_sampling_default_params();
+  p.temperature = 0;
+  return p;
+}
+
+rotor_status* rotor_sampler_new(const rotor_sampling_params* params, int32_t n_vocab,
+                                rotor_sampler** out) {
+  return Guard("rotor_sampler_new", [&]() -> rotor_status* {
+    ROTOR_CAPI_REQUIRE(params && out, "rotor_sampler_new: params or out is NULL");
+    *out = nullptr;
+    ROTOR_CAPI_REQUIRE(n_vocab > 0, "rotor_sampler_new: n_vocab {} must be positive", n_vocab);
+    const rotor::SamplingParams p{params->temperature,    params->top_k,
+                                  params->top_p,          params->min_p,
+                                  params->repeat_penalty, params->repeat_last_n,
+                                  params->seed};
+    if (rotor::Status s = rotor::ValidateSamplingParams(p); !s.ok())
+      return rotor::capi::FromStatus(s);
+    *out = new rotor_sampler{rotor::Sampler(p, n_vocab)};
+    return nullptr;
+  });
+}
+
+void rotor_sampler_free(rotor_sampler* sampler) { delete sampler; }
+
+int32_t rotor_sampler_sample(rotor_sampler* s, const float* logits) {
+  return s->sampler.Sample(std::span<const float>(logits, s->sampler.n_vocab()));
+}
+
+void rotor_sampler_accept(rotor_sampler* s, int32_t token) { s->sampler.Accept(token); }
+
+uint64_t rotor_sampler_seed(const rotor_sampler* s) { return s->sampler.seed(); }
+
+}  // extern "C"
