@@ -11,10 +11,11 @@
 # connections, the replicas drain (their --drain-timeout), everything stops.
 # A second Ctrl-C kills what is left.
 #
-#   --balance affinity     prefix affinity with bounded load (the default)
+#   --balance affinity     prefix affinity (the default; a full replica is skipped)
 #   --balance roundrobin   plain round robin (to compare)
 #   --key-bytes B          bytes of the prompt in the affinity key (256)
 #   --check-interval TIME  HAProxy's health-check interval (2s; 300ms in tests)
+#   --balance-factor F     HAProxy's hash-balance-factor (0 = off, the default)
 #
 # Environment: ROTOR (the rotor binary; default build/rotor of this checkout),
 # HAPROXY (default: haproxy on the PATH), ROTOR_LOCAL_DIR (keep the rendered
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
     --balance-factor) balance_factor="${2:-}"; shift 2 ;;
     --drain-timeout) drain_timeout="${2:-}"; serve_args+=("$1" "${2:-}"); shift 2 ;;
     --host|--replica-id) die "$1 is set by local.sh (replicas listen on 127.0.0.1)" ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) serve_args+=("$1"); shift ;;
   esac
 done
@@ -49,6 +50,7 @@ done
 [ -n "$model" ] || die "-m MODEL is required"
 [ -r "$model" ] || die "cannot read the model $model"
 [[ "$key_bytes" =~ ^[1-9][0-9]*$ ]] || die "--key-bytes must be a positive number"
+[[ "$balance_factor" =~ ^[0-9]+$ ]] || die "--balance-factor must be 0 (off) or a percentage above 100"
 case "$balance" in affinity|roundrobin) ;; *) die "--balance must be affinity or roundrobin" ;; esac
 [ -x "$rotor" ] || die "no rotor binary at $rotor (build it, or set ROTOR)"
 command -v "$haproxy" >/dev/null || die "haproxy is not installed (make deps installs it)"

@@ -83,8 +83,8 @@ class Server {
   Status Load();
   // Serves until Stop(); returns once no handler runs any more.
   Status Run();
-  // From any thread: stops taking requests (kDraining) and waits up to
-  // `timeout` for those in flight to be answered; returns how many still are
+  // From any thread, once loaded: stops taking requests (kDraining), waits up to
+  // `timeout` for those in flight to be answered and returns how many still are
   // (0: drained). Stop() ends them.
   int64_t Drain(std::chrono::milliseconds timeout);
   // From any thread: ends requests in flight (503), then stops listening.
