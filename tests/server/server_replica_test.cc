@@ -218,7 +218,10 @@ TEST(ServerReplica, DrainAnswersTheStreamInFlightAndRefusesNewWork) {
           EXPECT_EQ(health->status, 503);
           const json h = json::parse(health->body);
           EXPECT_EQ(h["status"], "draining");
-          EXPECT_EQ(h["in_flight"], 1);
+          // 1, or 0 once the server has written the whole stream into the
+          // socket (this client reads it only after these checks).
+          EXPECT_LE(h.value("in_flight", -1), 1);
+          EXPECT_GE(h.value("in_flight", -1), 0);
         }
         auto gen = cli.Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 4})",
                             "application/json");
