@@ -246,8 +246,8 @@ TEST(Replicas, AReplicaDrainedUnderLoadFailsNothing) {
     by_victim_after += o.replica == "r2" && o.start > signalled_at;
   }
   std::printf(
-      "drained r2 under load: %zu requests, %d failed, %d sent after the signal were "
-      "still answered by r2 (in flight before HAProxy saw it)\n",
+      "drained r2 under load: %zu requests, %d failed, %d sent after the signal and answered "
+      "by r2\n",
       outcomes.size(), failed, by_victim_after);
   EXPECT_EQ(failed, 0);
   // It exits once drained; its log says so.
