@@ -12,7 +12,7 @@ ASAN_TARGETS ?= gguf_test gguf_malformed_test tokenizer_test
 
 DEB_PACKAGES := cmake gcc g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev \
 	nlohmann-json3-dev libcpp-httplib-dev libfmt-dev pkgconf \
-	libcairo2-dev tmux libpcre2-dev
+	libcairo2-dev tmux libpcre2-dev haproxy curl
 
 .PHONY: all deps build run test test-asan bench install clean format
 

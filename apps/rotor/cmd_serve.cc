@@ -2,8 +2,11 @@
 #include <fmt/format.h>
 #include <pthread.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -16,6 +19,71 @@ namespace {
 
 struct ServeArgs {
   serve::ServeOptions serve;
+  double drain_timeout_s = 30;
+};
+
+// Signals, on a thread of our own (sigwait): the first SIGTERM or SIGINT
+// drains the server (no new work; what is in flight is answered, for at most
+// --drain-timeout) and stops it; a second SIGINT exits at once (llama-server's
+// second Ctrl-C). A signal while the model loads stops the server at once:
+// nothing is in flight.
+class SignalThread {
+ public:
+  SignalThread(serve::Server& server, const sigset_t& signals, double drain_timeout_s)
+      : server_(server), signals_(signals), drain_timeout_s_(drain_timeout_s) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  // Once Run() has returned.
+  ~SignalThread() {
+    done_ = true;
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait
+    thread_.join();
+    if (drainer_.joinable()) drainer_.join();
+  }
+
+ private:
+  void Loop() {
+    bool draining = false;
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&signals_, &sig) != 0 || done_) return;
+      if (draining) {
+        if (sig != SIGINT) continue;
+        fmt::print(stderr, "rotor serve: second SIGINT, exiting now ({} requests in flight)\n",
+                   server_.in_flight());
+        std::fflush(stderr);
+        std::_Exit(130);
+      }
+      draining = true;
+      if (server_.state() == serve::ServerState::kLoading) {
+        fmt::print(stderr, "rotor serve: signal {} while loading, stopping\n", sig);
+        server_.Stop();
+        continue;
+      }
+      fmt::print(stderr,
+                 "rotor serve: signal {}, draining: {} requests in flight, {} s at most (SIGINT "
+                 "again to exit now)\n",
+                 sig, server_.in_flight(), drain_timeout_s_);
+      std::fflush(stderr);
+      drainer_ = std::thread([this] {
+        const auto timeout =
+            std::chrono::milliseconds(static_cast<int64_t>(drain_timeout_s_ * 1000));
+        const int64_t left = server_.Drain(timeout);
+        if (left > 0)
+          fmt::print(stderr, "rotor serve: --drain-timeout passed, ending {} requests\n", left);
+        else
+          fmt::print(stderr, "rotor serve: drained, shutting down\n");
+        std::fflush(stderr);
+        server_.Stop();
+      });
+    }
+  }
+
+  serve::Server& server_;
+  sigset_t signals_;
+  double drain_timeout_s_;
+  std::atomic<bool> done_{false};
+  std::thread thread_, drainer_;
 };
 
 int RunServe(ServeArgs& a) {
@@ -28,28 +96,31 @@ int RunServe(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  Result<std::unique_ptr<serve::Server>> server = serve::Server::Create(a.serve);
+  // The port answers from here on: /health says 503 "loading" until the
+  // model is in.
+  Result<std::unique_ptr<serve::Server>> server = serve::Server::Bind(a.serve);
   if (!server.ok()) return Fail(server.status());
   serve::Server& s = **server;
-  fmt::print(stderr,
-             "rotor serve: listening on http://{}:{} | model {} | context {} | parallel {} | "
-             "queue {} | chat template {}\n",
-             a.serve.host, s.port(), s.model_id(), s.engine().n_ctx(), a.serve.parallel,
-             a.serve.max_queue, s.chat_template().name());
-  fmt::print(stderr, "rotor serve: K/V memory {} | prefix cache {}\n",
-             s.engine().DescribeKvMemory(), s.engine().prefix_cache() ? "on" : "off");
-  std::fflush(stderr);
-
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    fmt::print(stderr, "rotor serve: signal {}, shutting down\n", sig);
-    s.Stop();
-  });
-  const Status status = s.Run();
-  // Run also returns when listening fails: wake the waiter with a signal it takes.
-  pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
+  Status status = Status::Ok();
+  {
+    std::thread http([&] { status = s.Run(); });
+    SignalThread signal_thread(s, signals, a.drain_timeout_s);
+    const Status loaded = s.Load();
+    if (loaded.ok()) {
+      fmt::print(stderr,
+                 "rotor serve: listening on http://{}:{} | replica {} | model {} | context {} | "
+                 "parallel {} | queue {} | chat template {}\n",
+                 a.serve.host, s.port(), s.replica_id(), s.model_id(), s.engine().n_ctx(),
+                 a.serve.parallel, a.serve.max_queue, s.chat_template().name());
+      fmt::print(stderr, "rotor serve: K/V memory {} | prefix cache {}\n",
+                 s.engine().DescribeKvMemory(), s.engine().prefix_cache() ? "on" : "off");
+      std::fflush(stderr);
+    } else {
+      s.Stop();
+    }
+    http.join();
+    if (!loaded.ok()) status = loaded;
+  }
   if (!status.ok()) return Fail(status);
   return 0;
 }
@@ -97,6 +168,14 @@ Runner RegisterServe(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   sub->add_flag("!--no-bos", o.defaults.add_bos, "do not add the BOS token");
+  sub->add_option("--replica-id", o.replica_id,
+                  "this replica's name in the X-Rotor-Replica header of every response "
+                  "(default: host:port)");
+  sub->add_option("--drain-timeout", a->drain_timeout_s,
+                  "seconds a SIGTERM (or first SIGINT) waits for the requests in flight before "
+                  "the server stops")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   sub->add_option("--slot-save-path", o.slot_save_path,
                   "directory of slot KV files: enables POST /slots/{id}?action=save|restore|erase");
   return [a] { return RunServe(*a); };

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 
 namespace rotor::serve {
@@ -30,7 +31,25 @@ void Metrics::CountRequest(std::string_view path, int status) {
   ++requests_[{endpoint, status}];
 }
 
-std::string Metrics::Render(const Batcher::Stats& s, int max_sequences) const {
+namespace {
+
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string LabelValue(std::string_view v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Metrics::Render(const Batcher::Stats* stats, const Info& info) const {
   std::string out;
   Header(&out, "rotor_requests_total", "counter",
          "HTTP requests answered, by endpoint and status.");
@@ -40,6 +59,16 @@ std::string Metrics::Render(const Batcher::Stats& s, int max_sequences) const {
       out += fmt::format("rotor_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first,
                          key.second, n);
   }
+  Header(&out, "rotor_server_state", "gauge",
+         "1 for the state the replica is in: loading, ok (takes work) or draining.");
+  for (const char* state : {"loading", "ok", "draining"})
+    out += fmt::format("rotor_server_state{{state=\"{}\"}} {}\n", state,
+                       std::string_view(state) == info.state ? 1 : 0);
+  Sample(&out, "rotor_requests_in_flight", "gauge",
+         "Generation requests accepted and not yet answered (streams until their last byte).",
+         static_cast<double>(info.in_flight));
+  if (stats == nullptr) return out;
+  const Batcher::Stats& s = *stats;
   Sample(&out, "rotor_prompt_tokens_total", "counter", "Prompt tokens processed.",
          static_cast<double>(s.prompt_tokens));
   Sample(&out, "rotor_generated_tokens_total", "counter", "Tokens generated.",
@@ -51,7 +80,7 @@ std::string Metrics::Render(const Batcher::Stats& s, int max_sequences) const {
   Sample(&out, "rotor_running_sequences", "gauge", "Sequences decoding now.",
          static_cast<double>(s.running));
   Sample(&out, "rotor_max_sequences", "gauge", "Sequences that may decode at once (--parallel).",
-         max_sequences);
+         info.max_sequences);
   Sample(&out, "rotor_kv_cells_used", "gauge", "KV cache cells held by the running sequences.",
          static_cast<double>(s.kv_cells));
   const KvBlockPool::Stats& kv = s.kv;
@@ -87,6 +116,43 @@ std::string Metrics::Render(const Batcher::Stats& s, int max_sequences) const {
          "Prompt tokens processed per second over the last 10 s.", s.prompt_tps);
   Sample(&out, "rotor_generation_tokens_per_second", "gauge",
          "Tokens generated per second over the last 10 s.", s.gen_tps);
+
+  // What the Gateway API Inference Extension's endpoint picker and the vLLM
+  // routers read from vLLM, under vLLM's names, types and model_name label
+  // (docs/ARCHITECTURE.md, "Several replicas"). KV usage counts blocks held
+  // by sequences (cached blocks nobody holds are free to take, as in vLLM).
+  const std::string label = fmt::format("{{model_name=\"{}\"}}", LabelValue(info.model_name));
+  auto vllm = [&](std::string_view name, std::string_view type, std::string_view help,
+                  double value) {
+    Header(&out, name, type, help);
+    out += fmt::format("{}{} {}\n", name, label, value);
+  };
+  const double kv_usage =
+      info.kv_capacity_blocks > 0
+          ? std::min(1.0, static_cast<double>(kv.blocks_used) / info.kv_capacity_blocks)
+          : 0.0;
+  vllm("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+       static_cast<double>(s.running));
+  vllm("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+       static_cast<double>(s.queued));
+  vllm("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", kv_usage);
+  vllm("vllm:gpu_cache_usage_perc", "gauge",
+       "KV-cache usage. 1 means 100 percent usage (vLLM's earlier name).", kv_usage);
+  vllm("vllm:prefix_cache_queries_total", "counter",
+       "Prefix cache queries, in terms of number of queried tokens.",
+       static_cast<double>(kv.query_tokens));
+  vllm("vllm:prefix_cache_hits_total", "counter",
+       "Prefix cache hits, in terms of number of cached tokens.",
+       static_cast<double>(kv.hit_tokens));
+  vllm("vllm:gpu_prefix_cache_queries_total", "counter",
+       "Prefix cache queries in tokens (vLLM's earlier name).",
+       static_cast<double>(kv.query_tokens));
+  vllm("vllm:gpu_prefix_cache_hits_total", "counter",
+       "Prefix cache hits in tokens (vLLM's earlier name).", static_cast<double>(kv.hit_tokens));
+  Header(&out, "vllm:cache_config_info", "gauge", "Information of the KV cache configuration.");
+  out += fmt::format(
+      "vllm:cache_config_info{{block_size=\"{}\",model_name=\"{}\",num_gpu_blocks=\"{}\"}} 1\n",
+      s.kv_block_cells, LabelValue(info.model_name), info.kv_capacity_blocks);
   return out;
 }
 

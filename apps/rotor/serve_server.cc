@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "serve_socket.h"
 
@@ -45,32 +46,27 @@ ApiError FromEvent(const StreamEvent& e) {
 
 }  // namespace
 
-Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
+const char* ServerStateName(ServerState state) {
+  switch (state) {
+    case ServerState::kLoading:
+      return "loading";
+    case ServerState::kReady:
+      return "ok";
+    case ServerState::kDraining:
+      return "draining";
+  }
+  return "unknown";
+}
+
+Result<std::unique_ptr<Server>> Server::Bind(const ServeOptions& options) {
   if (options.parallel < 1) return Errorf("serve: --parallel {} must be >= 1", options.parallel);
   if (options.max_queue < 0) return Errorf("serve: --max-queue {} must be >= 0", options.max_queue);
   if (options.max_body == 0) return Status::Error("serve: --max-body must be positive");
   if (options.prefill_step < 0)
     return Errorf("serve: --prefill-step {} must be >= 0", options.prefill_step);
-  std::unique_ptr<Server> s(new Server());
-  s->options_ = options;
-  EngineOptions eo = options.engine;
-  eo.max_seqs = options.parallel;
-  ASSIGN_OR_RETURN(s->engine_, Engine::Create(eo));
-  RETURN_IF_ERROR(s->engine_->Validate(options.defaults).status().WithContext("serve: default options"));
-  if (!options.chat_template.empty()) {
-    ASSIGN_OR_RETURN(s->chat_template_, ChatTemplate::FromName(options.chat_template));
-  } else {
-    Result<std::string> jinja =
-        s->engine_->model().file().GetStringOr("tokenizer.chat_template", "");
-    Result<ChatTemplate> t =
-        jinja.ok() ? ChatTemplate::Detect(*jinja) : Result<ChatTemplate>(jinja.status());
-    if (t.ok()) {
-      s->chat_template_ = *t;
-    } else {
-      std::fprintf(stderr, "rotor serve: %s; using 'plain' (choose with --chat-template)\n",
-                   t.message().c_str());
-    }
-  }
+  for (const char c : options.replica_id)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return Status::Error("serve: --replica-id must not hold control characters");
   if (!options.slot_save_path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.slot_save_path, ec);
@@ -78,12 +74,8 @@ Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
       return Errorf("serve: --slot-save-path {} is not a directory{}", options.slot_save_path,
                     ec ? ": " + ec.message() : "");
   }
-  s->model_id_ = std::filesystem::path(options.engine.model_path).stem().string();
-  s->batcher_ = std::make_unique<Batcher>(*s->engine_,
-                                          Batcher::Options{.parallel = options.parallel,
-                                                           .max_queue = options.max_queue,
-                                                           .prefill_step = options.prefill_step});
-
+  std::unique_ptr<Server> s(new Server());
+  s->options_ = options;
   s->http_ = std::make_unique<httplib::Server>();
   // Every in-flight request holds a worker thread for its whole life; the rest
   // answer /health, /metrics and the 503s while the server is full.
@@ -92,7 +84,6 @@ Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
   s->http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s->http_->set_payload_max_length(options.max_body);
   s->http_->set_keep_alive_max_count(1000);
-  s->Routes();
   // SO_REUSEADDR but not httplib's default SO_REUSEPORT, which would let a
   // second server bind the same port; and the socket, to widen the backlog.
   auto listen_fd = std::make_shared<int>(-1);
@@ -113,21 +104,87 @@ Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
   // httplib 0.11 listens with a backlog of 5: a burst of clients would
   // overflow it and some connections be reset. listen() again only resizes it.
   if (*listen_fd >= 0) listen(*listen_fd, SOMAXCONN);
+  s->replica_id_ = options.replica_id.empty() ? fmt::format("{}:{}", options.host, s->port_)
+                                              : options.replica_id;
+  s->http_->set_default_headers({{"X-Rotor-Replica", s->replica_id_}});
+  s->Routes();
   return s;
 }
 
-Server::~Server() { Stop(); }
+Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Server> s, Bind(options));
+  RETURN_IF_ERROR(s->Load());
+  return s;
+}
+
+Status Server::Load() {
+  if (state_.load() != ServerState::kLoading) return Status::Error("serve: loaded already");
+  EngineOptions eo = options_.engine;
+  eo.max_seqs = options_.parallel;
+  ASSIGN_OR_RETURN(engine_, Engine::Create(eo));
+  RETURN_IF_ERROR(
+      engine_->Validate(options_.defaults).status().WithContext("serve: default options"));
+  if (!options_.chat_template.empty()) {
+    ASSIGN_OR_RETURN(chat_template_, ChatTemplate::FromName(options_.chat_template));
+  } else {
+    Result<std::string> jinja = engine_->model().file().GetStringOr("tokenizer.chat_template", "");
+    Result<ChatTemplate> t =
+        jinja.ok() ? ChatTemplate::Detect(*jinja) : Result<ChatTemplate>(jinja.status());
+    if (t.ok()) {
+      chat_template_ = *t;
+    } else {
+      std::fprintf(stderr, "rotor serve: %s; using 'plain' (choose with --chat-template)\n",
+                   t.message().c_str());
+    }
+  }
+  model_id_ = std::filesystem::path(options_.engine.model_path).stem().string();
+  batcher_ =
+      std::make_unique<Batcher>(*engine_, Batcher::Options{.parallel = options_.parallel,
+                                                           .max_queue = options_.max_queue,
+                                                           .prefill_step = options_.prefill_step});
+  batcher_->Start();
+  // Handlers read engine_, batcher_, model_id_ and chat_template_ only after
+  // seeing kReady (the atomic orders these writes before).
+  ServerState loading = ServerState::kLoading;
+  state_.compare_exchange_strong(loading, ServerState::kReady);
+  return Status::Ok();
+}
+
+Server::~Server() {
+  if (batcher_) batcher_->Stop();
+  if (http_) http_->stop();
+}
 
 Status Server::Run() {
-  batcher_->Start();
   const bool ok = http_->listen_after_bind();
-  batcher_->Stop();
+  // While kLoading, Load() may be writing batcher_ (the destructor stops it).
+  if (state_.load() != ServerState::kLoading) batcher_->Stop();
   return ok ? Status::Ok() : Errorf("serve: the HTTP server on {}:{} failed", options_.host, port_);
 }
 
+int64_t Server::Drain(std::chrono::milliseconds timeout) {
+  // A handler counts itself in flight before it reads the state, and Drain
+  // sets the state before it reads the count: no request slips between.
+  state_.store(ServerState::kDraining);
+  const auto deadline = Clock::now() + timeout;
+  while (in_flight_.load() > 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return in_flight_.load();
+}
+
 void Server::Stop() {
-  if (batcher_) batcher_->Stop();
+  if (state_.load() != ServerState::kLoading && batcher_) batcher_->Stop();
   if (http_) http_->stop();
+}
+
+std::optional<ApiError> Server::Unavailable(httplib::Response& res) const {
+  const ServerState state = state_.load();
+  if (state == ServerState::kReady) return std::nullopt;
+  res.set_header("Retry-After", "1");
+  if (state == ServerState::kLoading)
+    return ApiError{503, "the model is loading; retry later", "unavailable_error", "", "loading"};
+  return ApiError{503, "this replica is shutting down (draining); send the request to another",
+                  "unavailable_error", "", "draining"};
 }
 
 namespace {
@@ -151,6 +208,11 @@ void Server::Routes() {
          [this](const httplib::Request& req, httplib::Response& res) { HandleSlots(req, res); });
   const int64_t started = UnixNow();
   h.Get("/v1/models", [this, started](const httplib::Request& req, httplib::Response& res) {
+    if (auto e = Unavailable(res)) {
+      SetError(res, *e);
+      metrics_.CountRequest(req.path, e->status);
+      return;
+    }
     json model = {{"id", model_id_},
                   {"object", "model"},
                   {"created", started},
@@ -163,13 +225,34 @@ void Server::Routes() {
     res.set_content(Dump({{"object", "list"}, {"data", json::array({model})}}), kJson);
     metrics_.CountRequest(req.path, 200);
   });
+  // 200 while the replica takes work, 503 while it loads or drains (a load
+  // balancer's health check and a readiness probe read the status; the body
+  // says why).
   h.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", kJson);
-    metrics_.CountRequest(req.path, 200);
+    const ServerState state = state_.load();
+    json body = {{"status", ServerStateName(state)}, {"replica", replica_id_}};
+    if (state == ServerState::kDraining) body["in_flight"] = in_flight_.load();
+    res.status = state == ServerState::kReady ? 200 : 503;
+    if (state != ServerState::kReady) res.set_header("Retry-After", "1");
+    res.set_content(Dump(body), kJson);
+    metrics_.CountRequest(req.path, res.status);
   });
   h.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     metrics_.CountRequest(req.path, 200);
-    res.set_content(metrics_.Render(batcher_->stats(), options_.parallel),
+    const ServerState state = state_.load();
+    Metrics::Info info;
+    info.max_sequences = options_.parallel;
+    info.state = ServerStateName(state);
+    info.in_flight = in_flight_.load();
+    std::optional<Batcher::Stats> stats;
+    if (state != ServerState::kLoading) {
+      stats = batcher_->stats();
+      info.model_name = model_id_;
+      const KvBlockPool& pool = engine_->kv_pool();
+      info.kv_capacity_blocks =
+          pool.budget_bytes() / std::max<int64_t>(1, pool.BlockBytes(options_.defaults.kv.type));
+    }
+    res.set_content(metrics_.Render(stats ? &*stats : nullptr, info),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
 
@@ -252,6 +335,11 @@ void Server::HandleGenerate(const httplib::Request& req, httplib::Response& res,
     SetError(res, e);
     metrics_.CountRequest(req.path, e.status);
   };
+  // Counted in flight before the state is read (see Drain); uncounted when
+  // the last owner of the token (the handler, or a stream's provider) ends.
+  in_flight_.fetch_add(1);
+  std::shared_ptr<void> token(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
+  if (auto e = Unavailable(res)) return fail(*e);
   ApiRequest api;
   if (auto e = ParseRequest(req.body, endpoint, options_.defaults, &api)) return fail(*e);
   SeqRequest seq;
@@ -268,7 +356,8 @@ void Server::HandleGenerate(const httplib::Request& req, httplib::Response& res,
                  "server_error", "", "server_busy"});
   }
   if (api.stream) {
-    RespondStream(req, res, std::move(meta), api.include_usage, std::move(stream));
+    RespondStream(req, res, std::move(meta), api.include_usage, std::move(stream),
+                  std::move(token));
   } else {
     RespondWhole(req, res, meta, std::move(stream));
   }
@@ -313,7 +402,8 @@ void Server::RespondWhole(const httplib::Request& req, httplib::Response& res,
 }
 
 void Server::RespondStream(const httplib::Request& req, httplib::Response& res, ResponseMeta meta,
-                           bool include_usage, std::shared_ptr<RequestStream> stream) {
+                           bool include_usage, std::shared_ptr<RequestStream> stream,
+                           std::shared_ptr<void> token) {
   struct State {
     explicit State(const httplib::Request& req) : probe(req) {}
     ClientProbe probe;
@@ -343,8 +433,8 @@ void Server::RespondStream(const httplib::Request& req, httplib::Response& res, 
       if (e.kind == StreamEvent::Kind::kDone) {
         ok = send_json(StreamChunk(meta, "", false, e.finish));
         if (ok && include_usage)
-          ok = send_json(UsageChunk(
-              meta, TokenUsage{e.prompt_tokens, e.completion_tokens, e.cached_tokens}));
+          ok = send_json(
+              UsageChunk(meta, TokenUsage{e.prompt_tokens, e.completion_tokens, e.cached_tokens}));
       } else {
         ok = send_json(ErrorBody(FromEvent(e)));
       }
@@ -361,7 +451,7 @@ void Server::RespondStream(const httplib::Request& req, httplib::Response& res, 
     return true;
   };
   // Runs when the response is done with, whether or not the stream finished.
-  auto release = [this, stream, state, path = req.path](bool /*success*/) {
+  auto release = [this, stream, state, token, path = req.path](bool /*success*/) {
     if (state->finished) return;
     state->finished = true;
     batcher_->Cancel(stream);

@@ -55,6 +55,7 @@ void Server::HandleSlots(const httplib::Request& req, httplib::Response& res) {
     res.set_content(Dump(ErrorBody(e)), kJson);
     metrics_.CountRequest(req.path, e.status);
   };
+  if (auto e = Unavailable(res)) return fail(*e);
   if (options_.slot_save_path.empty())
     return fail(ApiError{501,
                          "this server does not support slot actions: start it with "

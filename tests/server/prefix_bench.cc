@@ -11,6 +11,14 @@
 //           prompt: peak K/V bytes (/metrics) and aggregate tokens/s, on vs off
 //   unique  --clients concurrent requests with prompts no other shares
 //           (0% hits): aggregate tokens/s, on vs off
+//   conversations
+//           --clients chats of --turns turns at once, each sending its whole
+//           history every turn (a system prompt of --prompt-tokens words,
+//           shared by all chats with --shared-system 1); meant for a load
+//           balancer in front of replicas (deploy/): aggregate tokens/s, time
+//           to first token (median, p95) and the prefix-cache hit rate
+//           (cached / prompt tokens of the replies). --seed changes every
+//           text, so successive runs find nothing of each other's cached.
 //
 //   prefix_bench --port 8080 --scenario repeat --prompt-tokens 2000
 #include <httplib.h>
@@ -41,7 +49,9 @@ struct Options {
   int clients = 8;
   int max_tokens = 32;
   int rounds = 3;
-  int vocab = 256;  // token ids are drawn from [3, vocab)
+  int vocab = 256;        // token ids are drawn from [3, vocab)
+  int shared_system = 0;  // conversations: one system prompt for every chat
+  int seed = 0;           // conversations: changes every text
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -64,7 +74,7 @@ std::string Words(int n, uint32_t seed) {
 
 struct Reply {
   double ttft_ms = 0, total_ms = 0;
-  int64_t completion = 0, cached = 0;
+  int64_t completion = 0, cached = 0, prompt = 0;
   std::string text;
   bool ok = false;
 };
@@ -96,6 +106,7 @@ Reply Send(const Options& o, const std::string& path, json body) {
       if (j.contains("usage") && j["usage"].is_object()) {
         r.completion = j["usage"]["completion_tokens"];
         r.cached = j["usage"]["prompt_tokens_details"]["cached_tokens"];
+        r.prompt = j["usage"]["prompt_tokens"];
       }
       if (!j.contains("choices") || j["choices"].empty()) continue;
       const json& c = j["choices"][0];
@@ -152,8 +163,55 @@ json Concurrent(const Options& o, const std::vector<json>& bodies) {
           {"peak_blocks_used", peak}};
 }
 
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+// --clients chats at once, --turns turns each; every turn resends the history.
+json Conversations(const Options& o, uint32_t seed) {
+  std::vector<std::vector<Reply>> replies(o.clients);
+  const Clock::time_point t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < o.clients; ++c) {
+    threads.emplace_back([&, c] {
+      const uint32_t system_seed = o.shared_system ? seed : seed + 1 + c;
+      json messages =
+          json::array({{{"role", "system"}, {"content", Words(o.prompt_tokens, system_seed)}}});
+      for (int t = 0; t < o.turns; ++t) {
+        messages.push_back({{"role", "user"}, {"content", Words(30, seed + 1000 + 100 * c + t)}});
+        Reply r = Send(o, "/v1/chat/completions", {{"messages", messages}});
+        messages.push_back({{"role", "assistant"}, {"content", r.text}});
+        replies[c].push_back(std::move(r));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double wall = Ms(Clock::now() - t0) / 1000;
+  std::vector<double> ttft;
+  int64_t tokens = 0, cached = 0, prompt = 0;
+  bool ok = true;
+  for (const auto& chat : replies)
+    for (const Reply& r : chat) {
+      ttft.push_back(r.ttft_ms);
+      tokens += r.completion, cached += r.cached, prompt += r.prompt, ok = ok && r.ok;
+    }
+  return {{"ok", ok},
+          {"requests", ttft.size()},
+          {"wall_s", wall},
+          {"tok_per_s", tokens / wall},
+          {"ttft_ms_median", Percentile(ttft, 0.5)},
+          {"ttft_ms_p95", Percentile(ttft, 0.95)},
+          {"prompt_tokens", prompt},
+          {"cached_tokens", cached},
+          {"hit_rate", prompt > 0 ? static_cast<double>(cached) / prompt : 0.0}};
+}
+
 json Round(const Options& o, int round) {
   const uint32_t seed = 1000u * round + 7;
+  if (o.scenario == "conversations") return Conversations(o, seed + 100000u * o.seed);
   if (o.scenario == "repeat") {
     const std::vector<int> p = Tokens(o.prompt_tokens, seed, o.vocab);
     const Reply first = Send(o, "/v1/completions", {{"prompt", p}});
@@ -203,9 +261,10 @@ json Round(const Options& o, int round) {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: prefix_bench [--host H] [--port P] --scenario repeat|chat|shared|unique "
+               "usage: prefix_bench [--host H] [--port P] --scenario "
+               "repeat|chat|shared|unique|conversations "
                "[--prompt-tokens N] [--turns T] [--clients C] [--max-tokens M] [--rounds R] "
-               "[--vocab V]\n");
+               "[--vocab V] [--shared-system 0|1] [--seed S]\n");
   return 2;
 }
 
@@ -216,7 +275,7 @@ int main(int argc, char** argv) {
   std::map<std::string, int*> ints = {
       {"--port", &o.port},       {"--prompt-tokens", &o.prompt_tokens}, {"--turns", &o.turns},
       {"--clients", &o.clients}, {"--max-tokens", &o.max_tokens},       {"--rounds", &o.rounds},
-      {"--vocab", &o.vocab}};
+      {"--vocab", &o.vocab},     {"--shared-system", &o.shared_system}, {"--seed", &o.seed}};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--host")

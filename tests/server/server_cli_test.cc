@@ -12,6 +12,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "server_test_util.h"
 
@@ -108,6 +109,100 @@ TEST(ServeCliTest, ServesOnAFreePortAndStopsOnSigterm) {
   EXPECT_EQ(json::parse(res->body)["choices"][0]["text"], Reference("The little dog", o));
   kill(pid, SIGTERM);
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(dir.path() / "stderr");
+}
+
+// Starts `rotor serve` on a free port; its port, or 0 (the child killed).
+int StartServe(const std::vector<std::string>& extra, const fs::path& dir, pid_t* pid) {
+  std::vector<std::string> args = {"serve", "-m", BundledModel(), "--port", "0", "-t", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  *pid = SpawnRotor(args, dir);
+  if (*pid <= 0) return 0;
+  int port = 0;
+  const std::regex listening(R"(listening on http://127\.0\.0\.1:(\d+))");
+  WaitFor(
+      [&] {
+        std::smatch m;
+        const std::string err = Slurp(dir / "stderr");
+        if (std::regex_search(err, m, listening)) port = std::stoi(m[1]);
+        return port > 0;
+      },
+      std::chrono::milliseconds(10000));
+  if (port == 0) {
+    kill(*pid, SIGKILL);
+    WaitExit(*pid);
+  }
+  return port;
+}
+
+// SIGTERM with a stream in flight: /health turns 503 "draining", the stream
+// is answered to its end, the process exits 0.
+TEST(ServeCliTest, SigtermDrainsTheStreamInFlightThenExitsZero) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  pid_t pid = -1;
+  const int port = StartServe({"-c", "2048", "--drain-timeout", "60"}, dir.path(), &pid);
+  ASSERT_GT(port, 0) << Slurp(dir.path() / "stderr");
+  bool signalled = false;
+  int health_status = 0;
+  std::string health_body;
+  const StreamResult r =
+      PostStream(port, "/v1/completions",
+                 {{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"ignore_eos", true}},
+                 [&](const std::string&) {
+                   if (signalled) return true;
+                   signalled = true;
+                   kill(pid, SIGTERM);
+                   httplib::Client cli("127.0.0.1", port);
+                   WaitFor([&] {
+                     auto h = cli.Get("/health");
+                     health_status = h ? h->status : 0;
+                     health_body = h ? h->body : "";
+                     return health_status == 503;
+                   });
+                   return true;
+                 });
+  EXPECT_TRUE(signalled);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.done);
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ(health_status, 503);
+  EXPECT_NE(health_body.find("draining"), std::string::npos) << health_body;
+  EXPECT_EQ(WaitExit(pid), 0) << Slurp(dir.path() / "stderr");
+  const std::string err = Slurp(dir.path() / "stderr");
+  EXPECT_NE(err.find("draining: 1 requests in flight"), std::string::npos) << err;
+  EXPECT_NE(err.find("drained, shutting down"), std::string::npos) << err;
+}
+
+// A second SIGINT does not wait for the drain.
+TEST(ServeCliTest, SigintTwiceExitsAtOnce) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  pid_t pid = -1;
+  const int port = StartServe({"-c", "8192", "--drain-timeout", "600"}, dir.path(), &pid);
+  ASSERT_GT(port, 0) << Slurp(dir.path() / "stderr");
+  // About a minute of work on this machine: still running when the signals come.
+  std::thread client([port] {
+    httplib::Client cli("127.0.0.1", port);
+    cli.set_read_timeout(std::chrono::seconds(120));
+    cli.Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 8000, "ignore_eos": true})",
+             "application/json");
+  });
+  httplib::Client cli("127.0.0.1", port);
+  EXPECT_TRUE(WaitFor([&] {
+    auto m = cli.Get("/metrics");
+    return m && m->body.find("\nrotor_requests_in_flight 1\n") != std::string::npos;
+  }));
+  kill(pid, SIGINT);
+  EXPECT_TRUE(WaitFor([&] {
+    auto h = cli.Get("/health");
+    return h && h->status == 503;
+  }));
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(pid, SIGINT);
+  EXPECT_EQ(WaitExit(pid), 130) << Slurp(dir.path() / "stderr");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  client.join();  // its connection closed with the process
+  EXPECT_NE(Slurp(dir.path() / "stderr").find("second SIGINT"), std::string::npos);
 }
 
 TEST(ServeCliTest, BadFlagsFailBeforeListening) {
