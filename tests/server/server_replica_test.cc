@@ -248,7 +248,13 @@ TEST(ServerReplica, DrainReturnsWhatIsLeftAtTheTimeout) {
   int64_t left = -1;
   const StreamResult r =
       PostStream(server.port(), "/v1/completions",
-                 {{"prompt", "Once upon a time"}, {"max_tokens", 64}, {"ignore_eos", true}},
+                 // Long enough (a sink cache: any length) that the stream is
+                 // surely still running when its first chunk arrives.
+                 {{"prompt", "Once upon a time"},
+                  {"max_tokens", 20000},
+                  {"ignore_eos", true},
+                  {"kv", "sink"},
+                  {"kv_size", 64}},
                  [&](const std::string&) {
                    if (left < 0) left = server.server().Drain(std::chrono::milliseconds(0));
                    return true;
