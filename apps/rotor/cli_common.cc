@@ -47,7 +47,13 @@ void AddSamplingOptions(CLI::App* app, SamplingParams* p) {
   app->add_option("--repeat-penalty", p->repeat_penalty, "repetition penalty (1 = off)")
       ->capture_default_str();
   app->add_option("--repeat-last-n", p->repeat_last_n,
-                  "tokens the penalty looks back over (0 = off, -1 = all)")
+                  "tokens the penalties look back over (0 = off, -1 = all)")
+      ->capture_default_str();
+  app->add_option("--presence-penalty", p->presence_penalty,
+                  "subtracted from the logit of a token in the last --repeat-last-n (0 = off)")
+      ->capture_default_str();
+  app->add_option("--frequency-penalty", p->frequency_penalty,
+                  "subtracted once per occurrence in the last --repeat-last-n (0 = off)")
       ->capture_default_str();
   app->add_option("-s,--seed", p->seed, "RNG seed (default: random)");
 }
