@@ -71,6 +71,7 @@ Result<std::unique_ptr<Server>> Server::Create(const ServeOptions& options) {
                    t.message().c_str());
     }
   }
+  RETURN_IF_ERROR(CheckChatTemplateTokens(s->chat_template_, s->engine_->tokenizer()));
   if (!options.slot_save_path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.slot_save_path, ec);
@@ -227,6 +228,7 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) 
     seq->tokens.clear();
     if (seq->options.add_bos && tok.add_bos() && tok.bos() >= 0) seq->tokens.push_back(tok.bos());
     EncodeChatSegments(tok, segments, /*after_special=*/true, &seq->tokens);
+    seq->options.trim_leading_space = true;  // as rotor chat: the reply starts at its first word
   } else if (!api.prompt_tokens.empty()) {
     for (int32_t t : api.prompt_tokens)
       if (t >= tok.n_vocab())
