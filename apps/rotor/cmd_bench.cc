@@ -246,7 +246,7 @@ Runner RegisterBench(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   sub->add_option("-o,--output", a->output, "output format: md|json|jsonl|csv")
-      ->check(CLI::IsMember({"md", "json", "jsonl", "csv"}))
+      ->check(CLI::IsMember({"md", "json", "jsonl", "csv"}).description(""))
       ->capture_default_str();
   sub->add_flag("--roofline", a->roofline,
                 "measure memory read bandwidth and the f32 FLOP peak; give each test's % of it");
@@ -254,6 +254,7 @@ Runner RegisterBench(CLI::App& app) {
       ->check(CLI::Range(64, 1 << 20))
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "seed of the random token ids")->capture_default_str();
+  AddLlamaCppNotes(sub);
   return [a] { return RunBench(*a); };
 }
 

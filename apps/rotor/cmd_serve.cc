@@ -96,7 +96,8 @@ Runner RegisterServe(CLI::App& app) {
                   "prompt tokens per forward pass (0 = the whole prompt)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  sub->add_flag("!--no-bos", o.defaults.add_bos, "do not add the BOS token");
+  sub->add_flag_callback("--no-bos", [a] { a->serve.defaults.add_bos = false; },
+                         "do not add the BOS token");
   sub->add_option("--slot-save-path", o.slot_save_path,
                   "directory of slot KV files: enables POST /slots/{id}?action=save|restore|erase");
   return [a] { return RunServe(*a); };
