@@ -303,6 +303,7 @@ TEST(ModelConfig, PartialRotaryAndSlidingWindowLoad) {
                       [](GgufWriter& w) {
                         w.SetU32("llama.rope.dimension_count", 16);
                         w.SetU32("llama.attention.sliding_window", 256);
+                        SetLlama3Keys(w);  // the factors computed for 8 pairs
                       },
                       {"rope_freqs.weight"});
   ASSERT_TRUE(m.ok()) << m.message();
