@@ -51,6 +51,13 @@ TEST(SynthReadersTest, EveryPresetCarriesWhatConvertedFilesDo) {
       EXPECT_NE((*f)->FindTensor("rope_freqs.weight"), nullptr) << preset;
       EXPECT_FALSE((*f)->Has(key)) << preset;
     }
+    // The project's independent standard-library checker (tests/quantize/gguf_check.py)
+    // parses the layout: header, metadata, tensor offsets, sizes and alignment.
+    if (std::system("command -v python3 > /dev/null 2>&1") == 0) {
+      const std::string check = "python3 '" + std::string(ROTOR_SOURCE_DIR) +
+                                "/tests/quantize/gguf_check.py' '" + path + "' > /dev/null";
+      EXPECT_EQ(std::system(check.c_str()), 0) << preset << ": gguf_check.py refused it";
+    }
     // It generates (rotor's loader takes rope_freqs.weight).
     const CliResult gen =
         RunRotor({"generate", "-m", path, "-p", "Hi", "-n", "4", "--temp", "0", "-t", "2"});
