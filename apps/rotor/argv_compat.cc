@@ -17,10 +17,11 @@ struct Alias {
   std::string_view option;
 };
 constexpr Alias kAliases[] = {
-    {"ngl", "--n-gpu-layers"},  {"fa", "--flash-attn"},     {"cnv", "--conversation"},
-    {"no-cnv", "--no-conversation"}, {"sys", "--system-prompt"}, {"ub", "--ubatch-size"},
-    {"np", "--parallel"},       {"ctk", "--cache-type-k"},  {"ctv", "--cache-type-v"},
-    {"mli", "--multiline-input"},
+    {"ngl", "--n-gpu-layers"},  {"fa", "--flash-attn"},
+    {"cnv", "--conversation"},  {"no-cnv", "--no-conversation"},
+    {"sys", "--system-prompt"}, {"ub", "--ubatch-size"},
+    {"np", "--parallel"},       {"ctk", "--cache-type-k"},
+    {"ctv", "--cache-type-v"},  {"mli", "--multiline-input"},
 };
 
 // llama.cpp options rotor has no equivalent of, and why; named in the error
@@ -103,9 +104,7 @@ bool IsNumber(std::string_view s) {
 bool TakesValue(const CLI::Option* o) { return o->get_type_size_max() > 0; }
 bool ValueOptional(const CLI::Option* o) { return o->get_expected_min() == 0; }
 
-CLI::Option* Find(CLI::App* sub, const std::string& name) {
-  return sub->get_option_no_throw(name);
-}
+CLI::Option* Find(CLI::App* sub, const std::string& name) { return sub->get_option_no_throw(name); }
 
 // Every spelling a user could mean on `sub`: its option names, and the
 // llama.cpp aliases of those.
@@ -214,8 +213,8 @@ int EditDistance(std::string_view a, std::string_view b) {
   for (size_t j = 0; j <= m; ++j) at(0, j) = static_cast<int>(j);
   for (size_t i = 1; i <= n; ++i)
     for (size_t j = 1; j <= m; ++j) {
-      int v = std::min({at(i - 1, j) + 1, at(i, j - 1) + 1,
-                        at(i - 1, j - 1) + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      int v = std::min(
+          {at(i - 1, j) + 1, at(i, j - 1) + 1, at(i - 1, j - 1) + (a[i - 1] == b[j - 1] ? 0 : 1)});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
         v = std::min(v, at(i - 2, j - 2) + 1);
       at(i, j) = v;
@@ -324,8 +323,8 @@ std::string VersionText() {
 #define ROTOR_BUILD_TYPE ""
 #endif
 #if defined(__clang__)
-  const std::string compiler = fmt::format("Clang {}.{}.{}", __clang_major__, __clang_minor__,
-                                           __clang_patchlevel__);
+  const std::string compiler =
+      fmt::format("Clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
 #elif defined(__GNUC__)
   const std::string compiler =
       fmt::format("GCC {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);

@@ -14,7 +14,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,11 +21,11 @@
 namespace rotor::cli {
 
 struct CompatArgs {
-  std::vector<std::string> args;  // argv[1..], rewritten
-  std::vector<std::string> notes;  // one line each, for stderr
+  std::vector<std::string> args;     // argv[1..], rewritten
+  std::vector<std::string> notes;    // one line each, for stderr
   std::optional<std::string> error;  // the command line cannot be right
-  bool version = false;  // --version: print it and exit
-  bool verbose = false;  // -v / --verbose
+  bool version = false;              // --version: print it and exit
+  bool verbose = false;              // -v / --verbose
 };
 
 // `args` is argv[1..]. `app` has every subcommand registered.

@@ -24,7 +24,8 @@ using ::testing::Not;
 // Greedy generation on the bundled model with extra arguments.
 CliResult Generate(std::vector<std::string> extra, const std::string& n = "24") {
   std::vector<std::string> args = {"generate", "-m", BundledModel(), "-p", "Once upon a time",
-                                   "-n",       n,    "--temp",       "0",  "-t", "1"};
+                                   "-n",       n,    "--temp",       "0",  "-t",
+                                   "1"};
   args.insert(args.end(), extra.begin(), extra.end());
   return RunRotor(args);
 }
@@ -52,8 +53,8 @@ TEST(CompatCliTest, NglIsAcceptedWithANote) {
     EXPECT_EQ(r.out, base.out) << flag;
   }
   // Before the old behaviour: "-ngl 99" read as "-n gl 99".
-  const CliResult bench = RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "4", "-r",
-                                    "1", "-t", "1", "-ngl", "99", "-fa", "1"});
+  const CliResult bench = RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "4", "-r", "1",
+                                    "-t", "1", "-ngl", "99", "-fa", "1"});
   EXPECT_EQ(bench.exit_code, 0) << bench.err;
   EXPECT_THAT(bench.err, HasSubstr("rotor runs on the CPU"));
 }
@@ -152,9 +153,8 @@ TEST(CompatCliTest, VerboseAndVersion) {
   }
   const CliResult quiet = Generate({});
   EXPECT_THAT(quiet.err, Not(HasSubstr("trained context")));
-  for (std::vector<std::string> args : {std::vector<std::string>{"--version"},
-                                        {"generate", "--version"},
-                                        {"-v", "--version"}}) {
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"--version"}, {"generate", "--version"}, {"-v", "--version"}}) {
     const CliResult r = RunRotor(args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out.rfind("rotor 0.", 0), 0u) << r.out;
@@ -178,7 +178,8 @@ TEST(CompatCliTest, SystemPromptAndConversation) {
   TempDir dir;
   const std::string input = WriteFile(dir, "in.txt", "Hi\n");
   auto chat = [&](std::vector<std::string> extra, const std::string& cmd = "chat") {
-    std::vector<std::string> args = {cmd, "-m", BundledModel(), "--temp", "0", "-n", "8", "-t", "1"};
+    std::vector<std::string> args = {cmd,  "-m", BundledModel(), "--temp", "0",
+                                     "-n", "8",  "-t",           "1"};
     args.insert(args.end(), extra.begin(), extra.end());
     return RunRotor(args, input);
   };
@@ -223,17 +224,17 @@ TEST(CompatCliTest, ParallelAsNp) {
 
 TEST(CompatCliTest, SingleDashLongNamesAndAttachedValues) {
   const CliResult base = Generate({});
-  const CliResult dash = RunRotor({"generate", "-m", BundledModel(), "-p", "Once upon a time",
-                                   "-n", "24", "-temp", "0", "-t", "1"});
+  const CliResult dash = RunRotor({"generate", "-m", BundledModel(), "-p", "Once upon a time", "-n",
+                                   "24", "-temp", "0", "-t", "1"});
   ASSERT_EQ(dash.exit_code, 0) << dash.err;
   EXPECT_EQ(dash.out, base.out);
-  const CliResult attached = RunRotor({"generate", "-m", BundledModel(), "-p", "Once upon a time",
-                                       "-n24", "--temp", "0", "-t1"});
+  const CliResult attached = RunRotor(
+      {"generate", "-m", BundledModel(), "-p", "Once upon a time", "-n24", "--temp", "0", "-t1"});
   ASSERT_EQ(attached.exit_code, 0) << attached.err;
   EXPECT_EQ(attached.out, base.out);
   // A value that looks like an option stays a value.
-  const CliResult value = RunRotor({"generate", "-m", BundledModel(), "-p", "-ngl", "-n", "4",
-                                    "--temp", "0", "-t", "1"});
+  const CliResult value = RunRotor(
+      {"generate", "-m", BundledModel(), "-p", "-ngl", "-n", "4", "--temp", "0", "-t", "1"});
   ASSERT_EQ(value.exit_code, 0) << value.err;
   EXPECT_EQ(value.out.rfind("-ngl", 0), 0u) << value.out;
 }
@@ -276,9 +277,9 @@ TEST(CompatCliTest, HelpShowsNoParserInternals) {
       EXPECT_THAT(r.out, Not(HasSubstr(internal))) << args[0] << ":\n" << r.out;
   }
   const CliResult gen = RunRotor({"generate", "--help"});
-  for (const char* name : {"--n-gpu-layers", "--flash-attn", "--reverse-prompt", "--batch-size",
-                           "--ubatch-size", "--keep", "--mlock", "--no-mmap",
-                           "--presence-penalty", "--frequency-penalty"})
+  for (const char* name :
+       {"--n-gpu-layers", "--flash-attn", "--reverse-prompt", "--batch-size", "--ubatch-size",
+        "--keep", "--mlock", "--no-mmap", "--presence-penalty", "--frequency-penalty"})
     EXPECT_THAT(gen.out, HasSubstr(name));
   EXPECT_THAT(RunRotor({"--help"}).out, HasSubstr("--version"));
 }
@@ -348,18 +349,16 @@ TEST(CompatCliTest, WarnsWhenOriginalPositionsPassTheTrainedContext) {
   const CliResult compact = Generate(sink, "600");
   ASSERT_EQ(compact.exit_code, 0) << compact.err;
   EXPECT_THAT(compact.err, Not(HasSubstr("warning")));
-  const CliResult window =
-      Generate({"--kv", "window", "--kv-size", "64", "--ignore-eos"}, "600");
+  const CliResult window = Generate({"--kv", "window", "--kv-size", "64", "--ignore-eos"}, "600");
   EXPECT_THAT(window.err, Not(HasSubstr("warning")));  // a window's distances stay below 64
   const CliResult full = Generate({"-c", "1024", "--ignore-eos"}, "600");
   EXPECT_THAT(full.err, HasSubstr("warning: the context of 1024 tokens is larger than the 512"));
   // chat: a conversation has no end.
   TempDir dir;
   const std::string input = WriteFile(dir, "in.txt", "Hi\n");
-  const CliResult chat =
-      RunRotor({"chat", "-m", BundledModel(), "--kv", "h2o", "--kv-size", "64", "--kv-positions",
-                "original", "-n", "4", "-t", "1"},
-               input);
+  const CliResult chat = RunRotor({"chat", "-m", BundledModel(), "--kv", "h2o", "--kv-size", "64",
+                                   "--kv-positions", "original", "-n", "4", "-t", "1"},
+                                  input);
   ASSERT_EQ(chat.exit_code, 0) << chat.err;
   EXPECT_THAT(chat.err, HasSubstr("warning: --kv h2o with --kv-positions original"));
 }
@@ -395,8 +394,8 @@ TEST(CompatCliTest, BenchLabelsFileTypesAsLlamaCpp) {
         RunRotor({"synth", "--shape", "stories15m", "--layers", "1", "--type", c.type, "-o", model,
                   "--vocab-file", LlamaVocab(), "-t", "2"});
     ASSERT_EQ(synth.exit_code, 0) << synth.err;
-    const CliResult bench = RunRotor({"bench", "-m", model, "-p", "0", "-n", "2", "-r", "1", "-t",
-                                      "1", "-o", "json"});
+    const CliResult bench =
+        RunRotor({"bench", "-m", model, "-p", "0", "-n", "2", "-r", "1", "-t", "1", "-o", "json"});
     ASSERT_EQ(bench.exit_code, 0) << bench.err;
     const nlohmann::json rows = nlohmann::json::parse(bench.out);
     ASSERT_FALSE(rows.empty()) << bench.out;

@@ -71,7 +71,8 @@ std::vector<Substitution> Substitutions(int port) {
 
 std::string Substitute(std::string cmd, const std::vector<Substitution>& subs) {
   for (const Substitution& s : subs)
-    for (size_t at = cmd.find(s.from); at != std::string::npos; at = cmd.find(s.from, at + s.to.size()))
+    for (size_t at = cmd.find(s.from); at != std::string::npos;
+         at = cmd.find(s.from, at + s.to.size()))
       cmd.replace(at, s.from.size(), s.to);
   return cmd;
 }
@@ -130,8 +131,9 @@ struct BashRun {
 BashRun Bash(const fs::path& dir, const std::string& script) {
   const fs::path file = dir / "command.sh", log = dir / "command.log";
   std::ofstream(file) << "set -euo pipefail\n" << script << "\n";
-  const std::string cmd = "cd '" + dir.string() + "' && timeout 300 bash command.sh < /dev/null > '" +
-                          log.string() + "' 2>&1";
+  const std::string cmd = "cd '" + dir.string() +
+                          "' && timeout 300 bash command.sh < /dev/null > '" + log.string() +
+                          "' 2>&1";
   const int status = std::system(cmd.c_str());
   BashRun r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;

@@ -16,20 +16,19 @@
 namespace rotor::testing {
 namespace {
 
-bool PythonGgufInstalled() {
-  return std::system("python3 -c 'import gguf' > /dev/null 2>&1") == 0;
-}
+bool PythonGgufInstalled() { return std::system("python3 -c 'import gguf' > /dev/null 2>&1") == 0; }
 
-const std::vector<std::string> kPresets = {"stories15m",   "stories110m",  "smollm2-135m",
-                                           "llama3.2-1b",  "qwen2.5-0.5b", "qwen2-tiny",
+const std::vector<std::string> kPresets = {"stories15m",  "stories110m",  "smollm2-135m",
+                                           "llama3.2-1b", "qwen2.5-0.5b", "qwen2-tiny",
                                            "llama3-tiny"};
 
 // One small layer keeps the file small; the keys and tensor names are the preset's.
 std::string Synth(const TempDir& dir, const std::string& preset) {
   const std::string path = dir.File(preset + ".gguf");
-  const CliResult r = RunRotor({"synth", "--shape", preset, "--layers", "1", "--dim", "256",
-                                "--ffn", "256", "--heads", "4", "--kv-heads", "2", "--type", "q8_0",
-                                "-o", path, "--vocab-file", LlamaVocab(), "-t", "2"});
+  const CliResult r =
+      RunRotor({"synth", "--shape",      preset,       "--layers",   "1", "--dim",  "256",  "--ffn",
+                "256",   "--heads",      "4",          "--kv-heads", "2", "--type", "q8_0", "-o",
+                path,    "--vocab-file", LlamaVocab(), "-t",         "2"});
   EXPECT_EQ(r.exit_code, 0) << preset << ": " << r.err;
   return path;
 }
@@ -74,7 +73,8 @@ TEST(SynthReadersTest, EveryPresetLoadsInPythonsGgufReader) {
     const std::string path = Synth(dir, preset);
     const std::string cmd =
         "python3 -c 'import gguf, sys; r = gguf.GGUFReader(sys.argv[1]); "
-        "assert len(r.tensors) > 0' '" + path + "'";
+        "assert len(r.tensors) > 0' '" +
+        path + "'";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << preset << ": python gguf could not read it";
   }
 }
