@@ -62,6 +62,7 @@ BenchColumns ColumnsFor(const BenchArgs& a, const std::vector<BenchCase>& cases)
   for (const BenchCase& c : cases) {
     cols.kv_size |= KvPolicyEvicts(c.kv.policy);
     cols.rope_k |= c.kv.rope_k != RopeK::kCached;
+    cols.positions |= KvPolicyEvicts(c.kv.policy) && KvPolicyUses(c.kv.policy, KvOpt::kPositions);
     cols.kv_type |= c.kv.type != KvType::kF32;
     cols.prefill_step |= c.prefill_step != 512;
     cols.n_seq |= c.n_seq != 1;

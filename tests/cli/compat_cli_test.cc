@@ -404,5 +404,22 @@ TEST(CompatCliTest, BenchLabelsFileTypesAsLlamaCpp) {
   }
 }
 
+// bench shows the positions an evicting policy ran with (compact by default).
+TEST(CompatCliTest, BenchShowsThePositions) {
+  const CliResult r =
+      RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--kv",
+                "sink", "--kv-size", "32", "--kv-positions", "original,compact", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  EXPECT_EQ(rows[0]["kv_positions"], "original");
+  EXPECT_EQ(rows[1]["kv_positions"], "compact");
+  const CliResult md = RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "2", "-r", "1",
+                                 "-t", "1", "--kv", "sink", "--kv-size", "32"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_THAT(md.out, HasSubstr("| positions |"));
+  EXPECT_THAT(md.out, HasSubstr("| compact |"));
+}
+
 }  // namespace
 }  // namespace rotor::testing
