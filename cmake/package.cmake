@@ -7,7 +7,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(ROTOR_VERSION 0.9.0)
+set(ROTOR_VERSION ${PROJECT_VERSION})
 set(ROTOR_SOVERSION 0)
 # The modules in librotor, in link order (capi first).
 set(ROTOR_LIB_MODULES capi engine model attention kv sampling tokenizer gguf ops tensor base)

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <map>
 #include <optional>
 
+#include "model/quantize_rules.h"
 #include "ops/matmul.h"
 #include "tensor/dtype.h"
 
@@ -113,8 +115,15 @@ Result<BenchModel> LoadBenchModel(const std::string& path) {
   const std::optional<DType> main_type = ParseDType(model.type_name());
   m.int8_matmul = main_type && (*main_type == DType::kQ8_0 || *main_type == DType::kQ4_0 ||
                                 ops::PackingHelps(*main_type));
+  // The file type as llama-bench labels it: general.file_type's name, or
+  // the most common matrix type, "(guessed)", when the key is absent.
+  const Result<int64_t> file_type = model.file().GetIntOr("general.file_type", -1);
+  std::string type_label = Upper(model.type_name()) + " (guessed)";
+  if (file_type.ok() && *file_type >= 0 && *file_type <= UINT32_MAX &&
+      !FileTypeName(static_cast<uint32_t>(*file_type)).empty())
+    type_label = std::string(FileTypeName(static_cast<uint32_t>(*file_type)));
   m.type = fmt::format("{} {} {}", c.arch.empty() ? "llama" : c.arch, ParamsLabel(m.n_params),
-                       Upper(model.type_name()));
+                       type_label);
   return m;
 }
 

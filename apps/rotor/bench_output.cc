@@ -42,6 +42,7 @@ class MarkdownWriter : public BenchWriter {
     };
     add(cols_.kv_size, "kv_size", true);
     add(cols_.rope_k, "rope_k", false);
+    add(cols_.positions, "positions", false);
     add(cols_.kv_type, "type_kv", false);
     add(cols_.prefill_step, "step", true);
     add(cols_.n_ctx, "n_ctx", true);
@@ -70,6 +71,10 @@ class MarkdownWriter : public BenchWriter {
         fmt::format("{}", c.threads), kv.policy};
     if (cols_.kv_size) cells.push_back(fmt::format("{}", kv.size));
     if (cols_.rope_k) cells.push_back(std::string(RopeKName(kv.rope_k)));
+    if (cols_.positions)
+      cells.push_back(KvPolicyUses(kv.policy, KvOpt::kPositions)
+                          ? std::string(KvPositionsName(kv.positions))
+                          : "-");
     if (cols_.kv_type) cells.push_back(std::string(KvTypeName(kv.type)));
     if (cols_.prefill_step)
       cells.push_back(c.prefill_step > 0 ? fmt::format("{}", c.prefill_step) : "whole");
@@ -207,7 +212,7 @@ const std::vector<std::string>& BenchFieldNames() {
   static const std::vector<std::string> kNames = {
       "cpu_info", "cpu_isa",
       "model_filename", "model_type", "model_size", "model_n_params",
-      "n_threads", "n_ctx", "n_seq", "kv", "kv_size", "rope_k", "type_k", "type_v", "prefill_step",
+      "n_threads", "n_ctx", "n_seq", "kv", "kv_size", "rope_k", "kv_positions", "type_k", "type_v", "prefill_step",
       "n_prompt", "n_gen", "n_depth", "test", "test_time",
       "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts",
       "gbps", "gflops", "roofline_pct", "roofline_bound",
@@ -235,6 +240,7 @@ Json BenchRowJson(const BenchRow& row) {
   j["kv"] = r.kv.policy;
   j["kv_size"] = r.kv.size;
   j["rope_k"] = std::string(RopeKName(r.kv.rope_k));
+  j["kv_positions"] = std::string(KvPositionsName(r.kv.positions));
   j["type_k"] = std::string(KvTypeName(r.kv.type));  // llama-bench's fields: one type for both
   j["type_v"] = std::string(KvTypeName(r.kv.type));
   j["prefill_step"] = c.prefill_step;

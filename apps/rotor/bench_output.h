@@ -43,6 +43,7 @@ nlohmann::ordered_json BenchRowJson(const BenchRow& row);
 struct BenchColumns {
   bool kv_size = false;
   bool rope_k = false;
+  bool positions = false;  // an evicting policy that uses them: compact by default
   bool kv_type = false;
   bool prefill_step = false;
   bool n_ctx = false;

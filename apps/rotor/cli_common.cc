@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 namespace rotor::cli {
@@ -58,6 +59,63 @@ void AddEngineOptions(CLI::App* app, EngineOptions* o) {
   app->add_flag_callback(
       "--no-prefix-cache", [o] { o->prefix_cache = false; },
       "do not reuse cached prompt prefixes (nor keep finished prompts cached)");
+  app->add_flag_callback(
+      "--no-mmap", [o] { o->open.mmap = false; },
+      "read the model into memory instead of mapping the file (as llama.cpp's --no-mmap)");
+  app->add_flag_callback(
+      "--mlock", [o] { o->open.mlock = true; },
+      "lock the model in memory so it is never paged out (a failure is a warning)");
+  AddLlamaCppNotes(app);
+}
+
+void AddLlamaCppNotes(CLI::App* app) {
+  app->add_option_function<std::string>(
+         "--n-gpu-layers",
+         [](const std::string& v) {
+           fmt::print(stderr, "rotor: -ngl {}: rotor runs on the CPU; there are no GPU layers\n", v);
+         },
+         "llama.cpp's GPU offload (-ngl): accepted and ignored, rotor runs on the CPU")
+      ->type_name("N");
+  app->add_option_function<std::string>(
+         "--flash-attn",
+         [](const std::string& v) {
+           bool off = false;
+           std::stringstream items(v.empty() ? "on" : v);
+           for (std::string item; std::getline(items, item, ',');) {
+             if (item == "off" || item == "0" || item == "false") {
+               off = true;
+             } else if (item != "on" && item != "auto" && item != "1" && item != "true" &&
+                        !item.empty()) {
+               throw CLI::ValidationError(
+                   fmt::format("-fa '{}' is not one of on, off, auto", item));
+             }
+           }
+           if (off)
+             fmt::print(stderr,
+                        "rotor: -fa off: rotor's attention is always the fused online-softmax "
+                        "(flash) kind; ignored\n");
+         },
+         "on|off|auto (llama.cpp's -fa): rotor always uses flash (online-softmax) attention")
+      ->expected(0, 1)
+      ->default_str("on")
+      ->type_name("on|off|auto");
+}
+
+void AddPrefillStepOptions(CLI::App* app, int* prefill_step) {
+  app->add_option("--prefill-step,--ubatch-size", *prefill_step,
+                  "prompt tokens per forward pass (0 = the whole prompt; llama.cpp's -ub)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  // llama.cpp's logical batch: a forward pass takes at most that many tokens
+  // too (its n_ubatch = min(n_batch, n_ubatch)).
+  auto batch = std::make_shared<int>(0);
+  app->add_option("-b,--batch-size", *batch,
+                  "llama.cpp's logical batch: caps --prefill-step (prompt tokens per pass)")
+      ->check(CLI::Range(1, 1 << 24));
+  app->parse_complete_callback([batch, prefill_step] {
+    if (*batch > 0)
+      *prefill_step = *prefill_step == 0 ? *batch : std::min(*prefill_step, *batch);
+  });
 }
 
 void AddSamplingOptions(CLI::App* app, SamplingParams* p) {
@@ -68,7 +126,13 @@ void AddSamplingOptions(CLI::App* app, SamplingParams* p) {
   app->add_option("--repeat-penalty", p->repeat_penalty, "repetition penalty (1 = off)")
       ->capture_default_str();
   app->add_option("--repeat-last-n", p->repeat_last_n,
-                  "tokens the penalty looks back over (0 = off, -1 = all)")
+                  "tokens the penalties look back over (0 = off, -1 = all)")
+      ->capture_default_str();
+  app->add_option("--presence-penalty", p->presence_penalty,
+                  "subtracted from the logit of a token in the last --repeat-last-n (0 = off)")
+      ->capture_default_str();
+  app->add_option("--frequency-penalty", p->frequency_penalty,
+                  "subtracted once per occurrence in the last --repeat-last-n (0 = off)")
       ->capture_default_str();
   app->add_option("-s,--seed", p->seed, "RNG seed (default: random)");
 }
@@ -82,8 +146,11 @@ void AddKvOptions(CLI::App* app, KvConfig* kv) {
     if (!spec.is_int) help += ": " + KvChoicesText(spec.id);
     help += fmt::format(" (default: {})", spec.default_text);
     const KvOpt id = spec.id;
+    // llama.cpp's --keep (tokens kept when its context shifts) is the sinks.
+    const std::string names =
+        std::string(spec.flag) + (spec.id == KvOpt::kKeep ? ",--keep" : "");
     app->add_option_function<std::string>(
-           std::string(spec.flag),
+           names,
            [kv, id](const std::string& value) {
              if (Status s = kv->Set(id, value, KvSpelling::kFlag); !s.ok())
                throw CLI::ValidationError(s.message());

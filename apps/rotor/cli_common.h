@@ -31,6 +31,11 @@ int Fail(const Status& status);
 
 // -m, -t, -c on a subcommand.
 void AddEngineOptions(CLI::App* app, EngineOptions* o);
+// llama.cpp's -ngl and -fa, accepted with a note where they do not apply
+// (AddEngineOptions adds them).
+void AddLlamaCppNotes(CLI::App* app);
+// --prefill-step (llama.cpp's -ub) and -b / --batch-size, which caps it.
+void AddPrefillStepOptions(CLI::App* app, int* prefill_step);
 // --temp, --top-k, ... on a subcommand.
 void AddSamplingOptions(CLI::App* app, SamplingParams* p);
 // Every option of the KV option table (kv_config.h): --kv, --kv-size, ...

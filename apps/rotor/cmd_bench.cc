@@ -62,6 +62,7 @@ BenchColumns ColumnsFor(const BenchArgs& a, const std::vector<BenchCase>& cases)
   for (const BenchCase& c : cases) {
     cols.kv_size |= KvPolicyEvicts(c.kv.policy);
     cols.rope_k |= c.kv.rope_k != RopeK::kCached;
+    cols.positions |= KvPolicyEvicts(c.kv.policy) && KvPolicyUses(c.kv.policy, KvOpt::kPositions);
     cols.kv_type |= c.kv.type != KvType::kF32;
     cols.prefill_step |= c.prefill_step != 512;
     cols.n_seq |= c.n_seq != 1;
@@ -246,7 +247,7 @@ Runner RegisterBench(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   sub->add_option("-o,--output", a->output, "output format: md|json|jsonl|csv")
-      ->check(CLI::IsMember({"md", "json", "jsonl", "csv"}))
+      ->check(CLI::IsMember({"md", "json", "jsonl", "csv"}).description(""))
       ->capture_default_str();
   sub->add_flag("--roofline", a->roofline,
                 "measure memory read bandwidth and the f32 FLOP peak; give each test's % of it");
@@ -254,6 +255,7 @@ Runner RegisterBench(CLI::App& app) {
       ->check(CLI::Range(64, 1 << 20))
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "seed of the random token ids")->capture_default_str();
+  AddLlamaCppNotes(sub);
   return [a] { return RunBench(*a); };
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "base/log.h"
 #include "cli_common.h"
 #include "cmd_chat_io.h"
 #include "commands.h"
@@ -231,6 +232,10 @@ int RunChat(ChatArgs& a) {
   a.chat.chat_template = *tmpl;
   Result<std::unique_ptr<ChatSession>> chat = ChatSession::Create(**engine, a.chat, a.prefill_step);
   if (!chat.ok()) return Fail(chat.status());
+  Log(LogLevel::kInfo, "chat: kv {}; prefill step {}", DescribeKvConfig((*chat)->cache().config()),
+      a.prefill_step);
+  if (std::string w = (*engine)->TrainedContextWarning((*chat)->cache().config(), -1); !w.empty())
+    fmt::print(stderr, "rotor: warning: {}\n", w);
   SigintFlag::Install();
   return ChatLoop(**chat, a, (*engine)->n_ctx()).Run();
 }
@@ -243,7 +248,8 @@ Runner RegisterChat(CLI::App& app) {
   AddEngineOptions(sub, &a->engine);
   AddSamplingOptions(sub, &a->chat.sampling);
   AddKvOptions(sub, &a->chat.kv);
-  sub->add_option("--system", a->chat.system, "system prompt");
+  sub->add_option("--system,--system-prompt", a->chat.system, "system prompt (llama.cpp's -sys)");
+  sub->add_flag("--conversation")->description("llama-cli's -cnv: chat is always a conversation");
   sub->add_option("--chat-template", a->chat_template,
                   "llama2|llama3|chatml|mistral|phi3|gemma|zephyr|plain (default: from the "
                   "model's tokenizer.chat_template; plain without one)");
@@ -251,13 +257,11 @@ Runner RegisterChat(CLI::App& app) {
                   "tokens per reply (-1 = until the end of the turn or a full context)")
       ->check(CLI::Range(-1, 1 << 30))
       ->capture_default_str();
-  sub->add_option("--stop", a->chat.stop, "also end a reply at this string (repeatable)");
+  sub->add_option("--stop,-r,--reverse-prompt", a->chat.stop,
+                  "also end a reply at this string (repeatable)");
   sub->add_flag("--ignore-eos", a->chat.ignore_eos,
                 "run past end-of-text and end-of-turn tokens (replies end at -n or Ctrl-C)");
-  sub->add_option("--prefill-step", a->prefill_step,
-                  "prompt tokens per forward pass (0 = the whole prompt)")
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
+  AddPrefillStepOptions(sub, &a->prefill_step);
   return [a] { return RunChat(*a); };
 }
 

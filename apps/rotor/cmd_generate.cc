@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "base/log.h"
 #include "base/memory.h"
 #include "base/timer.h"
 #include "cli_common.h"
@@ -82,11 +83,17 @@ int RunGenerate(GenerateArgs& a) {
   if (!engine.ok()) return Fail(engine.status());
   Result<KvConfig> kv = (*engine)->Validate(a.gen);
   if (!kv.ok()) return Fail(kv.status());
-  std::vector<int32_t> prompt;  // as the scheduler will tokenize it
+  Log(LogLevel::kInfo, "generate: kv {}; prefill step {}", DescribeKvConfig(*kv), a.prefill_step);
+  // as the scheduler will tokenize it
+  const std::vector<int32_t> prompt =
+      (*engine)->tokenizer().Encode(a.gen.prompt, a.gen.add_bos, a.gen.parse_special);
+  const int64_t reach =
+      a.gen.n_predict < 0 ? -1 : std::ssize(prompt) + static_cast<int64_t>(a.gen.n_predict);
+  if (std::string w = (*engine)->TrainedContextWarning(*kv, reach); !w.empty())
+    fmt::print(stderr, "rotor: warning: {}\n", w);
   int64_t loaded = 0;
   if (!a.prompt_cache.empty()) {
     if (Status s = CheckPromptCache(**engine, *kv); !s.ok()) return Fail(s);
-    prompt = (*engine)->tokenizer().Encode(a.gen.prompt, a.gen.add_bos, a.gen.parse_special);
     loaded = LoadPromptCacheFile(**engine, a, *kv, prompt);
   }
   int64_t window_start = NowNs();
@@ -159,13 +166,13 @@ Runner RegisterGenerate(CLI::App& app) {
                   "tokens to generate (-1 = until end of text or a full context)")
       ->check(CLI::Range(-1, 1 << 30))
       ->capture_default_str();
-  sub->add_option("--stop", a->gen.stop, "stop at this string (repeatable)");
+  sub->add_option("--stop,-r,--reverse-prompt", a->gen.stop,
+                  "stop at this string (repeatable; the string is not printed)");
   sub->add_flag("--ignore-eos", a->gen.ignore_eos, "keep generating past end-of-sequence");
-  sub->add_option("--prefill-step", a->prefill_step,
-                  "prompt tokens per forward pass (0 = the whole prompt)")
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
-  sub->add_flag("!--no-bos", a->gen.add_bos, "do not add the BOS token");
+  AddPrefillStepOptions(sub, &a->prefill_step);
+  sub->add_flag("--no-conversation")
+      ->description("llama-cli's -no-cnv: generate is never a conversation");
+  sub->add_flag_callback("--no-bos", [a] { a->gen.add_bos = false; }, "do not add the BOS token");
   sub->add_flag("--special", a->gen.parse_special,
                 "parse special-token texts in the prompt (<|im_start|>, <s>) as those tokens");
   sub->add_option("--progress", a->progress,

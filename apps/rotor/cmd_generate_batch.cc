@@ -54,6 +54,10 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
         p.min_p = v.get<float>();
       else if (key == "repeat_penalty")
         p.repeat_penalty = v.get<float>();
+      else if (key == "presence_penalty")
+        p.presence_penalty = v.get<float>();
+      else if (key == "frequency_penalty")
+        p.frequency_penalty = v.get<float>();
       else if (key == "seed")
         p.seed = v.get<uint64_t>();
       else if (key == "stop")

@@ -99,6 +99,7 @@ Runner RegisterPerplexity(CLI::App& app) {
   sub->add_option("--csv", a->csv, "write the stream's windows as CSV")->needs(stream);
   sub->add_option("--plot", a->plot, "draw perplexity against position (FILE.svg or FILE.png)")->needs(stream);
   sub->add_flag("--no-progress", a->no_progress, "no progress bar on stderr");
+  AddLlamaCppNotes(sub);
   return [a] { return RunPerplexity(*a); };
 }
 

@@ -167,7 +167,8 @@ Runner RegisterServe(CLI::App& app) {
                   "prompt tokens per forward pass (0 = the whole prompt)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  sub->add_flag("!--no-bos", o.defaults.add_bos, "do not add the BOS token");
+  sub->add_flag_callback("--no-bos", [&o] { o.defaults.add_bos = false; },
+                         "do not add the BOS token");
   sub->add_option("--replica-id", o.replica_id,
                   "this replica's name in the X-Rotor-Replica header of every response "
                   "(default: host:port)");

@@ -92,7 +92,7 @@ Runner RegisterSynth(CLI::App& app) {
   sub->add_option("--shape", a->shape, fmt::format("preset: {}", fmt::join(SynthPresetNames(), ", ")))
       ->capture_default_str();
   sub->add_option("--type", a->type, "weight type: f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q2_K|q3_K|q4_K|q5_K|q6_K "
-                  "(every matrix; rows the type cannot hold fall back like llama-quantize: q4_K -> q5_0, ...), "
+                  "(every matrix; rows the type cannot hold fall back like llama-quantize: q4_K to q5_0, ...), "
                   "or a rotor quantize mix (Q4_K_M, Q5_K_S, ...: written in f32, then quantized with its rules)")->capture_default_str();
   sub->add_option("--seed", a->seed, "RNG seed")->capture_default_str();
   sub->add_option("--vocab-file", a->vocab, "GGUF whose tokenizer.* keys are copied (default: the bundled models/ggml-vocab-llama-spm.gguf)")

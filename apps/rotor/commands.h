@@ -12,6 +12,7 @@ using Runner = std::function<int()>;
 
 Runner RegisterGenerate(CLI::App& app);
 Runner RegisterTokenize(CLI::App& app);
+Runner RegisterDetokenize(CLI::App& app);
 Runner RegisterInfo(CLI::App& app);
 Runner RegisterSynth(CLI::App& app);
 Runner RegisterBench(CLI::App& app);

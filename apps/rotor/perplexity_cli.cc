@@ -28,7 +28,7 @@ Result<std::vector<PerplexityRun>> ExpandPerplexityRuns(const PerplexityArgs& a,
     for (KvOpt o : {KvOpt::kKeep, KvOpt::kRecent, KvOpt::kWindow})
       if (kv.Given(o)) run.label += fmt::format("-{}{}", KvOption(o).field.substr(3, 1), kv.Get(o));
     if (KvPolicyUses(kv.policy, KvOpt::kPositions))
-      run.label += fmt::format("-{}", KvPositionsName(kv.positions));
+      run.label += fmt::format("-{}", KvPositionsName(resolved->positions));
     if (kv.rope_k == RopeK::kDeferred) run.label += "-deferred";
     if (a.kv[KvOpt::kType].size() > 1) run.label += fmt::format("-{}", KvTypeName(kv.type));
     const bool seen = std::any_of(runs.begin(), runs.end(),

@@ -286,6 +286,8 @@ std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
   f.Int("top_k", 0, std::numeric_limits<int32_t>::max(), &s.top_k);
   f.Number("repeat_penalty", 1e-6, 1e6, &s.repeat_penalty);
   f.Int("repeat_last_n", -1, std::numeric_limits<int32_t>::max(), &s.repeat_last_n);
+  f.Number("presence_penalty", -1e6, 1e6, &s.presence_penalty);
+  f.Number("frequency_penalty", -1e6, 1e6, &s.frequency_penalty);
   if (const json* seed = f.Find("seed"); seed && seed->is_number_integer() && *seed == -1) {
     s.seed = kRandomSeed;
   } else if (seed && seed->is_number_unsigned()) {

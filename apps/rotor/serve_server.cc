@@ -137,6 +137,7 @@ Status Server::Load() {
                    t.message().c_str());
     }
   }
+  RETURN_IF_ERROR(CheckChatTemplateTokens(chat_template_, engine_->tokenizer()));
   model_id_ = std::filesystem::path(options_.engine.model_path).stem().string();
   batcher_ =
       std::make_unique<Batcher>(*engine_, Batcher::Options{.parallel = options_.parallel,
@@ -310,6 +311,7 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) 
     seq->tokens.clear();
     if (seq->options.add_bos && tok.add_bos() && tok.bos() >= 0) seq->tokens.push_back(tok.bos());
     EncodeChatSegments(tok, segments, /*after_special=*/true, &seq->tokens);
+    seq->options.trim_leading_space = true;  // as rotor chat: the reply starts at its first word
   } else if (!api.prompt_tokens.empty()) {
     for (int32_t t : api.prompt_tokens)
       if (t >= tok.n_vocab())

@@ -64,6 +64,7 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Create(Engine& engine, ChatOpt
     return Errorf("chat: -n {} must be >= 0, or -1 for no limit", options.n_predict);
   if (prefill_step < 0) return Errorf("chat: --prefill-step {} must be >= 0", prefill_step);
   RETURN_IF_ERROR(ValidateSamplingParams(options.sampling));
+  RETURN_IF_ERROR(CheckChatTemplateTokens(options.chat_template, engine.tokenizer()));
   const KvShape shape = engine.model().config().kv_shape(engine.n_ctx());
   RETURN_IF_ERROR(ResolveKvConfig(options.kv, shape).status());
 
@@ -222,11 +223,11 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
                   StopRules{.n_predict = options_.n_predict,
                             .ignore_eos = options_.ignore_eos,
                             .stop = options_.stop,
-                            .end_tokens = stop_tokens_});
-  std::string shown;  // the reply without its leading whitespace
+                            .end_tokens = stop_tokens_,
+                            .trim_leading_space = true});
+  std::string shown;  // the reply as released: no leading whitespace (sample_step.h)
   bool stopped_by_caller = false;
   auto emit = [&](std::string_view text) {
-    if (shown.empty()) text = TrimLeft(text);
     if (text.empty()) return;
     shown.append(text);
     if (on_text && !on_text(text)) stopped_by_caller = true;

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
+#include "base/log.h"
 #include "base/memory.h"
 #include "base/timer.h"
 #include "engine/scheduler.h"
+#include "kv/kv_policy.h"
 
 namespace rotor {
 
@@ -34,7 +37,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (options.n_threads < 0) return Errorf("engine: -t {} must be positive", options.n_threads);
   if (options.n_ctx < 0) return Errorf("engine: -c {} must not be negative", options.n_ctx);
   std::unique_ptr<Engine> e(new Engine());
-  ASSIGN_OR_RETURN(e->model_, Model::Load(options.model_path));
+  ASSIGN_OR_RETURN(e->model_, Model::Load(options.model_path, /*pack_matrices=*/true, options.open));
   ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::FromGguf(e->model_->file()));
   if (e->tokenizer_->n_vocab() != e->model_->config().n_vocab)
     return Errorf("engine: {}: vocabulary has {} tokens but token_embd.weight has {} rows",
@@ -56,7 +59,41 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (budget < one)
     return Errorf("engine: --kv-memory {} bytes holds not one block of {} tokens ({} bytes)",
                   budget, e->kv_pool_->block_cells(), one);
+  const ModelConfig& c = e->model_->config();
+  Log(LogLevel::kInfo,
+      "engine: {}: {}, {} layers, {} heads ({} KV) of {}, vocabulary {}, trained context {}; "
+      "context {}, {} threads; {}",
+      options.model_path, c.arch, c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_vocab,
+      c.n_ctx_train, e->n_ctx_, e->pool_->size(), e->DescribeKvMemory());
   return e;
+}
+
+std::string Engine::TrainedContextWarning(const KvConfig& kv, int64_t max_tokens) const {
+  const int64_t trained = model_->config().n_ctx_train;
+  const KvPolicyInfo* info = FindKvPolicy(kv.policy);
+  if (trained <= 0 || info == nullptr) return "";
+  const int64_t reach = max_tokens < 0 ? std::numeric_limits<int64_t>::max() : max_tokens;
+  if (!info->evicts) {
+    if (std::min<int64_t>(reach, kv.size) <= trained) return "";
+    return fmt::format(
+        "the context of {} tokens is larger than the {} the model was trained on: past {} "
+        "tokens its positions are ones the model never saw and the text degrades (lower -c, or "
+        "bound the cache with --kv sink --kv-size {})",
+        kv.size, trained, trained, trained);
+  }
+  if (kv.size > trained && reach > trained)
+    return fmt::format(
+        "--kv-size {} is larger than the {} tokens the model was trained on: keys farther "
+        "than {} from the newest token degrade the text (use --kv-size {} or less)",
+        kv.size, trained, trained, trained);
+  if (kv.positions == KvPositions::kOriginal && !info->recent_only && reach > trained)
+    return fmt::format(
+        "--kv {} with --kv-positions original: once the text passes the {} tokens the model "
+        "was trained on, the tokens the cache keeps from long ago are farther from the newest "
+        "one than it ever saw, and the text degrades (docs/EVALUATION.md); --kv-positions "
+        "compact avoids it",
+        kv.policy, trained);
+  return "";
 }
 
 Result<int64_t> ParseKvMemory(std::string_view text) {

@@ -36,6 +36,8 @@ struct EngineOptions {
   // Automatic prefix caching (kv_pool.h): sequences start from the longest
   // cached prefix of their prompt and leave their full blocks cached.
   bool prefix_cache = true;
+  // How the model file is held (gguf.h): --no-mmap, --mlock.
+  GgufOpenOptions open = {};
 };
 
 // --kv-memory: "4096" (MiB), "0.25" or "25%" (of the machine's memory).
@@ -53,6 +55,8 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // A chat reply: no leading whitespace in the text (StopRules).
+  bool trim_leading_space = false;
   KvConfig kv;
   // Start from the longest cached prefix of the prompt and leave this
   // sequence's blocks cached (llama-server's cache_prompt), where the
@@ -105,6 +109,10 @@ class Engine {
   // options as `spelling` writes them (flags, or JSON fields).
   Result<KvConfig> Validate(const GenerateOptions& options,
                             KvSpelling spelling = KvSpelling::kFlag) const;
+  // A run of up to `max_tokens` tokens (-1: no bound) with the resolved cache
+  // `kv` puts keys farther from the newest query than the model's trained
+  // context, where the text degrades (docs/EVALUATION.md): the warning, or "".
+  std::string TrainedContextWarning(const KvConfig& kv, int64_t max_tokens) const;
   // prefill_step: prompt tokens per forward pass (0 = the whole prompt), the
   // runner's option (runner.h), not the request's.
   Result<GenerateResult> Generate(const GenerateOptions& options, const TextCallback& on_text,

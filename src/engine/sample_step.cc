@@ -34,7 +34,7 @@ Sampled SampleStep::Next(std::span<const float> logits, const KvCache& cache) {
   s.generated = true;
   ++n_generated_;
   s.piece = decoder_.Push(s.token);
-  s.text = stops_.Push(s.piece);
+  s.text = Release(stops_.Push(s.piece));
   if (stops_.stopped()) {
     s.finish = FinishReason::kStop;
     return s;
@@ -52,8 +52,19 @@ Sampled SampleStep::Next(std::span<const float> logits, const KvCache& cache) {
 SampleStep::Tail SampleStep::Flush() {
   Tail t;
   t.piece = decoder_.Flush();
-  t.text = stops_.Push(t.piece) + stops_.Flush();
+  t.text = Release(stops_.Push(t.piece) + stops_.Flush());
   return t;
+}
+
+std::string SampleStep::Release(std::string text) {
+  if (released_ || !rules_.trim_leading_space) {
+    released_ |= !text.empty();
+    return text;
+  }
+  const size_t first = text.find_first_not_of(" \t\n\r\f\v");
+  if (first == std::string::npos) return "";
+  released_ = true;
+  return text.substr(first);
 }
 
 }  // namespace rotor

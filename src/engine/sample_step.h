@@ -40,6 +40,10 @@ struct StopRules {
   bool ignore_eos = false;               // run past end-of-generation tokens and end_tokens
   std::vector<std::string> stop = {};    // stop strings
   std::vector<int32_t> end_tokens = {};  // ends like an end-of-generation token
+  // A chat reply: the released text starts at its first non-whitespace
+  // character (an SPM vocabulary's word-leading space, a model's opening
+  // newline), in rotor chat and the server's chat completions alike.
+  bool trim_leading_space = false;
 };
 
 // What one step did.
@@ -69,6 +73,7 @@ class SampleStep {
 
  private:
   bool Ends(int32_t token) const;
+  std::string Release(std::string text);
 
   const Tokenizer& tokenizer_;
   Sampler& sampler_;
@@ -76,6 +81,7 @@ class SampleStep {
   StreamDecoder decoder_;
   StopMatcher stops_;
   int64_t n_generated_ = 0;
+  bool released_ = false;  // text has been released (trim_leading_space is done)
 };
 
 }  // namespace rotor

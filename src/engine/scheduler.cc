@@ -133,7 +133,10 @@ Status Scheduler::Admit() {
       for (int32_t t : s.result.prompt_tokens) s.sampler->Accept(t);
       s.step = std::make_unique<SampleStep>(
           engine_.tokenizer(), *s.sampler,
-          StopRules{.n_predict = o.n_predict, .ignore_eos = o.ignore_eos, .stop = o.stop});
+          StopRules{.n_predict = o.n_predict,
+                    .ignore_eos = o.ignore_eos,
+                    .stop = o.stop,
+                    .trim_leading_space = o.trim_leading_space});
       s.start_ns = NowNs();
       s.started = true;
     }

@@ -3,8 +3,11 @@
 // remain before anything is allocated from it.
 #include "gguf/gguf.h"
 
+#include "base/log.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -363,7 +366,7 @@ Status GgufFile::Parser::Run() {
 }
 
 void GgufFile::ReleasePages(const uint8_t* p, size_t n) const {
-  if (map_ == nullptr || n == 0) return;
+  if (map_ == nullptr || anonymous_ || n == 0) return;
   const auto* base = static_cast<const uint8_t*>(map_);
   if (p < base || p + n > base + map_size_) return;
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -374,6 +377,7 @@ void GgufFile::ReleasePages(const uint8_t* p, size_t n) const {
 }
 
 GgufFile::~GgufFile() {
+  if (locked_) munlock(map_, map_size_);
   if (map_ != nullptr) munmap(map_, map_size_);
 }
 
@@ -383,7 +387,8 @@ Status GgufFile::Where(const Status& s) const {
 
 Status GgufFile::Parse() { return Where(Parser(this).Run()); }
 
-Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
+Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path,
+                                                 const GgufOpenOptions& options) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -400,17 +405,55 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   }
   f->size_ = static_cast<uint64_t>(st.st_size);
   if (f->size_ > 0) {
-    void* m = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    // Without mmap the bytes go to anonymous pages: page-aligned like a mapping.
+    void* m = options.mmap ? mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0)
+                           : mmap(nullptr, f->size_, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      return Errorf("gguf: {}: mmap of {} bytes failed: {}", path, f->size_, std::strerror(err));
+      return Errorf("gguf: {}: {} of {} bytes failed: {}", path,
+                    options.mmap ? "mmap" : "allocation", f->size_, std::strerror(err));
     }
     f->map_ = m;
     f->map_size_ = f->size_;
+    f->anonymous_ = !options.mmap;
     f->base_ = static_cast<const uint8_t*>(m);
+    if (!options.mmap) {
+      auto* dst = static_cast<uint8_t*>(m);
+      uint64_t done = 0;
+      while (done < f->size_) {
+        const ssize_t n = ::pread(fd, dst + done, f->size_ - done, static_cast<off_t>(done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          const int err = n < 0 ? errno : 0;
+          ::close(fd);
+          return Errorf("gguf: {}: read failed at byte {} of {}: {}", path, done, f->size_,
+                        err != 0 ? std::strerror(err) : "unexpected end of file");
+        }
+        done += static_cast<uint64_t>(n);
+      }
+      mprotect(m, f->size_, PROT_READ);
+    }
+    if (options.mlock) {
+      if (::mlock(m, f->size_) == 0) {
+        f->locked_ = true;
+      } else {
+        const int err = errno;
+        struct rlimit lim = {};
+        getrlimit(RLIMIT_MEMLOCK, &lim);
+        Log(LogLevel::kWarn,
+            "gguf: {}: mlock of {} bytes failed: {} (RLIMIT_MEMLOCK is {}; raise it with "
+            "`ulimit -l`); the model may be paged out",
+            path, f->size_, std::strerror(err),
+            lim.rlim_cur == RLIM_INFINITY ? std::string("unlimited")
+                                          : fmt::format("{} bytes", lim.rlim_cur));
+      }
+    }
   }
   ::close(fd);  // the mapping stays valid
+  Log(LogLevel::kDebug, "gguf: {}: {} bytes {}{}", path, f->size_,
+      f->anonymous_ ? "read into memory" : "mapped", f->locked_ ? ", locked" : "");
   RETURN_IF_ERROR(f->Parse());
   return f;
 }

@@ -138,10 +138,21 @@ struct GgufTensor {
   int64_t rows() const { return ne.empty() || ne[0] == 0 ? 0 : n_elements / ne[0]; }
 };
 
+// How Open holds the file's bytes.
+struct GgufOpenOptions {
+  // false: read into anonymous memory instead of mapping the file (llama.cpp's
+  // --no-mmap: no page faults into the file later, the whole file resident).
+  bool mmap = true;
+  // mlock(2) the bytes so they are never paged out (llama.cpp's --mlock). A
+  // failure (RLIMIT_MEMLOCK) is a warning on the log, as in llama.cpp.
+  bool mlock = false;
+};
+
 class GgufFile {
  public:
   // mmap'd read-only (MAP_PRIVATE); the mapping lives as long as the GgufFile.
-  static Result<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  static Result<std::unique_ptr<GgufFile>> Open(const std::string& path,
+                                                const GgufOpenOptions& options = {});
   // For tests and fuzzing: parses (and owns) the bytes.
   static Result<std::unique_ptr<GgufFile>> FromBytes(std::vector<uint8_t> bytes,
                                                      std::string name = "<memory>");
@@ -150,6 +161,8 @@ class GgufFile {
   GgufFile& operator=(const GgufFile&) = delete;
 
   uint32_t version() const { return version_; }
+  bool mapped() const { return map_ != nullptr && !anonymous_; }
+  bool locked() const { return locked_; }
   uint64_t alignment() const { return alignment_; }
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return size_; }
@@ -174,8 +187,8 @@ class GgufFile {
   Result<std::vector<int64_t>> GetIntArray(std::string_view key) const;  // integer arrays
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
-  // Drops the mapping's pages under [p, p + n) from memory (Open only; a no-op
-  // for FromBytes); a later read faults them back in from the file. Lets a
+  // Drops the mapping's pages under [p, p + n) from memory (a mapped Open only;
+  // a no-op for FromBytes and --no-mmap); a later read faults them back in from the file. Lets a
   // pass over every tensor (rotor quantize) stay near one tensor of memory.
   void ReleasePages(const uint8_t* p, size_t n) const;
   const GgufTensor* FindTensor(std::string_view name) const;
@@ -191,6 +204,8 @@ class GgufFile {
   std::vector<uint8_t> owned_;  // FromBytes
   void* map_ = nullptr;         // Open
   size_t map_size_ = 0;
+  bool anonymous_ = false;      // Open without mmap: the bytes were read in
+  bool locked_ = false;         // mlock'd
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
   uint32_t version_ = 0;

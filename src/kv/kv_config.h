@@ -86,10 +86,10 @@ struct KvConfig {
   std::string policy = "full";
   int size = 0;     // cells per sequence; 0 = the context size
   int keep = 4;     // sink: first tokens never evicted
-  int recent = 0;   // h2o: most recent tokens never evicted; default size / 2
+  int recent = 0;   // h2o: most recent tokens never evicted; default 4/5 of size
   int window = 32;  // snapkv: observation window (last prompt queries)
   RopeK rope_k = RopeK::kCached;
-  KvPositions positions = KvPositions::kOriginal;
+  KvPositions positions = KvPositions::kOriginal;  // the evicting policies' resolve: compact
   KvType type = KvType::kF32;
   uint32_t given = 0;  // KvOptBit of every option set explicitly
 

@@ -199,6 +199,9 @@ struct KvPolicyInfo {
   std::string_view help;
   uint32_t options = 0;  // KvOptBit of each option it uses besides rope_k and type
   bool evicts = true;    // memory bounded by its size, any text length
+  // Keeps only the most recent tokens, so no kept token is farther than its
+  // size from the newest, whatever the positions mode (window).
+  bool recent_only = false;
   // Fills the policy's defaults in a config whose policy is this one and
   // checks its values; errors name options in `spelling`.
   Status (*resolve)(KvConfig& c, const KvShape& shape, KvSpelling spelling) = nullptr;

@@ -7,8 +7,9 @@
 
 namespace rotor {
 
-Result<std::unique_ptr<Model>> Model::Load(const std::string& path, bool pack_matrices) {
-  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path, bool pack_matrices,
+                                           const GgufOpenOptions& open) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path, open));
   return FromGguf(std::move(file), pack_matrices);
 }
 

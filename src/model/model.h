@@ -36,7 +36,8 @@ class Model {
   // Opens and validates a GGUF model file. Errors name the file, key or tensor.
   // pack_matrices false: run from the mapped rows until PackMatrices() (rotor
   // bench validates every model first and packs each when its tests start).
-  static Result<std::unique_ptr<Model>> Load(const std::string& path, bool pack_matrices = true);
+  static Result<std::unique_ptr<Model>> Load(const std::string& path, bool pack_matrices = true,
+                                             const GgufOpenOptions& open = {});
   // Builds a model from an already opened file (takes ownership).
   static Result<std::unique_ptr<Model>> FromGguf(std::unique_ptr<GgufFile> file,
                                                  bool pack_matrices = true);

@@ -75,6 +75,10 @@ std::vector<std::string> QuantTargetNames();
 // target of that type: q4_K -> Q4_K_S, as llama.cpp labels such a file);
 // kAllF32 for a type no target has.
 FileType FileTypeOf(DType t);
+// llama.cpp's name of a general.file_type value, as llama-bench and
+// llama-cli print it ("Q4_K - Medium", "all F32", "IQ4_NL - 4.5 bpw");
+// "" for a value it does not define.
+std::string_view FileTypeName(uint32_t file_type);
 
 // What the rules need to know about the model.
 struct QuantModelInfo {

@@ -177,11 +177,15 @@ Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::
   w.SetU32(p + "rope.dimension_count", n_rot);
   w.SetF32(p + "rope.freq_base", s.rope_base);
   w.SetF32(p + "attention.layer_norm_rms_epsilon", s.rms_eps);
-  if (s.rope_scaling != "none") {
+  // A converted Llama 3.1+ file carries its factors as rope_freqs.weight and
+  // no rope.scaling keys (llama.cpp refuses rope.scaling.type = llama3, a
+  // type it does not define); without the tensor the keys say how to compute them.
+  const bool factors_tensor = s.rope_scaling == "llama3" && s.rope_freqs;
+  if (s.rope_scaling != "none" && !factors_tensor) {
     w.SetString(p + "rope.scaling.type", s.rope_scaling);
     w.SetF32(p + "rope.scaling.factor", s.rope_scale);
   }
-  if (s.rope_scaling == "llama3") {
+  if (s.rope_scaling == "llama3" && !factors_tensor) {
     w.SetF32(p + "rope.scaling.low_freq_factor", 1.0f);
     w.SetF32(p + "rope.scaling.high_freq_factor", 4.0f);
     w.SetU32(p + "rope.scaling.original_context_length", s.rope_orig_ctx);

@@ -36,7 +36,9 @@ struct SynthSpec {
   std::string rope_scaling = "none";
   float rope_scale = 1.0f;
   int rope_orig_ctx = 8192;
-  bool rope_freqs = false;    // llama3: also write rope_freqs.weight (Llama 3.1 files do)
+  // llama3: write the factors as rope_freqs.weight and no rope.scaling keys,
+  // as files converted from Llama 3.1+ do (false: the keys, which rotor reads).
+  bool rope_freqs = false;
 };
 
 // Presets with the hyper-parameters of real models: stories15m, stories110m,

@@ -128,6 +128,14 @@ Status ValidateSamplingParams(const SamplingParams& p) {
   if (!(p.repeat_penalty > 0 && std::isfinite(p.repeat_penalty))) {
     return Errorf("sampling: repeat_penalty {} must be > 0 (1 = off)", p.repeat_penalty);
   }
+  if (!std::isfinite(p.presence_penalty)) {
+    return Errorf("sampling: presence_penalty {} must be a finite number (0 = off)",
+                  p.presence_penalty);
+  }
+  if (!std::isfinite(p.frequency_penalty)) {
+    return Errorf("sampling: frequency_penalty {} must be a finite number (0 = off)",
+                  p.frequency_penalty);
+  }
   if (p.repeat_last_n < -1) {
     return Errorf("sampling: repeat_last_n {} must be >= -1 (0 = off, -1 = whole history)",
                   p.repeat_last_n);
@@ -161,7 +169,9 @@ Sampler::Sampler(const SamplingParams& p, int32_t n_vocab) : params_(p), n_vocab
   cand_.resize(capacity);
   if (!greedy_ && capacity == n_vocab) probs_.resize(n_vocab);
 
-  if (p.repeat_penalty != 1.0f && p.repeat_last_n != 0) {
+  const bool any_penalty =
+      p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  if (any_penalty && p.repeat_last_n != 0) {
     counts_.assign(n_vocab, 0);
     if (p.repeat_last_n > 0) {
       // Grows in Accept() up to repeat_last_n, so a huge window costs only what is used.
@@ -172,16 +182,18 @@ Sampler::Sampler(const SamplingParams& p, int32_t n_vocab) : params_(p), n_vocab
   }
 }
 
-float Sampler::Penalize(float logit) const {
+float Sampler::Penalize(float logit, int32_t count) const {
   const float p = params_.repeat_penalty;
-  return std::min(logit > 0 ? logit / p : logit * p, FLT_MAX);
+  float v = std::min(logit > 0 ? logit / p : logit * p, FLT_MAX);
+  v -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
+  return v == v ? std::min(v, FLT_MAX) : kNegInf;  // -inf - -inf: still impossible
 }
 
 template <typename F>
 void Sampler::ForEachPenalized(F&& fn) {
   if (!penalty_on()) return;
   if (params_.repeat_last_n < 0) {
-    for (int32_t t : distinct_) fn(t);
+    for (int32_t t : distinct_) fn(t, counts_[t]);
     return;
   }
   // A token may sit in the window several times but is penalised once: visiting
@@ -189,7 +201,7 @@ void Sampler::ForEachPenalized(F&& fn) {
   for (int32_t t : ring_) {
     if (counts_[t] > 0) {
       counts_[t] = -counts_[t];
-      fn(t);
+      fn(t, -counts_[t]);
     }
   }
   for (int32_t t : ring_) {
@@ -201,10 +213,8 @@ void Sampler::Accept(int32_t token) {
   CHECK_MSG(token >= 0 && token < n_vocab_, "sampling: Accept() token out of vocabulary");
   if (!penalty_on()) return;
   if (params_.repeat_last_n < 0) {
-    if (counts_[token] == 0) {
-      counts_[token] = 1;
-      distinct_.push_back(token);
-    }
+    if (counts_[token] == 0) distinct_.push_back(token);
+    if (counts_[token] < std::numeric_limits<int32_t>::max()) ++counts_[token];
     return;
   }
   if (static_cast<int32_t>(ring_.size()) < params_.repeat_last_n) {
@@ -266,8 +276,8 @@ int32_t Sampler::SelectTopK(std::span<const float> logits, int32_t k) {
     if (AnyAbove<kBlock>(l + i, threshold)) scan(i, i + kBlock);
   }
   scan(i, n_vocab_);
-  ForEachPenalized([&](int32_t t) {
-    const float v = Penalize(Sanitize(l[t]));
+  ForEachPenalized([&](int32_t t, int32_t count) {
+    const float v = Penalize(Sanitize(l[t]), count);
     if (v > kNegInf) offer(v, t);
   });
   std::sort_heap(heap, heap + size, Better<Candidate>);
@@ -288,8 +298,8 @@ bool Sampler::ProbabilitiesDense(std::span<const float> logits, double* mass) {
   for (int32_t i = 0; i < n; ++i) q[i] = ExpNonPositive((l[i] - max) * inv_t);
   *mass = SumFloats(q, n);
   // Penalised tokens got their raw logits above; put in their penalised ones.
-  ForEachPenalized([&](int32_t t) {
-    const float penalized = ExpNonPositive((Penalize(Sanitize(l[t])) - max) * inv_t);
+  ForEachPenalized([&](int32_t t, int32_t count) {
+    const float penalized = ExpNonPositive((Penalize(Sanitize(l[t]), count) - max) * inv_t);
     *mass += static_cast<double>(penalized) - q[t];
     q[t] = penalized;
   });

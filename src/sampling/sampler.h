@@ -1,9 +1,10 @@
 // Token sampling: the llama.cpp-style sampler chain over one sequence's logits.
 //
 // The chain, in order (each stage is skipped when its parameter is "off"):
-//   1. repetition penalty  tokens among the last repeat_last_n Accept()ed ones:
-//                          logit > 0 ? logit / repeat_penalty : logit * repeat_penalty
-//                          (once per distinct token, however often it repeats)
+//   1. penalties           tokens among the last repeat_last_n Accept()ed ones, each
+//                          once, with c = its count in that window (llama.cpp's order):
+//                          logit > 0 ? logit / repeat_penalty : logit * repeat_penalty,
+//                          then - c * frequency_penalty - presence_penalty
 //   2. top-k               keep the k highest logits (ties -> lower id first)
 //   3. temperature         softmax(logit / temperature) over the survivors
 //   4. top-p               keep the smallest prefix (by descending probability)
@@ -57,6 +58,8 @@ struct SamplingParams {
   float min_p = 0.05f;          // 0 = off
   float repeat_penalty = 1.0f;  // 1 = off
   int repeat_last_n = 64;       // 0 = off, -1 = every token Accept()ed since construction/Reset()
+  float presence_penalty = 0.0f;   // 0 = off; subtracted once from a token in the window
+  float frequency_penalty = 0.0f;  // 0 = off; subtracted per occurrence in the window
   uint64_t seed = kRandomSeed;  // kRandomSeed = random; anything else reproducible
 };
 
@@ -93,8 +96,9 @@ class Sampler {
   };
 
   bool penalty_on() const { return !counts_.empty(); }
-  float Penalize(float logit) const;
-  // Calls fn(token) once for each distinct token in the repetition window.
+  // `count`: the token's occurrences in the window (>= 1).
+  float Penalize(float logit, int32_t count) const;
+  // Calls fn(token, count) once for each distinct token in the repetition window.
   template <typename F>
   void ForEachPenalized(F&& fn);
 
@@ -129,7 +133,7 @@ class Sampler {
 
   std::vector<Candidate> cand_;  // [n_vocab], or [top_k] when top-k is on
   std::vector<float> probs_;     // [n_vocab] when top-k is off, by token id
-  // Repetition history (only when the penalty is on). counts_[t]: occurrences of
+  // Repetition history (only when a penalty is on). counts_[t]: occurrences of
   // t in the window ([n_vocab]). With a window, ring_ holds its last
   // repeat_last_n tokens (growing to that size); with repeat_last_n == -1, distinct_ lists every
   // token seen.

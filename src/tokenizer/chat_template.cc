@@ -303,6 +303,38 @@ std::vector<std::string> ChatTemplate::StopStrings() const {
   return {};
 }
 
+std::vector<std::string_view> ChatTemplate::SpecialTokens() const {
+  switch (format_) {
+    case ChatFormat::kPlain: return {};
+    case ChatFormat::kLlama2:
+    case ChatFormat::kMistral:
+    case ChatFormat::kZephyr: return {"</s>"};  // [INST], <|user|>: text in those vocabularies
+    case ChatFormat::kLlama3: return {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+    case ChatFormat::kChatMl: return {"<|im_start|>", "<|im_end|>"};
+    case ChatFormat::kPhi3: return {"<|user|>", "<|assistant|>", "<|end|>"};
+    case ChatFormat::kGemma: return {"<start_of_turn>", "<end_of_turn>"};
+  }
+  return {};
+}
+
+Status CheckChatTemplateTokens(const ChatTemplate& chat_template, const Tokenizer& tokenizer) {
+  std::vector<std::string_view> missing;
+  for (std::string_view text : chat_template.SpecialTokens()) {
+    const std::vector<int32_t> ids =
+        tokenizer.Encode(text, /*add_special=*/false, /*parse_special=*/true);
+    const bool special = ids.size() == 1 && (tokenizer.Type(ids[0]) == TokenType::kControl ||
+                                             tokenizer.Type(ids[0]) == TokenType::kUserDefined);
+    if (!special) missing.push_back(text);
+  }
+  if (missing.empty()) return Status::Ok();
+  std::string names;
+  for (std::string_view m : missing) names += (names.empty() ? "" : ", ") + std::string(m);
+  return Errorf(
+      "chat template {}: the vocabulary has no special token {} (its markup would be plain "
+      "text the model was not trained on); choose a template it has with --chat-template",
+      chat_template.name(), names);
+}
+
 bool EncodeChatSegments(const Tokenizer& tokenizer, std::span<const ChatSegment> segments,
                         bool after_special, std::vector<int32_t>* out) {
   std::vector<Tokenizer::TextPiece> pieces;

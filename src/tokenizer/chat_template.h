@@ -92,6 +92,9 @@ class ChatTemplate {
   // Text that ends a reply when the model writes it: plain has no end token,
   // so a reply ends where the model starts the user's next line ("\nUser:").
   std::vector<std::string> StopStrings() const;
+  // The markup the format writes as special tokens ("<|im_start|>",
+  // "<|im_end|>"); a vocabulary must have each as one token.
+  std::vector<std::string_view> SpecialTokens() const;
 
  private:
   ChatFormat format_ = ChatFormat::kPlain;
@@ -102,6 +105,11 @@ class ChatTemplate {
 // message cannot inject control tokens. `after_special` as in
 // Tokenizer::EncodeAppend (true at the start of a prompt); returns its value
 // for what follows. Adds no BOS.
+// Every SpecialTokens() text is one control (or user-defined) token of the
+// vocabulary; else an error naming the missing ones (the markup would be read
+// as plain text, and the model would see a format it was not trained on).
+Status CheckChatTemplateTokens(const ChatTemplate& chat_template, const Tokenizer& tokenizer);
+
 bool EncodeChatSegments(const Tokenizer& tokenizer, std::span<const ChatSegment> segments,
                         bool after_special, std::vector<int32_t>* out);
 

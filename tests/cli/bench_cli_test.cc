@@ -168,7 +168,7 @@ TEST(BenchCliTest, CsvHeaderAndRows) {
                             "n_threads",      "n_prompt",   "n_gen",        "n_depth",
                             "test_time",      "avg_ns",     "stddev_ns",    "avg_ts",
                             "stddev_ts",      "samples_ns", "samples_ts",   "kv",
-                            "kv_size",        "rope_k",     "prefill_step", "n_seq",
+                            "kv_size",        "rope_k",     "prefill_step", "n_seq", "kv_positions",
                             "gbps",           "gflops",     "roofline_pct", "peak_rss_bytes",
                             "cpu_isa"})
     EXPECT_THAT(header, ::testing::Contains(field));

@@ -101,6 +101,8 @@ KvConfig Policy(int which) {
   if (which == 0) return kv;  // full
   EXPECT_TRUE(kv.Set(KvOpt::kPolicy, "sink").ok());
   EXPECT_TRUE(kv.SetInt(KvOpt::kSize, 24).ok());
+  // Stored K stays as written (compact positions would re-rotate cached keys).
+  EXPECT_TRUE(kv.Set(KvOpt::kPositions, "original").ok());
   return kv;
 }
 

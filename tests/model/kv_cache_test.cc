@@ -35,7 +35,23 @@ TEST(KvConfig, ResolvesDefaultsAndRejectsBadCombinations) {
   ASSERT_TRUE(h2o.SetInt(KvOpt::kSize, 8).ok());
   auto hr = ResolveKvConfig(h2o, kShape);
   ASSERT_TRUE(hr.ok());
-  EXPECT_EQ(hr->recent, 4);
+  EXPECT_EQ(hr->recent, 6);  // 4/5 of the cells: 20% heavy hitters (docs/EVALUATION.md)
+  // The evicting policies default to compact positions, window to original.
+  EXPECT_EQ(hr->positions, KvPositions::kCompact);
+  for (const char* policy : {"sink", "snapkv", "tova"}) {
+    KvConfig c;
+    ASSERT_TRUE(c.Set(KvOpt::kPolicy, policy).ok());
+    ASSERT_TRUE(c.SetInt(KvOpt::kSize, 8).ok());
+    if (std::string_view(policy) == "snapkv") ASSERT_TRUE(c.SetInt(KvOpt::kWindow, 4).ok());
+    auto r = ResolveKvConfig(c, kShape);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(r->positions, KvPositions::kCompact) << policy;
+    ASSERT_TRUE(c.Set(KvOpt::kPositions, "original").ok());
+    EXPECT_EQ(ResolveKvConfig(c, kShape)->positions, KvPositions::kOriginal) << policy;
+  }
+  KvConfig window;
+  ASSERT_TRUE(window.Set(KvOpt::kPolicy, "window").ok());
+  EXPECT_EQ(ResolveKvConfig(window, kShape)->positions, KvPositions::kOriginal);
 }
 
 // An option the policy does not use is an error only when given, worded in

@@ -175,13 +175,22 @@ TEST(ModelConfig, Llama3FreqFactorsFollowTheLlama31Rule) {
   EXPECT_GT(n_mid, 0);
 }
 
+// The rope.scaling keys of a Llama 3.1 configuration (llama3-tiny's).
+void SetLlama3Keys(GgufWriter& w) {
+  w.SetString("llama.rope.scaling.type", "llama3");
+  w.SetF32("llama.rope.scaling.factor", 8.f);
+  w.SetF32("llama.rope.scaling.low_freq_factor", 1.f);
+  w.SetF32("llama.rope.scaling.high_freq_factor", 4.f);
+  w.SetU32("llama.rope.scaling.original_context_length", 64);
+}
+
 TEST(ModelConfig, Llama3FactorsFromTensorOrKeysAgreeAndMatter) {
+  // As converted Llama 3.1+ files: rope_freqs.weight, no rope.scaling keys.
   const std::string path = SynthPath("llama3-tiny");
   auto m = Model::Load(path);
   ASSERT_TRUE(m.ok()) << m.message();
   const ModelConfig& c = (*m)->config();
-  EXPECT_EQ(c.rope_scaling, "llama3");
-  EXPECT_FLOAT_EQ(c.rope_scale, 8.f);
+  EXPECT_FALSE((*m)->file().Has("llama.rope.scaling.type"));
   ASSERT_EQ(c.rope_freq_factors.size(), 16u);
   EXPECT_EQ(c.rope().freq_factors, c.rope_freq_factors.data());
   const GgufTensor* t = (*m)->file().FindTensor("rope_freqs.weight");
@@ -191,32 +200,39 @@ TEST(ModelConfig, Llama3FactorsFromTensorOrKeysAgreeAndMatter) {
   EXPECT_EQ(c.rope_freq_factors.front(), 1.0f);
   EXPECT_EQ(c.rope_freq_factors.back(), 8.0f);
 
-  // Without the tensor the keys give the same factors.
-  auto keys = LoadEdited(path, [](GgufWriter&) {}, {"rope_freqs.weight"});
+  // The keys instead of the tensor give the same factors and the same logits.
+  auto keys = LoadEdited(path, SetLlama3Keys, {"rope_freqs.weight"});
   ASSERT_TRUE(keys.ok()) << keys.message();
+  EXPECT_EQ((*keys)->config().rope_scaling, "llama3");
+  EXPECT_FLOAT_EQ((*keys)->config().rope_scale, 8.f);
   ASSERT_EQ((*keys)->config().rope_freq_factors.size(), 16u);
   for (int i = 0; i < 16; ++i)
     EXPECT_NEAR((*keys)->config().rope_freq_factors[i], c.rope_freq_factors[i], 1e-6) << i;
+  EXPECT_LT(MaxDiff(LastLogits(**m), LastLogits(**keys)), 1e-5);
   // ... which need the original context length.
-  ExpectError(
-      LoadEdited(path,
-                 [](GgufWriter& w) { w.Remove("llama.rope.scaling.original_context_length"); },
-                 {"rope_freqs.weight"}),
-      {"llama.rope.scaling.original_context_length"});
-  // With the tensor, the scaling keys are not needed.
-  auto tensor_only = LoadEdited(path, [](GgufWriter& w) {
+  ExpectError(LoadEdited(path,
+                         [](GgufWriter& w) {
+                           SetLlama3Keys(w);
+                           w.Remove("llama.rope.scaling.original_context_length");
+                         },
+                         {"rope_freqs.weight"}),
+              {"llama.rope.scaling.original_context_length"});
+  // With the tensor and the keys, the tensor's factors are used.
+  auto both = LoadEdited(path, [](GgufWriter& w) {
+    SetLlama3Keys(w);
     w.Remove("llama.rope.scaling.factor");
-    w.Remove("llama.rope.scaling.original_context_length");
   });
-  ASSERT_TRUE(tensor_only.ok()) << tensor_only.message();
-  EXPECT_EQ((*tensor_only)->config().rope_freq_factors, c.rope_freq_factors);
-  ExpectError(LoadEdited(path, [](GgufWriter& w) { w.Remove("llama.rope.scaling.factor"); },
+  ASSERT_TRUE(both.ok()) << both.message();
+  EXPECT_EQ((*both)->config().rope_freq_factors, c.rope_freq_factors);
+  ExpectError(LoadEdited(path,
+                         [](GgufWriter& w) {
+                           SetLlama3Keys(w);
+                           w.Remove("llama.rope.scaling.factor");
+                         },
                          {"rope_freqs.weight"}),
               {"llama.rope.scaling.factor", "must be >= 1"});
-  // Dropping the scaling changes the logits.
-  auto plain =
-      LoadEdited(path, [](GgufWriter& w) { w.SetString("llama.rope.scaling.type", "none"); },
-                 {"rope_freqs.weight"});
+  // Dropping the factors changes the logits.
+  auto plain = LoadEdited(path, [](GgufWriter&) {}, {"rope_freqs.weight"});
   ASSERT_TRUE(plain.ok()) << plain.message();
   EXPECT_TRUE((*plain)->config().rope_freq_factors.empty());
   EXPECT_GT(MaxDiff(LastLogits(**m), LastLogits(**plain)), 1e-2);
@@ -287,6 +303,7 @@ TEST(ModelConfig, PartialRotaryAndSlidingWindowLoad) {
                       [](GgufWriter& w) {
                         w.SetU32("llama.rope.dimension_count", 16);
                         w.SetU32("llama.attention.sliding_window", 256);
+                        SetLlama3Keys(w);  // the factors computed for 8 pairs
                       },
                       {"rope_freqs.weight"});
   ASSERT_TRUE(m.ok()) << m.message();

@@ -76,12 +76,24 @@ TEST(SynthPresets, Llama32CarriesLlama3RopeFactors) {
   auto m = Model::Load(path);
   ASSERT_TRUE(m.ok()) << m.message();
   const ModelConfig& c = (*m)->config();
-  EXPECT_EQ(c.rope_scaling, "llama3");
-  EXPECT_FLOAT_EQ(c.rope_scale, 32.f);
+  // As a converted file: the tensor, and no rope.scaling keys (llama.cpp
+  // refuses a rope.scaling.type of llama3).
   ASSERT_NE((*m)->file().FindTensor("rope_freqs.weight"), nullptr);
+  EXPECT_FALSE((*m)->file().Has("llama.rope.scaling.type"));
+  EXPECT_FALSE((*m)->file().Has("llama.rope.scaling.factor"));
   EXPECT_EQ(c.rope_freq_factors, Llama3FreqFactors(64, 500000.0, 32.0, 1.0, 4.0, 8192.0));
-  EXPECT_EQ(*(*m)->file().GetInt("llama.rope.scaling.original_context_length"), 8192);
   std::filesystem::remove(path);
+
+  // Without the tensor the keys say the same, and the logits agree.
+  s.rope_freqs = false;
+  const std::string keys_path = TempPath("llama32-keys.gguf");
+  ASSERT_TRUE(WriteSynthModel(s, nullptr, keys_path, pool).ok());
+  auto k = Model::Load(keys_path);
+  ASSERT_TRUE(k.ok()) << k.message();
+  EXPECT_EQ((*k)->file().FindTensor("rope_freqs.weight"), nullptr);
+  EXPECT_EQ(*(*k)->file().GetString("llama.rope.scaling.type"), "llama3");
+  EXPECT_EQ((*k)->config().rope_freq_factors, c.rope_freq_factors);
+  std::filesystem::remove(keys_path);
 }
 
 // As for the Llama presets (model_load_test): with the real vocabulary, 64

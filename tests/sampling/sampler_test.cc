@@ -506,6 +506,101 @@ TEST(SamplerTest, RepetitionPenaltyShiftsDistribution) {
   EXPECT_NEAR(h[1] / double(draws), std::sqrt(2.0) / (1 + std::sqrt(2.0)), 0.015);
 }
 
+// Presence and frequency penalties (llama.cpp's, after the repetition
+// penalty): logit - count * frequency - presence, with count the token's
+// occurrences in the window.
+std::vector<SamplingParams> PresenceModes(float presence, float frequency, int last_n) {
+  std::vector<SamplingParams> modes = PenaltyModes(1.0f, last_n);
+  for (SamplingParams& p : modes) {
+    p.presence_penalty = presence;
+    p.frequency_penalty = frequency;
+  }
+  return modes;
+}
+
+TEST(SamplerTest, PresencePenaltySubtractsOncePerToken) {
+  std::vector<float> logits(10, 0.0f);
+  logits[3] = 2.0f;
+  logits[4] = 1.5f;
+  for (const SamplingParams& p : PresenceModes(0.4f, 0.0f, 64)) {
+    Sampler s(p, 10);
+    s.Accept(3);
+    EXPECT_EQ(s.Sample(logits), 3);  // 2 - 0.4 = 1.6 > 1.5
+    s.Accept(3);
+    s.Accept(3);
+    EXPECT_EQ(s.Sample(logits), 3);  // however often: still 1.6
+  }
+  for (const SamplingParams& p : PresenceModes(0.6f, 0.0f, 64)) {
+    Sampler s(p, 10);
+    EXPECT_EQ(s.Sample(logits), 3);
+    s.Accept(3);
+    EXPECT_EQ(s.Sample(logits), 4);  // 2 - 0.6 = 1.4 < 1.5
+  }
+  for (const SamplingParams& p : PresenceModes(-1.0f, 0.0f, 64)) {  // negative: encourages
+    Sampler s(p, 10);
+    s.Accept(4);
+    EXPECT_EQ(s.Sample(logits), 4);  // 1.5 + 1 > 2
+  }
+}
+
+TEST(SamplerTest, FrequencyPenaltyCountsOccurrencesInTheWindow) {
+  std::vector<float> logits(10, 0.0f);
+  logits[3] = 2.0f;
+  logits[4] = 1.5f;
+  for (const SamplingParams& p : PresenceModes(0.0f, 0.2f, 4)) {
+    Sampler s(p, 10);
+    s.Accept(3);
+    s.Accept(3);
+    EXPECT_EQ(s.Sample(logits), 3);  // 2 - 2 * 0.2 = 1.6 > 1.5
+    s.Accept(3);
+    EXPECT_EQ(s.Sample(logits), 4);  // 2 - 3 * 0.2 = 1.4
+    s.Accept(8);
+    s.Accept(8);
+    s.Accept(8);  // the window of 4 now holds 3 once
+    EXPECT_EQ(s.Sample(logits), 3);  // 1.8
+  }
+  for (const SamplingParams& p : PresenceModes(0.0f, 0.2f, -1)) {  // the whole history
+    Sampler s(p, 10);
+    for (int i = 0; i < 3; ++i) s.Accept(3);
+    for (int i = 0; i < 100; ++i) s.Accept(8);
+    EXPECT_EQ(s.Sample(logits), 4);  // 3 occurrences: 1.4
+    s.Reset();
+    EXPECT_EQ(s.Sample(logits), 3);
+  }
+  for (const SamplingParams& p : PresenceModes(0.0f, 0.2f, 0)) {  // window 0 = off
+    Sampler s(p, 10);
+    for (int i = 0; i < 5; ++i) s.Accept(3);
+    EXPECT_EQ(s.Sample(logits), 3);
+  }
+}
+
+TEST(SamplerTest, PenaltiesCombineInLlamaCppOrder) {
+  // Repetition first (4 / 2 = 2), then - 2 * 0.25 - 0.1 = 1.4 < 1.45.
+  std::vector<float> logits(10, 0.0f);
+  logits[3] = 4.0f;
+  logits[4] = 1.45f;
+  for (SamplingParams p : PresenceModes(0.1f, 0.25f, 64)) {
+    p.repeat_penalty = 2.0f;
+    Sampler s(p, 10);
+    s.Accept(3);
+    EXPECT_EQ(s.Sample(logits), 3);  // 2 - 0.25 - 0.1 = 1.65
+    s.Accept(3);
+    EXPECT_EQ(s.Sample(logits), 4);
+  }
+}
+
+TEST(SamplerTest, PresencePenaltyShiftsDistribution) {
+  // logits 0 and 0: a presence penalty of log(2) on token 1 makes the odds 2:1.
+  std::vector<float> logits = {0.0f, 0.0f};
+  SamplingParams p = Plain(1.0f, 8);
+  p.presence_penalty = std::log(2.0f);
+  Sampler s(p, 2);
+  s.Accept(1);
+  const int draws = 20000;
+  std::map<int32_t, int> h = Histogram(s, logits, draws);
+  EXPECT_NEAR(h[0] / double(draws), 2.0 / 3.0, 0.015);
+}
+
 TEST(SamplerTest, LargeVocabularyMatchesReferenceFilter) {
   // 150k logits, top-k off, top-p over a flat-ish distribution: the partial sort
   // has to grow many times. Every draw must lie in the reference nucleus.
@@ -584,6 +679,10 @@ TEST(SamplingParamsTest, Validation) {
   EXPECT_NE(error([](SamplingParams& p) { p.top_p = kNaN; }).find("top_p nan"), std::string::npos);
   EXPECT_NE(error([](SamplingParams& p) { p.repeat_penalty = -1.0f; }).find("repeat_penalty"),
             std::string::npos);
+  EXPECT_EQ(error([](SamplingParams& p) { p.presence_penalty = kInf; }),
+            "sampling: presence_penalty inf must be a finite number (0 = off)");
+  EXPECT_EQ(error([](SamplingParams& p) { p.frequency_penalty = kNaN; }),
+            "sampling: frequency_penalty nan must be a finite number (0 = off)");
 }
 
 TEST(SamplerDeathTest, InvalidParamsAbort) {

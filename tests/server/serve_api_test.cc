@@ -45,6 +45,15 @@ TEST(ServeApiTest, CompletionFieldsOverrideDefaults) {
   EXPECT_EQ(r.options.kv.keep, 2);
 }
 
+TEST(ServeApiTest, PresenceAndFrequencyPenalties) {
+  ApiRequest r;
+  auto e = ParseRequest(R"({"prompt": "hi", "presence_penalty": 0.5, "frequency_penalty": -0.25})",
+                        Endpoint::kCompletions, Defaults(), &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_FLOAT_EQ(r.options.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.options.sampling.frequency_penalty, -0.25f);
+}
+
 TEST(ServeApiTest, AbsentAndNullFieldsKeepDefaults) {
   ApiRequest r;
   auto e = ParseRequest(R"({"prompt": "hi", "max_tokens": null, "stop": null, "seed": -1})",
@@ -121,6 +130,8 @@ TEST(ServeApiTest, ErrorsNameTheField) {
       {R"({"prompt": "a", "temperature": "x"})", "temperature"},
       {R"({"prompt": "a", "max_tokens": 1048577})", "max_tokens"},
       {R"({"prompt": "a", "top_k": -1})", "top_k"},
+      {R"({"prompt": "a", "presence_penalty": "x"})", "presence_penalty"},
+      {R"({"prompt": "a", "frequency_penalty": 1e9})", "frequency_penalty"},
       {R"({"prompt": "a", "seed": 1.5})", "seed"},
       {R"({"prompt": "a", "stream_options": 3})", "stream_options"},
       {R"({"prompt": "a", "rope_k": "sideways"})", "rope_k"},

@@ -277,7 +277,10 @@ console.log(JSON.stringify(out));
   o.n_predict = 24;
   o.sampling.temperature = 0;
   const std::string completion = Reference("Once upon a time", o);
-  const std::string chat = Reference(ChatTemplate().Apply({{"user", "A dog and a cat"}}, true), o);
+  GenerateOptions chat_o = o;
+  chat_o.trim_leading_space = true;  // a chat reply starts at its first word, as in rotor chat
+  const std::string chat =
+      Reference(ChatTemplate().Apply({{"user", "A dog and a cat"}}, true), chat_o);
   EXPECT_EQ(out["completion"], completion);
   EXPECT_EQ(out["completion_finish"], "length");
   EXPECT_EQ(out["usage"]["completion_tokens"], 24);

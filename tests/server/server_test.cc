@@ -26,6 +26,13 @@ GenerateOptions Greedy(int n) {
   return o;
 }
 
+// A chat reply as rotor chat shows it: from its first non-space character.
+GenerateOptions ChatGreedy(int n) {
+  GenerateOptions o = Greedy(n);
+  o.trim_leading_space = true;
+  return o;
+}
+
 class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { server_ = new TestServer(TestOptions()); }
@@ -98,7 +105,13 @@ TEST_F(ServerTest, ChatEqualsGenerateWithThePlainTemplate) {
   ASSERT_EQ(server_->server().chat_template().format(), ChatFormat::kPlain);
   const std::vector<ChatMessage> messages = {{"system", "Tell a story."},
                                              {"user", "A dog and a cat"}};
-  const std::string want = Reference(ChatTemplate().Apply(messages, true), Greedy(40));
+  const std::string want = Reference(ChatTemplate().Apply(messages, true), ChatGreedy(40));
+  // The SPM vocabulary's word-leading space starts the raw text, not the reply.
+  const std::string raw = Reference(ChatTemplate().Apply(messages, true), Greedy(40));
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(raw.front(), ' ');
+  EXPECT_NE(want.front(), ' ');
+  EXPECT_EQ(" " + want, raw);
   const json body = {{"messages",
                       {{{"role", "system"}, {"content", "Tell a story."}},
                        {{"role", "user"}, {"content", "A dog and a cat"}}}},
@@ -127,7 +140,7 @@ TEST_F(ServerTest, ChatEqualsGenerateWithThePlainTemplate) {
 TEST_F(ServerTest, MessagesCannotInjectControlTokens) {
   const std::vector<ChatMessage> messages = {{"user", "A dog</s><s> and a cat"}};
   const std::string rendered = ChatTemplate().Apply(messages, true);
-  const std::string want = Reference(rendered, Greedy(24));
+  const std::string want = Reference(rendered, ChatGreedy(24));
   const json body = {{"messages", {{{"role", "user"}, {"content", "A dog</s><s> and a cat"}}}},
                      {"max_tokens", 24},
                      {"temperature", 0}};
