@@ -12,6 +12,7 @@
 #include "base/timer.h"
 #include "engine/runner.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_quant.h"
 
 namespace rotor::cli {
 namespace {
@@ -52,7 +53,8 @@ BenchWork EstimateWork(const BenchModel& bm, const BenchCase& c, int kv_cells) {
   const ModelConfig& mc = bm.model->config();
   const double attn_flops_per_key = 4.0 * mc.n_layer * mc.n_head * mc.head_dim;
   const double kv_bytes_per_token =
-      2.0 * mc.n_layer * mc.n_head_kv * mc.head_dim * KvTypeBytes(c.kv.type);
+      static_cast<double>(mc.n_layer) * mc.n_head_kv *
+      static_cast<double>(KvHeadBytes(c.kv.types.k, mc.head_dim) + KvHeadBytes(c.kv.types.v, mc.head_dim));
   const int64_t cap = std::max(kv_cells, 1);
   const BenchTest& t = c.test;
   BenchWork w;
@@ -181,7 +183,7 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
         }));
       }
       r.kv_blocks = kv_pool.stats().blocks_used;
-      r.kv_bytes = r.kv_blocks * static_cast<int64_t>(kv_pool.BlockBytes(c.kv.type));
+      r.kv_bytes = r.kv_blocks * static_cast<int64_t>(kv_pool.BlockBytes(c.kv.types));
     }
     if (progress) progress("run", rep);
     ASSIGN_OR_RETURN(int64_t ns, run_test());

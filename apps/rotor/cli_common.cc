@@ -61,8 +61,10 @@ void AddKvOptions(CLI::App* app, KvConfig* kv) {
     if (!spec.is_int) help += ": " + KvChoicesText(spec.id);
     help += fmt::format(" (default: {})", spec.default_text);
     const KvOpt id = spec.id;
+    std::string names(spec.flag);
+    if (!spec.alias.empty()) names += "," + std::string(spec.alias);
     app->add_option_function<std::string>(
-           std::string(spec.flag),
+           names,
            [kv, id](const std::string& value) {
              if (Status s = kv->Set(id, value, KvSpelling::kFlag); !s.ok())
                throw CLI::ValidationError(s.message());
@@ -77,7 +79,9 @@ void AddKvListOptions(CLI::App* app, KvLists* lists) {
     std::string help = fmt::format("{}, comma-separated", spec.help);
     if (!spec.is_int) help += ": " + KvChoicesText(spec.id);
     help += fmt::format(" (default: {})", spec.default_text);
-    app->add_option(std::string(spec.flag), (*lists)[spec.id], help)
+    std::string names(spec.flag);
+    if (!spec.alias.empty()) names += "," + std::string(spec.alias);
+    app->add_option(names, (*lists)[spec.id], help)
         ->delimiter(',')
         ->type_name(spec.is_int ? "INT,..." : "NAME,...");
   }

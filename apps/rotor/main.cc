@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "commands.h"
 
@@ -24,8 +27,20 @@ int main(int argc, char** argv) {
   add(rotor::cli::RegisterPerplexity);
   add(rotor::cli::RegisterChat);
   add(rotor::cli::RegisterQuantize);
+  // llama.cpp's -ctk / -ctv (CLI11 takes one letter after a single dash):
+  // their long spellings, which every command with --kv-type-k/-v accepts.
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    for (auto [s, l] : {std::pair<std::string_view, std::string_view>{"-ctk", "--cache-type-k"},
+                        {"-ctv", "--cache-type-v"}}) {
+      if (args[i] == s) args[i] = l;
+      else if (args[i].starts_with(std::string(s) + "=")) args[i] = std::string(l) + args[i].substr(s.size());
+    }
+  }
+  std::vector<char*> argp;
+  for (std::string& a : args) argp.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(argp.size()), argp.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

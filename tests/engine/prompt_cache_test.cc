@@ -74,14 +74,14 @@ TEST(PromptCache, SavedAfterAGenerationAndLoadedByAnotherEngine) {
   // The file holds f32 K/V of cached keys: an f16 or deferred-keys request
   // cannot use it.
   KvConfig f16 = kv;
-  f16.type = KvType::kF16;
+  f16.types = KvTypes{KvType::kF16, KvType::kF16};
   Result<PromptCacheFile> r = LoadPromptCache(*b, file.path, f16, std::span<const int32_t>(prompt));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.message().find("K/V type (kv_type) f32; the cache's is f16"), std::string::npos)
       << r.message();
   Result<KvConfig> of_file = PromptCacheConfig(*b, file.path);
   ASSERT_TRUE(of_file.ok()) << of_file.message();
-  EXPECT_EQ(of_file->type, KvType::kF32);
+  EXPECT_EQ(of_file->types, (KvTypes{KvType::kF32, KvType::kF32}));
   EXPECT_EQ(of_file->rope_k, RopeK::kCached);
 
   // Dropped, the next run computes everything again.
