@@ -240,12 +240,7 @@ Json BenchRowJson(const BenchRow& row) {
   j["type_v"] = std::string(KvTypeName(r.kv.types.v));
   j["kv_rotate"] = r.kv.rotate;
   // K and V bytes one token takes in every layer.
-  {
-    const ModelConfig& mc = row.model->model->config();
-    j["kv_bytes_per_token"] = static_cast<int64_t>(
-        mc.n_layer * mc.n_head_kv *
-        (KvHeadBytes(r.kv.types.k, mc.head_dim) + KvHeadBytes(r.kv.types.v, mc.head_dim)));
-  }
+  j["kv_bytes_per_token"] = r.kv_bytes_per_token;
   j["prefill_step"] = c.prefill_step;
   j["n_prompt"] = c.test.n_prompt;
   j["n_gen"] = c.test.n_gen;

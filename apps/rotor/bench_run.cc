@@ -112,6 +112,12 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
     caches.push_back(std::move(cache));
   }
   r.kv = caches[0]->config();
+  {
+    const ModelConfig& mc = bm.model->config();
+    r.kv_bytes_per_token = static_cast<int64_t>(mc.n_layer) * mc.n_head_kv *
+                           static_cast<int64_t>(KvHeadBytes(r.kv.types.k, mc.head_dim) +
+                                                KvHeadBytes(r.kv.types.v, mc.head_dim));
+  }
   r.work = EstimateWork(bm, c, r.kv.size);
   // Every sequence's chunk in one pass.
   const int chunk = c.prefill_step > 0 ? c.prefill_step : std::max({t.n_prompt, t.n_depth, 1});

@@ -197,7 +197,7 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
   Forward fwd(m, pool, 64, 256);
   Runner runner(m, pool, RunnerOptions{.prefill_step = 8, .n_ctx = 256});
   std::vector<std::unique_ptr<KvCache>> batch, alone;
-  const KvConfig kvs[] = {KvConfig{}, testing::Kv("sink", 16),
+  const KvConfig kvs[] = {KvConfig{.types = {KvType::kF32, KvType::kF32}}, testing::Kv("sink", 16),
                           testing::Kv("h2o", 16)};
   for (const KvConfig& kv : kvs) {
     batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
@@ -247,7 +247,7 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
                                                                   KvPositions::kOriginal, -1, 8);
   tova16.types = snap24.types = KvTypes{KvType::kF16, KvType::kF16};
   // The block types and bf16 too, one of each beside the others.
-  KvConfig full8 = KvConfig{}, sink4 = testing::Kv("sink", 16), win5 = testing::Kv("window", 24, 0, RopeK::kDeferred);
+  KvConfig full8 = KvConfig{.types = {KvType::kF32, KvType::kF32}}, sink4 = testing::Kv("sink", 16), win5 = testing::Kv("window", 24, 0, RopeK::kDeferred);
   KvConfig h2o_bf = testing::Kv("h2o", 32), tova_mixed = testing::Kv("tova", 16);
   full8.types = {KvType::kQ8_0, KvType::kQ8_0};
   sink4.types = {KvType::kQ4_0, KvType::kQ4_0};
@@ -255,7 +255,7 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   win5.types = {KvType::kQ5_0, KvType::kQ5_0};
   h2o_bf.types = {KvType::kBF16, KvType::kBF16};
   tova_mixed.types = {KvType::kQ8_0, KvType::kQ4_0};
-  const KvConfig kvs[] = {KvConfig{}, testing::Kv("sink", 16),
+  const KvConfig kvs[] = {KvConfig{.types = {KvType::kF32, KvType::kF32}}, testing::Kv("sink", 16),
                           testing::Kv("window", 24, 0, RopeK::kDeferred), sink16, h2o16,
                           tova16, snap24, full8, sink4, win5, h2o_bf, tova_mixed};
   constexpr int kSeqs = sizeof(kvs) / sizeof(kvs[0]);
@@ -273,7 +273,7 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   for (auto& c : batch) caches.push_back(c.get());
   for (int step = 0; step < 30; ++step) {
     std::vector<int32_t> tokens;
-    for (int i = 0; i < kSeqs; ++i) tokens.push_back(7 + 43 * i + step);
+    for (int i = 0; i < kSeqs; ++i) tokens.push_back((7 + 43 * i + step) % n_vocab);
     ASSERT_TRUE(fwd.Decode(caches, tokens, logits.data()).ok());
     for (int i = 0; i < kSeqs; ++i) {
       SeqInput in{alone[i].get(), std::span<const int32_t>(&tokens[i], 1)};

@@ -31,7 +31,7 @@ TEST(F16Cache, StoresTheF16RoundingAndHalvesTheKvBytes) {
   KvConfig f32_config;
   f32_config.types = {KvType::kF32, KvType::kF32};
   auto f32 = KvCache::Create(shape, f32_config);
-  auto f16 = KvCache::Create(shape, F16(KvConfig{}));
+  auto f16 = KvCache::Create(shape, F16(KvConfig{.types = {KvType::kF32, KvType::kF32}}));
   ASSERT_TRUE(f32.ok() && f16.ok());
   // K and V, layers, cells (one block of 16 holds the 8), row, bytes
   const size_t kv32 = 2ull * 2 * 16 * 3 * 16 * 4;

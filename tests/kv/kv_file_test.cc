@@ -106,14 +106,14 @@ TEST_P(RoundTrip, ALoadedCacheContinuesExactlyAsTheOneThatSavedIt) {
   ASSERT_TRUE(info.ok()) << info.message();
   EXPECT_EQ(info->model_id, m.identity());
   EXPECT_EQ(info->n_layer, m.config().n_layer);
-  EXPECT_EQ(info->type, type);
+  EXPECT_EQ(info->types, (KvTypes{type, type}));
   EXPECT_EQ(info->rope_k, rope);
   EXPECT_EQ(info->tokens, text);
 }
 
 INSTANTIATE_TEST_SUITE_P(KvFile, RoundTrip,
                          ::testing::Combine(::testing::Values("full", "sink", "window"),
-                                            ::testing::Values(KvType::kF32, KvType::kF16),
+                                            ::testing::Values(KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kQ4_0),
                                             ::testing::Values(RopeK::kCached, RopeK::kDeferred)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +

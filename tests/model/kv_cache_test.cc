@@ -8,7 +8,7 @@ namespace {
 const KvShape kShape{2, 2, 4, 16};
 
 TEST(KvConfig, ResolvesDefaultsAndRejectsBadCombinations) {
-  auto full = ResolveKvConfig(KvConfig{}, kShape);
+  auto full = ResolveKvConfig(KvConfig{.types = {KvType::kF32, KvType::kF32}}, kShape);
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->size, 16);
   KvConfig big;
@@ -90,7 +90,7 @@ TEST(KvConfig, ParsesNames) {
 }
 
 TEST(KvCache, FullPlansConsecutiveSlotsAndFailsCleanlyWhenFull) {
-  auto cache = KvCache::Create(kShape, KvConfig{});
+  auto cache = KvCache::Create(kShape, KvConfig{.types = {KvType::kF32, KvType::kF32}});
   ASSERT_TRUE(cache.ok());
   KvCache& c = **cache;
   EXPECT_GE(c.memory_bytes(), 2u * 2 * 2 * 16 * 4 * sizeof(float));

@@ -124,7 +124,7 @@ TEST(ServeApiTest, ErrorsNameTheField) {
       {R"({"prompt": "a", "seed": 1.5})", "seed"},
       {R"({"prompt": "a", "stream_options": 3})", "stream_options"},
       {R"({"prompt": "a", "rope_k": "sideways"})", "rope_k"},
-      {R"({"prompt": "a", "kv_type": "q8_0"})", "kv_type"},
+      {R"({"prompt": "a", "kv_type": "q4_1"})", "kv_type"},
       {R"({"prompt": "a", "kv_size": -4})", "kv_size"},
       {R"({"prompt": "a", "kv_size": 1.5})", "kv_size"},
       {R"({"prompt": "a", "kv_keep": "4"})", "kv_keep"},
