@@ -14,6 +14,7 @@ Result<std::unique_ptr<KvCache>> Vehicle(Engine& engine, const KvConfig& kv) {
   KvConfig c;
   c.types = kv.types;
   c.rotate = kv.rotate;
+  c.given |= KvOptBit(KvOpt::kRotate);
   c.rope_k = kv.rope_k;
   c.positions = kv.positions;  // the full policy ignores it; the file records it
   return KvCache::Create(engine.model().config().kv_shape(engine.n_ctx()), c, &engine.kv_pool());
@@ -74,6 +75,7 @@ Result<KvConfig> PromptCacheConfig(const Engine& engine, const std::string& path
   KvConfig c;
   c.types = info.types;
   c.rotate = info.rotate;
+  c.given |= KvOptBit(KvOpt::kRotate);
   c.rope_k = info.rope_k;
   c.positions = info.positions;
   return ResolveKvConfig(c, engine.model().config().kv_shape(engine.n_ctx()));

@@ -80,7 +80,8 @@ constexpr KvOptionSpec kTable[] = {
      "element type of stored K alone (also -ctk)"},
     {KvOpt::kTypeV, "--kv-type-v", "--cache-type-v", "kv_type_v", false, 0, 0, "--kv-type",
      "element type of stored V alone (also -ctv)"},
-    {KvOpt::kRotate, "--kv-rotate", "", "kv_rotate", false, 0, 0, "off",
+    {KvOpt::kRotate, "--kv-rotate", "", "kv_rotate", false, 0, 0,
+     "on for q8_0 / q4_0 / q5_0 K or V, else off",
      "Hadamard rotation of the stored heads (V, and K under cached RoPE): spreads outliers "
      "before quantization"},
 };
@@ -268,6 +269,9 @@ Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape,
   if (!(info->options & KvOptBit(KvOpt::kRecent))) c.recent = 0;
   if (!(info->options & KvOptBit(KvOpt::kWindow))) c.window = 0;
   if (info->resolve != nullptr) RETURN_IF_ERROR(info->resolve(c, shape, spelling));
+  // The rotation's default follows the types: on when K or V is a block
+  // type (it lowers their KL divergence: docs/EVALUATION.md), else off.
+  if (!c.Given(KvOpt::kRotate)) c.rotate = KvTypeQuantized(c.types.k) || KvTypeQuantized(c.types.v);
   for (KvType t : {c.types.k, c.types.v})
     if (KvTypeQuantized(t) && KvQuantBlock(shape.head_dim) == 0)
       return Errorf(

@@ -312,7 +312,7 @@ TEST(BenchCliTest, KvTypeSweep) {
                  "-r", "1", "-t", "1"});
   ASSERT_EQ(md.exit_code, 0) << md.err;
   EXPECT_THAT(md.out, HasSubstr("type_kv"));
-  EXPECT_THAT(md.out, HasSubstr("| q8_0/q4_0 |"));
+  EXPECT_THAT(md.out, HasSubstr("| q8_0/q4_0+rot |"));  // rotated by default
 }
 
 struct BenchError {

@@ -20,6 +20,7 @@ namespace {
 KvConfig Typed(KvConfig kv, KvType k, KvType v, bool rotate = false) {
   kv.types = {k, v};
   kv.rotate = rotate;
+  kv.given |= KvOptBit(KvOpt::kRotate);  // as given (the default would rotate the block types)
   return kv;
 }
 
@@ -197,6 +198,13 @@ TEST(QuantConfig, TypeOptions) {
   ASSERT_TRUE(kv.Set(KvOpt::kTypeV, "q4_0").ok());
   EXPECT_EQ(kv.types, (KvTypes{KvType::kQ8_0, KvType::kQ4_0}));
   EXPECT_EQ(kv.Get(KvOpt::kType), "q8_0/q4_0");
+  KvShape shape;
+  shape.n_layer = 1, shape.n_head_kv = 1, shape.head_dim = 32, shape.n_ctx = 16;
+  EXPECT_TRUE(ResolveKvConfig(kv, shape)->rotate);  // block types: rotated by default
+  KvConfig f16;
+  EXPECT_FALSE(ResolveKvConfig(f16, shape)->rotate);
+  ASSERT_TRUE(kv.Set(KvOpt::kRotate, "off").ok());
+  EXPECT_FALSE(ResolveKvConfig(kv, shape)->rotate);
   ASSERT_TRUE(kv.Set(KvOpt::kRotate, "on").ok());
   EXPECT_TRUE(kv.rotate);
   Status bad = kv.Set(KvOpt::kTypeK, "q3", KvSpelling::kField);
