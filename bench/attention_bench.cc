@@ -11,6 +11,7 @@
 #include "attention/attention.h"
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_quant.h"
 #include "kv/kv_pool.h"
 
 namespace rotor {
@@ -33,7 +34,7 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
   KvBlockPool blocks(shape, KvPoolOptions{.block_cells = block});
   KvConfig cfg;
   cfg.rope_k = rope_k;
-  cfg.type = type;
+  cfg.types = KvTypes{type, type};
   auto cache = std::move(KvCache::Create(shape, cfg, &blocks)).value();
   const int row = s.n_head_kv * s.head_dim;
   std::mt19937 rng(1);
@@ -73,7 +74,7 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
     Attend(pool, a, scratch);
     benchmark::DoNotOptimize(out.data());
   }
-  const double bytes = 2.0 * depth * row * KvTypeBytes(type);
+  const double bytes = 2.0 * depth * s.n_head_kv * static_cast<double>(KvHeadBytes(type, s.head_dim));
   state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1000);
 }
@@ -106,6 +107,22 @@ BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached_f16, kStories110M, Rope
     ->Apply(Args);
 BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred_f16, kStories110M, RopeK::kDeferred, KvType::kF16)
     ->Apply(Args);
+// The block types and bf16 (issue #20), decode at depth: the integer K path
+// (cached) and the decoded one (deferred).
+#define KV_TYPE_CASES(name, T)                                                                   \
+  BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached_##name, kStories110M, RopeK::kCached, \
+                    KvType::T)                                                                   \
+      ->Apply(Args);                                                                             \
+  BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred_##name, kStories110M,               \
+                    RopeK::kDeferred, KvType::T)                                                 \
+      ->Apply(Args);                                                                             \
+  BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached_##name, kLlama1B, RopeK::kCached, KvType::T) \
+      ->Apply(Args);
+KV_TYPE_CASES(bf16, kBF16)
+KV_TYPE_CASES(q8_0, kQ8_0)
+KV_TYPE_CASES(q4_0, kQ4_0)
+KV_TYPE_CASES(q5_0, kQ5_0)
+
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached, kLlama1B, RopeK::kCached, KvType::kF32)->Apply(Args);
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred, kLlama1B, RopeK::kDeferred, KvType::kF32)->Apply(Args);
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached_f16, kLlama1B, RopeK::kCached, KvType::kF16)->Apply(Args);

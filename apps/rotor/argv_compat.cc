@@ -33,11 +33,13 @@ struct Missing {
 constexpr std::string_view kGpu = "rotor runs on the CPU";
 constexpr std::string_view kSampler = "rotor's sampler has no such stage";
 constexpr Missing kMissing[] = {
-    // Until a subcommand has --cache-type-k (then the alias above applies).
-    {"-ctk", "rotor's K/V element type is --kv-type (one type for K and V)"},
-    {"-ctv", "rotor's K/V element type is --kv-type (one type for K and V)"},
-    {"--cache-type-k", "rotor's K/V element type is --kv-type (one type for K and V)"},
-    {"--cache-type-v", "rotor's K/V element type is --kv-type (one type for K and V)"},
+    // Where the subcommand has --cache-type-k the alias above applies.
+    {"-ctk", "this command stores no K/V (generate, chat, serve, bench and perplexity take it)"},
+    {"-ctv", "this command stores no K/V (generate, chat, serve, bench and perplexity take it)"},
+    {"--cache-type-k",
+     "this command stores no K/V (generate, chat, serve, bench and perplexity take it)"},
+    {"--cache-type-v",
+     "this command stores no K/V (generate, chat, serve, bench and perplexity take it)"},
     {"-i", "interactive mode is `rotor chat`"},
     {"--interactive", "interactive mode is `rotor chat`"},
     {"-if", "interactive mode is `rotor chat`"},

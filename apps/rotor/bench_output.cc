@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "base/cpu.h"
+#include "kv/kv_quant.h"
 
 namespace rotor::cli {
 namespace {
@@ -75,7 +76,7 @@ class MarkdownWriter : public BenchWriter {
       cells.push_back(KvPolicyUses(kv.policy, KvOpt::kPositions)
                           ? std::string(KvPositionsName(kv.positions))
                           : "-");
-    if (cols_.kv_type) cells.push_back(std::string(KvTypeName(kv.type)));
+    if (cols_.kv_type) cells.push_back(KvTypesName(kv.types) + (kv.rotate ? "+rot" : ""));
     if (cols_.prefill_step)
       cells.push_back(c.prefill_step > 0 ? fmt::format("{}", c.prefill_step) : "whole");
     if (cols_.n_ctx) cells.push_back(fmt::format("{}", c.n_ctx));
@@ -241,8 +242,11 @@ Json BenchRowJson(const BenchRow& row) {
   j["kv_size"] = r.kv.size;
   j["rope_k"] = std::string(RopeKName(r.kv.rope_k));
   j["kv_positions"] = std::string(KvPositionsName(r.kv.positions));
-  j["type_k"] = std::string(KvTypeName(r.kv.type));  // llama-bench's fields: one type for both
-  j["type_v"] = std::string(KvTypeName(r.kv.type));
+  j["type_k"] = std::string(KvTypeName(r.kv.types.k));  // llama-bench's fields
+  j["type_v"] = std::string(KvTypeName(r.kv.types.v));
+  j["kv_rotate"] = r.kv.rotate;
+  // K and V bytes one token takes in every layer.
+  j["kv_bytes_per_token"] = r.kv_bytes_per_token;
   j["prefill_step"] = c.prefill_step;
   j["n_prompt"] = c.test.n_prompt;
   j["n_gen"] = c.test.n_gen;

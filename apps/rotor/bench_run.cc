@@ -12,6 +12,7 @@
 #include "base/timer.h"
 #include "engine/runner.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_quant.h"
 
 namespace rotor::cli {
 namespace {
@@ -52,7 +53,8 @@ BenchWork EstimateWork(const BenchModel& bm, const BenchCase& c, int kv_cells) {
   const ModelConfig& mc = bm.model->config();
   const double attn_flops_per_key = 4.0 * mc.n_layer * mc.n_head * mc.head_dim;
   const double kv_bytes_per_token =
-      2.0 * mc.n_layer * mc.n_head_kv * mc.head_dim * KvTypeBytes(c.kv.type);
+      static_cast<double>(mc.n_layer) * mc.n_head_kv *
+      static_cast<double>(KvHeadBytes(c.kv.types.k, mc.head_dim) + KvHeadBytes(c.kv.types.v, mc.head_dim));
   const int64_t cap = std::max(kv_cells, 1);
   const BenchTest& t = c.test;
   BenchWork w;
@@ -110,6 +112,12 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
     caches.push_back(std::move(cache));
   }
   r.kv = caches[0]->config();
+  {
+    const ModelConfig& mc = bm.model->config();
+    r.kv_bytes_per_token = static_cast<int64_t>(mc.n_layer) * mc.n_head_kv *
+                           static_cast<int64_t>(KvHeadBytes(r.kv.types.k, mc.head_dim) +
+                                                KvHeadBytes(r.kv.types.v, mc.head_dim));
+  }
   r.work = EstimateWork(bm, c, r.kv.size);
   // Every sequence's chunk in one pass.
   const int chunk = c.prefill_step > 0 ? c.prefill_step : std::max({t.n_prompt, t.n_depth, 1});
@@ -181,7 +189,7 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
         }));
       }
       r.kv_blocks = kv_pool.stats().blocks_used;
-      r.kv_bytes = r.kv_blocks * static_cast<int64_t>(kv_pool.BlockBytes(c.kv.type));
+      r.kv_bytes = r.kv_blocks * static_cast<int64_t>(kv_pool.BlockBytes(c.kv.types));
     }
     if (progress) progress("run", rep);
     ASSIGN_OR_RETURN(int64_t ns, run_test());

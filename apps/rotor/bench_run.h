@@ -48,6 +48,7 @@ struct BenchResult {
   // sequences hold (a shared one counted once) and their bytes, and the
   // fill's tokens found in the prefix cache (--shared-prefix).
   int64_t kv_blocks = 0, kv_bytes = 0, prefix_hit_tokens = 0;
+  int64_t kv_bytes_per_token = 0;  // K and V of one token, every layer, in the cache's types
 };
 
 // Statistics of a result: llama-bench's definitions (sample standard deviation;

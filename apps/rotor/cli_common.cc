@@ -147,8 +147,9 @@ void AddKvOptions(CLI::App* app, KvConfig* kv) {
     help += fmt::format(" (default: {})", spec.default_text);
     const KvOpt id = spec.id;
     // llama.cpp's --keep (tokens kept when its context shifts) is the sinks.
-    const std::string names =
-        std::string(spec.flag) + (spec.id == KvOpt::kKeep ? ",--keep" : "");
+    std::string names(spec.flag);
+    if (!spec.alias.empty()) names += "," + std::string(spec.alias);
+    if (spec.id == KvOpt::kKeep) names += ",--keep";
     app->add_option_function<std::string>(
            names,
            [kv, id](const std::string& value) {
@@ -165,7 +166,9 @@ void AddKvListOptions(CLI::App* app, KvLists* lists) {
     std::string help = fmt::format("{}, comma-separated", spec.help);
     if (!spec.is_int) help += ": " + KvChoicesText(spec.id);
     help += fmt::format(" (default: {})", spec.default_text);
-    app->add_option(std::string(spec.flag), (*lists)[spec.id], help)
+    std::string names(spec.flag);
+    if (!spec.alias.empty()) names += "," + std::string(spec.alias);
+    app->add_option(names, (*lists)[spec.id], help)
         ->delimiter(',')
         ->type_name(spec.is_int ? "INT,..." : "NAME,...");
   }

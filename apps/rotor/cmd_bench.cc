@@ -63,7 +63,7 @@ BenchColumns ColumnsFor(const BenchArgs& a, const std::vector<BenchCase>& cases)
     cols.kv_size |= KvPolicyEvicts(c.kv.policy);
     cols.rope_k |= c.kv.rope_k != RopeK::kCached;
     cols.positions |= KvPolicyEvicts(c.kv.policy) && KvPolicyUses(c.kv.policy, KvOpt::kPositions);
-    cols.kv_type |= c.kv.type != KvType::kF32;
+    cols.kv_type |= c.kv.types != KvTypes{} || c.kv.rotate;
     cols.prefill_step |= c.prefill_step != 512;
     cols.n_seq |= c.n_seq != 1;
   }

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "argv_compat.h"
 #include "base/log.h"

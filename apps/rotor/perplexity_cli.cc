@@ -30,7 +30,10 @@ Result<std::vector<PerplexityRun>> ExpandPerplexityRuns(const PerplexityArgs& a,
     if (KvPolicyUses(kv.policy, KvOpt::kPositions))
       run.label += fmt::format("-{}", KvPositionsName(resolved->positions));
     if (kv.rope_k == RopeK::kDeferred) run.label += "-deferred";
-    if (a.kv[KvOpt::kType].size() > 1) run.label += fmt::format("-{}", KvTypeName(kv.type));
+    if (a.kv[KvOpt::kType].size() > 1 || a.kv[KvOpt::kTypeK].size() > 1 ||
+        a.kv[KvOpt::kTypeV].size() > 1)
+      run.label += fmt::format("-{}", KvTypesName(kv.types));
+    if (a.kv[KvOpt::kRotate].size() > 1) run.label += kv.rotate ? "-rot" : "-norot";
     const bool seen = std::any_of(runs.begin(), runs.end(),
                                   [&](const PerplexityRun& r) { return r.label == run.label; });
     if (!seen) runs.push_back(run);

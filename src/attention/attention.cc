@@ -8,6 +8,7 @@
 #include "attention/attention_internal.h"
 #include "base/check.h"
 #include "base/cpu.h"
+#include "kv/kv_quant.h"
 #include "ops/quant.h"
 #include "ops/rope.h"
 
@@ -18,7 +19,8 @@ using attn::kBlock;
 AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int head_dim)
     : n_threads_(n_threads), n_head_(n_head), head_dim_(head_dim) {
   per_thread_ = static_cast<size_t>(n_head) * kBlock + 3 * head_dim + n_head * head_dim +
-                kBlock * 2 * head_dim + 2 * n_head + n_head * head_dim;
+                kBlock * 2 * head_dim + 2 * n_head + n_head * head_dim +
+                (n_head * head_dim + 3) / 4 + n_head * head_dim;
   per_thread_ = (per_thread_ + 15) / 16 * 16;
   buf_.Resize(per_thread_ * n_threads);
   lanes_.resize(n_threads);
@@ -34,7 +36,9 @@ AttentionScratch::Thread AttentionScratch::thread(int t) {
   th.far = p, p += static_cast<size_t>(kBlock) * 2 * head_dim_;
   th.m = p, p += n_head_;
   th.l = p, p += n_head_;
-  th.acc = p;
+  th.acc = p, p += static_cast<size_t>(n_head_) * head_dim_;
+  th.q8d = p, p += static_cast<size_t>(n_head_) * head_dim_;
+  th.q8 = reinterpret_cast<int8_t*>(p);
   return th;
 }
 
@@ -50,9 +54,14 @@ AttentionScratch::LaneBuffers& AttentionScratch::lanes(int thread, size_t max_ke
   return b;
 }
 
-uint16_t* AttentionScratch::ChunkF16(size_t elements) {
-  if (chunk16_.size() < elements) chunk16_.Resize(elements);
-  return chunk16_.data();
+uint8_t* AttentionScratch::ChunkBytes(size_t bytes) {
+  if (chunk_bytes_.size() < bytes) chunk_bytes_.Resize(bytes);
+  return chunk_bytes_.data();
+}
+
+float* AttentionScratch::QueryRot(size_t elements) {
+  if (q_rot_.size() < elements) q_rot_.Resize(elements);
+  return q_rot_.data();
 }
 
 float* AttentionScratch::Partials(int64_t n_tasks) {
@@ -74,6 +83,8 @@ attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Th
   st.m = th.m;
   st.l = th.l;
   st.acc = th.acc;
+  st.q8 = th.q8;
+  st.q8d = th.q8d;
   if (a.rope != nullptr) st.partner = a.rope->partner().data();
   return st;
 }
@@ -93,6 +104,14 @@ void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBloc
   block.sin[b] = row + table.head_dim();
 }
 
+void SetBlockTypes(const KvLayerView& view, int head_dim, attn::KeyBlock& block) {
+  block.tk = static_cast<attn::Elem>(view.types.k);
+  block.tv = static_cast<attn::Elem>(view.types.v);
+  block.k_head_bytes = static_cast<int>(KvHeadBytes(view.types.k, head_dim));
+  block.v_head_bytes = static_cast<int>(KvHeadBytes(view.types.v, head_dim));
+  block.qblock = KvQuantBlock(head_dim);
+}
+
 namespace {
 
 // Builds key blocks for one (token, cell range) task and folds them.
@@ -104,7 +123,7 @@ class TaskRunner {
         th_(th),
         deferred_(a.cache->rope_k == RopeK::kDeferred),
         state_(MakeFoldState(a, th, a.n_head, a.n_head_kv)) {
-    block_.f16 = a.cache->type == KvType::kF16;
+    SetBlockTypes(*a.cache, a.head_dim, block_);
   }
 
   // Processes cells [c0, c1) (and the ubatch's own keys if `chunk`) for token i.
@@ -124,14 +143,19 @@ class TaskRunner {
     const bool shifted_sinks = delta != 0 && cache.keep > 0;
     const float* q_sink = q;
     if (shifted_sinks && !deferred_) {
+      // q is rotated (Hadamard) when the keys are: back, RoPE-shifted, again.
       std::memcpy(th_.q_sink, q, sizeof(float) * nh * hd);
+      const int64_t n = static_cast<int64_t>(nh) * hd;
+      if (cache.rotate_k) KvHadamard(th_.q_sink, n, KvQuantBlock(hd));
       ops::RopeShift(a_.rope->config(), th_.q_sink, nh, -delta);
+      if (cache.rotate_k) KvHadamard(th_.q_sink, n, KvQuantBlock(hd));
       q_sink = th_.q_sink;
     }
     const bool two_pass = shifted_sinks && !deferred_;
     for (int pass = 0; pass < (two_pass ? 2 : 1); ++pass) {
       const bool sink_pass = pass == 1;
       state_.q = sink_pass ? q_sink : q;
+      state_.q8_of = nullptr;
       auto add = [&](const void* k, const void* v, int32_t pos_k, TextIndex idx) {
         if (!plan.visibility.Visible(t, idx)) return;
         const bool sink = idx < cache.keep;
@@ -145,7 +169,7 @@ class TaskRunner {
       }
       if (chunk)
         for (int j = 0; j <= i; ++j)
-          add(cut_.chunk_k + j * cut_.chunk_row_bytes, cut_.chunk_v + j * cut_.chunk_row_bytes,
+          add(cut_.chunk_k + j * cut_.chunk_k_row_bytes, cut_.chunk_v + j * cut_.chunk_v_row_bytes,
               plan.pos[j], plan.first + j);
       Flush();
     }
@@ -208,33 +232,58 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a) {
   return c;
 }
 
-// Where each ubatch's own K/V rows are read from: in place (f32 caches) or
-// rounded to f16 (f16 caches), so they are the values the cache will hold.
+// Where each ubatch's own K/V rows are read from: in place (f32 caches
+// without rotation) or stored as the cache stores them (rounded, quantized,
+// rotated), so they are the values the cache will hold.
 void SetChunks(std::span<const AttentionArgs> batch, AttentionScratch& scratch,
                std::vector<Cut>& cuts) {
-  size_t n16 = 0;
+  auto in_place = [](const KvLayerView& v, bool is_v) {
+    return (is_v ? v.types.v : v.types.k) == KvType::kF32 && !(is_v ? v.rotate_v : v.rotate_k);
+  };
+  size_t bytes = 0;
   for (const AttentionArgs& a : batch)
-    if (a.cache->type == KvType::kF16)
-      n16 += 2 * static_cast<size_t>(a.plan->n_tokens) * a.n_head_kv * a.head_dim;
-  uint16_t* buf = n16 > 0 ? scratch.ChunkF16(n16) : nullptr;  // [sum of 2 x n_tokens x row]
+    for (bool is_v : {false, true})
+      if (!in_place(*a.cache, is_v))
+        bytes += static_cast<size_t>(a.plan->n_tokens) * a.n_head_kv *
+                     KvHeadBytes(is_v ? a.cache->types.v : a.cache->types.k, a.head_dim) +
+                 64;
+  // [sum of n_tokens x row of K and V] each ubatch's typed rows.
+  uint8_t* buf = bytes > 0 ? scratch.ChunkBytes(bytes) : nullptr;
+  std::vector<float> rot;  // [n_head_kv * head_dim] one rotated row
   for (size_t b = 0; b < batch.size(); ++b) {
     const AttentionArgs& a = batch[b];
+    const KvLayerView& view = *a.cache;
     Cut& c = cuts[b];
-    if (a.cache->type == KvType::kF32) {
-      c.chunk_k = reinterpret_cast<const uint8_t*>(a.k);
-      c.chunk_v = reinterpret_cast<const uint8_t*>(a.v);
-      c.chunk_row_bytes = static_cast<size_t>(a.kv_stride) * sizeof(float);
-      continue;
+    for (bool is_v : {false, true}) {
+      const float* src = is_v ? a.v : a.k;
+      const uint8_t** chunk = is_v ? &c.chunk_v : &c.chunk_k;
+      size_t* row_bytes = is_v ? &c.chunk_v_row_bytes : &c.chunk_k_row_bytes;
+      if (in_place(view, is_v)) {
+        *chunk = reinterpret_cast<const uint8_t*>(src);
+        *row_bytes = static_cast<size_t>(a.kv_stride) * sizeof(float);
+        continue;
+      }
+      const KvType t = is_v ? view.types.v : view.types.k;
+      const bool rotate = is_v ? view.rotate_v : view.rotate_k;
+      const int64_t row = static_cast<int64_t>(a.n_head_kv) * a.head_dim;
+      *row_bytes = a.n_head_kv * KvHeadBytes(t, a.head_dim);
+      *chunk = buf;
+      if (rotate) rot.resize(row);
+      for (int64_t j = 0; j < a.plan->n_tokens; ++j) {
+        const float* x = src + j * a.kv_stride;
+        if (rotate) {
+          std::copy(x, x + row, rot.data());
+          KvHadamard(rot.data(), row, KvQuantBlock(a.head_dim));
+          x = rot.data();
+        }
+        uint8_t* dst = buf + j * *row_bytes;
+        if (t == KvType::kF16)  // as KvCache::Store
+          ops::F32ToF16Row(x, reinterpret_cast<uint16_t*>(dst), row);
+        else
+          KvQuantizeHeads(t, a.head_dim, a.n_head_kv, x, dst);
+      }
+      buf += (a.plan->n_tokens * *row_bytes + 63) / 64 * 64;
     }
-    const int64_t row = static_cast<int64_t>(a.n_head_kv) * a.head_dim, n = a.plan->n_tokens;
-    for (int64_t j = 0; j < n; ++j) {
-      ops::F32ToF16Row(a.k + j * a.kv_stride, buf + j * row, row);
-      ops::F32ToF16Row(a.v + j * a.kv_stride, buf + (n + j) * row, row);
-    }
-    c.chunk_k = reinterpret_cast<const uint8_t*>(buf);
-    c.chunk_v = reinterpret_cast<const uint8_t*>(buf + n * row);
-    c.chunk_row_bytes = static_cast<size_t>(row) * sizeof(uint16_t);
-    buf += 2 * n * row;
   }
 }
 
@@ -292,9 +341,31 @@ void Attend(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch)
   AttendBatch(pool, std::span<const AttentionArgs>(&a, 1), scratch);
 }
 
-void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
+void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch_in,
                  AttentionScratch& scratch) {
   CHECK_LE(pool.size(), scratch.n_threads());
+  // Rotated keys (--kv-rotate, cached RoPE): the queries rotated alike, so
+  // q.k is unchanged; rotated values: the outputs rotated back at the end.
+  std::span<const AttentionArgs> batch = batch_in;
+  size_t n_rot = 0;
+  for (const AttentionArgs& a : batch_in)
+    if (a.cache->rotate_k) n_rot += static_cast<size_t>(a.plan->n_tokens) * a.n_head * a.head_dim;
+  if (n_rot > 0) {
+    float* q = scratch.QueryRot(n_rot);  // [sum of n_tokens, n_head, head_dim]
+    std::vector<AttentionArgs>& args = scratch.rotated_args();
+    args.assign(batch_in.begin(), batch_in.end());
+    for (AttentionArgs& a : args) {
+      if (!a.cache->rotate_k) continue;
+      const int64_t row = static_cast<int64_t>(a.n_head) * a.head_dim;
+      for (int i = 0; i < a.plan->n_tokens; ++i) {
+        std::copy(a.q + i * a.q_stride, a.q + i * a.q_stride + row, q + i * row);
+        KvHadamard(q + i * row, row, KvQuantBlock(a.head_dim));
+      }
+      a.q = q, a.q_stride = row;
+      q += a.plan->n_tokens * row;
+    }
+    batch = args;
+  }
   std::vector<AttentionScratch::Cut>& cuts = scratch.cuts();
   cuts.assign(batch.size(), Cut{});
   int64_t n_tasks = 0, n_partials = 0;
@@ -334,6 +405,12 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch,
     if (batch[b].plan->hooks == nullptr) continue;
     cuts[b].avx512 = UseAvx512(batch[b]);
     AttendLanes(pool, batch[b], *batch[b].plan, scratch, cuts[b]);
+  }
+  for (const AttentionArgs& a : batch) {
+    if (!a.cache->rotate_v) continue;
+    const int64_t row = static_cast<int64_t>(a.n_head) * a.head_dim;
+    for (int i = 0; i < a.plan->n_tokens; ++i)
+      KvHadamard(a.out + i * a.out_stride, row, KvQuantBlock(a.head_dim));
   }
 }
 

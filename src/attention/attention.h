@@ -57,6 +57,8 @@ class AttentionScratch {
     float* m;         // [n_head]
     float* l;         // [n_head]
     float* acc;       // [n_head, head_dim]
+    int8_t* q8;       // [n_head, head_dim] the query quantized (block-type keys)
+    float* q8d;       // [n_head, head_dim] its blocks' scales (FoldState::q8d)
   };
   Thread thread(int t);
   // Partial softmax states of split tasks: [n_tasks, n_head, head_dim + 2].
@@ -82,23 +84,30 @@ class AttentionScratch {
     int64_t first_partial = 0;  // in Partials(), when splits > 1
     bool avx512 = false;
     // The ubatch's own K and V as attention reads them: args.k / args.v, or
-    // their rounding to the cache's type. [n_tokens, n_head_kv, head_dim].
+    // their rounding (and rotation) to the cache's types: [n_tokens,
+    // n_head_kv] heads of the K (V) type, rows chunk_{k,v}_row_bytes apart.
     const uint8_t* chunk_k = nullptr;
     const uint8_t* chunk_v = nullptr;
-    size_t chunk_row_bytes = 0;
+    size_t chunk_k_row_bytes = 0, chunk_v_row_bytes = 0;
   };
   std::vector<Cut>& cuts() { return cuts_; }  // capacity kept between calls
-  // f16 copies of the ubatches' K/V, grown to the largest request once.
-  uint16_t* ChunkF16(size_t elements);
+  // The batch's arguments with rotated queries (--kv-rotate).
+  std::vector<AttentionArgs>& rotated_args() { return rotated_args_; }
+  // Typed copies of the ubatches' K/V, grown to the largest request once.
+  uint8_t* ChunkBytes(size_t bytes);
+  // Rotated copies of the ubatches' queries (--kv-rotate), grown once.
+  float* QueryRot(size_t elements);
 
  private:
   int n_threads_, n_head_, head_dim_;
   size_t per_thread_;
   AlignedBuffer<float> buf_;
   AlignedBuffer<float> partials_;
-  AlignedBuffer<uint16_t> chunk16_;
+  AlignedBuffer<uint8_t> chunk_bytes_;
+  AlignedBuffer<float> q_rot_;
   std::vector<LaneBuffers> lanes_;
   std::vector<Cut> cuts_;
+  std::vector<AttentionArgs> rotated_args_;
 };
 
 void Attend(ThreadPool& pool, const AttentionArgs& args, AttentionScratch& scratch);

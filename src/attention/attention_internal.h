@@ -11,6 +11,9 @@ namespace rotor {
 attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Thread& th,
                               int n_head, int n_head_kv);
 
+// A key block's element types and head sizes, from the layer's view.
+void SetBlockTypes(const KvLayerView& view, int head_dim, attn::KeyBlock& block);
+
 // Sets key b's rotation rows for a key `distance` behind its query (deferred
 // RoPE): two table levels, or a row computed into `far` (kBlock rows of
 // 2 x head_dim, `*far_used` of them taken) for a key beyond the table.

@@ -16,6 +16,7 @@
 #include "attention/attention_internal.h"
 #include "base/check.h"
 #include "base/cpu.h"
+#include "kv/kv_quant.h"
 
 namespace rotor {
 
@@ -33,7 +34,8 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
   const int lane = view.first_lane;
   const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
   const int32_t n_cells = view.n_cells, n = plan.n_tokens;
-  const size_t head_bytes = static_cast<size_t>(hd) * KvTypeBytes(view.type);
+  const size_t k_head_bytes = KvHeadBytes(view.types.k, hd);
+  const size_t v_head_bytes = KvHeadBytes(view.types.v, hd);
   const bool deferred = view.rope_k == RopeK::kDeferred;
   const bool avx512_weights = ActiveIsa() == Isa::kAvx512;
   const int n_pieces = std::min(pool.size(), view.lane_heads);
@@ -50,17 +52,19 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
     pool.Run(n_pieces, [&](int p, int thread) {
       const int k0 = view.lane_heads * p / n_pieces, k1 = view.lane_heads * (p + 1) / n_pieces;
       const int q_heads = (k1 - k0) * group;
-      const size_t col = static_cast<size_t>(k0) * head_bytes;
+      const size_t k_col = static_cast<size_t>(k0) * k_head_bytes;
+      const size_t v_col = static_cast<size_t>(k0) * v_head_bytes;
       AttentionScratch::Thread th = scratch.thread(thread);
       AttentionScratch::LaneBuffers& buf = *bufs[p];
       attn::FoldState st = MakeFoldState(a, th, q_heads, k1 - k0);
       st.q = a.q + i * a.q_stride + static_cast<int64_t>(k0) * group * hd;
+      st.q8_of = nullptr;
       std::fill(st.m, st.m + q_heads, -std::numeric_limits<float>::infinity());
       std::fill(st.l, st.l + q_heads, 0.f);
       std::fill(st.acc, st.acc + static_cast<size_t>(q_heads) * hd, 0.f);
       const int32_t* pos = cells.lane_pos(lane);
       attn::KeyBlock block;
-      block.f16 = view.type == KvType::kF16;
+      SetBlockTypes(view, hd, block);
       for (int k = 0; k < n_keys;) {
         int far_used = 0;
         block.n = 0;
@@ -70,11 +74,11 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
           const TextIndex idx = index[c];
           const int b = block.n++;
           if (idx >= plan.first) {  // a token of this ubatch: its own K/V
-            block.k[b] = cut.chunk_k + (idx - plan.first) * cut.chunk_row_bytes + col;
-            block.v[b] = cut.chunk_v + (idx - plan.first) * cut.chunk_row_bytes + col;
+            block.k[b] = cut.chunk_k + (idx - plan.first) * cut.chunk_k_row_bytes + k_col;
+            block.v[b] = cut.chunk_v + (idx - plan.first) * cut.chunk_v_row_bytes + v_col;
           } else {
-            block.k[b] = static_cast<const uint8_t*>(view.KRow(c)) + col;
-            block.v[b] = static_cast<const uint8_t*>(view.VRow(c)) + col;
+            block.k[b] = static_cast<const uint8_t*>(view.KRow(c)) + k_col;
+            block.v[b] = static_cast<const uint8_t*>(view.VRow(c)) + v_col;
           }
           block.cos[b] = block.sin[b] = block.cos2[b] = block.sin2[b] = nullptr;
           if (deferred)
@@ -127,7 +131,8 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
   const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
   const int lane_heads = view.lane_heads, q_heads = lane_heads * group;
   const int32_t n_cells = view.n_cells, n = plan.n_tokens;
-  const size_t head_bytes = static_cast<size_t>(hd) * KvTypeBytes(view.type);
+  const size_t k_head_bytes = KvHeadBytes(view.types.k, hd);
+  const size_t v_head_bytes = KvHeadBytes(view.types.v, hd);
   const bool deferred = view.rope_k == RopeK::kDeferred;
   const bool avx512_weights = ActiveIsa() == Isa::kAvx512;
   const int n_ranges = std::min(pool.size(), view.n_lanes);
@@ -150,7 +155,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
     }
     std::vector<int> n_keys(nl);
     attn::KeyBlock block;
-    block.f16 = view.type == KvType::kF16;
+    SetBlockTypes(view, hd, block);
     for (int i = 0; i < n; ++i) {
       int32_t hi = 0;
       for (int l = 0; l < nl; ++l) {
@@ -159,6 +164,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
         hi = std::max(hi, cells.hi(lane));
         attn::FoldState& s = st[l];
         s.q = a.q + i * a.q_stride + static_cast<int64_t>(g0 + l) * q_heads * hd;
+        s.q8_of = nullptr;
         std::fill(s.m, s.m + q_heads, -std::numeric_limits<float>::infinity());
         std::fill(s.l, s.l + q_heads, 0.f);
         std::fill(s.acc, s.acc + static_cast<size_t>(q_heads) * hd, 0.f);
@@ -170,7 +176,8 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
           const int lane = view.first_lane + g0 + l;
           const TextIndex* index = cells.lane_index(lane);
           const int32_t* pos = cells.lane_pos(lane);
-          const size_t col = static_cast<size_t>(g0 + l) * lane_heads * head_bytes;
+          const size_t k_col = static_cast<size_t>(g0 + l) * lane_heads * k_head_bytes;
+          const size_t v_col = static_cast<size_t>(g0 + l) * lane_heads * v_head_bytes;
           int32_t* keys = buf.key_cells.data() + static_cast<size_t>(l) * buf.stride;
           int far_used = 0;
           block.n = 0;
@@ -181,11 +188,11 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
             const uint8_t* v;
             if (idx >= plan.first) {  // a token of this ubatch: its own K/V
               CHECK(idx - plan.first <= i);
-              k = cut.chunk_k + (idx - plan.first) * cut.chunk_row_bytes + col;
-              v = cut.chunk_v + (idx - plan.first) * cut.chunk_row_bytes + col;
+              k = cut.chunk_k + (idx - plan.first) * cut.chunk_k_row_bytes + k_col;
+              v = cut.chunk_v + (idx - plan.first) * cut.chunk_v_row_bytes + v_col;
             } else {
-              k = static_cast<const uint8_t*>(view.KRow(c)) + col;
-              v = static_cast<const uint8_t*>(view.VRow(c)) + col;
+              k = static_cast<const uint8_t*>(view.KRow(c)) + k_col;
+              v = static_cast<const uint8_t*>(view.VRow(c)) + v_col;
             }
             const int b = block.n++;
             block.k[b] = k;

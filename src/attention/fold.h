@@ -10,6 +10,13 @@ namespace rotor::attn {
 
 inline constexpr int kBlock = 64;  // keys per online-softmax block
 
+// Element types of K and V rows: KvType's values (kv_config.h), which ISA
+// translation units do not include. A row is n_head_kv heads of head_bytes
+// each; the block types hold blocks of `qblock` elements (kv_quant.h).
+enum class Elem : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kQ8_0 = 3, kQ4_0 = 4, kQ5_0 = 5 };
+// static: internal to each translation unit (ISA units are compiled with other flags).
+static constexpr bool IsBlockType(Elem e) { return e == Elem::kQ8_0 || e == Elem::kQ4_0 || e == Elem::kQ5_0; }
+
 struct FoldState {
   int n_head = 0, n_head_kv = 0, head_dim = 0;
   float scale = 1.0f;
@@ -22,13 +29,24 @@ struct FoldState {
   float* m = nullptr;             // [n_head] running max of scaled scores
   float* l = nullptr;             // [n_head] running sum of exp(score - m)
   float* acc = nullptr;           // [n_head, head_dim] running sum of exp(score - m) * v
+  // The query quantized for integer dot products with block-type keys
+  // (QuantizeQuery): q8_0 blocks of the keys' block size.
+  int8_t* q8 = nullptr;           // [n_head, head_dim] quants
+  float* q8d = nullptr;           // [n_head, head_dim / 8 * 8]: block b's scale at [b * 8, b * 8 + 8)
+  const float* q8_of = nullptr;   // the q they were made from; null: not yet (set q8_of = null with q)
 };
+
+// Quantizes s.q (n_head heads) into s.q8 / s.q8d in blocks of `qblock`
+// elements: d = amax / 127, q = round(x / d) (q8_0's rule); sets s.q8_of.
+void QuantizeQuery(FoldState& s, int qblock);
 
 struct KeyBlock {
   int n = 0;
-  bool f16 = false;           // k and v rows hold f16 (else f32) values
-  const void* k[kBlock];      // each [n_head_kv, head_dim]
-  const void* v[kBlock];      // each [n_head_kv, head_dim]
+  Elem tk = Elem::kF32, tv = Elem::kF32;  // element types of the k and v rows
+  int k_head_bytes = 0, v_head_bytes = 0;  // bytes of one head of a k (v) row
+  int qblock = 32;                         // elements per block of the block types
+  const void* k[kBlock];      // each [n_head_kv] heads
+  const void* v[kBlock];      // each [n_head_kv] heads
   const float* cos[kBlock];   // deferred: [head_dim] rotation rows; null when keys are rotated
   const float* sin[kBlock];
   // Deferred, two-level: the fine rows to combine with cos/sin by angle
@@ -37,6 +55,10 @@ struct KeyBlock {
   const float* sin2[kBlock];
 };
 
+// Scalar reference, any types and head size. Block-type keys without a
+// rotation row (cached RoPE) are scored by integer dot products with the
+// quantized query (as the fast paths); rotated ones (deferred RoPE) and every
+// other type as f32. V heads are decoded value by value into the accumulators.
 void FoldScalar(FoldState& s, const KeyBlock& b);
 
 // A token's attention probabilities over n_keys keys, summed over its query
@@ -47,7 +69,12 @@ void LaneWeightsScalar(const float* scores, size_t stride, int n_heads, int n_ke
                        const float* l, float* out);
 void LaneWeightsAvx512(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
                        const float* l, float* out);
-// head_dim % 16 == 0 and normal pairs (or cached keys).
+// head_dim % 16 == 0 and normal pairs (or cached keys). Types other than
+// f32 / f32 and f16 / f16 go to FoldQuantAvx512.
 void FoldAvx512(FoldState& s, const KeyBlock& b);
+// Any mix of types with qblock 32 (head_dim % 32 == 0, up to 256; else
+// FoldScalar): block-type keys under cached RoPE by VNNI integer dot products
+// with the quantized query; V decoded in registers (fold_quant_avx512.cc).
+void FoldQuantAvx512(FoldState& s, const KeyBlock& b);
 
 }  // namespace rotor::attn

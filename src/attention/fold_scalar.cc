@@ -1,24 +1,50 @@
-// Scalar reference of the online-softmax fold: plain loops, any head size and
-// rotation layout.
+// Scalar reference of the online-softmax fold: plain loops, any head size,
+// rotation layout and K/V element types.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "attention/fold.h"
-#include "tensor/fp16.h"
+#include "kv/kv_quant.h"
 
 namespace rotor::attn {
 namespace {
 
-// Element d of a K or V row of head g, as f32.
-inline float At(const void* row, bool f16, int64_t d) {
-  return f16 ? F16ToF32(static_cast<const uint16_t*>(row)[d]) : static_cast<const float*>(row)[d];
+KvType TypeOf(Elem e) { return static_cast<KvType>(e); }
+
+// Head g of a K or V row as f32.
+void DecodeHead(Elem t, int head_bytes, int head_dim, const void* row, int g, float* out) {
+  KvDequantizeHeads(TypeOf(t), head_dim, 1,
+                    static_cast<const uint8_t*>(row) + static_cast<size_t>(g) * head_bytes, out);
 }
 
 }  // namespace
 
+void QuantizeQuery(FoldState& s, int qblock) {
+  const int hd = s.head_dim;
+  for (int h = 0; h < s.n_head; ++h)
+    for (int b = 0; b < hd / qblock; ++b) {
+      const float* x = s.q + static_cast<size_t>(h) * hd + b * qblock;
+      float amax = 0.f;
+      for (int i = 0; i < qblock; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+      int8_t* q = s.q8 + static_cast<size_t>(h) * hd + b * qblock;
+      for (int i = 0; i < qblock; ++i) q[i] = static_cast<int8_t>(std::roundf(x[i] * id));
+      std::fill_n(s.q8d + static_cast<size_t>(h) * hd / qblock * 8 + b * 8, 8, d);
+    }
+  s.q8_of = s.q;
+}
+
 void FoldScalar(FoldState& s, const KeyBlock& b) {
   const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
+  const int qb = b.qblock, nb = IsBlockType(b.tk) ? hd / qb : 0;
+  thread_local std::vector<float> vrow;  // [head_dim] one decoded V head
+  thread_local std::vector<int8_t> kq;   // [head_dim] one key head's integers
+  thread_local std::vector<float> dk;    // [head_dim / qblock] its blocks' scales
+  vrow.resize(hd);
+  kq.resize(hd);
+  dk.resize(nb);
   for (int j = 0; j < b.n; ++j) {
     const float* cosr = b.cos[j];
     const float* sinr = b.sin[j];
@@ -32,12 +58,31 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
       cosr = c, sinr = sn;
     }
     for (int g = 0; g < s.n_head_kv; ++g) {
-      const int64_t o = static_cast<int64_t>(g) * hd;
+      if (cosr == nullptr && nb > 0) {  // integer dot products, block by block
+        if (s.q8_of != s.q) QuantizeQuery(s, qb);
+        const uint8_t* head = static_cast<const uint8_t*>(b.k[j]) +
+                              static_cast<size_t>(g) * b.k_head_bytes;
+        const size_t block_bytes = KvBlockBytes(TypeOf(b.tk), qb);
+        for (int k = 0; k < nb; ++k)
+          dk[k] = KvUnpackBlock(TypeOf(b.tk), qb, head + k * block_bytes, kq.data() + k * qb);
+        for (int h = g * group; h < (g + 1) * group; ++h) {
+          const int8_t* q = s.q8 + static_cast<size_t>(h) * hd;
+          float dot = 0.f;
+          for (int k = 0; k < nb; ++k) {
+            int32_t isum = 0;
+            for (int i = 0; i < qb; ++i) isum += q[k * qb + i] * kq[k * qb + i];
+            dot += dk[k] * s.q8d[static_cast<size_t>(h) * nb * 8 + k * 8] * static_cast<float>(isum);
+          }
+          s.scores[h * kBlock + j] = dot * s.scale;
+        }
+        continue;
+      }
+      DecodeHead(b.tk, b.k_head_bytes, hd, b.k[j], g, vrow.data());
       if (cosr != nullptr) {  // deferred: rotate the key by -distance
         for (int d = 0; d < hd; ++d)
-          s.k_rot[d] = cosr[d] * At(b.k[j], b.f16, o + d) + sinr[d] * At(b.k[j], b.f16, o + s.partner[d]);
+          s.k_rot[d] = cosr[d] * vrow[d] + sinr[d] * vrow[s.partner[d]];
       } else {
-        for (int d = 0; d < hd; ++d) s.k_rot[d] = At(b.k[j], b.f16, o + d);
+        std::copy(vrow.begin(), vrow.end(), s.k_rot);
       }
       const float* k = s.k_rot;
       for (int h = g * group; h < (g + 1) * group; ++h) {
@@ -61,8 +106,8 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
     for (int j = 0; j < b.n; ++j) {
       const float p = std::exp(sc[j] - new_max);
       sum += p;
-      const int64_t o = static_cast<int64_t>(g) * hd;
-      for (int d = 0; d < hd; ++d) acc[d] += p * At(b.v[j], b.f16, o + d);
+      DecodeHead(b.tv, b.v_head_bytes, hd, b.v[j], g, vrow.data());
+      for (int d = 0; d < hd; ++d) acc[d] += p * vrow[d];
     }
     s.l[h] = sum;
     s.m[h] = new_max;

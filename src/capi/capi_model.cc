@@ -157,7 +157,7 @@ rotor_status* rotor_kv_config_set(rotor_kv_config* config, const char* option, c
     for (const rotor::KvOptionSpec& spec : rotor::KvOptions()) {
       if (name == spec.field)
         return rotor::capi::FromStatus(config->config.Set(spec.id, value, rotor::KvSpelling::kField));
-      if (name == spec.flag)
+      if (name == spec.flag || (!spec.alias.empty() && name == spec.alias))
         return rotor::capi::FromStatus(config->config.Set(spec.id, value, rotor::KvSpelling::kFlag));
     }
     std::string known;

@@ -55,7 +55,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
       e->kv_memory_default_ ? DefaultKvMemory(shape, options.max_seqs) : options.kv_memory_bytes;
   e->kv_pool_ = std::make_unique<KvBlockPool>(
       shape, KvPoolOptions{.budget_bytes = budget, .model_id = e->model_->identity()});
-  const int64_t one = static_cast<int64_t>(e->kv_pool_->BlockBytes(KvType::kF16));
+  const int64_t one = static_cast<int64_t>(e->kv_pool_->BlockBytes(KvTypes{}));
   if (budget < one)
     return Errorf("engine: --kv-memory {} bytes holds not one block of {} tokens ({} bytes)",
                   budget, e->kv_pool_->block_cells(), one);
@@ -121,7 +121,7 @@ Result<int64_t> ParseKvMemory(std::string_view text) {
 
 int64_t DefaultKvMemory(const KvShape& shape, int max_seqs) {
   const int64_t per_seq = 2LL * shape.n_layer * shape.n_ctx * shape.n_head_kv * shape.head_dim *
-                          static_cast<int64_t>(KvTypeBytes(KvType::kF32));
+                          int64_t{4};
   const int64_t ram = PhysicalMemoryBytes();
   const int64_t want = per_seq * max_seqs;
   return ram > 0 ? std::min(want, ram / 2) : want;
@@ -129,7 +129,7 @@ int64_t DefaultKvMemory(const KvShape& shape, int max_seqs) {
 
 std::string Engine::DescribeKvMemory() const {
   const KvBlockPool& p = *kv_pool_;
-  const int64_t per_token = static_cast<int64_t>(p.BlockBytes(KvType::kF32)) / p.block_cells();
+  const int64_t per_token = static_cast<int64_t>(p.BlockBytes(KvTypes{KvType::kF32, KvType::kF32})) / p.block_cells();
   return fmt::format(
       "{} MiB{} = {} tokens of f32 K/V ({} of f16), in blocks of {} tokens", p.budget_bytes() >> 20,
       kv_memory_default_ ? " (default; --kv-memory to change)" : "", p.budget_bytes() / per_token,

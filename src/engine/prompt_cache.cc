@@ -12,7 +12,9 @@ namespace {
 // positions: the vehicle between a file and the prefix cache.
 Result<std::unique_ptr<KvCache>> Vehicle(Engine& engine, const KvConfig& kv) {
   KvConfig c;
-  c.type = kv.type;
+  c.types = kv.types;
+  c.rotate = kv.rotate;
+  c.given |= KvOptBit(KvOpt::kRotate);
   c.rope_k = kv.rope_k;
   c.positions = kv.positions;  // the full policy ignores it; the file records it
   return KvCache::Create(engine.model().config().kv_shape(engine.n_ctx()), c, &engine.kv_pool());
@@ -65,13 +67,15 @@ Result<PromptCacheFile> SavePromptCache(Engine& engine, const std::string& path,
 
 int64_t DropPromptCache(Engine& engine, const KvConfig& kv, std::span<const int32_t> text) {
   KvBlockPool& pool = engine.kv_pool();
-  return pool.DropCachedChain(PrefixRoot(PrefixSeed{pool.model_id(), kv.type, kv.rope_k}), text);
+  return pool.DropCachedChain(PrefixRoot(PrefixSeed{pool.model_id(), kv.types, kv.rotate, kv.rope_k}), text);
 }
 
 Result<KvConfig> PromptCacheConfig(const Engine& engine, const std::string& path) {
   ASSIGN_OR_RETURN(KvFileInfo info, ReadKvFileInfo(path));
   KvConfig c;
-  c.type = info.type;
+  c.types = info.types;
+  c.rotate = info.rotate;
+  c.given |= KvOptBit(KvOpt::kRotate);
   c.rope_k = info.rope_k;
   c.positions = info.positions;
   return ResolveKvConfig(c, engine.model().config().kv_shape(engine.n_ctx()));

@@ -80,7 +80,7 @@ Status Runner::Step(std::span<Feed* const> feeds) {
       if (!f->status.ok()) continue;
     }
     const KvBlockPool& pool = f->cache->pool();
-    const KvType type = f->cache->config().type;
+    const KvTypes type = f->cache->config().types;
     int64_t* taken = nullptr;
     for (auto& t : taken_)
       if (t.pool == &pool && t.type == type) taken = &t.blocks;

@@ -115,7 +115,7 @@ class Runner {
   std::vector<Feed*> owners_;     // [inputs_.size()]
   struct PoolNeed {
     const KvBlockPool* pool;
-    KvType type;
+    KvTypes type;
     int64_t blocks;
   };
   std::vector<PoolNeed> taken_;  // one step's new blocks per pool and type

@@ -74,7 +74,7 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
     ASSIGN_OR_RETURN(std::unique_ptr<KvCache> probe, KvCache::Create(shape, kv, &pool));
     const int64_t b = pool.block_cells();
     const int64_t need = s->bounded ? probe->BlocksToFill() : (n_prompt + b - 1) / b + 1;
-    const int64_t block = static_cast<int64_t>(pool.BlockBytes(kv.type));
+    const int64_t block = static_cast<int64_t>(pool.BlockBytes(kv.types));
     const int64_t capacity = pool.budget_bytes() / block;
     if (need > capacity)
       return Errorf(
@@ -82,7 +82,7 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
           "--kv-memory budget: {} MiB, {} blocks",
           s->bounded ? fmt::format("a {}-cell {} cache", probe->n_cells(), kv.policy)
                      : fmt::format("a prompt of {} tokens", n_prompt),
-          need, b, (need * block) >> 20, KvTypeName(kv.type), pool.budget_bytes() >> 20, capacity);
+          need, b, (need * block) >> 20, KvTypesName(kv.types), pool.budget_bytes() >> 20, capacity);
   }
   s->text = s->result.prompt_tokens;
   const SeqId id = s->id;
@@ -123,7 +123,7 @@ Status Scheduler::Admit() {
       gone->result.error = fmt::format(
           "the K/V memory budget ({} MiB) is held by other sequences of this engine: {} blocks "
           "in use, {} available",
-          pool.budget_bytes() >> 20, pool.stats().blocks_used, pool.Available(gone->kv.type));
+          pool.budget_bytes() >> 20, pool.stats().blocks_used, pool.Available(gone->kv.types));
       Finish(*gone, FinishReason::kError);
       continue;
     }
@@ -182,7 +182,7 @@ bool Scheduler::Start(Seq& s) {
     const int64_t b = pool.block_cells();
     int64_t need = (n - cached + b - 1) / b + 1;
     for (const auto& r : running_) need += r->bounded ? 0 : 1;
-    if (need > pool.Available(s.kv.type)) return false;
+    if (need > pool.Available(s.kv.types)) return false;
   }
   if (!s.started) s.result.cached_tokens = cached;
   s.attached = cached;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "kv/kv_quant.h"
 #include "ops/quant.h"
 #include "ops/rope.h"
 
@@ -61,10 +62,12 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<K
       own_pool_(std::move(own_pool)),
       pool_(pool),
       n_cells_(policy_->n_cells()),
-      elem_bytes_(KvTypeBytes(config.type)),
+      k_head_bytes_(KvHeadBytes(config.types.k, shape.head_dim)),
+      v_head_bytes_(KvHeadBytes(config.types.v, shape.head_dim)),
       block_shift_(Log2(pool->block_cells())),
       block_mask_(pool->block_cells() - 1),
-      layer_bytes_(pool->LayerBytes(config.type)),
+      k_layer_bytes_(pool->KLayerBytes(config.types)),
+      v_layer_bytes_(pool->VLayerBytes(config.types)),
       table_((n_cells_ + pool->block_cells() - 1) / pool->block_cells(), -1),
       block_data_(table_.size(), nullptr),
       cells_(
@@ -73,33 +76,49 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<K
               ? KvCells::Rotate([this](int lane, int32_t c, int32_t d) { RotateLane(lane, c, d); })
               : KvCells::Rotate()),
       publish_(policy_->SharesPrefix()),
-      root_(PrefixRoot(PrefixSeed{pool->model_id(), config.type, config.rope_k})) {
-  if (config.type != KvType::kF32) shift_row_.resize(RowFloats());
+      root_(PrefixRoot(PrefixSeed{pool->model_id(), config.types, config.rotate, config.rope_k})) {
+  shift_row_.resize(RowFloats());
+  store_row_.resize(RowFloats());
 }
 
 KvCache::~KvCache() {
   for (int32_t b = 0; b < static_cast<int32_t>(table_.size()); ++b) ReleaseBlock(b);
-  if (reserved_ > 0) pool_->Unreserve(config_.type, reserved_);
+  if (reserved_ > 0) pool_->Unreserve(config_.types, reserved_);
 }
 
-void KvCache::Store(uint8_t* dst, const float* src, size_t n) {
-  if (config_.type == KvType::kF32)
-    std::memcpy(dst, src, n * sizeof(float));
+void KvCache::Store(bool is_v, uint8_t* dst, const float* src, int n_heads) {
+  const KvType t = is_v ? config_.types.v : config_.types.k;
+  const int hd = shape_.head_dim;
+  if (is_v ? config_.rotate : RotateK()) {
+    const int64_t n = static_cast<int64_t>(n_heads) * hd;
+    std::copy(src, src + n, store_row_.data());
+    KvHadamard(store_row_.data(), n, KvQuantBlock(hd));
+    src = store_row_.data();
+  }
+  if (t == KvType::kF16)
+    ops::F32ToF16Row(src, reinterpret_cast<uint16_t*>(dst), static_cast<int64_t>(n_heads) * hd);
   else
-    ops::F32ToF16Row(src, reinterpret_cast<uint16_t*>(dst), static_cast<int64_t>(n));
+    KvQuantizeHeads(t, hd, n_heads, src, dst);
+}
+
+void KvCache::Load(bool is_v, const uint8_t* src, float* dst, int n_heads) const {
+  const int hd = shape_.head_dim;
+  KvDequantizeHeads(is_v ? config_.types.v : config_.types.k, hd, n_heads, src, dst);
+  if (is_v ? config_.rotate : RotateK())
+    KvHadamard(dst, static_cast<int64_t>(n_heads) * hd, KvQuantBlock(hd));
 }
 
 void KvCache::ShiftKey(uint8_t* at, int n_heads, int32_t delta) {
   const ops::RopeConfig& rope = shape_.rope;
-  if (config_.type == KvType::kF32) {
+  if (config_.types.k == KvType::kF32 && !RotateK()) {
     ops::RopeShift(rope, reinterpret_cast<float*>(at), n_heads, delta);
     return;
   }
-  // f16: rotate in f32 and round once more (as llama.cpp's K-shift does).
-  const int64_t n = static_cast<int64_t>(n_heads) * shape_.head_dim;
-  ops::DequantizeRow(DType::kF16, at, shift_row_.data(), n);
+  // Another type: back to f32 (and unrotated), RoPE-shifted, stored again
+  // (rounded or requantized once more, as llama.cpp's K-shift does).
+  Load(false, at, shift_row_.data(), n_heads);
   ops::RopeShift(rope, shift_row_.data(), n_heads, delta);
-  ops::F32ToF16Row(shift_row_.data(), reinterpret_cast<uint16_t*>(at), n);
+  Store(false, at, shift_row_.data(), n_heads);
 }
 
 void KvCache::LaneHeads(int lane, int* layer_begin, int* layer_end, int* head, int* n_heads) const {
@@ -123,30 +142,23 @@ void KvCache::RotateLane(int lane, int32_t cell, int32_t delta) {
   const BlockId b = table_[cell >> block_shift_];
   CHECK(b >= 0 && pool_->refs(b) == 1 && !pool_->published(b));  // MakeWritable first
   for (int l = l0; l < l1; ++l)
-    ShiftKey(KRow(l, cell) + static_cast<size_t>(head) * shape_.head_dim * elem_bytes_, n_heads,
-             delta);
+    ShiftKey(KRow(l, cell) + static_cast<size_t>(head) * k_head_bytes_, n_heads, delta);
 }
 
 std::vector<float> KvCache::CellK(int layer, int32_t cell) const {
   std::vector<float> out(RowFloats());
-  if (config_.type == KvType::kF32)
-    std::memcpy(out.data(), KRow(layer, cell), out.size() * 4);
-  else
-    ops::DequantizeRow(DType::kF16, KRow(layer, cell), out.data(), out.size());
+  Load(false, KRow(layer, cell), out.data(), shape_.n_head_kv);
   return out;
 }
 
 std::vector<float> KvCache::CellV(int layer, int32_t cell) const {
   std::vector<float> out(RowFloats());
-  if (config_.type == KvType::kF32)
-    std::memcpy(out.data(), VRow(layer, cell), out.size() * 4);
-  else
-    ops::DequantizeRow(DType::kF16, VRow(layer, cell), out.data(), out.size());
+  Load(true, VRow(layer, cell), out.data(), shape_.n_head_kv);
   return out;
 }
 
 size_t KvCache::memory_bytes() const {
-  return table_.size() * pool_->BlockBytes(config_.type) + cells_.bytes() + policy_->state_bytes();
+  return table_.size() * pool_->BlockBytes(config_.types) + cells_.bytes() + policy_->state_bytes();
 }
 
 int64_t KvCache::n_blocks_held() const {
@@ -154,7 +166,7 @@ int64_t KvCache::n_blocks_held() const {
 }
 
 size_t KvCache::held_bytes() const {
-  return static_cast<size_t>(n_blocks_held()) * pool_->BlockBytes(config_.type);
+  return static_cast<size_t>(n_blocks_held()) * pool_->BlockBytes(config_.types);
 }
 
 // ---- Blocks.
@@ -169,10 +181,10 @@ void KvCache::MakeWritable(int32_t b, int64_t spare) {
     // requests when a block is spare; else it stops promising its tokens.
     if (spare <= 0) return pool_->Unpublish(old);
   }
-  const BlockId fresh = pool_->Take(config_.type, reserved_ > 0);
+  const BlockId fresh = pool_->Take(config_.types, reserved_ > 0);
   if (reserved_ > 0) --reserved_;
   if (old >= 0) {
-    std::memcpy(pool_->data(fresh), pool_->data(old), pool_->BlockBytes(config_.type));
+    std::memcpy(pool_->data(fresh), pool_->data(old), pool_->BlockBytes(config_.types));
     pool_->Unref(old);
     ++pool_->mutable_stats().cow_copies;
   }
@@ -185,7 +197,7 @@ void KvCache::MakeWritable(std::span<const int32_t> blocks) {
   for (int32_t b : blocks) need += NeedsBlock(b) ? 1 : 0;
   for (int32_t b : blocks) {
     if (NeedsBlock(b)) --need;
-    MakeWritable(b, pool_->Available(config_.type) + reserved_ - need);
+    MakeWritable(b, pool_->Available(config_.types) + reserved_ - need);
   }
 }
 
@@ -197,7 +209,7 @@ Status KvCache::MakeAllWritable() {
     held.push_back(b);
     need += NeedsBlock(b) ? 1 : 0;
   }
-  if (need > pool_->Available(config_.type) + reserved_)
+  if (need > pool_->Available(config_.types) + reserved_)
     return Errorf("kv: the KV memory budget has no room for the {} block copies this needs", need);
   MakeWritable(held);
   return Status::Ok();
@@ -235,7 +247,7 @@ int64_t KvCache::BlocksToFill() const {
 
 bool KvCache::ReserveAll() {
   const int64_t n = BlocksToFill() - reserved_;
-  if (n > 0 && !pool_->Reserve(config_.type, n)) return false;
+  if (n > 0 && !pool_->Reserve(config_.types, n)) return false;
   if (n > 0) reserved_ += n;
   bounded_ = true;
   return true;
@@ -245,12 +257,12 @@ void KvCache::Rebalance() {
   if (!bounded_) return;
   const int64_t excess = reserved_ - BlocksToFill();
   if (excess <= 0) return;
-  pool_->Unreserve(config_.type, excess);
+  pool_->Unreserve(config_.types, excess);
   reserved_ -= excess;
 }
 
 Status KvCache::Prepare(const KvPlan& plan) {
-  if (Unreserved(plan) > pool_->Available(config_.type))
+  if (Unreserved(plan) > pool_->Available(config_.types))
     return Errorf("kv: the KV memory budget ({} MiB) has no room for {} more blocks of {} tokens",
                   pool_->budget_bytes() >> 20, plan.n_new_blocks, pool_->block_cells());
   MakeWritable(plan.writes);
@@ -276,7 +288,7 @@ void KvCache::PublishFull() {
     const BlockId id = table_[b];
     if (!pool_->published(id)) {
       // A bounded cache first sets aside the copy a shared block may need.
-      if (bounded_ && !pool_->Reserve(config_.type, 1)) {
+      if (bounded_ && !pool_->Reserve(config_.types, 1)) {
         publish_ = false;
         text_.clear();
         return;
@@ -284,7 +296,7 @@ void KvCache::PublishFull() {
       if (pool_->Publish(id, parent, tokens))
         reserved_ += bounded_ ? 1 : 0;
       else if (bounded_)
-        pool_->Unreserve(config_.type, 1);
+        pool_->Unreserve(config_.types, 1);
     }
     chain_.push_back(PrefixHash(parent, tokens));
   }
@@ -302,7 +314,7 @@ int64_t KvCache::AttachPrefix(std::span<const int32_t> text, int64_t max_tokens)
   while (static_cast<int64_t>(n_blocks + 1) * bc <= max_tokens) {
     const std::span<const int32_t> tokens = text.subspan(static_cast<size_t>(n_blocks) * bc, bc);
     const BlockId id = pool_->Lookup(parent, tokens);
-    if (id < 0 || pool_->type(id) != config_.type) break;
+    if (id < 0 || pool_->type(id) != config_.types) break;
     pool_->Ref(id);
     table_[n_blocks] = id;
     block_data_[n_blocks] = pool_->data(id);
@@ -373,10 +385,13 @@ KvLayerView KvCache::View(int layer) {
   KvLayerView view;
   view.blocks = block_data_.data();
   view.block_shift = block_shift_;
-  view.k_off = static_cast<size_t>(layer) * layer_bytes_;
-  view.v_off = static_cast<size_t>(shape_.n_layer + layer) * layer_bytes_;
-  view.type = config_.type;
-  view.row_bytes = RowBytes();
+  view.k_off = static_cast<size_t>(layer) * k_layer_bytes_;
+  view.v_off = static_cast<size_t>(shape_.n_layer) * k_layer_bytes_ + layer * v_layer_bytes_;
+  view.types = config_.types;
+  view.rotate_k = RotateK();
+  view.rotate_v = config_.rotate;
+  view.k_row_bytes = KRowBytes();
+  view.v_row_bytes = VRowBytes();
   view.layer = layer;
   view.keep = KvPolicyUses(config_.policy, KvOpt::kKeep) ? config_.keep : 0;
   view.rope_k = config_.rope_k;
@@ -402,27 +417,27 @@ KvLayerView KvCache::View(int layer) {
 void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* v,
                     int64_t row_stride) {
   if (plan.hooks == nullptr) {
-    const size_t row = RowFloats();
     for (int32_t i = 0; i < plan.n_tokens; ++i) {
       const Slot s = plan.slot[i];
       if (!s.valid()) continue;
-      Store(KRow(layer, s.v), k + i * row_stride, row);
-      Store(VRow(layer, s.v), v + i * row_stride, row);
+      Store(false, KRow(layer, s.v), k + i * row_stride, shape_.n_head_kv);
+      Store(true, VRow(layer, s.v), v + i * row_stride, shape_.n_head_kv);
     }
     return;
   }
   const KvLayerView view = View(layer);
   const int hd = shape_.head_dim;
-  const size_t n = static_cast<size_t>(view.lane_heads) * hd;
   for (int g = 0; g < view.n_lanes; ++g) {
     const int32_t* slots =
         plan.lane_slot.data() + static_cast<size_t>(view.first_lane + g) * plan.n_tokens;
     const int64_t col = static_cast<int64_t>(g) * view.lane_heads * hd;
     for (int32_t i = 0; i < plan.n_tokens; ++i) {
       if (slots[i] < 0) continue;
-      const size_t at = col * elem_bytes_;
-      Store(KRow(layer, slots[i]) + at, k + i * row_stride + col, n);
-      Store(VRow(layer, slots[i]) + at, v + i * row_stride + col, n);
+      const size_t head = static_cast<size_t>(g) * view.lane_heads;
+      Store(false, KRow(layer, slots[i]) + head * k_head_bytes_, k + i * row_stride + col,
+            view.lane_heads);
+      Store(true, VRow(layer, slots[i]) + head * v_head_bytes_, v + i * row_stride + col,
+            view.lane_heads);
     }
   }
 }
@@ -550,7 +565,7 @@ Status KvCache::ShiftPositions(TextIndex from, TextIndex to, int32_t delta) {
 Result<std::unique_ptr<KvCache>> KvCache::Fork() const {
   std::unique_ptr<KvCache> copy(new KvCache(shape_, config_, policy_->Clone(), pool_, own_pool_));
   const bool share = policy_->SharesPrefix();
-  if (!share && n_blocks_held() > pool_->Available(config_.type))
+  if (!share && n_blocks_held() > pool_->Available(config_.types))
     return Errorf("kv: fork: the KV memory budget has no room for {} blocks", n_blocks_held());
   for (int32_t b = 0; b < static_cast<int32_t>(table_.size()); ++b) {
     if (table_[b] < 0) continue;
@@ -558,9 +573,9 @@ Result<std::unique_ptr<KvCache>> KvCache::Fork() const {
       pool_->Ref(table_[b]);
       copy->table_[b] = table_[b];
     } else {
-      copy->table_[b] = pool_->Take(config_.type);
+      copy->table_[b] = pool_->Take(config_.types);
       std::memcpy(pool_->data(copy->table_[b]), pool_->data(table_[b]),
-                  pool_->BlockBytes(config_.type));
+                  pool_->BlockBytes(config_.types));
     }
     copy->block_data_[b] = pool_->data(copy->table_[b]);
   }

@@ -50,8 +50,9 @@ struct KvLayerView {
   uint8_t* const* blocks = nullptr;
   int block_shift = 0;
   size_t k_off = 0, v_off = 0;  // this layer's K and V rows within a block
-  KvType type = KvType::kF32;
-  size_t row_bytes = 0;              // bytes of one cell's K (or V) row
+  KvTypes types;
+  bool rotate_k = false, rotate_v = false;  // heads stored Hadamard-rotated (kv_quant.h)
+  size_t k_row_bytes = 0, v_row_bytes = 0;  // bytes of one cell's K (V) row
   const TextIndex* index = nullptr;  // [n_cells] shared lane: text index per cell, -1 = empty
   const int32_t* pos = nullptr;      // [n_cells] shared lane: RoPE position per cell
   int32_t n_cells = 0;               // shared lane: every occupied cell is below this
@@ -65,10 +66,10 @@ struct KvLayerView {
   int n_lanes = 1;
   int lane_heads = 0;
   const void* KRow(int32_t cell) const {
-    return blocks[cell >> block_shift] + k_off + (cell & ((1 << block_shift) - 1)) * row_bytes;
+    return blocks[cell >> block_shift] + k_off + (cell & ((1 << block_shift) - 1)) * k_row_bytes;
   }
   const void* VRow(int32_t cell) const {
-    return blocks[cell >> block_shift] + v_off + (cell & ((1 << block_shift) - 1)) * row_bytes;
+    return blocks[cell >> block_shift] + v_off + (cell & ((1 << block_shift) - 1)) * v_row_bytes;
   }
 };
 
@@ -140,14 +141,14 @@ class KvCache {
   bool SharesPrefix() const { return policy_->SharesPrefix(); }
 
   // KV files (kv_file.h, kv_cache_io.cc). The rows of one layer's K (is_v
-  // false) or V for cells [first, first + rows.size() / row_bytes()), all in
-  // one block: [n, n_head_kv * head_dim] of the cache's type. Both calls go
+  // false) or V for cells [first, first + rows.size() / row_bytes(is_v)), all
+  // in one block: [n, n_head_kv] heads of the cache's K (V) type. Both calls go
   // layer by layer, K then V, cells in order, and stop at the first error.
   using RowsOut =
       std::function<Status(int layer, bool is_v, int32_t first, std::span<const uint8_t> rows)>;
   using RowsIn =
       std::function<Status(int layer, bool is_v, int32_t first, std::span<uint8_t> rows)>;
-  size_t row_bytes() const { return RowBytes(); }
+  size_t row_bytes(bool is_v) const { return is_v ? VRowBytes() : KRowBytes(); }
   // Hands `out` the K/V of tokens [0, n), n = tokens.size(). An error when
   // cells [0, n) do not hold tokens 0..n-1 at positions 0..n-1 (per-lane
   // policies; a ring that wrapped; a sequence operation) or when the cache
@@ -193,17 +194,23 @@ class KvCache {
     return config_.rope_k == RopeK::kCached && config_.positions == KvPositions::kCompact;
   }
   size_t RowFloats() const { return static_cast<size_t>(shape_.n_head_kv) * shape_.head_dim; }
-  size_t RowBytes() const { return RowFloats() * elem_bytes_; }
+  size_t KRowBytes() const { return shape_.n_head_kv * k_head_bytes_; }
+  size_t VRowBytes() const { return shape_.n_head_kv * v_head_bytes_; }
   // A cell's K (V) row of one layer; its block must be held.
   uint8_t* KRow(int layer, int32_t cell) const {
-    return block_data_[cell >> block_shift_] + layer * layer_bytes_ +
-           (cell & block_mask_) * RowBytes();
+    return block_data_[cell >> block_shift_] + layer * k_layer_bytes_ +
+           (cell & block_mask_) * KRowBytes();
   }
   uint8_t* VRow(int layer, int32_t cell) const {
-    return KRow(layer, cell) + static_cast<size_t>(shape_.n_layer) * layer_bytes_;
+    return block_data_[cell >> block_shift_] + shape_.n_layer * k_layer_bytes_ +
+           layer * v_layer_bytes_ + (cell & block_mask_) * VRowBytes();
   }
-  // Stores n f32 values at dst in the cache's type.
-  void Store(uint8_t* dst, const float* src, size_t n);
+  // Stores n_heads heads of f32 values at dst as K (is_v false) or V:
+  // rotated if the cache rotates them, in the cache's K (V) type.
+  void Store(bool is_v, uint8_t* dst, const float* src, int n_heads);
+  // n_heads stored heads at src as f32 values, rotated back.
+  void Load(bool is_v, const uint8_t* src, float* dst, int n_heads) const;
+  bool RotateK() const { return config_.rotate && config_.rope_k == RopeK::kCached; }
   // Re-rotates the stored keys a lane keeps in a cell by delta positions.
   void RotateLane(int lane, int32_t cell, int32_t delta);
   void ShiftKey(uint8_t* at, int n_heads, int32_t delta);
@@ -233,13 +240,14 @@ class KvCache {
   std::shared_ptr<KvBlockPool> own_pool_;  // when created without a pool (shared with forks)
   KvBlockPool* pool_;
   int32_t n_cells_ = 0;
-  size_t elem_bytes_ = 4;  // KvTypeBytes(config_.type)
-  int block_shift_ = 0;    // log2 of the pool's block_cells
+  size_t k_head_bytes_ = 0, v_head_bytes_ = 0;  // KvHeadBytes of the K (V) type
+  int block_shift_ = 0;                         // log2 of the pool's block_cells
   int32_t block_mask_ = 0;
-  size_t layer_bytes_ = 0;            // pool_->LayerBytes(config_.type)
+  size_t k_layer_bytes_ = 0, v_layer_bytes_ = 0;  // pool_->KLayerBytes / VLayerBytes
   std::vector<BlockId> table_;        // [ceil(n_cells / block_cells)] -1 = none
   std::vector<uint8_t*> block_data_;  // [table_.size()] the blocks' storage
-  std::vector<float> shift_row_;      // [n_head_kv * head_dim] f16 re-rotation scratch
+  std::vector<float> shift_row_;      // [n_head_kv * head_dim] re-rotation scratch
+  std::vector<float> store_row_;      // [n_head_kv * head_dim] Store's rotation scratch
   KvCells cells_;
   TextIndex n_seen_ = 0;
   // Prefix publishing: while every full block holds its own tokens at their
@@ -248,7 +256,7 @@ class KvCache {
   bool publish_allowed_ = true;  // DisablePublishing
   std::vector<int32_t> text_;    // [n_seen] while publishing
   std::vector<uint64_t> chain_;  // [full blocks published or attached]
-  uint64_t root_ = 0;            // PrefixRoot of the model, type and RoPE mode
+  uint64_t root_ = 0;            // PrefixRoot of the model, types, rotation and RoPE mode
   int64_t reserved_ = 0;         // blocks the pool set aside for this cache
   bool bounded_ = false;         // ReserveAll: reserved_ stays BlocksToFill()
   void Rebalance();              // bounded_: returns reservations no longer needed

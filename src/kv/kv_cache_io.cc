@@ -44,11 +44,10 @@ Status KvCache::ExportPrefix(std::span<const int32_t> tokens, const RowsOut& out
       if (text_[i] != tokens[i])
         return Errorf("kv: token {} to save is {}, but the cache ran {} there", i, tokens[i],
                       text_[i]);
-  const size_t rb = RowBytes();
   return ForEachRun(shape_.n_layer, n, pool_->block_cells(),
                     [&](int l, bool is_v, int32_t c, size_t rows) {
                       const uint8_t* p = is_v ? VRow(l, c) : KRow(l, c);
-                      return out(l, is_v, c, std::span<const uint8_t>(p, rows * rb));
+                      return out(l, is_v, c, std::span<const uint8_t>(p, rows * row_bytes(is_v)));
                     });
 }
 
@@ -64,18 +63,17 @@ Status KvCache::ImportPrefix(std::span<const int32_t> tokens, const RowsIn& in) 
     return Errorf("kv: {} saved tokens do not fit the cache's {} cells", n, n_cells_);
   const int32_t bc = pool_->block_cells();
   const int32_t n_blocks = static_cast<int32_t>((n + bc - 1) / bc);
-  if (n_blocks > pool_->Available(config_.type) + reserved_)
+  if (n_blocks > pool_->Available(config_.types) + reserved_)
     return Errorf(
         "kv: the KV memory budget ({} MiB) has no room for the {} blocks of {} saved tokens",
         pool_->budget_bytes() >> 20, n_blocks, n);
   std::vector<int32_t> blocks(n_blocks);
   std::iota(blocks.begin(), blocks.end(), 0);
   MakeWritable(blocks);
-  const size_t rb = RowBytes();
   const Status filled =
       ForEachRun(shape_.n_layer, n, bc, [&](int l, bool is_v, int32_t c, size_t rows) {
         uint8_t* p = is_v ? VRow(l, c) : KRow(l, c);
-        return in(l, is_v, c, std::span<uint8_t>(p, rows * rb));
+        return in(l, is_v, c, std::span<uint8_t>(p, rows * row_bytes(is_v)));
       });
   if (!filled.ok()) {
     for (int32_t b : blocks) ReleaseBlock(b);

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "kv/kv_policy.h"
+#include "kv/kv_quant.h"
 
 namespace rotor {
 
@@ -12,8 +13,22 @@ std::string_view RopeKName(RopeK r) { return r == RopeK::kCached ? "cached" : "d
 std::string_view KvPositionsName(KvPositions p) {
   return p == KvPositions::kOriginal ? "original" : "compact";
 }
-std::string_view KvTypeName(KvType t) { return t == KvType::kF32 ? "f32" : "f16"; }
-size_t KvTypeBytes(KvType t) { return t == KvType::kF32 ? 4 : 2; }
+std::string_view KvTypeName(KvType t) {
+  switch (t) {
+    case KvType::kF32: return "f32";
+    case KvType::kF16: return "f16";
+    case KvType::kBF16: return "bf16";
+    case KvType::kQ8_0: return "q8_0";
+    case KvType::kQ4_0: return "q4_0";
+    case KvType::kQ5_0: return "q5_0";
+  }
+  return "?";
+}
+
+std::string KvTypesName(KvTypes t) {
+  if (t.k == t.v) return std::string(KvTypeName(t.k));
+  return fmt::format("{}/{}", KvTypeName(t.k), KvTypeName(t.v));
+}
 
 std::optional<RopeK> ParseRopeK(std::string_view s) {
   for (RopeK r : {RopeK::kCached, RopeK::kDeferred})
@@ -28,8 +43,8 @@ std::optional<KvPositions> ParseKvPositions(std::string_view s) {
 }
 
 std::optional<KvType> ParseKvType(std::string_view s) {
-  for (KvType t : {KvType::kF32, KvType::kF16})
-    if (s == KvTypeName(t)) return t;
+  for (int i = 0; i < kKvTypeCount; ++i)
+    if (s == KvTypeName(static_cast<KvType>(i))) return static_cast<KvType>(i);
   return std::nullopt;
 }
 
@@ -37,24 +52,39 @@ namespace {
 
 constexpr int kMaxCells = 1 << 24;
 
+// Options every policy uses.
+constexpr uint32_t KvCommonOptions() {
+  return KvOptBit(KvOpt::kPolicy) | KvOptBit(KvOpt::kRopeK) | KvOptBit(KvOpt::kType) |
+         KvOptBit(KvOpt::kTypeK) | KvOptBit(KvOpt::kTypeV) | KvOptBit(KvOpt::kRotate);
+}
+
 // The option table: one row per option, in display order.
 constexpr KvOptionSpec kTable[] = {
-    {KvOpt::kPolicy, "--kv", "kv", false, 0, 0, "full", "KV cache policy"},
-    {KvOpt::kSize, "--kv-size", "kv_size", true, 0, kMaxCells, "0 = the context size",
+    {KvOpt::kPolicy, "--kv", "", "kv", false, 0, 0, "full", "KV cache policy"},
+    {KvOpt::kSize, "--kv-size", "", "kv_size", true, 0, kMaxCells, "0 = the context size",
      "cells per sequence (tokens the cache keeps)"},
-    {KvOpt::kKeep, "--kv-keep", "kv_keep", true, 0, kMaxCells, "4",
+    {KvOpt::kKeep, "--kv-keep", "", "kv_keep", true, 0, kMaxCells, "4",
      "first tokens never evicted (sink)"},
-    {KvOpt::kRecent, "--kv-recent", "kv_recent", true, 1, kMaxCells, "4/5 of the size",
+    {KvOpt::kRecent, "--kv-recent", "", "kv_recent", true, 1, kMaxCells, "4/5 of the size",
      "most recent tokens never evicted (h2o)"},
-    {KvOpt::kWindow, "--kv-window", "kv_window", true, 1, kMaxCells, "32",
+    {KvOpt::kWindow, "--kv-window", "", "kv_window", true, 1, kMaxCells, "32",
      "last prompt queries whose attention chooses the kept tokens (snapkv)"},
-    {KvOpt::kRopeK, "--rope-k", "rope_k", false, 0, 0, "cached",
+    {KvOpt::kRopeK, "--rope-k", "", "rope_k", false, 0, 0, "cached",
      "keys stored after RoPE (cached), or before it and rotated in attention (deferred)"},
-    {KvOpt::kPositions, "--kv-positions", "kv_positions", false, 0, 0,
+    {KvOpt::kPositions, "--kv-positions", "", "kv_positions", false, 0, 0,
      "compact; original for window",
      "positions after eviction (compact: renumbered inside the cache)"},
-    {KvOpt::kType, "--kv-type", "kv_type", false, 0, 0, "f32",
-     "element type of stored K and V (f16: half the memory and reads)"},
+    {KvOpt::kType, "--kv-type", "", "kv_type", false, 0, 0, "f16",
+     "element type of stored K and V (q8_0: about half of f16's memory and reads; q4_0, "
+     "q5_0: about a quarter, a third)"},
+    {KvOpt::kTypeK, "--kv-type-k", "--cache-type-k", "kv_type_k", false, 0, 0, "--kv-type",
+     "element type of stored K alone (also -ctk)"},
+    {KvOpt::kTypeV, "--kv-type-v", "--cache-type-v", "kv_type_v", false, 0, 0, "--kv-type",
+     "element type of stored V alone (also -ctv)"},
+    {KvOpt::kRotate, "--kv-rotate", "", "kv_rotate", false, 0, 0,
+     "on for q8_0 / q4_0 / q5_0 K or V, else off",
+     "Hadamard rotation of the stored heads (V, and K under cached RoPE): spreads outliers "
+     "before quantization"},
 };
 static_assert(std::size(kTable) == kKvOptCount);
 
@@ -84,7 +114,14 @@ std::vector<std::string> KvChoices(KvOpt id) {
     case KvOpt::kPositions:
       return {"original", "compact"};
     case KvOpt::kType:
-      return {"f32", "f16"};
+    case KvOpt::kTypeK:
+    case KvOpt::kTypeV: {
+      std::vector<std::string> v;
+      for (int i = 0; i < kKvTypeCount; ++i) v.emplace_back(KvTypeName(static_cast<KvType>(i)));
+      return v;
+    }
+    case KvOpt::kRotate:
+      return {"off", "on"};
     default:
       return {};
   }
@@ -139,8 +176,11 @@ Status KvConfig::Set(KvOpt o, std::string_view text, KvSpelling spelling) {
       // policy do not carry over; rope_k and type (every policy's) do.
       KvConfig fresh;
       fresh.rope_k = rope_k;
-      fresh.type = type;
-      fresh.given = given & (KvOptBit(KvOpt::kRopeK) | KvOptBit(KvOpt::kType));
+      fresh.types = types;
+      fresh.rotate = rotate;
+      fresh.given = given & (KvOptBit(KvOpt::kRopeK) | KvOptBit(KvOpt::kType) |
+                             KvOptBit(KvOpt::kTypeK) | KvOptBit(KvOpt::kTypeV) |
+                             KvOptBit(KvOpt::kRotate));
       if (text != policy) *this = fresh;
       policy = std::string(text);
       break;
@@ -157,12 +197,19 @@ Status KvConfig::Set(KvOpt o, std::string_view text, KvSpelling spelling) {
       positions = *p;
       break;
     }
-    case KvOpt::kType: {
+    case KvOpt::kType:
+    case KvOpt::kTypeK:
+    case KvOpt::kTypeV: {
       auto t = ParseKvType(text);
       if (!t) return bad();
-      type = *t;
+      if (o != KvOpt::kTypeV) types.k = *t;
+      if (o != KvOpt::kTypeK) types.v = *t;
       break;
     }
+    case KvOpt::kRotate:
+      if (text != "on" && text != "off") return bad();
+      rotate = text == "on";
+      break;
     default:
       return bad();
   }
@@ -187,7 +234,13 @@ std::string KvConfig::Get(KvOpt o) const {
     case KvOpt::kPositions:
       return std::string(KvPositionsName(positions));
     case KvOpt::kType:
-      return std::string(KvTypeName(type));
+      return KvTypesName(types);
+    case KvOpt::kTypeK:
+      return std::string(KvTypeName(types.k));
+    case KvOpt::kTypeV:
+      return std::string(KvTypeName(types.v));
+    case KvOpt::kRotate:
+      return rotate ? "on" : "off";
   }
   return "";
 }
@@ -199,8 +252,7 @@ Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape,
   if (info == nullptr)
     return Errorf("kv: {} '{}' is not one of {}", kv, config.policy, KvChoicesText(KvOpt::kPolicy));
   if (shape.n_ctx <= 0) return Errorf("kv: context size {} must be positive", shape.n_ctx);
-  const uint32_t common =
-      KvOptBit(KvOpt::kPolicy) | KvOptBit(KvOpt::kRopeK) | KvOptBit(KvOpt::kType);
+  const uint32_t common = KvCommonOptions();
   for (const KvOptionSpec& spec : KvOptions()) {
     const uint32_t bit = KvOptBit(spec.id);
     if ((config.given & bit) && !(common & bit) && !(info->options & bit))
@@ -218,6 +270,18 @@ Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape,
   if (!(info->options & KvOptBit(KvOpt::kRecent))) c.recent = 0;
   if (!(info->options & KvOptBit(KvOpt::kWindow))) c.window = 0;
   if (info->resolve != nullptr) RETURN_IF_ERROR(info->resolve(c, shape, spelling));
+  // The rotation's default follows the types: on when K or V is a block
+  // type (it lowers their KL divergence: docs/EVALUATION.md), else off.
+  if (!c.Given(KvOpt::kRotate)) c.rotate = KvTypeQuantized(c.types.k) || KvTypeQuantized(c.types.v);
+  for (KvType t : {c.types.k, c.types.v})
+    if (KvTypeQuantized(t) && KvQuantBlock(shape.head_dim) == 0)
+      return Errorf(
+          "kv: {} {} needs a head size that is a multiple of 8 (quantization blocks of 32, 16 or "
+          "8 elements); this model's is {}",
+          KvOption(KvOpt::kType).Name(spelling), KvTypeName(t), shape.head_dim);
+  if (c.rotate && KvQuantBlock(shape.head_dim) == 0)
+    return Errorf("kv: {} on needs a head size that is a multiple of 8; this model's is {}",
+                  KvOption(KvOpt::kRotate).Name(spelling), shape.head_dim);
   return c;
 }
 
@@ -226,7 +290,7 @@ bool KvPolicyExists(std::string_view name) { return FindKvPolicy(name) != nullpt
 bool KvPolicyUses(std::string_view policy, KvOpt o) {
   const KvPolicyInfo* info = FindKvPolicy(policy);
   if (info == nullptr) return false;
-  if (o == KvOpt::kPolicy || o == KvOpt::kRopeK || o == KvOpt::kType) return true;
+  if (KvCommonOptions() & KvOptBit(o)) return true;
   return (info->options & KvOptBit(o)) != 0;
 }
 
@@ -250,7 +314,9 @@ std::string DescribeKvConfig(const KvConfig& c) {
   if (KvPolicyUses(c.policy, KvOpt::kWindow)) s += fmt::format(" (window {})", c.window);
   if (KvPolicyUses(c.policy, KvOpt::kPositions))
     s += fmt::format(", {} positions", KvPositionsName(c.positions));
-  return s + fmt::format(", {} keys, {} K/V", RopeKName(c.rope_k), KvTypeName(c.type));
+  s += fmt::format(", {} keys, {} K/V", RopeKName(c.rope_k), KvTypesName(c.types));
+  if (c.rotate) s += " (rotated)";
+  return s;
 }
 
 }  // namespace rotor

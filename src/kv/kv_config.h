@@ -30,16 +30,28 @@ namespace rotor {
 
 enum class RopeK { kCached, kDeferred };  // K stored after RoPE / before RoPE
 enum class KvPositions { kOriginal, kCompact };
-// Element type of the stored K and V. f16 halves the cache and the bytes
-// attention reads (llama.cpp's default); the current ubatch's own keys and
-// values are rounded to it too, so a token sees the same K/V whatever the
-// prefill step or the batch.
-enum class KvType { kF32, kF16 };
+// Element type of the stored K (or V). f16 halves the cache and the bytes
+// attention reads (llama.cpp's default); bf16 the same with f32's range; q8_0,
+// q4_0 and q5_0 are GGML's 32-element blocks (an f16 scale and 8-, 4- or
+// 5-bit integers; kv_quant.h: blocks of 16 or 8 for head sizes that are not a
+// multiple of 32), read by attention in place. The current ubatch's own keys
+// and values are rounded to it too, so a token sees the same K/V whatever the
+// prefill step or the batch. Values are stored in KV files: never renumber.
+enum class KvType { kF32 = 0, kF16 = 1, kBF16 = 2, kQ8_0 = 3, kQ4_0 = 4, kQ5_0 = 5 };
+inline constexpr int kKvTypeCount = 6;
+// The element types of K and V (they may differ: --kv-type-k, --kv-type-v).
+struct KvTypes {
+  KvType k = KvType::kF16;
+  KvType v = KvType::kF16;
+  bool operator==(const KvTypes&) const = default;
+  int index() const { return static_cast<int>(k) * kKvTypeCount + static_cast<int>(v); }
+};
 
 std::string_view RopeKName(RopeK r);
 std::string_view KvPositionsName(KvPositions p);
 std::string_view KvTypeName(KvType t);
-size_t KvTypeBytes(KvType t);
+// "q8_0" when K and V agree, else "q8_0/q4_0" (K/V).
+std::string KvTypesName(KvTypes t);
 std::optional<RopeK> ParseRopeK(std::string_view s);
 std::optional<KvPositions> ParseKvPositions(std::string_view s);
 std::optional<KvType> ParseKvType(std::string_view s);
@@ -56,8 +68,14 @@ struct KvShape {
 };
 
 // The rows of the option table.
-enum class KvOpt : int { kPolicy, kSize, kKeep, kRecent, kWindow, kRopeK, kPositions, kType };
-inline constexpr int kKvOptCount = 8;
+enum class KvOpt : int {
+  kPolicy, kSize, kKeep, kRecent, kWindow, kRopeK, kPositions,
+  kType,    // K and V
+  kTypeK,   // K only (after kType: `--kv-type q8_0 --kv-type-v q4_0`)
+  kTypeV,   // V only
+  kRotate,  // Hadamard rotation of the heads (kv_quant.h)
+};
+inline constexpr int kKvOptCount = 11;
 constexpr uint32_t KvOptBit(KvOpt o) { return 1u << static_cast<int>(o); }
 
 // How the caller spells option names: errors use the caller's spelling.
@@ -66,6 +84,7 @@ enum class KvSpelling { kFlag, kField };
 struct KvOptionSpec {
   KvOpt id;
   std::string_view flag;   // "--kv-size"
+  std::string_view alias;  // another spelling of the flag ("--cache-type-k"), or empty
   std::string_view field;  // "kv_size"
   bool is_int = true;      // an integer in [min, max], else one of choices()
   int min = 0, max = 0;
@@ -90,7 +109,8 @@ struct KvConfig {
   int window = 32;  // snapkv: observation window (last prompt queries)
   RopeK rope_k = RopeK::kCached;
   KvPositions positions = KvPositions::kOriginal;  // the evicting policies' resolve: compact
-  KvType type = KvType::kF32;
+  KvTypes types;        // element types of K and V (default f16)
+  bool rotate = false;  // Hadamard-rotated K (cached RoPE) and V heads
   uint32_t given = 0;  // KvOptBit of every option set explicitly
 
   bool Given(KvOpt o) const { return (given & KvOptBit(o)) != 0; }
@@ -118,7 +138,7 @@ bool KvPolicyEvicts(std::string_view policy);
 // cache's size, snapkv's context), or -1 when any length fits.
 int64_t KvMaxPrompt(const KvConfig& resolved, const KvShape& shape);
 // A one-line description of a resolved config:
-// "sink, 128 cells (4 sinks + 124 recent), compact positions, cached keys, f32 K/V".
+// "sink, 128 cells (4 sinks + 124 recent), compact positions, cached keys, f16 K/V".
 std::string DescribeKvConfig(const KvConfig& resolved);
 
 }  // namespace rotor

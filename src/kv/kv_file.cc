@@ -10,13 +10,15 @@
 #include <limits>
 
 #include "base/check.h"
+#include "kv/kv_quant.h"
 
 namespace rotor {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "KV files are little-endian");
 // The header stores these enums' values.
-static_assert(static_cast<int>(KvType::kF32) == 0 && static_cast<int>(KvType::kF16) == 1);
+static_assert(static_cast<int>(KvType::kF32) == 0 && static_cast<int>(KvType::kF16) == 1 &&
+              static_cast<int>(KvType::kQ5_0) == 5 && kKvTypeCount == 6);
 static_assert(static_cast<int>(RopeK::kCached) == 0 && static_cast<int>(RopeK::kDeferred) == 1);
 static_assert(static_cast<int>(KvPositions::kOriginal) == 0 &&
               static_cast<int>(KvPositions::kCompact) == 1);
@@ -25,7 +27,7 @@ constexpr char kMagic[8] = {'R', 'O', 'T', 'O', 'R', 'K', 'V', '\0'};
 
 struct Header {
   char magic[8];
-  uint32_t version, n_layer, n_head_kv, head_dim, type, rope_k, positions, reserved;
+  uint32_t version, n_layer, n_head_kv, head_dim, type, rope_k, positions, v_type_rotate;
   uint64_t model, n_tokens;
 };
 static_assert(sizeof(Header) == 56);
@@ -46,12 +48,19 @@ class Fnv1a {
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
 
+KvTypes TypesOf(const Header& h) {
+  const auto k = static_cast<KvType>(h.type);
+  return {k, h.version == 1 ? k : static_cast<KvType>(h.v_type_rotate & 0xff)};
+}
+
 // The bytes a header implies: header, tokens, rows, checksum.
 unsigned __int128 ExpectedBytes(const Header& h) {
+  const KvTypes t = TypesOf(h);
   const unsigned __int128 row =
-      static_cast<unsigned __int128>(h.n_head_kv) * h.head_dim * KvTypeBytes(KvType(h.type));
+      static_cast<unsigned __int128>(h.n_head_kv) *
+      (KvHeadBytes(t.k, static_cast<int>(h.head_dim)) + KvHeadBytes(t.v, static_cast<int>(h.head_dim)));
   return sizeof(Header) + static_cast<unsigned __int128>(h.n_tokens) * 4 +
-         2 * static_cast<unsigned __int128>(h.n_layer) * h.n_tokens * row + kChecksumBytes;
+         static_cast<unsigned __int128>(h.n_layer) * h.n_tokens * row + kChecksumBytes;
 }
 
 std::string ByteCount(unsigned __int128 n) {
@@ -122,11 +131,16 @@ Status ReadHeader(InFile& f, Header* h) {
   RETURN_IF_ERROR(f.Read(h, sizeof *h));
   if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0)
     return Errorf("kv file {}: not a rotor KV file (bad magic)", f.path());
-  if (h->version != kKvFileVersion)
-    return Errorf("kv file {}: version {}; this rotor reads version {}", f.path(), h->version,
-                  kKvFileVersion);
-  if (h->type > 1)
-    return Errorf("kv file {}: K/V type {} is not 0 (f32) or 1 (f16)", f.path(), h->type);
+  if (h->version != kKvFileVersion && h->version != 1)
+    return Errorf("kv file {}: version {}; this rotor reads versions 1 and {}", f.path(),
+                  h->version, kKvFileVersion);
+  const uint32_t max_type = h->version == 1 ? 1 : kKvTypeCount - 1;
+  if (h->type > max_type)
+    return Errorf("kv file {}: K type {} is not a KV type (0 to {})", f.path(), h->type, max_type);
+  if (h->version == 1 ? h->v_type_rotate != 0
+                      : (h->v_type_rotate & 0xff) > max_type || (h->v_type_rotate >> 9) != 0)
+    return Errorf("kv file {}: V type and rotation field {:#x} is invalid", f.path(),
+                  h->v_type_rotate);
   if (h->rope_k > 1)
     return Errorf("kv file {}: rope_k {} is not 0 (cached) or 1 (deferred)", f.path(), h->rope_k);
   if (h->positions > 1)
@@ -136,6 +150,11 @@ Status ReadHeader(InFile& f, Header* h) {
       h->head_dim == 0 || h->head_dim > kMaxHeadDim)
     return Errorf("kv file {}: shape {} layers x {} kv heads x {} dims is out of range", f.path(),
                   h->n_layer, h->n_head_kv, h->head_dim);
+  const KvTypes t = TypesOf(*h);
+  if ((KvTypeQuantized(t.k) || KvTypeQuantized(t.v) || (h->v_type_rotate >> 8) != 0) &&
+      KvQuantBlock(static_cast<int>(h->head_dim)) == 0)
+    return Errorf("kv file {}: head size {} cannot hold {} K/V", f.path(), h->head_dim,
+                  KvTypesName(t));
   return Status::Ok();
 }
 
@@ -160,7 +179,8 @@ KvFileInfo InfoOf(const Header& h, int64_t bytes) {
   info.n_layer = static_cast<int>(h.n_layer);
   info.n_head_kv = static_cast<int>(h.n_head_kv);
   info.head_dim = static_cast<int>(h.head_dim);
-  info.type = static_cast<KvType>(h.type);
+  info.types = TypesOf(h);
+  info.rotate = h.version > 1 && (h.v_type_rotate >> 8) != 0;
   info.rope_k = static_cast<RopeK>(h.rope_k);
   info.positions = static_cast<KvPositions>(h.positions);
   info.bytes = bytes;
@@ -180,9 +200,12 @@ Status CheckMatch(const std::string& path, const KvFileInfo& file, const KvCache
         "kv file {}: shape {} layers x {} kv heads x {} dims; this model's is {} x {} x {}", path,
         file.n_layer, file.n_head_kv, file.head_dim, s.n_layer, s.n_head_kv, s.head_dim);
   const KvConfig& c = cache.config();
-  if (file.type != c.type)
+  if (file.types != c.types)
     return Errorf("kv file {}: K/V type (kv_type) {}; the cache's is {}", path,
-                  KvTypeName(file.type), KvTypeName(c.type));
+                  KvTypesName(file.types), KvTypesName(c.types));
+  if (file.rotate != c.rotate)
+    return Errorf("kv file {}: rotation (kv_rotate) {}; the cache's is {}", path,
+                  file.rotate ? "on" : "off", c.rotate ? "on" : "off");
   if (file.rope_k != c.rope_k)
     return Errorf("kv file {}: RoPE mode (rope_k) {}; the cache's is {}", path,
                   RopeKName(file.rope_k), RopeKName(c.rope_k));
@@ -223,7 +246,8 @@ Result<int64_t> SaveKvFile(const std::string& path, const KvCache& cache,
   h.n_layer = static_cast<uint32_t>(s.n_layer);
   h.n_head_kv = static_cast<uint32_t>(s.n_head_kv);
   h.head_dim = static_cast<uint32_t>(s.head_dim);
-  h.type = static_cast<uint32_t>(c.type);
+  h.type = static_cast<uint32_t>(c.types.k);
+  h.v_type_rotate = static_cast<uint32_t>(c.types.v) | (c.rotate ? 1u << 8 : 0u);
   h.rope_k = static_cast<uint32_t>(c.rope_k);
   h.positions = static_cast<uint32_t>(c.positions);
   h.model = cache.pool().model_id();
@@ -300,17 +324,18 @@ Result<KvFileLoaded> LoadKvFile(const std::string& path, KvCache& cache,
                   cache.n_cells());
   KvBlockPool& pool = cache.pool();
   const int64_t n_blocks = (m + pool.block_cells() - 1) / pool.block_cells();
-  if (n_blocks > pool.Available(cache.config().type))
+  if (n_blocks > pool.Available(cache.config().types))
     return Errorf(
         "kv file {}: the KV memory budget ({} MiB) has no room for {} tokens ({} blocks of {}; "
         "{} available)",
         path, pool.budget_bytes() >> 20, m, n_blocks, pool.block_cells(),
-        pool.Available(cache.config().type));
+        pool.Available(cache.config().types));
 
-  const int64_t row = static_cast<int64_t>(cache.row_bytes());
+  const int64_t k_row = static_cast<int64_t>(cache.row_bytes(false));
+  const int64_t v_row = static_cast<int64_t>(cache.row_bytes(true));
   KvFileLoaded loaded{.n_loaded = m, .n_file = n, .bytes = f.size(), .tokens = tokens};
   if (m == 0) {  // nothing to load: the file is checked all the same
-    RETURN_IF_ERROR(f.Skip(2 * static_cast<int64_t>(h.n_layer) * n * row));
+    RETURN_IF_ERROR(f.Skip(static_cast<int64_t>(h.n_layer) * n * (k_row + v_row)));
     RETURN_IF_ERROR(f.Finish());
     return loaded;
   }
@@ -318,6 +343,7 @@ Result<KvFileLoaded> LoadKvFile(const std::string& path, KvCache& cache,
   Status st = cache.ImportPrefix(
       tokens, [&](int layer, bool is_v, int32_t first, std::span<uint8_t> rows) -> Status {
         RETURN_IF_ERROR(f.Read(rows.data(), rows.size()));
+        const int64_t row = is_v ? v_row : k_row;
         if (first + static_cast<int64_t>(rows.size()) / row < m) return Status::Ok();
         // The end of a layer's K or V rows to load: the rest of its tokens.
         RETURN_IF_ERROR(f.Skip((n - m) * row));

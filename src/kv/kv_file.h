@@ -5,22 +5,23 @@
 // What a file holds is what any cache whose policy shares prefixes (full,
 // sink, window; kv_policy.h) holds for tokens 0..n-1 before it evicts: token
 // t in cell t at position t, having attended to tokens 0..t. So a file is
-// independent of the policy; it depends on the model, the K/V element type
-// and the RoPE mode (as a published block does, kv_pool.h's PrefixSeed) and,
+// independent of the policy; it depends on the model, the K and V element
+// types, the rotation and the RoPE mode (as a published block does, kv_pool.h's PrefixSeed) and,
 // by declaration, the positions mode.
 //
 // Layout, little-endian:
 //   char[8]  magic "ROTORKV\0"
-//   u32      version (1)
+//   u32      version (2; version 1 files, f32 or f16 for both, are read too)
 //   u32      n_layer, n_head_kv, head_dim
-//   u32      K/V type (0 f32, 1 f16), rope_k (0 cached, 1 deferred),
-//            positions (0 original, 1 compact)
-//   u32      0 (reserved)
+//   u32      K type (KvType: 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q5_0),
+//            rope_k (0 cached, 1 deferred), positions (0 original, 1 compact)
+//   u32      V type (bits 0-7; version 1: 0, the K type is both's) and
+//            rotation (bit 8: heads stored Hadamard-rotated)
 //   u64      model identity (Model::identity())
 //   u64      n: tokens
 //   i32[n]   token ids
 //   rows     per layer: K of tokens 0..n-1, then V of tokens 0..n-1,
-//            [n, n_head_kv * head_dim] of the K/V type each
+//            [n, n_head_kv] heads of the K (V) type each (kv_quant.h)
 //   u64      FNV-1a (64 bits) of every byte before it
 //
 // Reading checks, before any large read or allocation, that every field is
@@ -41,12 +42,13 @@
 
 namespace rotor {
 
-inline constexpr uint32_t kKvFileVersion = 1;
+inline constexpr uint32_t kKvFileVersion = 2;
 
 struct KvFileInfo {
   uint64_t model_id = 0;
   int n_layer = 0, n_head_kv = 0, head_dim = 0;
-  KvType type = KvType::kF32;
+  KvTypes types;
+  bool rotate = false;
   RopeK rope_k = RopeK::kCached;
   KvPositions positions = KvPositions::kOriginal;
   std::vector<int32_t> tokens;

@@ -8,6 +8,7 @@
 
 #include "base/check.h"
 #include "base/memory.h"
+#include "kv/kv_quant.h"
 
 namespace rotor {
 
@@ -21,11 +22,18 @@ uint64_t Mix(uint64_t h, uint64_t v) {
   return x ^ (x >> 31);
 }
 
+KvTypes KvTypesAt(int index) {
+  return KvTypes{static_cast<KvType>(index / kKvTypeCount),
+                 static_cast<KvType>(index % kKvTypeCount)};
+}
+
 }  // namespace
 
 uint64_t PrefixRoot(const PrefixSeed& seed) {
   uint64_t h = Mix(0x726f746f722d6b76ull, seed.model);  // "rotor-kv"
-  h = Mix(h, static_cast<uint64_t>(seed.type));
+  h = Mix(h, static_cast<uint64_t>(seed.types.k));
+  h = Mix(h, static_cast<uint64_t>(seed.types.v));
+  h = Mix(h, static_cast<uint64_t>(seed.rotate));
   return Mix(h, static_cast<uint64_t>(seed.rope_k));
 }
 
@@ -49,24 +57,31 @@ KvBlockPool::~KvBlockPool() {
   for (Block& b : blocks_) std::free(b.data);
 }
 
-size_t KvBlockPool::BlockBytes(KvType t) const {
-  return 2 * static_cast<size_t>(shape_.n_layer) * block_cells_ * shape_.n_head_kv *
-         shape_.head_dim * KvTypeBytes(t);
+size_t KvBlockPool::KLayerBytes(KvTypes t) const {
+  return static_cast<size_t>(block_cells_) * shape_.n_head_kv * KvHeadBytes(t.k, shape_.head_dim);
 }
 
-int64_t KvBlockPool::Available(KvType t) const {
+size_t KvBlockPool::VLayerBytes(KvTypes t) const {
+  return static_cast<size_t>(block_cells_) * shape_.n_head_kv * KvHeadBytes(t.v, shape_.head_dim);
+}
+
+size_t KvBlockPool::BlockBytes(KvTypes t) const {
+  return static_cast<size_t>(shape_.n_layer) * (KLayerBytes(t) + VLayerBytes(t));
+}
+
+int64_t KvBlockPool::Available(KvTypes t) const {
   if (budget_ == 0) return std::numeric_limits<int64_t>::max();
   const int64_t room = budget_ - stats_.bytes + cached_bytes_ + free_bytes_ - stats_.reserved_bytes;
   return std::max<int64_t>(0, room / static_cast<int64_t>(BlockBytes(t)));
 }
 
-bool KvBlockPool::Reserve(KvType t, int64_t n) {
+bool KvBlockPool::Reserve(KvTypes t, int64_t n) {
   if (n > Available(t)) return false;
   stats_.reserved_bytes += n * static_cast<int64_t>(BlockBytes(t));
   return true;
 }
 
-void KvBlockPool::Unreserve(KvType t, int64_t n) {
+void KvBlockPool::Unreserve(KvTypes t, int64_t n) {
   stats_.reserved_bytes -= n * static_cast<int64_t>(BlockBytes(t));
   CHECK_GE(stats_.reserved_bytes, 0);
 }
@@ -98,8 +113,8 @@ void KvBlockPool::LruRemove(BlockId b) {
   --stats_.blocks_cached;
 }
 
-std::vector<BlockId>& KvBlockPool::FreeList(KvType t) {
-  const size_t i = static_cast<size_t>(t);
+std::vector<BlockId>& KvBlockPool::FreeList(KvTypes t) {
+  const size_t i = static_cast<size_t>(t.index());
   if (free_.size() <= i) free_.resize(i + 1);
   return free_[i];
 }
@@ -131,7 +146,7 @@ void KvBlockPool::Evict(BlockId b) {
   Free(b);
 }
 
-BlockId KvBlockPool::PopFree(KvType t) {
+BlockId KvBlockPool::PopFree(KvTypes t) {
   std::vector<BlockId>& list = FreeList(t);
   if (list.empty()) return -1;
   const BlockId b = list.back();
@@ -143,10 +158,10 @@ BlockId KvBlockPool::PopFree(KvType t) {
 
 void KvBlockPool::Trim() {
   for (size_t t = 0; t < free_.size(); ++t)
-    for (BlockId b; (b = PopFree(static_cast<KvType>(t))) >= 0;) Release(b);
+    for (BlockId b; (b = PopFree(KvTypesAt(static_cast<int>(t)))) >= 0;) Release(b);
 }
 
-BlockId KvBlockPool::Take(KvType t, bool reserved) {
+BlockId KvBlockPool::Take(KvTypes t, bool reserved) {
   const int64_t bytes = static_cast<int64_t>(BlockBytes(t));
   if (reserved)
     Unreserve(t, 1);
@@ -158,7 +173,7 @@ BlockId KvBlockPool::Take(KvType t, bool reserved) {
   BlockId id = PopFree(t);
   while (id < 0 && budget_ > 0 && stats_.bytes + bytes > budget_) {
     BlockId other = -1;
-    for (size_t u = 0; u < free_.size() && other < 0; ++u) other = PopFree(static_cast<KvType>(u));
+    for (size_t u = 0; u < free_.size() && other < 0; ++u) other = PopFree(KvTypesAt(static_cast<int>(u)));
     if (other >= 0) {
       Release(other);
       continue;

@@ -2,8 +2,10 @@
 //
 // K/V storage comes in blocks of `block_cells` cells. A block holds those
 // cells for every layer, K then V:
-//   [2 (K, V), n_layer, block_cells, n_head_kv, head_dim] of its KvType,
-// so one layer's rows of a block are contiguous and a sequence whose table
+//   K: [n_layer, block_cells, n_head_kv] heads of its K type, then
+//   V: [n_layer, block_cells, n_head_kv] heads of its V type
+// (a head: KvHeadBytes(type, head_dim) bytes, kv_quant.h), so one layer's
+// rows of a block are contiguous and a sequence whose table
 // has one block covers its whole context in today's contiguous layout. A
 // sequence maps its cells to blocks through its own table (kv_cache.h).
 //
@@ -42,7 +44,8 @@ using BlockId = int32_t;
 // changes the K/V computed for them.
 struct PrefixSeed {
   uint64_t model = 0;  // the model's identity (weights and hyper-parameters)
-  KvType type = KvType::kF32;
+  KvTypes types;
+  bool rotate = false;
   RopeK rope_k = RopeK::kCached;
 };
 uint64_t PrefixRoot(const PrefixSeed& seed);
@@ -71,30 +74,31 @@ class KvBlockPool {
   uint64_t model_id() const { return model_id_; }
   int64_t budget_bytes() const { return budget_; }
   const KvShape& shape() const { return shape_; }
-  // Bytes of one block of type t.
-  size_t BlockBytes(KvType t) const;
-  // Bytes of one layer's K (or V) rows in a block: the offset of layer l's K
-  // is l * LayerBytes, of its V (n_layer + l) * LayerBytes.
-  size_t LayerBytes(KvType t) const { return BlockBytes(t) / (2 * shape_.n_layer); }
+  // Bytes of one block of types t.
+  size_t BlockBytes(KvTypes t) const;
+  // Bytes of one layer's K (V) rows in a block: the offset of layer l's K
+  // is l * KLayerBytes, of its V n_layer * KLayerBytes + l * VLayerBytes.
+  size_t KLayerBytes(KvTypes t) const;
+  size_t VLayerBytes(KvTypes t) const;
 
   // Blocks of type t the pool can hand out now: the budget's free bytes plus
   // the cached blocks nobody references (evicted when taken), less the
   // reservations.
-  int64_t Available(KvType t) const;
+  int64_t Available(KvTypes t) const;
   // Sets n blocks of type t aside for one holder (a bounded sequence that
   // must never wait for memory): false when fewer are available.
-  bool Reserve(KvType t, int64_t n);
-  void Unreserve(KvType t, int64_t n);
+  bool Reserve(KvTypes t, int64_t n);
+  void Unreserve(KvTypes t, int64_t n);
   // A block of type t with one reference, its bytes uninitialised (evicts
   // the least recently used cached blocks when the budget needs their bytes).
   // Available(t) must be positive, or the block comes out of a reservation.
-  BlockId Take(KvType t, bool reserved = false);
+  BlockId Take(KvTypes t, bool reserved = false);
   void Ref(BlockId b);
   // Drops a reference; at zero a published block is cached, another free.
   void Unref(BlockId b);
   int32_t refs(BlockId b) const { return blocks_[b].refs; }
   uint8_t* data(BlockId b) const { return blocks_[b].data; }
-  KvType type(BlockId b) const { return blocks_[b].type; }
+  KvTypes type(BlockId b) const { return blocks_[b].type; }
 
   // Prefix index. Publish: b holds `tokens` (block_cells of them) after the
   // block whose hash is `parent`; its hash is PrefixHash(parent, tokens).
@@ -136,7 +140,7 @@ class KvBlockPool {
  private:
   struct Block {
     uint8_t* data = nullptr;  // null: the id is free
-    KvType type = KvType::kF32;
+    KvTypes type;
     int32_t refs = 0;
     bool published = false;
     uint64_t hash = 0, parent = 0;
@@ -144,9 +148,9 @@ class KvBlockPool {
   };
   void LruPush(BlockId b);
   void LruRemove(BlockId b);
-  std::vector<BlockId>& FreeList(KvType t);
+  std::vector<BlockId>& FreeList(KvTypes t);
   void Free(BlockId b);       // to its type's free list
-  BlockId PopFree(KvType t);  // -1 when none
+  BlockId PopFree(KvTypes t);  // -1 when none
   void Release(BlockId b);    // returns a block's memory
   void Evict(BlockId b);
   bool InLru(BlockId b) const { return blocks_[b].refs == 0 && blocks_[b].published; }
@@ -161,7 +165,7 @@ class KvBlockPool {
   uint64_t model_id_;
   std::vector<Block> blocks_;
   std::vector<BlockId> free_ids_;           // ids without memory
-  std::vector<std::vector<BlockId>> free_;  // [KvType] blocks with memory, unused
+  std::vector<std::vector<BlockId>> free_;  // [KvTypes::index()] blocks with memory, unused
   int64_t free_bytes_ = 0;
   std::vector<int32_t> tokens_;  // [blocks_.size(), block_cells] published blocks' tokens
   std::unordered_map<uint64_t, BlockId> index_;

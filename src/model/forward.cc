@@ -68,13 +68,13 @@ Status Forward::Run(std::span<const SeqInput> seqs, float* logits) {
     int64_t need = 0;
     for (size_t sj = 0; sj < seqs.size(); ++sj) {
       const KvCache& b = *seqs[sj].cache;
-      if (&b.pool() == &a.pool() && b.config().type == a.config().type)
+      if (&b.pool() == &a.pool() && b.config().types == a.config().types)
         need += b.Unreserved(plans_[sj]);
     }
-    if (need > a.pool().Available(a.config().type))
+    if (need > a.pool().Available(a.config().types))
       return Errorf(
           "kv: the KV memory budget ({} MiB) has room for {} more blocks, this step needs {}",
-          a.pool().budget_bytes() >> 20, a.pool().Available(a.config().type), need);
+          a.pool().budget_bytes() >> 20, a.pool().Available(a.config().types), need);
   }
   for (size_t si = 0; si < seqs.size(); ++si)
     RETURN_IF_ERROR(seqs[si].cache->Prepare(plans_[si]));

@@ -213,6 +213,13 @@ TEST_F(CApi, KvOptionErrorsNameTheOptionAndValue) {
   char text[256];
   ASSERT_OK(rotor_kv_config_describe(kv, model_, text, sizeof text, nullptr));
   EXPECT_NE(std::string(text).find("sink, 64 cells"), std::string::npos) << text;
+  // llama.cpp's spelling of a K type, and a quantized cache that runs.
+  ASSERT_OK(rotor_kv_config_set(kv, "--cache-type-k", "q8_0"));
+  ASSERT_OK(rotor_kv_config_describe(kv, model_, text, sizeof text, nullptr));
+  EXPECT_NE(std::string(text).find("q8_0"), std::string::npos) << text;
+  ASSERT_OK(rotor_seq_new(ctx_, kv, &seq));
+  const std::vector<int32_t> prompt = Tokenize("Once upon a time");
+  ASSERT_OK(rotor_eval(ctx_, seq, prompt.data(), prompt.size(), nullptr));
   rotor_kv_config_free(kv);
 }
 

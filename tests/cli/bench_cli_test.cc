@@ -298,11 +298,21 @@ TEST(BenchCliTest, KvTypeSweep) {
     return row["gbps"].get<double>() * 1e9 / row["avg_ts"].get<double>();
   };
   EXPECT_LT(bytes_per_token(rows[1]), bytes_per_token(rows[0]));
-  CliResult md = RunRotor({"bench", "-m", BundledModel(), "--kv-type", "f16", "-p", "0", "-n", "4",
-                           "-r", "1", "-t", "1"});
+  // The K and V bytes of a token: stories260K, 5 layers x 4 kv heads x 8.
+  EXPECT_EQ(rows[0]["kv_bytes_per_token"], 5 * 4 * 2 * 8 * 4);
+  EXPECT_EQ(rows[1]["kv_bytes_per_token"], 5 * 4 * 2 * 8 * 2);
+  // The type column shows when a type is not the default (f16).
+  CliResult md = RunRotor({"bench", "-m", BundledModel(), "--kv-type", "q8_0", "-p", "0", "-n", "4",
+                           "-r", "1", "-t", "1", "-o", "jsonl"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  const Json q8 = Json::parse(md.out);
+  EXPECT_EQ(q8["type_k"], "q8_0");
+  EXPECT_EQ(q8["kv_bytes_per_token"], 5 * 4 * 2 * 10);  // one block of 8: f16 d + 8 int8
+  md = RunRotor({"bench", "-m", BundledModel(), "-ctk", "q8_0", "-ctv", "q4_0", "-p", "0", "-n", "4",
+                 "-r", "1", "-t", "1"});
   ASSERT_EQ(md.exit_code, 0) << md.err;
   EXPECT_THAT(md.out, HasSubstr("type_kv"));
-  EXPECT_THAT(md.out, HasSubstr("| f16 |"));
+  EXPECT_THAT(md.out, HasSubstr("| q8_0/q4_0+rot |"));  // rotated by default
 }
 
 struct BenchError {

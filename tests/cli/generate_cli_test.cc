@@ -111,12 +111,12 @@ TEST(GenerateCliTest, PromptsFileInParallelEqualsEachAlone) {
     ASSERT_EQ(one.exit_code, 0) << one.err;
     EXPECT_EQ(alone[i][1] + by_id[i]["text"].get<std::string>() + "\n", one.out) << "prompt " << i;
   }
-  std::ofstream(file) << R"({"prompt": "x", "kv_type": "q4_0"})"
+  std::ofstream(file) << R"({"prompt": "x", "kv_type": "q4_1"})"
                       << "\n";
   CliResult bad = RunRotor({"generate", "-m", BundledModel(), "--prompts", file});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.err, HasSubstr("line 1"));
-  EXPECT_THAT(bad.err, HasSubstr("q4_0"));
+  EXPECT_THAT(bad.err, HasSubstr("q4_1"));
 }
 
 // Prompts that start alike share their K/V blocks (one computes, the others

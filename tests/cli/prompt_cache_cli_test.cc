@@ -81,10 +81,10 @@ TEST(PromptCacheCli, AFileItCannotUseIsAWarningAndThePromptIsComputed) {
   TempDir dir;
   const std::string file = dir.File("f16.kv");
   const CliResult plain = Generate(kStory);
-  ASSERT_EQ(Generate(kStory, {"--prompt-cache", file, "--kv-type", "f16"}).exit_code, 0);
+  ASSERT_EQ(Generate(kStory, {"--prompt-cache", file, "--kv-type", "q8_0"}).exit_code, 0);
   CliResult r = Generate(kStory, {"--prompt-cache", file, "--prompt-cache-ro"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("warning: kv file " + file + ": K/V type (kv_type) f16"));
+  EXPECT_THAT(r.err, HasSubstr("warning: kv file " + file + ": K/V type (kv_type) q8_0"));
   EXPECT_THAT(r.err, HasSubstr("computing the whole prompt"));
   EXPECT_EQ(r.out, plain.out);
 

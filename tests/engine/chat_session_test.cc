@@ -427,7 +427,7 @@ TEST(ChatSession, SaveKvThenLoadRestoresInsteadOfPrefilling) {
 
   // f16 K/V: the file (f32) is not used, the transcript is prefilled.
   ChatOptions f16 = Greedy(16);
-  f16.kv.type = KvType::kF16;
+  f16.kv.types = KvTypes{KvType::kQ8_0, KvType::kQ8_0};  // the file holds the default, f16
   auto other = MakeChat(*e2, f16);
   loaded = other->Load(saved, path);
   ASSERT_TRUE(loaded.ok()) << loaded.message();

@@ -60,7 +60,7 @@ TEST(Engine, GreedyGenerationWithF16KvMatchesReferenceTokens) {
     o.prompt = "Once upon a time";
     o.sampling.temperature = 0;
     o.n_predict = 196;
-    o.kv.type = KvType::kF16;
+    o.kv.types = KvTypes{KvType::kF16, KvType::kF16};
     o.kv.rope_k = rope;
     auto r = e->Generate(o, nullptr);
     ASSERT_TRUE(r.ok()) << r.message();

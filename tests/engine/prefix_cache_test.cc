@@ -6,6 +6,8 @@
 // request no budget can hold, refused with its numbers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -84,19 +86,24 @@ std::vector<int32_t> Cat(std::vector<int32_t> a, const std::vector<int32_t>& b) 
   return a;
 }
 
-class EveryPolicy : public ::testing::TestWithParam<std::tuple<std::string, RopeK>> {};
+class EveryPolicy
+    : public ::testing::TestWithParam<std::tuple<std::string, RopeK, std::string>> {};
 
 // A request, a longer one that starts the same way, and a chat-like third
 // that resends the first with its reply: one after the other, with the cache
 // and without it.
 TEST_P(EveryPolicy, SameTextWithAndWithoutThePrefixCache) {
-  const auto& [name, rope] = GetParam();
+  const auto& [name, rope, type] = GetParam();
   // "sink_compact": compact positions re-rotate the window's cached keys at
   // every eviction, writing into every block, shared ones included.
   const bool compact = name == "sink_compact";
   const std::string policy = compact ? "sink" : name;
-  const KvConfig kv = testing::Kv(policy, policy == "full" ? 0 : 64, 4, rope,
-                                  compact ? KvPositions::kCompact : KvPositions::kOriginal);
+  KvConfig kv = testing::Kv(policy, policy == "full" ? 0 : 64, 4, rope,
+                            compact ? KvPositions::kCompact : KvPositions::kOriginal);
+  // "q4_0r": q4_0 rotated; "q8_0/q4_0": K and V of two types.
+  ASSERT_TRUE(kv.Set(KvOpt::kTypeK, type.substr(0, 4) == "q4_0" ? "q4_0" : type.substr(0, 4)).ok());
+  ASSERT_TRUE(kv.Set(KvOpt::kTypeV, type.size() > 5 ? type.substr(5) : type.substr(0, 4)).ok());
+  kv.rotate = type == "q4_0r";
   auto on = NewEngine(true), off = NewEngine(false);
   const int n_vocab = on->model().config().n_vocab;
   const std::vector<int32_t> p = testing::Prompt(40, n_vocab, 1);
@@ -126,11 +133,15 @@ TEST_P(EveryPolicy, SameTextWithAndWithoutThePrefixCache) {
 INSTANTIATE_TEST_SUITE_P(PrefixCache, EveryPolicy,
                          ::testing::Combine(::testing::Values("full", "sink", "sink_compact",
                                                               "window", "h2o", "snapkv", "tova"),
-                                            ::testing::Values(RopeK::kCached, RopeK::kDeferred)),
+                                            ::testing::Values(RopeK::kCached, RopeK::kDeferred),
+                                            ::testing::Values("f16", "q8_0", "q4_0r", "q8_0/q4_0")),
                          [](const auto& info) {
+                           std::string t = std::get<2>(info.param);
+                           std::replace(t.begin(), t.end(), '/', '_');
                            return std::get<0>(info.param) +
                                   (std::get<1>(info.param) == RopeK::kCached ? "_cached"
-                                                                             : "_deferred");
+                                                                             : "_deferred") +
+                                  "_" + t;
                          });
 
 TEST(PrefixCache, RequestArrivingWhileThePrefixOwnerRuns) {
@@ -201,7 +212,7 @@ TEST(PrefixCache, BudgetExhaustionPreemptsAndRecovers) {
   int64_t block = 0;
   {
     auto probe = NewEngine(true);
-    block = static_cast<int64_t>(probe->kv_pool().BlockBytes(KvType::kF32));
+    block = static_cast<int64_t>(probe->kv_pool().BlockBytes(KvTypes{KvType::kF32, KvType::kF32}));
   }
   auto tight = NewEngine(true, 20 * block), off = NewEngine(false);
   const int n_vocab = tight->model().config().n_vocab;
@@ -230,7 +241,7 @@ TEST(PrefixCache, ARequestNoBudgetCanHoldIsRefusedWithItsNumbers) {
   int64_t block = 0;
   {
     auto probe = NewEngine(true);
-    block = static_cast<int64_t>(probe->kv_pool().BlockBytes(KvType::kF32));
+    block = static_cast<int64_t>(probe->kv_pool().BlockBytes(KvTypes{KvType::kF32, KvType::kF32}));
   }
   auto e = NewEngine(true, 4 * block);
   Scheduler s(*e, Scheduler::Options{.max_seqs = 1});

@@ -73,15 +73,15 @@ TEST(PromptCache, SavedAfterAGenerationAndLoadedByAnotherEngine) {
 
   // The file holds f32 K/V of cached keys: an f16 or deferred-keys request
   // cannot use it.
-  KvConfig f16 = kv;
-  f16.type = KvType::kF16;
+  KvConfig f16 = kv;  // (a q8_0 request: f16 is the default the file was written with)
+  f16.types = KvTypes{KvType::kQ8_0, KvType::kQ8_0};
   Result<PromptCacheFile> r = LoadPromptCache(*b, file.path, f16, std::span<const int32_t>(prompt));
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.message().find("K/V type (kv_type) f32; the cache's is f16"), std::string::npos)
+  EXPECT_NE(r.message().find("K/V type (kv_type) f16; the cache's is q8_0"), std::string::npos)
       << r.message();
   Result<KvConfig> of_file = PromptCacheConfig(*b, file.path);
   ASSERT_TRUE(of_file.ok()) << of_file.message();
-  EXPECT_EQ(of_file->type, KvType::kF32);
+  EXPECT_EQ(of_file->types, (KvTypes{KvType::kF16, KvType::kF16}));
   EXPECT_EQ(of_file->rope_k, RopeK::kCached);
 
   // Dropped, the next run computes everything again.

@@ -53,7 +53,7 @@ TEST_P(RunnerModels, ChunkingWithAnyStepGivesTheSameLogits) {
   const Model& m = M();
   ThreadPool pool(2);
   const std::vector<int32_t> text = testing::Prompt(150, m.config().n_vocab, 11);
-  for (const KvConfig& kv : {KvConfig{}, testing::Kv("sink", 48), testing::Kv("h2o", 48)}) {
+  for (const KvConfig& kv : {KvConfig{.types = {KvType::kF32, KvType::kF32}}, testing::Kv("sink", 48), testing::Kv("h2o", 48)}) {
     for (int64_t n_prompt : {int64_t{150}, int64_t{61}}) {
       SCOPED_TRACE(kv.policy + " prompt " + std::to_string(n_prompt));
       std::vector<float> whole;
@@ -83,7 +83,7 @@ const Model& Stories() { return testing::LoadModelCached(testing::kStories); }
 TEST(Runner, CutsChunksFromThePromptsStartAndEnd) {
   ThreadPool pool(2);
   Runner runner(Stories(), pool, RunnerOptions{.prefill_step = 4, .n_ctx = 64});
-  auto cache = MakeCache(Stories(), KvConfig{}, 64);
+  auto cache = MakeCache(Stories(), KvConfig{.types = {KvType::kF32, KvType::kF32}}, 64);
   const std::vector<int32_t> text = testing::Prompt(25, Stories().config().n_vocab);
   Feed feed{.cache = cache.get(), .tokens = text, .n_prompt = 10, .logits_from = 6};
   const Ran r = RunAll(runner, feed);
@@ -107,7 +107,7 @@ TEST(Runner, BatchedFeedsEqualEachAlone) {
   const Model& m = testing::LoadModelCached(testing::GqaModelPath());
   const int n_vocab = m.config().n_vocab;
   ThreadPool pool(2);
-  const KvConfig kvs[] = {KvConfig{}, testing::Kv("sink", 16), testing::Kv("h2o", 16)};
+  const KvConfig kvs[] = {KvConfig{.types = {KvType::kF32, KvType::kF32}}, testing::Kv("sink", 16), testing::Kv("h2o", 16)};
   const int lengths[] = {1, 23, 40};
   std::vector<std::vector<int32_t>> texts;
   for (int i = 0; i < 3; ++i) texts.push_back(testing::Prompt(lengths[i], n_vocab, 20 + i));
@@ -157,7 +157,7 @@ TEST(Runner, RefusedFeedsFailAloneAndRunNothing) {
   const std::vector<int32_t> short_text = testing::Prompt(6, n_vocab);
 
   // Full: 40 tokens in a context of 32.
-  auto full = MakeCache(m, KvConfig{}, 32);
+  auto full = MakeCache(m, KvConfig{.types = {KvType::kF32, KvType::kF32}}, 32);
   Feed too_long = Feed::Prompt(full.get(), long_text);
   Status s = runner.Run(too_long);
   ASSERT_FALSE(s.ok());
@@ -172,7 +172,7 @@ TEST(Runner, RefusedFeedsFailAloneAndRunNothing) {
   ASSERT_TRUE(snap.SetInt(KvOpt::kSize, 16).ok());
   ASSERT_TRUE(snap.SetInt(KvOpt::kWindow, 4).ok());
   auto snapkv = MakeCache(m, snap, 32);
-  auto other = MakeCache(m, KvConfig{}, 32);
+  auto other = MakeCache(m, KvConfig{.types = {KvType::kF32, KvType::kF32}}, 32);
   Feed refused = Feed::Prompt(snapkv.get(), long_text);
   Feed fine = Feed::Prompt(other.get(), short_text);
   Feed* both[] = {&refused, &fine};
@@ -195,7 +195,7 @@ TEST(Runner, RefusedFeedsFailAloneAndRunNothing) {
 TEST(Runner, FitsAnswersFromTheCacheOrItsConfig) {
   const Model& m = Stories();
   const KvShape shape = m.config().kv_shape(16);
-  auto full = ResolveKvConfig(KvConfig{}, shape);
+  auto full = ResolveKvConfig(KvConfig{.types = {KvType::kF32, KvType::kF32}}, shape);
   ASSERT_TRUE(full.ok());
   EXPECT_TRUE(FitsNewCache(*full, shape, 16).ok());
   Status s = FitsNewCache(*full, shape, 17);
@@ -205,7 +205,7 @@ TEST(Runner, FitsAnswersFromTheCacheOrItsConfig) {
   ASSERT_TRUE(sink.ok());
   EXPECT_TRUE(FitsNewCache(*sink, shape, 1000).ok());
 
-  auto cache = MakeCache(m, KvConfig{}, 16);
+  auto cache = MakeCache(m, KvConfig{.types = {KvType::kF32, KvType::kF32}}, 16);
   EXPECT_TRUE(FitsCache(*cache, 16).ok());
   EXPECT_FALSE(FitsCache(*cache, 17).ok());
   auto ring = MakeCache(m, testing::Kv("sink", 8), 16);

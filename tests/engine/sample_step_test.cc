@@ -22,7 +22,7 @@ class SampleStepTest : public ::testing::Test {
 
   // A full cache of n_ctx cells holding `n` tokens (cells only: no forward pass).
   std::unique_ptr<KvCache> Cache(int n_ctx, int n = 0) {
-    auto c = KvCache::Create(M().config().kv_shape(n_ctx), KvConfig{});
+    auto c = KvCache::Create(M().config().kv_shape(n_ctx), KvConfig{.types = {KvType::kF32, KvType::kF32}});
     EXPECT_TRUE(c.ok()) << c.message();
     if (n > 0) {
       KvPlan plan;

@@ -96,6 +96,24 @@ TEST_P(Batching, GreedyBatchEqualsEachAlone) {
   EXPECT_EQ(RunBatch(*e, jobs, {0, 0, 0, 0, 0, 0}, 2), alone);
 }
 
+// The same with every K/V type: each job's cache of another type (and two
+// rotated), all in one batch.
+TEST_P(Batching, GreedyBatchEqualsEachAloneWithEveryKvType) {
+  auto e = MakeEngine(Path());
+  std::vector<Job> jobs = MixedJobs(e->model().config().n_vocab);
+  const KvTypes types[] = {{KvType::kBF16, KvType::kBF16}, {KvType::kQ8_0, KvType::kQ8_0},
+                           {KvType::kQ4_0, KvType::kQ4_0}, {KvType::kQ5_0, KvType::kQ5_0},
+                           {KvType::kQ8_0, KvType::kQ4_0}, {KvType::kF32, KvType::kQ8_0}};
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].options.kv.types = types[i];
+    jobs[i].options.kv.rotate = i == 2 || i == 3;
+  }
+  std::vector<std::vector<int32_t>> alone;
+  for (const Job& j : jobs) alone.push_back(RunBatch(*e, {j}, {0}, 1)[0]);
+  EXPECT_EQ(RunBatch(*e, jobs, {0, 0, 0, 0, 0, 0}, 6), alone);
+  EXPECT_EQ(RunBatch(*e, jobs, {0, 3, 10, 11, 4, 7}, 6), alone);
+}
+
 TEST_P(Batching, CancellingOneLeavesOthersUnchanged) {
   auto e = MakeEngine(Path());
   std::vector<Job> jobs = MixedJobs(e->model().config().n_vocab);
@@ -128,7 +146,7 @@ TEST(Scheduler, KvBudgetMakesSequencesWaitNotFail) {
   EngineOptions eo{.model_path = testing::kStories, .n_threads = 2, .n_ctx = 512};
   {
     auto probe = MakeEngine(testing::kStories);
-    eo.kv_memory_bytes = 8 * static_cast<int64_t>(probe->kv_pool().BlockBytes(kv.type));
+    eo.kv_memory_bytes = 8 * static_cast<int64_t>(probe->kv_pool().BlockBytes(kv.types));
   }
   auto e = std::move(Engine::Create(eo)).value();
   Scheduler::Options so;
@@ -179,7 +197,7 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
   Forward fwd(m, pool, 64, 256);
   Runner runner(m, pool, RunnerOptions{.prefill_step = 8, .n_ctx = 256});
   std::vector<std::unique_ptr<KvCache>> batch, alone;
-  const KvConfig kvs[] = {KvConfig{}, testing::Kv("sink", 16),
+  const KvConfig kvs[] = {KvConfig{.types = {KvType::kF32, KvType::kF32}}, testing::Kv("sink", 16),
                           testing::Kv("h2o", 16)};
   for (const KvConfig& kv : kvs) {
     batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
@@ -224,13 +242,22 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   Runner runner(m, pool, RunnerOptions{.prefill_step = 8, .n_ctx = 256});
   std::vector<std::unique_ptr<KvCache>> batch, alone;
   KvConfig sink16 = testing::Kv("sink", 16), h2o16 = testing::Kv("h2o", 32);
-  sink16.type = h2o16.type = KvType::kF16;  // f16 caches beside f32 ones in one step
+  sink16.types = h2o16.types = KvTypes{KvType::kF16, KvType::kF16};  // f16 caches beside f32 ones in one step
   KvConfig tova16 = testing::Kv("tova", 16), snap24 = testing::Kv("snapkv", 24, 0, RopeK::kDeferred,
                                                                   KvPositions::kOriginal, -1, 8);
-  tova16.type = snap24.type = KvType::kF16;
-  const KvConfig kvs[] = {KvConfig{}, testing::Kv("sink", 16),
+  tova16.types = snap24.types = KvTypes{KvType::kF16, KvType::kF16};
+  // The block types and bf16 too, one of each beside the others.
+  KvConfig full8 = KvConfig{.types = {KvType::kF32, KvType::kF32}}, sink4 = testing::Kv("sink", 16), win5 = testing::Kv("window", 24, 0, RopeK::kDeferred);
+  KvConfig h2o_bf = testing::Kv("h2o", 32), tova_mixed = testing::Kv("tova", 16);
+  full8.types = {KvType::kQ8_0, KvType::kQ8_0};
+  sink4.types = {KvType::kQ4_0, KvType::kQ4_0};
+  sink4.rotate = true;
+  win5.types = {KvType::kQ5_0, KvType::kQ5_0};
+  h2o_bf.types = {KvType::kBF16, KvType::kBF16};
+  tova_mixed.types = {KvType::kQ8_0, KvType::kQ4_0};
+  const KvConfig kvs[] = {KvConfig{.types = {KvType::kF32, KvType::kF32}}, testing::Kv("sink", 16),
                           testing::Kv("window", 24, 0, RopeK::kDeferred), sink16, h2o16,
-                          tova16, snap24};
+                          tova16, snap24, full8, sink4, win5, h2o_bf, tova_mixed};
   constexpr int kSeqs = sizeof(kvs) / sizeof(kvs[0]);
   for (const KvConfig& kv : kvs) {
     batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
@@ -246,7 +273,7 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   for (auto& c : batch) caches.push_back(c.get());
   for (int step = 0; step < 30; ++step) {
     std::vector<int32_t> tokens;
-    for (int i = 0; i < kSeqs; ++i) tokens.push_back(7 + 43 * i + step);
+    for (int i = 0; i < kSeqs; ++i) tokens.push_back((7 + 43 * i + step) % n_vocab);
     ASSERT_TRUE(fwd.Decode(caches, tokens, logits.data()).ok());
     for (int i = 0; i < kSeqs; ++i) {
       SeqInput in{alone[i].get(), std::span<const int32_t>(&tokens[i], 1)};

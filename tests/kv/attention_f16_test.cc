@@ -26,7 +26,7 @@ void RunSteps(const Shape& s, KvConfig cfg, Isa isa, int threads) {
   ops::RopeConfig rope{hd, hd};
   KvShape shape{1, s.n_head_kv, hd, 512, rope};
   KvConfig cfg16 = cfg;
-  cfg16.type = KvType::kF16;
+  cfg16.types = KvTypes{KvType::kF16, KvType::kF16};
   auto c32 = std::move(KvCache::Create(shape, cfg)).value();
   auto c16 = std::move(KvCache::Create(shape, cfg16)).value();
   ThreadPool pool(threads);

@@ -15,7 +15,7 @@ namespace rotor::testing {
 namespace {
 
 KvConfig F16(KvConfig kv) {
-  kv.type = KvType::kF16;
+  kv.types = KvTypes{KvType::kF16, KvType::kF16};
   return kv;
 }
 
@@ -28,8 +28,10 @@ double MaxAbs(const std::vector<float>& a) {
 TEST(F16Cache, StoresTheF16RoundingAndHalvesTheKvBytes) {
   KvShape shape;
   shape.n_layer = 2, shape.n_head_kv = 3, shape.head_dim = 16, shape.n_ctx = 8;
-  auto f32 = KvCache::Create(shape, KvConfig{});
-  auto f16 = KvCache::Create(shape, F16(KvConfig{}));
+  KvConfig f32_config;
+  f32_config.types = {KvType::kF32, KvType::kF32};
+  auto f32 = KvCache::Create(shape, f32_config);
+  auto f16 = KvCache::Create(shape, F16(KvConfig{.types = {KvType::kF32, KvType::kF32}}));
   ASSERT_TRUE(f32.ok() && f16.ok());
   // K and V, layers, cells (one block of 16 holds the 8), row, bytes
   const size_t kv32 = 2ull * 2 * 16 * 3 * 16 * 4;
@@ -56,8 +58,9 @@ TEST(F16Cache, StoresTheF16RoundingAndHalvesTheKvBytes) {
   }
   EXPECT_EQ(c.CellK(0, 0)[7], 1.0f);
   const KvLayerView view = c.View(0);
-  EXPECT_EQ(view.type, KvType::kF16);
-  EXPECT_EQ(view.row_bytes, 48u * 2);
+  EXPECT_EQ(view.types, (KvTypes{KvType::kF16, KvType::kF16}));
+  EXPECT_EQ(view.k_row_bytes, 48u * 2);
+  EXPECT_EQ(view.v_row_bytes, 48u * 2);
 }
 
 class F16Models : public ::testing::TestWithParam<std::string> {};

@@ -80,7 +80,7 @@ TEST_P(RoundTrip, ALoadedCacheContinuesExactlyAsTheOneThatSavedIt) {
   const auto& [policy, type, rope] = GetParam();
   const Model& m = testing::LoadModelCached(testing::kStories);
   KvConfig kv = Kv(policy, policy == "full" ? 0 : 64, 4, rope);
-  kv.type = type;
+  kv.types = KvTypes{type, type};
   const int n_vocab = m.config().n_vocab;
   const std::vector<int32_t> text = Prompt(40, n_vocab, 1);
   // 50 more tokens: the sink and window rings wrap (90 > 64) after the load.
@@ -106,14 +106,14 @@ TEST_P(RoundTrip, ALoadedCacheContinuesExactlyAsTheOneThatSavedIt) {
   ASSERT_TRUE(info.ok()) << info.message();
   EXPECT_EQ(info->model_id, m.identity());
   EXPECT_EQ(info->n_layer, m.config().n_layer);
-  EXPECT_EQ(info->type, type);
+  EXPECT_EQ(info->types, (KvTypes{type, type}));
   EXPECT_EQ(info->rope_k, rope);
   EXPECT_EQ(info->tokens, text);
 }
 
 INSTANTIATE_TEST_SUITE_P(KvFile, RoundTrip,
                          ::testing::Combine(::testing::Values("full", "sink", "window"),
-                                            ::testing::Values(KvType::kF32, KvType::kF16),
+                                            ::testing::Values(KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kQ4_0),
                                             ::testing::Values(RopeK::kCached, RopeK::kDeferred)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +
@@ -180,7 +180,7 @@ TEST(KvFile, LoadedBlocksJoinThePrefixCacheAndCanBeDropped) {
   std::unique_ptr<KvCache> next = CacheOf(m, kv, *pool);
   EXPECT_EQ(next->AttachPrefix(text, 40), 32);
   next.reset();
-  const uint64_t root = PrefixRoot(PrefixSeed{m.identity(), kv.type, kv.rope_k});
+  const uint64_t root = PrefixRoot(PrefixSeed{m.identity(), kv.types, kv.rotate, kv.rope_k});
   EXPECT_EQ(pool->DropCachedChain(root, text), 2);
   EXPECT_EQ(pool->stats().blocks_cached, 0);
   EXPECT_EQ(pool->stats().blocks, pool->stats().blocks_free);
@@ -213,7 +213,7 @@ TEST(KvFile, RefusesAnotherModelTypeRopeModePositionsOrPolicy) {
   EXPECT_NE(e.find(file.path), std::string::npos) << e;
 
   KvConfig f16 = Kv("sink", 64);
-  f16.type = KvType::kF16;
+  f16.types = KvTypes{KvType::kF16, KvType::kF16};
   e = LoadError(m, f16, *pool, file.path);
   EXPECT_NE(e.find("K/V type (kv_type) f32; the cache's is f16"), std::string::npos) << e;
   e = LoadError(m, Kv("sink", 64, 4, RopeK::kDeferred), *pool, file.path);
@@ -227,7 +227,7 @@ TEST(KvFile, RefusesAnotherModelTypeRopeModePositionsOrPolicy) {
   EXPECT_NE(e.find("40 tokens, more than the cache's 32 cells"), std::string::npos) << e;
   // A budget of one block has no room for three.
   KvBlockPool probe(m.config().kv_shape(kCtx), {});
-  auto tiny = PoolOf(m, static_cast<int64_t>(probe.BlockBytes(KvType::kF32)));
+  auto tiny = PoolOf(m, static_cast<int64_t>(probe.BlockBytes(KvTypes{KvType::kF32, KvType::kF32})));
   e = LoadError(m, Kv("full", 0), *tiny, file.path);
   EXPECT_NE(e.find("no room for 40 tokens"), std::string::npos) << e;
   // The window policy loads what the sink policy saved.

@@ -22,8 +22,15 @@ TEST_P(Paged, LogitsEqualTheContiguousLayout) {
   const auto& [policy, rope, positions, model_name] = GetParam();
   const Model& m = LoadModelCached(ModelPath(model_name));
   const KvShape shape = m.config().kv_shape(kCtx);
-  const KvConfig kv = Kv(policy, policy == "full" ? 0 : 48, 4, rope, positions);
   const std::vector<int32_t> tokens = Prompt(150, m.config().n_vocab, 5);
+  // Every K/V type: f16 (the default), q8_0, q4_0 rotated, q5_0 K with bf16 V.
+  const KvTypes types[] = {{}, {KvType::kQ8_0, KvType::kQ8_0}, {KvType::kQ4_0, KvType::kQ4_0},
+                           {KvType::kQ5_0, KvType::kBF16}};
+  for (const KvTypes& t : types) {
+  SCOPED_TRACE(KvTypesName(t));
+  KvConfig kv = Kv(policy, policy == "full" ? 0 : 48, 4, rope, positions);
+  kv.types = t;
+  kv.rotate = t.k == KvType::kQ4_0;
   std::vector<std::vector<float>> runs;
   for (int block : {kKvBlockCells, 256}) {  // 256: one block for the whole cache
     KvBlockPool pool(shape, KvPoolOptions{.block_cells = block});
@@ -38,6 +45,7 @@ TEST_P(Paged, LogitsEqualTheContiguousLayout) {
   ASSERT_EQ(runs.size(), 4u);
   EXPECT_TRUE(runs[0] == runs[2]) << "step 7: paged differs from contiguous";
   EXPECT_TRUE(runs[1] == runs[3]) << "step 1: paged differs from contiguous";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

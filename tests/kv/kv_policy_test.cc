@@ -37,7 +37,7 @@ class KvPolicies : public ::testing::TestWithParam<std::string> {
 TEST_P(KvPolicies, EqualFullUntilFirstEviction) {
   const Model& m = model();
   std::vector<int32_t> prompt = Prompt(40, m.config().n_vocab);
-  std::vector<float> full = AllLogits(m, KvConfig{}, prompt, 0);
+  std::vector<float> full = AllLogits(m, KvConfig{.types = {KvType::kF32, KvType::kF32}}, prompt, 0);
   std::vector<float> full_deferred =
       AllLogits(m, Kv("full", 0, 0, RopeK::kDeferred), prompt, 7);
   // Cached and deferred K round the rotation differently (and the AVX2 and
@@ -90,8 +90,8 @@ TEST_P(KvPolicies, MatchMaskedReferenceAcrossEvictions) {
 TEST_P(KvPolicies, PrefillStepInvariant) {
   const Model& m = model();
   std::vector<int32_t> prompt = Prompt(150, m.config().n_vocab, 11);
-  std::vector<float> full1 = AllLogits(m, KvConfig{}, prompt, 1);
-  for (int step : {7, 64, 512, 0}) EXPECT_LT(MaxAbsDiff(full1, AllLogits(m, KvConfig{}, prompt, step)), 1e-4);
+  std::vector<float> full1 = AllLogits(m, KvConfig{.types = {KvType::kF32, KvType::kF32}}, prompt, 1);
+  for (int step : {7, 64, 512, 0}) EXPECT_LT(MaxAbsDiff(full1, AllLogits(m, KvConfig{.types = {KvType::kF32, KvType::kF32}}, prompt, step)), 1e-4);
   for (std::string_view p : {"sink", "window", "h2o", "tova", "snapkv"}) {
     const bool per_lane = p == "h2o" || p == "tova" || p == "snapkv";
     // snapkv: a prompt of 100 tokens compressed to 40 at its end (window 8),

@@ -22,31 +22,31 @@ KvPoolOptions Opts(int64_t blocks, int32_t block_cells = 4) {
   KvBlockPool probe(kShape, KvPoolOptions{.block_cells = block_cells});
   return KvPoolOptions{
       .block_cells = block_cells,
-      .budget_bytes = blocks * static_cast<int64_t>(probe.BlockBytes(KvType::kF32))};
+      .budget_bytes = blocks * static_cast<int64_t>(probe.BlockBytes(KvTypes{KvType::kF32, KvType::kF32}))};
 }
 
 TEST(KvPool, TakeRefUnrefFree) {
   KvBlockPool pool(kShape, Opts(3));
-  EXPECT_EQ(pool.BlockBytes(KvType::kF32), 2u * 2 * 4 * 2 * 4);
-  EXPECT_EQ(pool.BlockBytes(KvType::kF16), pool.BlockBytes(KvType::kF32) / 2);
-  EXPECT_EQ(pool.Available(KvType::kF32), 3);
-  EXPECT_EQ(pool.Available(KvType::kF16), 6);
-  const BlockId a = pool.Take(KvType::kF32), b = pool.Take(KvType::kF32);
-  EXPECT_EQ(pool.Available(KvType::kF32), 1);
+  EXPECT_EQ(pool.BlockBytes(KvTypes{KvType::kF32, KvType::kF32}), 2u * 2 * 4 * 2 * 4);
+  EXPECT_EQ(pool.BlockBytes(KvTypes{KvType::kF16, KvType::kF16}), pool.BlockBytes(KvTypes{KvType::kF32, KvType::kF32}) / 2);
+  EXPECT_EQ(pool.Available(KvTypes{KvType::kF32, KvType::kF32}), 3);
+  EXPECT_EQ(pool.Available(KvTypes{KvType::kF16, KvType::kF16}), 6);
+  const BlockId a = pool.Take(KvTypes{KvType::kF32, KvType::kF32}), b = pool.Take(KvTypes{KvType::kF32, KvType::kF32});
+  EXPECT_EQ(pool.Available(KvTypes{KvType::kF32, KvType::kF32}), 1);
   pool.Ref(a);
   EXPECT_EQ(pool.refs(a), 2);
   pool.Unref(a);
   pool.Unref(a);  // unpublished: free, its memory kept for the next block
   EXPECT_EQ(pool.stats().blocks_free, 1);
-  EXPECT_EQ(pool.Available(KvType::kF32), 2);
-  EXPECT_EQ(pool.Take(KvType::kF32), a);  // taken again, no new memory
+  EXPECT_EQ(pool.Available(KvTypes{KvType::kF32, KvType::kF32}), 2);
+  EXPECT_EQ(pool.Take(KvTypes{KvType::kF32, KvType::kF32}), a);  // taken again, no new memory
   EXPECT_EQ(pool.stats().blocks, 2);
   pool.Unref(a);
   pool.Unref(b);
   // Free f32 blocks make room for f16 ones: their memory is returned first.
-  const BlockId h[] = {pool.Take(KvType::kF16), pool.Take(KvType::kF16), pool.Take(KvType::kF16),
-                       pool.Take(KvType::kF16), pool.Take(KvType::kF16), pool.Take(KvType::kF16)};
-  EXPECT_EQ(pool.Available(KvType::kF16), 0);
+  const BlockId h[] = {pool.Take(KvTypes{KvType::kF16, KvType::kF16}), pool.Take(KvTypes{KvType::kF16, KvType::kF16}), pool.Take(KvTypes{KvType::kF16, KvType::kF16}),
+                       pool.Take(KvTypes{KvType::kF16, KvType::kF16}), pool.Take(KvTypes{KvType::kF16, KvType::kF16}), pool.Take(KvTypes{KvType::kF16, KvType::kF16})};
+  EXPECT_EQ(pool.Available(KvTypes{KvType::kF16, KvType::kF16}), 0);
   EXPECT_TRUE(pool.Validate().ok()) << pool.Validate().message();
   for (BlockId x : h) pool.Unref(x);
   pool.Trim();
@@ -58,7 +58,7 @@ TEST(KvPool, PublishedBlocksAreCachedAndEvictedLeastRecentlyUsedFirst) {
   KvBlockPool pool(kShape, Opts(3));
   const std::vector<int32_t> t1 = {1, 2, 3, 4}, t2 = {5, 6, 7, 8}, t3 = {9, 9, 9, 9};
   const uint64_t root = PrefixRoot(PrefixSeed{});
-  const BlockId a = pool.Take(KvType::kF32), b = pool.Take(KvType::kF32);
+  const BlockId a = pool.Take(KvTypes{KvType::kF32, KvType::kF32}), b = pool.Take(KvTypes{KvType::kF32, KvType::kF32});
   ASSERT_TRUE(pool.Publish(a, root, t1));
   ASSERT_TRUE(pool.Publish(b, PrefixHash(root, t1), t2));
   EXPECT_EQ(pool.Lookup(root, t1), a);
@@ -67,18 +67,18 @@ TEST(KvPool, PublishedBlocksAreCachedAndEvictedLeastRecentlyUsedFirst) {
   pool.Unref(b);                         // b first: the tail ages before the head
   pool.Unref(a);
   EXPECT_EQ(pool.stats().blocks_cached, 2);
-  EXPECT_EQ(pool.Available(KvType::kF32), 3);  // cached blocks count as room
+  EXPECT_EQ(pool.Available(KvTypes{KvType::kF32, KvType::kF32}), 3);  // cached blocks count as room
   // A third block fits in the budget; a fourth evicts the oldest cached (b).
-  const BlockId c = pool.Take(KvType::kF32);
+  const BlockId c = pool.Take(KvTypes{KvType::kF32, KvType::kF32});
   EXPECT_EQ(pool.stats().evictions, 0);
-  const BlockId d = pool.Take(KvType::kF32);
+  const BlockId d = pool.Take(KvTypes{KvType::kF32, KvType::kF32});
   EXPECT_EQ(pool.stats().evictions, 1);
   EXPECT_EQ(pool.Lookup(PrefixHash(root, t1), t2), -1);
   EXPECT_EQ(pool.Lookup(root, t1), a);
-  EXPECT_EQ(pool.Available(KvType::kF32), 1);  // a, still cached
+  EXPECT_EQ(pool.Available(KvTypes{KvType::kF32, KvType::kF32}), 1);  // a, still cached
   // Referencing a cached block takes it off the LRU list.
   pool.Ref(a);
-  EXPECT_EQ(pool.Available(KvType::kF32), 0);
+  EXPECT_EQ(pool.Available(KvTypes{KvType::kF32, KvType::kF32}), 0);
   EXPECT_FALSE(pool.Publish(c, root, t1));  // the same hash stays with a
   ASSERT_TRUE(pool.Publish(c, root, t3));
   pool.Unpublish(c);

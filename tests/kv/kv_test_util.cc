@@ -124,6 +124,9 @@ KvConfig Kv(std::string_view policy, int size, int keep, RopeK rope, KvPositions
   };
   set(KvOpt::kPolicy, policy);
   set(KvOpt::kRopeK, RopeKName(rope));
+  // f32 K/V (not the f16 default): the policy tests compare with f32
+  // references; the other types' tests set theirs (kv_quant_model_test.cc).
+  set(KvOpt::kType, "f32");
   if (KvPolicyUses(policy, KvOpt::kSize) && size > 0) set_int(KvOpt::kSize, size);
   if (KvPolicyUses(policy, KvOpt::kKeep)) set_int(KvOpt::kKeep, keep);
   if (KvPolicyUses(policy, KvOpt::kPositions)) set(KvOpt::kPositions, KvPositionsName(positions));

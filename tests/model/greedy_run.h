@@ -21,7 +21,7 @@ namespace rotor::testing {
 // -1 (and a test failure) if a forward pass fails or a logit is not finite.
 inline int DistinctGreedyTokens(const Model& m, ThreadPool& pool) {
   Forward fwd(m, pool, 64, 128);
-  auto cache = std::move(KvCache::Create(m.config().kv_shape(128), KvConfig{})).value();
+  auto cache = std::move(KvCache::Create(m.config().kv_shape(128), KvConfig{.types = {KvType::kF32, KvType::kF32}})).value();
   const std::vector<int32_t> text = {1, 9038, 2501, 263, 931};  // <s> Once upon a time
   std::vector<float> logits(m.config().n_vocab);
   if (!RunTokens(m, *cache, text, 0, LogitsWanted::kLast, logits.data()).ok()) return -1;

@@ -8,7 +8,7 @@ namespace {
 const KvShape kShape{2, 2, 4, 16};
 
 TEST(KvConfig, ResolvesDefaultsAndRejectsBadCombinations) {
-  auto full = ResolveKvConfig(KvConfig{}, kShape);
+  auto full = ResolveKvConfig(KvConfig{.types = {KvType::kF32, KvType::kF32}}, kShape);
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->size, 16);
   KvConfig big;
@@ -106,7 +106,7 @@ TEST(KvConfig, ParsesNames) {
 }
 
 TEST(KvCache, FullPlansConsecutiveSlotsAndFailsCleanlyWhenFull) {
-  auto cache = KvCache::Create(kShape, KvConfig{});
+  auto cache = KvCache::Create(kShape, KvConfig{.types = {KvType::kF32, KvType::kF32}});
   ASSERT_TRUE(cache.ok());
   KvCache& c = **cache;
   EXPECT_GE(c.memory_bytes(), 2u * 2 * 2 * 16 * 4 * sizeof(float));
@@ -128,8 +128,8 @@ TEST(KvCache, FullPlansConsecutiveSlotsAndFailsCleanlyWhenFull) {
   EXPECT_EQ(view.n_cells, 10);
   EXPECT_EQ(view.index[3], 3);
   // Head 1 of token 3 is k[3 * 8 + 4 ...]; storage is [cell, head, dim].
-  EXPECT_EQ(view.type, KvType::kF32);
-  EXPECT_EQ(view.row_bytes, 8 * sizeof(float));
+  EXPECT_EQ(view.types, (KvTypes{KvType::kF32, KvType::kF32}));
+  EXPECT_EQ(view.k_row_bytes, 8 * sizeof(float));
   EXPECT_EQ(static_cast<const float*>(view.KRow(3))[1 * 4 + 2], k[3 * 8 + 4 + 2]);
   EXPECT_EQ(static_cast<const float*>(view.VRow(9))[0], v[9 * 8]);
   Status s = c.Plan(7, &plan);

@@ -69,7 +69,7 @@ void ExpectError(const Result<std::unique_ptr<Model>>& m, const std::vector<std:
 std::vector<float> LastLogits(const Model& m, int n = 60) {
   ThreadPool pool(2);
   Forward fwd(m, pool, 64, 128);
-  auto cache = std::move(KvCache::Create(m.config().kv_shape(128), KvConfig{})).value();
+  auto cache = std::move(KvCache::Create(m.config().kv_shape(128), KvConfig{.types = {KvType::kF32, KvType::kF32}})).value();
   std::vector<int32_t> prompt = {1};
   for (int i = 1; i < n; ++i) prompt.push_back(3 + (i * 37) % 290);
   std::vector<float> logits(m.config().n_vocab);

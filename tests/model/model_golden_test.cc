@@ -44,7 +44,7 @@ struct Fixture {
     model = std::move(*m);
     pool = std::make_unique<ThreadPool>(threads);
     fwd = std::make_unique<Forward>(*model, *pool, ubatch);
-    cache = std::move(KvCache::Create(model->config().kv_shape(512), KvConfig{})).value();
+    cache = std::move(KvCache::Create(model->config().kv_shape(512), KvConfig{.types = {KvType::kF32, KvType::kF32}})).value();
   }
 };
 

@@ -131,7 +131,7 @@ std::vector<float> LastLogits(const std::string& path, const std::vector<int32_t
   EXPECT_TRUE(m.ok()) << m.message();
   ThreadPool pool(2);
   Forward fwd(**m, pool, 64);
-  auto cache = KvCache::Create((*m)->config().kv_shape(128), KvConfig{});
+  auto cache = KvCache::Create((*m)->config().kv_shape(128), KvConfig{.types = {KvType::kF32, KvType::kF32}});
   std::vector<float> logits((*m)->config().n_vocab);
   EXPECT_TRUE(testing::RunTokens(**m, **cache, prompt, 0, LogitsWanted::kLast, logits.data()).ok());
   return logits;

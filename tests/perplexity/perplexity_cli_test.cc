@@ -63,14 +63,16 @@ TEST(PerplexityCli, SeveralPoliciesInOneCommand) {
 TEST(PerplexityCli, KlBaseWorkflow) {
   TempDir dir;
   const std::string base = dir.File("full.kld");
-  CliResult w = Ppl({"-f", kText, "-c", "128", "--chunks", "4", "--kl-base", base});
+  // The base and the runs compared with it in f32 (the f16 default is the
+  // divergence measured below).
+  CliResult w = Ppl({"-f", kText, "-c", "128", "--chunks", "4", "--kl-base", base, "--kv-type", "f32"});
   ASSERT_EQ(w.exit_code, 0) << w.err;
   EXPECT_THAT(w.err, HasSubstr("wrote the KL base"));
   ASSERT_TRUE(std::filesystem::exists(base));
 
   // Chunks default to the base's; the policy is compared with it.
   CliResult s =
-      Ppl({"-f", kText, "-c", "128", "--kl-base", base, "--kv", "sink", "--kv-size", "32"});
+      Ppl({"-f", kText, "-c", "128", "--kl-base", base, "--kv", "sink", "--kv-size", "32", "--kv-type", "f32"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   EXPECT_THAT(s.out, HasSubstr("[4]"));
   EXPECT_THAT(s.out, Not(HasSubstr("[5]")));
@@ -79,7 +81,7 @@ TEST(PerplexityCli, KlBaseWorkflow) {
   EXPECT_THAT(s.out, HasSubstr("Same top p:"));
   EXPECT_THAT(s.out, Not(HasSubstr("Same top p: 100.000")));
 
-  CliResult self = Ppl({"-f", kText, "-c", "128", "--kl-base", base, "--kl-read"});
+  CliResult self = Ppl({"-f", kText, "-c", "128", "--kl-base", base, "--kl-read", "--kv-type", "f32"});
   ASSERT_EQ(self.exit_code, 0) << self.err;
   EXPECT_THAT(self.out, HasSubstr("Mean    KLD:   0.000000"));
   EXPECT_THAT(self.out, HasSubstr("Same top p: 100.000 ±  0.000 %"));

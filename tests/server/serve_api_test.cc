@@ -17,7 +17,7 @@ GenerateOptions Defaults() {
   d.kv.size = 128;
   d.kv.keep = 8;
   d.kv.rope_k = RopeK::kDeferred;
-  d.kv.type = KvType::kF16;
+  d.kv.types = KvTypes{KvType::kF16, KvType::kF16};
   return d;
 }
 
@@ -75,7 +75,7 @@ TEST(ServeApiTest, AnotherKvPolicyStartsFromItsDefaults) {
   EXPECT_EQ(r.options.kv.size, 32);
   EXPECT_EQ(r.options.kv.keep, KvConfig{}.keep);
   EXPECT_EQ(r.options.kv.rope_k, RopeK::kDeferred);  // the server's
-  EXPECT_EQ(r.options.kv.type, KvType::kF16);         // the server's
+  EXPECT_EQ(r.options.kv.types, (KvTypes{KvType::kF16, KvType::kF16}));         // the server's
   e = ParseRequest(R"({"prompt": "hi", "kv": "h2o", "kv_recent": 9, "rope_k": "cached",
       "kv_positions": "compact", "kv_type": "f32"})",
                    Endpoint::kCompletions, Defaults(), &r);
@@ -84,7 +84,7 @@ TEST(ServeApiTest, AnotherKvPolicyStartsFromItsDefaults) {
   EXPECT_EQ(r.options.kv.recent, 9);
   EXPECT_EQ(r.options.kv.rope_k, RopeK::kCached);
   EXPECT_EQ(r.options.kv.positions, KvPositions::kCompact);
-  EXPECT_EQ(r.options.kv.type, KvType::kF32);
+  EXPECT_EQ(r.options.kv.types, (KvTypes{KvType::kF32, KvType::kF32}));
 }
 
 TEST(ServeApiTest, PromptForms) {
@@ -135,7 +135,7 @@ TEST(ServeApiTest, ErrorsNameTheField) {
       {R"({"prompt": "a", "seed": 1.5})", "seed"},
       {R"({"prompt": "a", "stream_options": 3})", "stream_options"},
       {R"({"prompt": "a", "rope_k": "sideways"})", "rope_k"},
-      {R"({"prompt": "a", "kv_type": "q8_0"})", "kv_type"},
+      {R"({"prompt": "a", "kv_type": "q4_1"})", "kv_type"},
       {R"({"prompt": "a", "kv_size": -4})", "kv_size"},
       {R"({"prompt": "a", "kv_size": 1.5})", "kv_size"},
       {R"({"prompt": "a", "kv_keep": "4"})", "kv_keep"},

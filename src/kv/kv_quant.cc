@@ -1,0 +1,173 @@
+#include "kv/kv_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "tensor/fp16.h"
+
+namespace rotor {
+
+bool KvTypeQuantized(KvType t) {
+  return t == KvType::kQ8_0 || t == KvType::kQ4_0 || t == KvType::kQ5_0;
+}
+
+int KvQuantBlock(int head_dim) {
+  for (int b : {32, 16, 8})
+    if (head_dim > 0 && head_dim % b == 0) return b;
+  return 0;
+}
+
+size_t KvBlockBytes(KvType t, int block) {
+  switch (t) {
+    case KvType::kQ8_0: return 2 + static_cast<size_t>(block);
+    case KvType::kQ4_0: return 2 + static_cast<size_t>(block) / 2;
+    case KvType::kQ5_0: return 2 + static_cast<size_t>(block) / 8 + static_cast<size_t>(block) / 2;
+    case KvType::kF32: return 4 * static_cast<size_t>(block);
+    default: return 2 * static_cast<size_t>(block);  // f16, bf16
+  }
+}
+
+size_t KvHeadBytes(KvType t, int head_dim) {
+  if (!KvTypeQuantized(t)) return KvBlockBytes(t, head_dim);
+  const int b = KvQuantBlock(head_dim);
+  CHECK_GT(b, 0);
+  return static_cast<size_t>(head_dim / b) * KvBlockBytes(t, b);
+}
+
+double KvBytesPerElement(KvType t, int head_dim) {
+  return static_cast<double>(KvHeadBytes(t, head_dim)) / head_dim;
+}
+
+namespace {
+
+// The value of largest magnitude (its sign kept) and the largest magnitude.
+void MaxAbs(const float* x, int n, float* max, float* amax) {
+  *max = 0.f, *amax = 0.f;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > *amax) *amax = std::fabs(x[i]), *max = x[i];
+}
+
+void QuantizeBlock(KvType t, int B, const float* x, uint8_t* out) {
+  float max = 0.f, amax = 0.f;
+  MaxAbs(x, B, &max, &amax);
+  if (t == KvType::kQ8_0) {
+    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    const uint16_t dh = F32ToF16(d);
+    std::memcpy(out, &dh, 2);
+    for (int i = 0; i < B; ++i) out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[i] * id)));
+    return;
+  }
+  const bool q5 = t == KvType::kQ5_0;
+  const float d = max / (q5 ? -16.f : -8.f), id = d != 0.f ? 1.f / d : 0.f;
+  const uint16_t dh = F32ToF16(d);
+  std::memcpy(out, &dh, 2);
+  uint8_t* qs = out + 2 + (q5 ? B / 8 : 0);
+  uint32_t qh = 0;
+  const int top = q5 ? 31 : 15;
+  const float off = q5 ? 16.5f : 8.5f;
+  for (int i = 0; i < B / 2; ++i) {
+    const int q0 = std::min(top, static_cast<int>(x[i] * id + off));
+    const int q1 = std::min(top, static_cast<int>(x[i + B / 2] * id + off));
+    qs[i] = static_cast<uint8_t>((q0 & 15) | ((q1 & 15) << 4));
+    qh |= static_cast<uint32_t>((q0 >> 4) & 1) << i;
+    qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (i + B / 2);
+  }
+  if (q5) std::memcpy(out + 2, &qh, B / 8);
+}
+
+void DequantizeBlock(KvType t, int B, const uint8_t* in, float* x) {
+  int8_t q[32];
+  const float d = KvUnpackBlock(t, B, in, q);
+  for (int i = 0; i < B; ++i) x[i] = d * static_cast<float>(q[i]);
+}
+
+}  // namespace
+
+float KvUnpackBlock(KvType t, int B, const uint8_t* in, int8_t* q) {
+  uint16_t dh;
+  std::memcpy(&dh, in, 2);
+  const float d = F16ToF32(dh);
+  if (t == KvType::kQ8_0) {
+    std::memcpy(q, in + 2, B);
+    return d;
+  }
+  const bool q5 = t == KvType::kQ5_0;
+  uint32_t qh = 0;
+  if (q5) std::memcpy(&qh, in + 2, B / 8);
+  const uint8_t* qs = in + 2 + (q5 ? B / 8 : 0);
+  const int off = q5 ? 16 : 8;
+  for (int i = 0; i < B / 2; ++i) {
+    const int h0 = q5 ? static_cast<int>((qh >> i) & 1) << 4 : 0;
+    const int h1 = q5 ? static_cast<int>((qh >> (i + B / 2)) & 1) << 4 : 0;
+    q[i] = static_cast<int8_t>(((qs[i] & 15) | h0) - off);
+    q[i + B / 2] = static_cast<int8_t>(((qs[i] >> 4) | h1) - off);
+  }
+  return d;
+}
+
+void KvQuantizeHeads(KvType t, int head_dim, int n_heads, const float* src, uint8_t* dst) {
+  const int64_t n = static_cast<int64_t>(n_heads) * head_dim;
+  switch (t) {
+    case KvType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case KvType::kF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = F32ToF16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case KvType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = F32ToBF16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    default: {
+      const int B = KvQuantBlock(head_dim);
+      const size_t bb = KvBlockBytes(t, B);
+      for (int64_t b = 0; b < n / B; ++b) QuantizeBlock(t, B, src + b * B, dst + b * bb);
+    }
+  }
+}
+
+void KvDequantizeHeads(KvType t, int head_dim, int n_heads, const uint8_t* src, float* dst) {
+  const int64_t n = static_cast<int64_t>(n_heads) * head_dim;
+  switch (t) {
+    case KvType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case KvType::kF16:
+    case KvType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = t == KvType::kF16 ? F16ToF32(h) : BF16ToF32(h);
+      }
+      return;
+    default: {
+      const int B = KvQuantBlock(head_dim);
+      const size_t bb = KvBlockBytes(t, B);
+      for (int64_t b = 0; b < n / B; ++b) DequantizeBlock(t, B, src + b * bb, dst + b * B);
+    }
+  }
+}
+
+void KvHadamard(float* x, int64_t n, int block) {
+  CHECK(block > 0 && (block & (block - 1)) == 0 && n % block == 0);
+  const float norm = 1.0f / std::sqrt(static_cast<float>(block));
+  for (int64_t b = 0; b < n; b += block) {
+    float* v = x + b;
+    for (int len = 1; len < block; len <<= 1)
+      for (int i = 0; i < block; i += 2 * len)
+        for (int j = i; j < i + len; ++j) {
+          const float a = v[j], c = v[j + len];
+          v[j] = a + c, v[j + len] = a - c;
+        }
+    for (int i = 0; i < block; ++i) v[i] *= norm;
+  }
+}
+
+}  // namespace rotor

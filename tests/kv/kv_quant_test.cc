@@ -1,0 +1,244 @@
+// The KV element types (kv_quant.h): GGML's block layout for heads of a
+// multiple of 32, the smaller blocks otherwise, the Hadamard rotation; and the
+// fold kernels over every mix of K/V types, each fast path against the scalar
+// reference on random inputs of odd sizes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "attention/fold.h"
+#include "base/cpu.h"
+#include "gguf/gguf.h"
+#include "kv/kv_quant.h"
+#include "ops/quant.h"
+#include "tensor/fp16.h"
+
+namespace rotor {
+namespace {
+
+constexpr KvType kBlockTypes[] = {KvType::kQ8_0, KvType::kQ4_0, KvType::kQ5_0};
+constexpr KvType kAllTypes[] = {KvType::kF32,  KvType::kF16,  KvType::kBF16,
+                                KvType::kQ8_0, KvType::kQ4_0, KvType::kQ5_0};
+
+DType GgmlType(KvType t) {
+  switch (t) {
+    case KvType::kQ8_0: return DType::kQ8_0;
+    case KvType::kQ4_0: return DType::kQ4_0;
+    case KvType::kQ5_0: return DType::kQ5_0;
+    case KvType::kF16: return DType::kF16;
+    case KvType::kBF16: return DType::kBF16;
+    default: return DType::kF32;
+  }
+}
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(KvQuant, SizesAndBlocks) {
+  EXPECT_EQ(KvQuantBlock(64), 32);
+  EXPECT_EQ(KvQuantBlock(80), 16);
+  EXPECT_EQ(KvQuantBlock(8), 8);
+  EXPECT_EQ(KvQuantBlock(24), 8);
+  EXPECT_EQ(KvQuantBlock(12), 0);
+  EXPECT_EQ(KvHeadBytes(KvType::kQ8_0, 64), 68u);
+  EXPECT_EQ(KvHeadBytes(KvType::kQ4_0, 64), 36u);
+  EXPECT_EQ(KvHeadBytes(KvType::kQ5_0, 64), 44u);
+  EXPECT_EQ(KvHeadBytes(KvType::kBF16, 64), 128u);
+  EXPECT_EQ(KvHeadBytes(KvType::kQ8_0, 8), 10u);  // stories260K: one block of 8
+  EXPECT_EQ(KvHeadBytes(KvType::kQ4_0, 8), 6u);
+  EXPECT_EQ(KvHeadBytes(KvType::kQ5_0, 8), 7u);
+}
+
+// Heads of a multiple of 32 are GGML rows: the same bytes as ops' quantizer
+// (itself checked against llama-quantize), and the same values back.
+TEST(KvQuant, Head32IsTheGgmlRow) {
+  for (KvType t : kAllTypes) {
+    if (t == KvType::kF32) continue;
+    for (int hd : {32, 64, 96, 128}) {
+      const int heads = 3;
+      const std::vector<float> x = Random(heads * hd, hd + static_cast<int>(t), 3.f);
+      std::vector<uint8_t> mine(heads * KvHeadBytes(t, hd)), ggml(mine.size());
+      KvQuantizeHeads(t, hd, heads, x.data(), mine.data());
+      ops::QuantizeRow(GgmlType(t), x.data(), ggml.data(), heads * hd);
+      EXPECT_EQ(mine, ggml) << KvTypeName(t) << " " << hd;
+      std::vector<float> a(x.size()), b(x.size());
+      KvDequantizeHeads(t, hd, heads, mine.data(), a.data());
+      ops::DequantizeRow(GgmlType(t), ggml.data(), b.data(), heads * hd);
+      EXPECT_EQ(a, b) << KvTypeName(t) << " " << hd;
+    }
+  }
+}
+
+// llama-quantize's test vectors of the GGML types the cache stores: our
+// decoder gives their dequantized values, and our quantizer their bytes.
+TEST(KvQuant, GgmlTestVectors) {
+  auto file = GgufFile::Open(std::string(ROTOR_TESTDATA_DIR) + "/quant-vectors.gguf");
+  ASSERT_TRUE(file.ok()) << file.message();
+  for (auto [t, name] : {std::pair<KvType, std::string>{KvType::kQ8_0, "Q8_0"},
+                         {KvType::kQ4_0, "Q4_0"}, {KvType::kQ5_0, "Q5_0"}}) {
+    const GgufTensor* q = (*file)->FindTensor(name + ".q");
+    const GgufTensor* deq = (*file)->FindTensor(name + ".deq");
+    const GgufTensor* src = (*file)->FindTensor(name + ".src");
+    if (q == nullptr || deq == nullptr || src == nullptr) {
+      ADD_FAILURE() << "no test vectors for " << name;
+      continue;
+    }
+    const int64_t k = q->ne[0], rows = q->rows();
+    ASSERT_EQ(k % 32, 0);
+    const size_t rb = KvHeadBytes(t, static_cast<int>(k));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> got(k), want(k);
+      std::memcpy(want.data(), deq->data + r * k * 4, k * 4);
+      KvDequantizeHeads(t, static_cast<int>(k), 1, q->data + r * rb, got.data());
+      for (int64_t i = 0; i < k; ++i) ASSERT_EQ(got[i], want[i]) << name << " row " << r << " " << i;
+      std::vector<float> x(k);
+      std::memcpy(x.data(), src->data + r * k * 4, k * 4);
+      std::vector<uint8_t> mine(rb);
+      KvQuantizeHeads(t, static_cast<int>(k), 1, x.data(), mine.data());
+      EXPECT_EQ(0, std::memcmp(mine.data(), q->data + r * rb, rb)) << name << " row " << r;
+    }
+  }
+}
+
+// Heads that are not a multiple of 32: blocks of 16 or 8, each on its own
+// scale; every value within its block's rounding step of the input.
+TEST(KvQuant, SmallBlocksRoundTripWithinTheirStep) {
+  for (KvType t : kBlockTypes)
+    for (int hd : {8, 24, 40, 80}) {
+      const int B = KvQuantBlock(hd), heads = 5;
+      const std::vector<float> x = Random(heads * hd, hd * 7 + static_cast<int>(t), 2.f);
+      std::vector<uint8_t> q(heads * KvHeadBytes(t, hd));
+      std::vector<float> y(x.size());
+      KvQuantizeHeads(t, hd, heads, x.data(), q.data());
+      KvDequantizeHeads(t, hd, heads, q.data(), y.data());
+      for (int b = 0; b < heads * hd / B; ++b) {
+        float amax = 0;
+        for (int i = 0; i < B; ++i) amax = std::max(amax, std::fabs(x[b * B + i]));
+        // q8_0: step amax / 127, half a step off; q4_0 / q5_0: step amax / 8
+        // (16), one step at the clamped top; plus the f16 rounding of the
+        // step (2^-11 relative) times the largest integer.
+        const float levels = t == KvType::kQ8_0 ? 127 : t == KvType::kQ4_0 ? 8 : 16;
+        const float step = amax / levels;
+        const float bound = ((t == KvType::kQ8_0 ? 0.5f : 1.0f) + levels / 2048) * step * 1.001f + 1e-6f;
+        for (int i = 0; i < B; ++i)
+          ASSERT_LE(std::fabs(y[b * B + i] - x[b * B + i]), bound)
+              << KvTypeName(t) << " hd " << hd << " block " << b << " i " << i;
+      }
+      // A block never spans heads: quantizing one head alone gives its bytes.
+      std::vector<uint8_t> one(KvHeadBytes(t, hd));
+      KvQuantizeHeads(t, hd, 1, x.data() + 2 * hd, one.data());
+      EXPECT_EQ(0, std::memcmp(one.data(), q.data() + 2 * one.size(), one.size()));
+    }
+}
+
+TEST(KvQuant, HadamardIsOrthogonalAndItsOwnInverse) {
+  for (int block : {8, 16, 32}) {
+    const std::vector<float> x = Random(3 * block * 2, block);
+    std::vector<float> y = x;
+    KvHadamard(y.data(), static_cast<int64_t>(y.size()), block);
+    double nx = 0, ny = 0;
+    for (size_t i = 0; i < x.size(); ++i) nx += x[i] * x[i], ny += y[i] * y[i];
+    EXPECT_NEAR(ny, nx, 1e-5 * nx);
+    EXPECT_NE(x, y);
+    KvHadamard(y.data(), static_cast<int64_t>(y.size()), block);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5f * (1 + std::fabs(x[i])));
+  }
+}
+
+// ---- Fold kernels: FoldQuantAvx512 against FoldScalar.
+
+struct FoldCase {
+  int n_head, n_head_kv, head_dim, n_keys;
+  bool deferred;
+};
+
+// Runs two blocks of keys through `fold` from a fresh state; returns m, l,
+// acc and the last block's scores.
+std::vector<float> RunFold(void (*fold)(attn::FoldState&, const attn::KeyBlock&),
+                           const FoldCase& c, KvType tk, KvType tv, uint32_t seed) {
+  const int hd = c.head_dim;
+  const std::vector<float> q = Random(static_cast<size_t>(c.n_head) * hd, seed);
+  const std::vector<float> kf = Random(static_cast<size_t>(c.n_keys) * c.n_head_kv * hd, seed + 1, 2.f);
+  const std::vector<float> vf = Random(kf.size(), seed + 2);
+  const size_t kb = KvHeadBytes(tk, hd) * c.n_head_kv, vb = KvHeadBytes(tv, hd) * c.n_head_kv;
+  std::vector<uint8_t> k(kb * c.n_keys), v(vb * c.n_keys);
+  for (int j = 0; j < c.n_keys; ++j) {
+    KvQuantizeHeads(tk, hd, c.n_head_kv, kf.data() + static_cast<size_t>(j) * c.n_head_kv * hd, k.data() + j * kb);
+    KvQuantizeHeads(tv, hd, c.n_head_kv, vf.data() + static_cast<size_t>(j) * c.n_head_kv * hd, v.data() + j * vb);
+  }
+  // Rotation rows of a deferred key (any angles: the kernels only combine them).
+  const std::vector<float> angles = Random(static_cast<size_t>(c.n_keys) * hd, seed + 3);
+  std::vector<float> cs(angles.size()), sn(angles.size());
+  for (size_t i = 0; i < angles.size(); ++i) {
+    const float a = angles[i - i % 2];  // one angle per pair
+    cs[i] = std::cos(a);
+    sn[i] = (i % 2 == 0 ? -1.f : 1.f) * std::sin(a);
+  }
+  std::vector<int> partner(hd);
+  for (int d = 0; d < hd; ++d) partner[d] = d ^ 1;
+  std::vector<float> scores(static_cast<size_t>(c.n_head) * attn::kBlock), k_rot(hd), csbuf(2 * hd),
+      m(c.n_head, -std::numeric_limits<float>::infinity()), l(c.n_head, 0.f),
+      acc(static_cast<size_t>(c.n_head) * hd, 0.f), q8d(static_cast<size_t>(c.n_head) * hd);
+  std::vector<int8_t> q8(static_cast<size_t>(c.n_head) * hd);
+  attn::FoldState s;
+  s.n_head = c.n_head, s.n_head_kv = c.n_head_kv, s.head_dim = hd;
+  s.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  s.q = q.data(), s.partner = partner.data();
+  s.scores = scores.data(), s.k_rot = k_rot.data(), s.cs = csbuf.data();
+  s.m = m.data(), s.l = l.data(), s.acc = acc.data();
+  s.q8 = q8.data(), s.q8d = q8d.data();
+  attn::KeyBlock b;
+  b.tk = static_cast<attn::Elem>(tk), b.tv = static_cast<attn::Elem>(tv);
+  b.k_head_bytes = static_cast<int>(KvHeadBytes(tk, hd));
+  b.v_head_bytes = static_cast<int>(KvHeadBytes(tv, hd));
+  b.qblock = KvQuantBlock(hd);
+  for (int j0 = 0; j0 < c.n_keys; j0 += attn::kBlock) {
+    b.n = std::min(attn::kBlock, c.n_keys - j0);
+    for (int j = 0; j < b.n; ++j) {
+      b.k[j] = k.data() + (j0 + j) * kb;
+      b.v[j] = v.data() + (j0 + j) * vb;
+      b.cos[j] = c.deferred ? cs.data() + static_cast<size_t>(j0 + j) * hd : nullptr;
+      b.sin[j] = c.deferred ? sn.data() + static_cast<size_t>(j0 + j) * hd : nullptr;
+      b.cos2[j] = b.sin2[j] = nullptr;
+    }
+    fold(s, b);
+  }
+  std::vector<float> out = m;
+  out.insert(out.end(), l.begin(), l.end());
+  out.insert(out.end(), acc.begin(), acc.end());
+  return out;
+}
+
+TEST(KvQuantFold, Avx512EqualsScalarReference) {
+  if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this machine";
+  const FoldCase cases[] = {{4, 2, 64, 1, false},  {4, 2, 64, 77, false}, {3, 3, 32, 13, false},
+                            {8, 2, 96, 65, false}, {2, 1, 128, 29, true}, {6, 3, 64, 130, true},
+                            {2, 2, 256, 17, false}, {4, 4, 32, 7, true}};
+  for (const FoldCase& c : cases)
+    for (KvType tk : kAllTypes)
+      for (KvType tv : kAllTypes) {
+        SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads "
+                                          << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim
+                                          << " keys " << c.n_keys << (c.deferred ? " deferred" : ""));
+        const uint32_t seed = c.head_dim * 31 + c.n_keys;
+        const std::vector<float> want = RunFold(attn::FoldScalar, c, tk, tv, seed);
+        const std::vector<float> got = RunFold(attn::FoldAvx512, c, tk, tv, seed);
+        ASSERT_EQ(want.size(), got.size());
+        // The same integers and decoded values; only the f32 sums' order
+        // differs (and the vectorized exp, ~1e-7 relative).
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::fabs(want[i]))) << "element " << i;
+      }
+}
+
+}  // namespace
+}  // namespace rotor
