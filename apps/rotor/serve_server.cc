@@ -251,7 +251,7 @@ void Server::Routes() {
       info.model_name = model_id_;
       const KvBlockPool& pool = engine_->kv_pool();
       info.kv_capacity_blocks =
-          pool.budget_bytes() / std::max<int64_t>(1, pool.BlockBytes(options_.defaults.kv.type));
+          pool.budget_bytes() / std::max<int64_t>(1, pool.BlockBytes(options_.defaults.kv.types));
     }
     res.set_content(metrics_.Render(stats ? &*stats : nullptr, info),
                     "text/plain; version=0.0.4; charset=utf-8");

@@ -258,6 +258,8 @@ typedef struct rotor_sampling_params {
   float repeat_penalty; /* 1 = off */
   int repeat_last_n;    /* 0 = off, -1 = every accepted token */
   uint64_t seed;        /* 0xFFFFFFFF = random */
+  float presence_penalty;  /* 0 = off; once per token in the repetition window */
+  float frequency_penalty; /* 0 = off; per occurrence in the window */
 } rotor_sampling_params;
 
 /* The CLI's defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, random seed). */
@@ -265,7 +267,7 @@ ROTOR_API rotor_sampling_params rotor_sampling_default_params(void);
 /* Greedy decoding (temperature 0). */
 ROTOR_API rotor_sampling_params rotor_sampling_greedy_params(void);
 
-/* The CLI's sampler chain (repetition penalty, top-k, temperature, top-p,
+/* The CLI's sampler chain (repetition, presence and frequency penalties, top-k, temperature, top-p,
  * min-p, seeded draw): the same tokens for the same seed and logits. */
 typedef struct rotor_sampler rotor_sampler;
 /* Errors name a parameter out of range. */

@@ -35,9 +35,7 @@ rotor_status* rotor_generate(rotor_model* model, const rotor_generate_params* pa
     o.parse_special = params->parse_special;
     o.n_predict = params->n_predict;
     o.ignore_eos = params->ignore_eos;
-    const rotor_sampling_params& s = params->sampling;
-    o.sampling = rotor::SamplingParams{s.temperature,    s.top_k,         s.top_p, s.min_p,
-                                       s.repeat_penalty, s.repeat_last_n, s.seed};
+    o.sampling = rotor::capi::ToSampling(params->sampling);
     for (size_t i = 0; i < params->n_stop; ++i) {
       ROTOR_CAPI_REQUIRE(params->stop[i] != nullptr, "rotor_generate: stop[{}] is NULL", i);
       o.stop.emplace_back(params->stop[i]);

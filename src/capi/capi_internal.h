@@ -61,6 +61,21 @@ namespace rotor::capi {
 rotor_status* Make(rotor_code code, std::string message);
 rotor_status* FromStatus(const Status& s, rotor_code code = ROTOR_ERR_INVALID_ARGUMENT);
 
+// The C sampling parameters as the engine's, field by field.
+inline SamplingParams ToSampling(const rotor_sampling_params& c) {
+  SamplingParams p;
+  p.temperature = c.temperature;
+  p.top_k = c.top_k;
+  p.top_p = c.top_p;
+  p.min_p = c.min_p;
+  p.repeat_penalty = c.repeat_penalty;
+  p.repeat_last_n = c.repeat_last_n;
+  p.presence_penalty = c.presence_penalty;
+  p.frequency_penalty = c.frequency_penalty;
+  p.seed = c.seed;
+  return p;
+}
+
 // "rotor_eval: ctx is NULL"-style argument checks.
 #define ROTOR_CAPI_REQUIRE(cond, ...)                                                         \
   do {                                                                                         \

