@@ -27,8 +27,11 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
   const int depth = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
   int block = static_cast<int>(state.range(2));
+  // Layers of the model: a pool block holds every layer's rows of its cells,
+  // so a layer's K and V are read in strides of the whole block.
+  const int n_layer = state.range(3) > 0 ? static_cast<int>(state.range(3)) : 1;
   ops::RopeConfig rope{s.head_dim, s.head_dim, 10000.f};
-  KvShape shape{1, s.n_head_kv, s.head_dim, depth + 1, rope};
+  KvShape shape{n_layer, s.n_head_kv, s.head_dim, depth + 1, rope};
   if (block == 0)
     for (block = 1; block < depth + 1;) block *= 2;
   KvBlockPool blocks(shape, KvPoolOptions{.block_cells = block});
@@ -46,7 +49,7 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
     KvPlan plan;
     (void)cache->Plan(depth, &plan);
     (void)cache->Prepare(plan);
-    cache->Write(0, plan, k.data(), v.data(), row);
+    for (int l = 0; l < n_layer; ++l) cache->Write(l, plan, k.data(), v.data(), row);
     cache->Commit(plan);
   }
   std::vector<float> q(static_cast<size_t>(s.n_head) * s.head_dim), k(row), v(row), out(q.size());
@@ -59,7 +62,7 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
   KvPlan plan;
   (void)cache->Plan(1, &plan);
   (void)cache->Prepare(plan);
-  KvLayerView view = cache->View(0);
+  KvLayerView view = cache->View(n_layer / 2);
   AttentionArgs a;
   a.q = q.data(), a.k = k.data(), a.v = v.data();
   a.q_stride = static_cast<int64_t>(q.size());
@@ -92,6 +95,16 @@ void BlockArgs(benchmark::internal::Benchmark* b) {
     for (int block : {0, 16, 64, 256}) b->Args({depth, 2, block});
   b->UseRealTime();
 }
+// Paged against contiguous with the model's layers in each block (12: the
+// 110M shape): depth 8192, 2 threads, block cells x layers.
+void LayerArgs(benchmark::internal::Benchmark* b) {
+  for (int layers : {1, 12})
+    for (int block : {0, 16, 64, 256}) b->Args({8192, 2, block, layers});
+  b->UseRealTime();
+}
+BENCHMARK_CAPTURE(BM_DecodeAttention, layers_stories110m_cached_f16, kStories110M, RopeK::kCached,
+                  KvType::kF16)
+    ->Apply(LayerArgs);
 BENCHMARK_CAPTURE(BM_DecodeAttention, blocks_llama1b_cached_f16, kLlama1B, RopeK::kCached,
                   KvType::kF16)
     ->Apply(BlockArgs);

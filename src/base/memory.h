@@ -28,6 +28,16 @@ inline constexpr size_t kAlignment = 64;
 // token (packed weights): one TLB entry per 2 MiB instead of per 4 KiB.
 void AdviseHugePages(void* p, size_t bytes);
 
+// Zero-filled, page-aligned memory of `bytes` that costs nothing until
+// written: pages are committed as they are first touched (Linux mmap with
+// MAP_NORESERVE; elsewhere calloc). Null when the address space is refused.
+void* MapZeroed(size_t bytes);
+void Unmap(void* p, size_t bytes);
+// Returns the whole pages inside [p, p + bytes) of MapZeroed memory to the
+// system; they read as zeros again (Linux madvise MADV_DONTNEED; elsewhere
+// nothing happens).
+void DiscardPages(void* p, size_t bytes);
+
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
 };

@@ -66,8 +66,7 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<K
       v_head_bytes_(KvHeadBytes(config.types.v, shape.head_dim)),
       block_shift_(Log2(pool->block_cells())),
       block_mask_(pool->block_cells() - 1),
-      k_layer_bytes_(pool->KLayerBytes(config.types)),
-      v_layer_bytes_(pool->VLayerBytes(config.types)),
+      section_bytes_(pool->SectionBytes(config.types)),
       table_((n_cells_ + pool->block_cells() - 1) / pool->block_cells(), -1),
       block_data_(table_.size(), nullptr),
       cells_(
@@ -184,7 +183,7 @@ void KvCache::MakeWritable(int32_t b, int64_t spare) {
   const BlockId fresh = pool_->Take(config_.types, reserved_ > 0);
   if (reserved_ > 0) --reserved_;
   if (old >= 0) {
-    std::memcpy(pool_->data(fresh), pool_->data(old), pool_->BlockBytes(config_.types));
+    pool_->CopyBlock(fresh, old);
     pool_->Unref(old);
     ++pool_->mutable_stats().cow_copies;
   }
@@ -385,8 +384,8 @@ KvLayerView KvCache::View(int layer) {
   KvLayerView view;
   view.blocks = block_data_.data();
   view.block_shift = block_shift_;
-  view.k_off = static_cast<size_t>(layer) * k_layer_bytes_;
-  view.v_off = static_cast<size_t>(shape_.n_layer) * k_layer_bytes_ + layer * v_layer_bytes_;
+  view.k_off = static_cast<size_t>(layer) * section_bytes_;
+  view.v_off = static_cast<size_t>(shape_.n_layer + layer) * section_bytes_;
   view.types = config_.types;
   view.rotate_k = RotateK();
   view.rotate_v = config_.rotate;
@@ -574,8 +573,7 @@ Result<std::unique_ptr<KvCache>> KvCache::Fork() const {
       copy->table_[b] = table_[b];
     } else {
       copy->table_[b] = pool_->Take(config_.types);
-      std::memcpy(pool_->data(copy->table_[b]), pool_->data(table_[b]),
-                  pool_->BlockBytes(config_.types));
+      pool_->CopyBlock(copy->table_[b], table_[b]);
     }
     copy->block_data_[b] = pool_->data(copy->table_[b]);
   }

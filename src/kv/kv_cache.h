@@ -198,12 +198,12 @@ class KvCache {
   size_t VRowBytes() const { return shape_.n_head_kv * v_head_bytes_; }
   // A cell's K (V) row of one layer; its block must be held.
   uint8_t* KRow(int layer, int32_t cell) const {
-    return block_data_[cell >> block_shift_] + layer * k_layer_bytes_ +
+    return block_data_[cell >> block_shift_] + layer * section_bytes_ +
            (cell & block_mask_) * KRowBytes();
   }
   uint8_t* VRow(int layer, int32_t cell) const {
-    return block_data_[cell >> block_shift_] + shape_.n_layer * k_layer_bytes_ +
-           layer * v_layer_bytes_ + (cell & block_mask_) * VRowBytes();
+    return block_data_[cell >> block_shift_] + (shape_.n_layer + layer) * section_bytes_ +
+           (cell & block_mask_) * VRowBytes();
   }
   // Stores n_heads heads of f32 values at dst as K (is_v false) or V:
   // rotated if the cache rotates them, in the cache's K (V) type.
@@ -243,7 +243,7 @@ class KvCache {
   size_t k_head_bytes_ = 0, v_head_bytes_ = 0;  // KvHeadBytes of the K (V) type
   int block_shift_ = 0;                         // log2 of the pool's block_cells
   int32_t block_mask_ = 0;
-  size_t k_layer_bytes_ = 0, v_layer_bytes_ = 0;  // pool_->KLayerBytes / VLayerBytes
+  size_t section_bytes_ = 0;                    // pool_->SectionBytes: layer to layer
   std::vector<BlockId> table_;        // [ceil(n_cells / block_cells)] -1 = none
   std::vector<uint8_t*> block_data_;  // [table_.size()] the blocks' storage
   std::vector<float> shift_row_;      // [n_head_kv * head_dim] re-rotation scratch

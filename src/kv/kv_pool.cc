@@ -54,7 +54,7 @@ KvBlockPool::KvBlockPool(const KvShape& shape, const KvPoolOptions& options)
 }
 
 KvBlockPool::~KvBlockPool() {
-  for (Block& b : blocks_) std::free(b.data);
+  for (Slab& s : slabs_) Unmap(s.base, s.bytes);
 }
 
 size_t KvBlockPool::KLayerBytes(KvTypes t) const {
@@ -67,6 +67,63 @@ size_t KvBlockPool::VLayerBytes(KvTypes t) const {
 
 size_t KvBlockPool::BlockBytes(KvTypes t) const {
   return static_cast<size_t>(shape_.n_layer) * (KLayerBytes(t) + VLayerBytes(t));
+}
+
+size_t KvBlockPool::SlotBytes(KvTypes t) const {
+  // K and V slots alike (the larger), so sections are equally spaced.
+  return (std::max(KLayerBytes(t), VLayerBytes(t)) + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+int32_t KvBlockPool::SlabBlocks(KvTypes t) const {
+  const size_t per_block = 2 * static_cast<size_t>(shape_.n_layer) * SlotBytes(t);
+  return static_cast<int32_t>(
+      std::clamp<size_t>(kKvSlabBytes / per_block, 1, static_cast<size_t>(kKvSlabMaxBlocks)));
+}
+
+void KvBlockPool::CopyBlock(BlockId to, BlockId from) {
+  const KvTypes t = blocks_[from].type;
+  CHECK(t == blocks_[to].type);
+  const size_t section = SectionBytes(t);
+  for (int l = 0; l < shape_.n_layer; ++l) {
+    std::memcpy(blocks_[to].data + l * section, blocks_[from].data + l * section, KLayerBytes(t));
+    const size_t v = (shape_.n_layer + l) * section;
+    std::memcpy(blocks_[to].data + v, blocks_[from].data + v, VLayerBytes(t));
+  }
+}
+
+uint8_t* KvBlockPool::NewMemory(KvTypes t, int32_t* slab, int32_t* slot) {
+  const int32_t n = SlabBlocks(t);
+  int32_t reuse = -1;
+  for (int32_t i = 0; i < static_cast<int32_t>(slabs_.size()); ++i) {
+    Slab& s = slabs_[i];
+    if (s.base == nullptr) {
+      if (reuse < 0) reuse = i;
+      continue;
+    }
+    if (!(s.type == t) || s.used == n) continue;
+    const auto free = std::find(s.taken.begin(), s.taken.end(), 0);
+    *slab = i;
+    *slot = static_cast<int32_t>(free - s.taken.begin());
+    *free = 1;
+    ++s.used;
+    return s.base + static_cast<size_t>(*slot) * SlotBytes(t);
+  }
+  Slab s;
+  s.bytes = 2 * static_cast<size_t>(shape_.n_layer) * SectionBytes(t);
+  s.base = static_cast<uint8_t*>(MapZeroed(s.bytes));
+  if (s.base == nullptr) return nullptr;
+  s.type = t;
+  s.used = 1;
+  s.taken.assign(n, 0);
+  s.taken[0] = 1;
+  if (reuse < 0) {
+    reuse = static_cast<int32_t>(slabs_.size());
+    slabs_.emplace_back();
+  }
+  slabs_[reuse] = std::move(s);
+  *slab = reuse;
+  *slot = 0;
+  return slabs_[reuse].base;
 }
 
 int64_t KvBlockPool::Available(KvTypes t) const {
@@ -113,7 +170,7 @@ void KvBlockPool::LruRemove(BlockId b) {
   --stats_.blocks_cached;
 }
 
-std::vector<BlockId>& KvBlockPool::FreeList(KvTypes t) {
+std::set<std::pair<const uint8_t*, BlockId>>& KvBlockPool::FreeList(KvTypes t) {
   const size_t i = static_cast<size_t>(t.index());
   if (free_.size() <= i) free_.resize(i + 1);
   return free_[i];
@@ -124,14 +181,23 @@ std::vector<BlockId>& KvBlockPool::FreeList(KvTypes t) {
 void KvBlockPool::Free(BlockId b) {
   Block& k = blocks_[b];
   CHECK(k.refs == 0 && !k.published);
-  FreeList(k.type).push_back(b);
+  FreeList(k.type).emplace(k.data, b);
   free_bytes_ += static_cast<int64_t>(BlockBytes(k.type));
   ++stats_.blocks_free;
 }
 
 void KvBlockPool::Release(BlockId b) {
   Block& k = blocks_[b];
-  std::free(k.data);
+  Slab& s = slabs_[k.slab];
+  if (--s.used == 0) {
+    Unmap(s.base, s.bytes);
+    s = Slab{};
+  } else {
+    s.taken[k.slot] = 0;
+    const size_t section = SectionBytes(k.type);
+    for (int i = 0; i < 2 * shape_.n_layer; ++i)
+      DiscardPages(k.data + i * section, SlotBytes(k.type));
+  }
   stats_.bytes -= static_cast<int64_t>(BlockBytes(k.type));
   --stats_.blocks;
   k = Block{};
@@ -147,10 +213,10 @@ void KvBlockPool::Evict(BlockId b) {
 }
 
 BlockId KvBlockPool::PopFree(KvTypes t) {
-  std::vector<BlockId>& list = FreeList(t);
+  auto& list = FreeList(t);
   if (list.empty()) return -1;
-  const BlockId b = list.back();
-  list.pop_back();
+  const BlockId b = list.begin()->second;
+  list.erase(list.begin());
   free_bytes_ -= static_cast<int64_t>(BlockBytes(t));
   --stats_.blocks_free;
   return b;
@@ -191,11 +257,16 @@ BlockId KvBlockPool::Take(KvTypes t, bool reserved) {
       blocks_.emplace_back();
       tokens_.resize(blocks_.size() * static_cast<size_t>(block_cells_));
     }
-    const size_t rounded = (static_cast<size_t>(bytes) + kAlignment - 1) / kAlignment * kAlignment;
-    void* p = std::aligned_alloc(kAlignment, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    blocks_[id].data = static_cast<uint8_t*>(p);
+    int32_t slab = -1, slot = -1;
+    uint8_t* p = NewMemory(t, &slab, &slot);
+    if (p == nullptr) {
+      free_ids_.push_back(id);
+      throw std::bad_alloc();
+    }
+    blocks_[id].data = p;
     blocks_[id].type = t;
+    blocks_[id].slab = slab;
+    blocks_[id].slot = slot;
     stats_.bytes += bytes;
     ++stats_.blocks;
   }
@@ -296,8 +367,8 @@ Status KvBlockPool::Validate() const {
     if (k.refs == 0 && !k.published) ++free;
   }
   int64_t listed = 0;
-  for (const std::vector<BlockId>& list : free_)
-    for (BlockId b : list) {
+  for (const auto& list : free_)
+    for (const auto& [data, b] : list) {
       if (blocks_[b].refs != 0 || blocks_[b].published || blocks_[b].data == nullptr)
         return Errorf("pool: block {} on a free list is in use", b);
       ++listed;

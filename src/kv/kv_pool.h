@@ -1,13 +1,19 @@
 // The KV block pool: one per process (per model), shared by every sequence.
 //
-// K/V storage comes in blocks of `block_cells` cells. A block holds those
-// cells for every layer, K then V:
-//   K: [n_layer, block_cells, n_head_kv] heads of its K type, then
-//   V: [n_layer, block_cells, n_head_kv] heads of its V type
-// (a head: KvHeadBytes(type, head_dim) bytes, kv_quant.h), so one layer's
-// rows of a block are contiguous and a sequence whose table
-// has one block covers its whole context in today's contiguous layout. A
-// sequence maps its cells to blocks through its own table (kv_cache.h).
+// K/V storage comes in blocks of `block_cells` cells, every layer's K and V
+// rows of those cells. Blocks live in slabs of up to kKvSlabBytes (memory
+// mapped, committed page by page as it is written), laid out by layer:
+//   slab: [2 * n_layer sections][SlabBlocks slots][SlotBytes]
+//   section l: layer l's K rows, section n_layer + l: layer l's V rows;
+//   a slot: [block_cells, n_head_kv] heads of the K (V) type
+// (a head: KvHeadBytes(type, head_dim) bytes, kv_quant.h). A block is a slot
+// of every section: data(b) is its K rows of layer 0, and layer l's K (V)
+// rows are SectionBytes * l (n_layer + l) further. Blocks taken one after
+// another take adjacent slots, so a long sequence reads each layer's keys as
+// one run; a layout with every layer inside a block read them in 16-cell
+// pieces a block apart, which cost decode a third of its speed at depth 8192
+// (docs/BENCHMARKS.md, "Paged KV, layers within a block"). A sequence maps
+// its cells to blocks through its own table (kv_cache.h).
 //
 // Blocks are reference counted. One that nobody references goes to a free
 // list (its memory kept for the next taker: fresh pages fault, slowly), unless
@@ -28,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -56,6 +63,10 @@ uint64_t PrefixHash(uint64_t parent, std::span<const int32_t> tokens);
 // blocks of 16 at the speed of a contiguous cache, and a prefix is reused to
 // within 15 tokens). A power of two.
 inline constexpr int32_t kKvBlockCells = 16;
+// Bytes of a slab (address space; memory is committed as blocks are written)
+// and the most blocks one holds: runs of up to 4096 cells per layer.
+inline constexpr size_t kKvSlabBytes = size_t{64} << 20;
+inline constexpr int32_t kKvSlabMaxBlocks = 256;
 
 struct KvPoolOptions {
   int32_t block_cells = kKvBlockCells;
@@ -74,12 +85,16 @@ class KvBlockPool {
   uint64_t model_id() const { return model_id_; }
   int64_t budget_bytes() const { return budget_; }
   const KvShape& shape() const { return shape_; }
-  // Bytes of one block of types t.
+  // Bytes of one block of types t: what the budget counts.
   size_t BlockBytes(KvTypes t) const;
-  // Bytes of one layer's K (V) rows in a block: the offset of layer l's K
-  // is l * KLayerBytes, of its V n_layer * KLayerBytes + l * VLayerBytes.
-  size_t KLayerBytes(KvTypes t) const;
-  size_t VLayerBytes(KvTypes t) const;
+  // Blocks of a slab of types t, the bytes a slot takes in each section, and
+  // the distance between sections: layer l's K rows of block b start at
+  // data(b) + l * SectionBytes(t), its V rows at (n_layer + l) * SectionBytes(t).
+  int32_t SlabBlocks(KvTypes t) const;
+  size_t SlotBytes(KvTypes t) const;
+  size_t SectionBytes(KvTypes t) const { return SlotBytes(t) * SlabBlocks(t); }
+  // Copies every row of block `from` into block `to` (of the same types).
+  void CopyBlock(BlockId to, BlockId from);
 
   // Blocks of type t the pool can hand out now: the budget's free bytes plus
   // the cached blocks nobody references (evicted when taken), less the
@@ -141,14 +156,28 @@ class KvBlockPool {
   struct Block {
     uint8_t* data = nullptr;  // null: the id is free
     KvTypes type;
+    int32_t slab = -1, slot = -1;  // where its memory is
     int32_t refs = 0;
     bool published = false;
     uint64_t hash = 0, parent = 0;
     BlockId lru_prev = -1, lru_next = -1;  // cached blocks, oldest first
   };
+  // A slab: slots of one type, each a block's memory or free.
+  struct Slab {
+    uint8_t* base = nullptr;  // null: unmapped (the entry is reused)
+    size_t bytes = 0;
+    KvTypes type;
+    int32_t used = 0;
+    std::vector<uint8_t> taken;  // [SlabBlocks(type)]
+  };
+  // Memory for a new block of type t: the lowest free slot of a slab of the
+  // type, else a new slab. Null when the system refuses the memory.
+  uint8_t* NewMemory(KvTypes t, int32_t* slab, int32_t* slot);
+  size_t KLayerBytes(KvTypes t) const;
+  size_t VLayerBytes(KvTypes t) const;
   void LruPush(BlockId b);
   void LruRemove(BlockId b);
-  std::vector<BlockId>& FreeList(KvTypes t);
+  std::set<std::pair<const uint8_t*, BlockId>>& FreeList(KvTypes t);
   void Free(BlockId b);       // to its type's free list
   BlockId PopFree(KvTypes t);  // -1 when none
   void Release(BlockId b);    // returns a block's memory
@@ -165,7 +194,10 @@ class KvBlockPool {
   uint64_t model_id_;
   std::vector<Block> blocks_;
   std::vector<BlockId> free_ids_;           // ids without memory
-  std::vector<std::vector<BlockId>> free_;  // [KvTypes::index()] blocks with memory, unused
+  // [KvTypes::index()] blocks with memory, unused, by address: the lowest
+  // is taken first, so a sequence's blocks stay in ascending runs.
+  std::vector<std::set<std::pair<const uint8_t*, BlockId>>> free_;
+  std::vector<Slab> slabs_;
   int64_t free_bytes_ = 0;
   std::vector<int32_t> tokens_;  // [blocks_.size(), block_cells] published blocks' tokens
   std::unordered_map<uint64_t, BlockId> index_;

@@ -7,11 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "kv/kv_cache.h"
+#include "kv/kv_quant.h"
 
 namespace rotor {
 namespace {
@@ -52,6 +54,45 @@ TEST(KvPool, TakeRefUnrefFree) {
   pool.Trim();
   EXPECT_EQ(pool.stats().bytes, 0);
   EXPECT_TRUE(pool.Validate().ok()) << pool.Validate().message();
+}
+
+// The slab layout: blocks taken in turn are adjacent in every section, so a
+// layer's rows of consecutive blocks form one run; CopyBlock copies every
+// section; the lowest free block is taken first; a slab whose blocks are all
+// released is returned.
+TEST(KvPool, BlocksTakenInTurnAreAdjacentInEachLayerSection) {
+  const KvShape shape{3, 2, 8, 256, ops::RopeConfig{8, 8}};
+  const KvTypes f16{KvType::kF16, KvType::kF16}, mixed{KvType::kF32, KvType::kQ8_0};
+  KvBlockPool pool(shape, KvPoolOptions{.block_cells = 4});
+  EXPECT_EQ(pool.SlotBytes(f16), 4u * 2 * 8 * 2);  // 4 cells x 2 heads x 8 f16
+  EXPECT_EQ(pool.SlotBytes(mixed), 4u * 2 * 8 * 4);  // the larger of K (f32) and V (q8_0)
+  std::vector<BlockId> b;
+  for (int i = 0; i < 5; ++i) b.push_back(pool.Take(f16));
+  for (int i = 1; i < 5; ++i)
+    EXPECT_EQ(pool.data(b[i]) - pool.data(b[i - 1]), static_cast<ptrdiff_t>(pool.SlotBytes(f16)));
+  // Every section of b[1] written with its own byte; copied into b[3].
+  const size_t section = pool.SectionBytes(f16);
+  const size_t k_bytes = 4 * 2 * KvHeadBytes(KvType::kF16, 8);
+  for (int sec = 0; sec < 2 * shape.n_layer; ++sec)
+    std::memset(pool.data(b[1]) + sec * section, 0x10 + sec, k_bytes);
+  pool.CopyBlock(b[3], b[1]);
+  for (int sec = 0; sec < 2 * shape.n_layer; ++sec)
+    for (size_t i = 0; i < k_bytes; ++i)
+      ASSERT_EQ(pool.data(b[3])[sec * section + i], 0x10 + sec) << "section " << sec << " byte " << i;
+  // Freed blocks come back lowest address first.
+  pool.Unref(b[4]);
+  pool.Unref(b[2]);
+  EXPECT_EQ(pool.Take(f16), b[2]);
+  EXPECT_EQ(pool.Take(f16), b[4]);
+  EXPECT_TRUE(pool.Validate().ok()) << pool.Validate().message();
+  for (BlockId x : b) pool.Unref(x);
+  pool.Trim();
+  EXPECT_EQ(pool.stats().bytes, 0);
+  EXPECT_EQ(pool.stats().blocks, 0);
+  // A new block after the slab was returned: fresh memory, zeroed.
+  const BlockId c = pool.Take(f16);
+  for (int sec = 0; sec < 2 * shape.n_layer; ++sec) EXPECT_EQ(pool.data(c)[sec * section], 0);
+  pool.Unref(c);
 }
 
 TEST(KvPool, PublishedBlocksAreCachedAndEvictedLeastRecentlyUsedFirst) {
