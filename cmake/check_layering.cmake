@@ -1,28 +1,36 @@
 cmake_minimum_required(VERSION 3.25)
-# Keeps ENGINEERING.md's layering honest. Two rules, on `#include "module/..."`:
+# Keeps ENGINEERING.md's layering honest. Three rules, on `#include "module/..."`:
 # - src: a module under src/ includes only headers of the modules it links
 #   (directly or transitively), read from the rotor_* names in its CMakeLists.txt.
-# - apps: code under apps/ includes only headers of the modules in
-#   apps_allowed below (ops only from the files in apps_ops_exceptions).
+# - include: the public headers (include/rotor/) include no module header.
+# - apps: code under apps/ includes only the public API (include/rotor/), the
+#   modules in apps_modules, and the headers in apps_headers below.
 # Run: cmake -DROOT=<repo> -P cmake/check_layering.cmake
-# (ctest test `layering`, registered in tests/CMakeLists.txt, so `make test`.)
+# (ctest test `layering`, registered in tests/CMakeLists.txt, so `make test`;
+# tests/layering/ checks that each rule fails on a file that breaks it.)
 if(NOT ROOT)
   message(FATAL_ERROR "check_layering: pass -DROOT=<repo>")
 endif()
 
 # The apps rule. apps/ links rotor_engine, which links every module, so this is
-# policy rather than something CMake enforces: the CLI and the server are built
-# on engine and on the types its interface hands out (kv: KvConfig; model:
-# Model, Forward, synth, quantize; tokenizer; gguf: info, quantize's input;
-# base: Status, timers, RSS; tensor: DType; sampling: SamplingParams).
-# Not attention (internal to the forward pass) and not ops (kernels).
-set(apps_allowed engine kv model tokenizer gguf base tensor sampling)
-# The one exception: `rotor bench` measures the kernels themselves, so these
-# files may include ops/ headers (bench_config.cc reports which matrices
-# ops::PackingHelps packs; roofline.cc times ops::Matmul as its compute probe).
-# Paths relative to the repository. A listed file that no longer includes
-# ops/ is an error too, so the list cannot outlive its reason.
-set(apps_ops_exceptions apps/rotor/bench_config.cc apps/rotor/roofline.cc)
+# policy rather than something CMake enforces: apps/ parses arguments and
+# prints, and everything it runs is a module meant for it. Whole modules:
+# base (Status, timers, RSS, logging), sampling (SamplingParams), engine
+# (sessions, scheduler, prompt cache), eval (perplexity studies) and
+# bench_runner (`rotor bench`). Of the other modules only the types the
+# engine's interface hands out and the offline tools: a KV configuration and its
+# lists, the model quantizer and synthesizer, GGUF reading for `info`, the
+# chat template (tokenize and detokenize use the C API). Never kernels (ops, attention), tensors, or the
+# model's and cache's internals (forward, weights, cells, policies): a file
+# under apps/ that needs one is code for a module.
+# A listed header that no file under apps/ includes is an error too, so the
+# list cannot outlive its reason.
+set(apps_modules base sampling engine eval bench_runner)
+set(apps_headers
+    gguf/gguf.h gguf/gguf_info.h
+    kv/kv_config.h kv/kv_lists.h
+    model/quantize.h model/synth.h
+    tokenizer/chat_template.h)
 file(GLOB module_dirs LIST_DIRECTORIES true ${ROOT}/src/*)
 set(modules "")
 foreach(dir ${module_dirs})
@@ -70,38 +78,55 @@ foreach(m ${modules})
   endforeach()
 endforeach()
 
+# include/: the public API stands alone.
+file(GLOB_RECURSE public_headers ${ROOT}/include/*.h)
+foreach(src ${public_headers})
+  file(STRINGS ${src} includes REGEX "^#include \"[a-z_]+/")
+  foreach(line ${includes})
+    string(REGEX REPLACE "^#include \"([a-z_]+)/.*" "\\1" inc ${line})
+    if(inc IN_LIST modules)
+      file(RELATIVE_PATH rel ${ROOT} ${src})
+      message(SEND_ERROR "layering [include rule]: ${rel} includes '${inc}/...': the public API "
+                         "includes no module header")
+      math(EXPR errors "${errors} + 1")
+    endif()
+  endforeach()
+endforeach()
+
 # apps/
-foreach(m ${apps_allowed})
+foreach(m ${apps_modules})
   if(NOT m IN_LIST modules)
-    message(SEND_ERROR "layering [apps rule]: apps_allowed names '${m}', which is not a module under src/")
+    message(SEND_ERROR "layering [apps rule]: apps_modules names '${m}', which is not a module under src/")
     math(EXPR errors "${errors} + 1")
   endif()
 endforeach()
-list(JOIN apps_allowed ", " apps_allowed_text)
-set(apps_ops_used "")
+list(JOIN apps_modules ", " apps_modules_text)
+set(apps_headers_used "")
 file(GLOB_RECURSE app_sources ${ROOT}/apps/*.h ${ROOT}/apps/*.cc)
 foreach(src ${app_sources})
   file(RELATIVE_PATH rel ${ROOT} ${src})
   file(STRINGS ${src} includes REGEX "^#include \"[a-z_]+/")
   foreach(line ${includes})
     string(REGEX REPLACE "^#include \"([a-z_]+)/.*" "\\1" inc ${line})
-    if(NOT inc IN_LIST modules OR inc IN_LIST apps_allowed)
+    string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" header ${line})
+    if(NOT inc IN_LIST modules OR inc IN_LIST apps_modules)
       continue()
     endif()
-    if(inc STREQUAL "ops" AND rel IN_LIST apps_ops_exceptions)
-      list(APPEND apps_ops_used ${rel})
+    if(header IN_LIST apps_headers)
+      list(APPEND apps_headers_used ${header})
       continue()
     endif()
-    message(SEND_ERROR "layering [apps rule]: ${rel} includes '${inc}/...' but apps/ may include only "
-                       "${apps_allowed_text} (ops only from apps_ops_exceptions in "
-                       "cmake/check_layering.cmake)")
+    message(SEND_ERROR "layering [apps rule]: ${rel} includes '${header}', but apps/ may include "
+                       "only the public API, the modules ${apps_modules_text}, and the headers in "
+                       "apps_headers (cmake/check_layering.cmake); kernels and model or cache "
+                       "internals belong in a module")
     math(EXPR errors "${errors} + 1")
   endforeach()
 endforeach()
-foreach(rel ${apps_ops_exceptions})
-  if(NOT rel IN_LIST apps_ops_used)
-    message(SEND_ERROR "layering [apps rule]: apps_ops_exceptions lists ${rel}, which does not include "
-                       "ops/ (or does not exist): remove it from the list")
+foreach(header ${apps_headers})
+  if(NOT header IN_LIST apps_headers_used)
+    message(SEND_ERROR "layering [apps rule]: apps_headers lists ${header}, which no file under "
+                       "apps/ includes: remove it from the list")
     math(EXPR errors "${errors} + 1")
   endif()
 endforeach()
@@ -111,4 +136,5 @@ if(errors GREATER 0)
 endif()
 list(LENGTH modules n)
 list(LENGTH app_sources n_apps)
-message(STATUS "layering: ${n} modules and ${n_apps} files under apps/, no violations")
+list(LENGTH public_headers n_public)
+message(STATUS "layering: ${n} modules, ${n_public} public headers and ${n_apps} files under apps/, no violations")

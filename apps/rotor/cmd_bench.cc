@@ -18,14 +18,33 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "bench_config.h"
-#include "bench_output.h"
-#include "bench_run.h"
+#include "bench_runner/bench_config.h"
+#include "bench_runner/bench_output.h"
+#include "bench_runner/bench_run.h"
+#include "bench_runner/roofline.h"
 #include "cli_common.h"
 #include "commands.h"
-#include "roofline.h"
 
 namespace rotor::cli {
+
+using bench::BenchArgs;
+using bench::BenchCase;
+using bench::BenchColumns;
+using bench::BenchFormat;
+using bench::BenchModel;
+using bench::BenchResult;
+using bench::BenchWriter;
+using bench::ExpandBenchCases;
+using bench::LoadBenchModel;
+using bench::MakeBenchRow;
+using bench::MakeBenchWriter;
+using bench::MeasureRoofline;
+using bench::ParseBenchFormat;
+using bench::ReadProbe;
+using bench::Roofline;
+using bench::RooflineOptions;
+using bench::RunBenchCase;
+
 namespace {
 
 // Progress on stderr: one line per case, rewritten in place on a terminal.

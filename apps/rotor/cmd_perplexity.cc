@@ -12,9 +12,13 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "perplexity_cli.h"
+#include "eval/perplexity_study.h"
 
 namespace rotor::cli {
+
+using eval::PerplexityArgs;
+using eval::PerplexityInput;
+
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -52,7 +56,8 @@ int RunPerplexity(PerplexityArgs& a) {
   in.tokens = TokenizeForScoring((*engine)->tokenizer(), *text);
   fmt::print(stderr, "rotor: perplexity: {} tokenizes to {} tokens\n", a.text_file,
              in.tokens.size());
-  return a.stream > 0 ? RunStreamPerplexity(in) : RunChunkedPerplexity(in);
+  const Status s = a.stream > 0 ? eval::RunStreamPerplexity(in) : eval::RunChunkedPerplexity(in);
+  return s.ok() ? 0 : Fail(s);
 }
 
 }  // namespace

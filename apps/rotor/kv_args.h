@@ -1,9 +1,8 @@
-// KV options as lists and in JSON objects (`--prompts` lines, server requests): the field
+// KV options in JSON objects (`--prompts` lines, server requests): the field
 // names and values of the KV option table (kv_config.h), so every JSON caller
 // accepts the same fields and words errors the same way.
 #pragma once
 
-#include <array>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -11,6 +10,7 @@
 
 #include "base/status.h"
 #include "kv/kv_config.h"
+#include "kv/kv_lists.h"  // KvLists: the list form, for bench and perplexity
 
 namespace rotor::cli {
 
@@ -21,17 +21,5 @@ bool IsKvField(std::string_view key);
 // names the field: "kv: kv_size -3 is out of range [0, 16777216]".
 // `*field` (if given) receives the name of the field that failed.
 Status SetKvFields(const nlohmann::json& j, KvConfig* kv, std::string* field = nullptr);
-
-// KV options as comma-separated lists (bench, perplexity): every option of the
-// table takes a list; the runs are every combination, each policy taking only
-// the options it uses (so `--kv full,sink --kv-size 64,128` runs full once).
-struct KvLists {
-  std::array<std::vector<std::string>, kKvOptCount> values;  // by KvOpt; empty = the default
-  std::vector<std::string>& operator[](KvOpt o) { return values[static_cast<int>(o)]; }
-  const std::vector<std::string>& operator[](KvOpt o) const { return values[static_cast<int>(o)]; }
-};
-// Every combination, in the table's order (policy outermost); errors name the
-// flag (a bad value, or an option no listed policy uses).
-Result<std::vector<KvConfig>> ExpandKvLists(const KvLists& lists);
 
 }  // namespace rotor::cli

@@ -90,9 +90,13 @@ typedef struct rotor_model_params {
   int64_t kv_memory_mib;  /* all K/V of the model's sequences; 0 = a default for max_seqs */
   int max_seqs;           /* sequences expected at once (sizes the default K/V budget) */
   bool prefix_cache;      /* reuse the K/V of earlier prompts' beginnings */
+  bool vocab_only;        /* the vocabulary alone (also a vocabulary-only GGUF): tokens
+                           * and token queries work, n_ctx is 0, and every call that
+                           * needs weights fails with ROTOR_ERR_INVALID_ARGUMENT */
 } rotor_model_params;
 
-/* The CLI's defaults: all threads, trained context, 1 sequence, prefix cache on. */
+/* The CLI's defaults: all threads, trained context, 1 sequence, prefix cache on,
+ * weights loaded. */
 ROTOR_API rotor_model_params rotor_model_default_params(void);
 
 /* Maps a GGUF file and loads its vocabulary. params may be NULL (defaults).
@@ -129,6 +133,14 @@ ROTOR_API rotor_status *rotor_tokenize(const rotor_model *model, const char *tex
 ROTOR_API rotor_status *rotor_detokenize(const rotor_model *model, const int32_t *tokens,
                                          size_t n_tokens, bool special, char *text,
                                          size_t capacity, size_t *n_bytes);
+
+/* The bytes of one token (SPM "<0x0A>" is that byte, its word-start mark and
+ * BPE's "Ġ" a space; a byte token may be part of a UTF-8 character). Control
+ * and unknown tokens give "" unless special (then their text, "<s>"). Written
+ * and sized as rotor_detokenize's text. An id out of range is an error naming
+ * it. Any thread. */
+ROTOR_API rotor_status *rotor_token_piece(const rotor_model *model, int32_t token, bool special,
+                                          char *text, size_t capacity, size_t *n_bytes);
 
 /* ---- KV configuration ------------------------------------------------- */
 

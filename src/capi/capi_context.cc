@@ -133,6 +133,7 @@ rotor_status* rotor_context_new(rotor_model* model, const rotor_context_params* 
   return Guard("rotor_context_new", [&]() -> rotor_status* {
     ROTOR_CAPI_REQUIRE(model && out, "rotor_context_new: model or out is NULL");
     *out = nullptr;
+    ROTOR_CAPI_REQUIRE_WEIGHTS(model, "rotor_context_new");
     const rotor_context_params p = params ? *params : rotor_context_default_params();
     ROTOR_CAPI_REQUIRE(p.max_seqs >= 1 && p.max_seqs <= 4096,
                        "rotor_context_new: max_seqs {} out of range [1, 4096]", p.max_seqs);

@@ -24,6 +24,7 @@ rotor_status* rotor_generate(rotor_model* model, const rotor_generate_params* pa
                              rotor_generate_result* result) {
   return Guard("rotor_generate", [&]() -> rotor_status* {
     ROTOR_CAPI_REQUIRE(model && params, "rotor_generate: model or params is NULL");
+    ROTOR_CAPI_REQUIRE_WEIGHTS(model, "rotor_generate");
     ROTOR_CAPI_REQUIRE(params->prompt != nullptr, "rotor_generate: prompt is NULL");
     ROTOR_CAPI_REQUIRE(params->stop || params->n_stop == 0, "rotor_generate: stop is NULL");
     ROTOR_CAPI_REQUIRE(params->prefill_step >= 0,

@@ -9,10 +9,12 @@
 #include "base/status.h"
 #include "engine/engine.h"
 #include "engine/runner.h"
+#include "gguf/gguf.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_config.h"
 #include "rotor/rotor.h"
 #include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 struct rotor_status {
   rotor_code code;
@@ -20,7 +22,11 @@ struct rotor_status {
 };
 
 struct rotor_model {
-  std::unique_ptr<rotor::Engine> engine;
+  std::unique_ptr<rotor::Engine> engine;  // null when loaded vocab_only
+  // vocab_only: the file and its vocabulary, without weights.
+  std::unique_ptr<rotor::GgufFile> vocab_file;
+  std::unique_ptr<rotor::Tokenizer> vocab;
+  const rotor::Tokenizer& tokenizer() const { return engine ? engine->tokenizer() : *vocab; }
   std::string description;
   // Serializes every call that computes or touches sequences: the engine's
   // thread pool and K/V block pool serve one caller at a time.
@@ -81,6 +87,11 @@ inline SamplingParams ToSampling(const rotor_sampling_params& c) {
   do {                                                                                         \
     if (!(cond)) return ::rotor::capi::Make(ROTOR_ERR_INVALID_ARGUMENT, fmt::format(__VA_ARGS__)); \
   } while (0)
+
+// For the calls that need weights: a vocab_only model has none.
+#define ROTOR_CAPI_REQUIRE_WEIGHTS(model, call)                                        \
+  ROTOR_CAPI_REQUIRE((model)->engine != nullptr,                                       \
+                     "{}: the model was loaded vocab_only (no weights)", call)
 
 // Runs fn, turning an exception (bad_alloc above all) into a status: no
 // exception crosses the C boundary.

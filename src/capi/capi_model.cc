@@ -40,7 +40,8 @@ void rotor_status_free(rotor_status* s) { delete s; }
 
 rotor_model_params rotor_model_default_params(void) {
   return rotor_model_params{
-      .n_threads = 0, .n_ctx = 0, .kv_memory_mib = 0, .max_seqs = 1, .prefix_cache = true};
+      .n_threads = 0, .n_ctx = 0, .kv_memory_mib = 0, .max_seqs = 1, .prefix_cache = true,
+      .vocab_only = false};
 }
 
 rotor_status* rotor_model_load(const char* path, const rotor_model_params* params,
@@ -52,6 +53,19 @@ rotor_status* rotor_model_load(const char* path, const rotor_model_params* param
     const rotor_model_params p = params ? *params : rotor_model_default_params();
     ROTOR_CAPI_REQUIRE(p.kv_memory_mib >= 0 && p.kv_memory_mib < (int64_t{1} << 43),
                        "rotor_model_load: kv_memory_mib {} out of range", p.kv_memory_mib);
+    if (p.vocab_only) {
+      rotor::Result<std::unique_ptr<rotor::GgufFile>> file = rotor::GgufFile::Open(path);
+      if (!file.ok()) return Make(ROTOR_ERR_IO, file.message());
+      rotor::Result<std::unique_ptr<rotor::Tokenizer>> tok = rotor::Tokenizer::FromGguf(**file);
+      if (!tok.ok()) return Make(ROTOR_ERR_IO, tok.message());
+      auto m = std::make_unique<rotor_model>();
+      m->vocab_file = std::move(*file);
+      m->vocab = std::move(*tok);
+      m->description =
+          fmt::format("vocabulary of {}: {} tokens (no weights)", path, m->vocab->n_vocab());
+      *out = m.release();
+      return nullptr;
+    }
     rotor::EngineOptions eo;
     eo.model_path = path;
     eo.n_threads = p.n_threads;
@@ -80,16 +94,16 @@ rotor_status* rotor_model_load(const char* path, const rotor_model_params* param
 
 void rotor_model_free(rotor_model* model) { delete model; }
 
-int32_t rotor_model_n_vocab(const rotor_model* m) { return m->engine->tokenizer().n_vocab(); }
-int32_t rotor_model_n_ctx(const rotor_model* m) { return m->engine->n_ctx(); }
+int32_t rotor_model_n_vocab(const rotor_model* m) { return m->tokenizer().n_vocab(); }
+int32_t rotor_model_n_ctx(const rotor_model* m) { return m->engine ? m->engine->n_ctx() : 0; }
 int32_t rotor_model_n_ctx_train(const rotor_model* m) {
-  return m->engine->model().config().n_ctx_train;
+  return m->engine ? m->engine->model().config().n_ctx_train : 0;
 }
-int32_t rotor_model_token_bos(const rotor_model* m) { return m->engine->tokenizer().bos(); }
-int32_t rotor_model_token_eos(const rotor_model* m) { return m->engine->tokenizer().eos(); }
+int32_t rotor_model_token_bos(const rotor_model* m) { return m->tokenizer().bos(); }
+int32_t rotor_model_token_eos(const rotor_model* m) { return m->tokenizer().eos(); }
 bool rotor_model_token_is_eog(const rotor_model* m, int32_t token) {
   return token >= 0 && token < rotor_model_n_vocab(m) &&
-         m->engine->tokenizer().IsEndOfGeneration(token);
+         m->tokenizer().IsEndOfGeneration(token);
 }
 const char* rotor_model_description(const rotor_model* m) { return m->description.c_str(); }
 
@@ -103,7 +117,7 @@ rotor_status* rotor_tokenize(const rotor_model* model, const char* text, size_t 
     ROTOR_CAPI_REQUIRE(text || len == 0, "rotor_tokenize: text is NULL");
     ROTOR_CAPI_REQUIRE(tokens || capacity == 0, "rotor_tokenize: tokens is NULL, capacity {}",
                        capacity);
-    const std::vector<int32_t> ids = model->engine->tokenizer().Encode(
+    const std::vector<int32_t> ids = model->tokenizer().Encode(
         std::string_view(text ? text : "", len), add_bos, parse_special);
     *n_tokens = ids.size();
     if (ids.size() > capacity)
@@ -121,7 +135,7 @@ rotor_status* rotor_detokenize(const rotor_model* model, const int32_t* tokens, 
     ROTOR_CAPI_REQUIRE(tokens || n == 0, "rotor_detokenize: tokens is NULL");
     ROTOR_CAPI_REQUIRE(text || capacity == 0, "rotor_detokenize: text is NULL, capacity {}",
                        capacity);
-    const rotor::Tokenizer& tok = model->engine->tokenizer();
+    const rotor::Tokenizer& tok = model->tokenizer();
     for (size_t i = 0; i < n; ++i)
       ROTOR_CAPI_REQUIRE(tokens[i] >= 0 && tokens[i] < tok.n_vocab(),
                          "rotor_detokenize: token {} (at {}) out of range [0, {})", tokens[i], i,
@@ -133,6 +147,26 @@ rotor_status* rotor_detokenize(const rotor_model* model, const int32_t* tokens, 
                   fmt::format("rotor_detokenize: {} bytes, room for {}", s.size(), capacity));
     std::memcpy(text, s.data(), s.size());
     if (s.size() < capacity) text[s.size()] = '\0';
+    return nullptr;
+  });
+}
+
+rotor_status* rotor_token_piece(const rotor_model* model, int32_t token, bool special, char* text,
+                                size_t capacity, size_t* n_bytes) {
+  return Guard("rotor_token_piece", [&]() -> rotor_status* {
+    ROTOR_CAPI_REQUIRE(model && n_bytes, "rotor_token_piece: model or n_bytes is NULL");
+    ROTOR_CAPI_REQUIRE(text || capacity == 0, "rotor_token_piece: text is NULL, capacity {}",
+                       capacity);
+    const rotor::Tokenizer& tok = model->tokenizer();
+    ROTOR_CAPI_REQUIRE(token >= 0 && token < tok.n_vocab(),
+                       "rotor_token_piece: token {} out of range [0, {})", token, tok.n_vocab());
+    const std::string_view piece = tok.PieceView(token, special);
+    *n_bytes = piece.size();
+    if (piece.size() > capacity)
+      return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
+                  fmt::format("rotor_token_piece: {} bytes, room for {}", piece.size(), capacity));
+    std::memcpy(text, piece.data(), piece.size());
+    if (piece.size() < capacity) text[piece.size()] = '\0';
     return nullptr;
   });
 }
@@ -173,6 +207,7 @@ rotor_status* rotor_kv_config_describe(const rotor_kv_config* config, const roto
   return Guard("rotor_kv_config_describe", [&]() -> rotor_status* {
     ROTOR_CAPI_REQUIRE(config && model, "rotor_kv_config_describe: config or model is NULL");
     ROTOR_CAPI_REQUIRE(text || capacity == 0, "rotor_kv_config_describe: text is NULL");
+    ROTOR_CAPI_REQUIRE_WEIGHTS(model, "rotor_kv_config_describe");
     const rotor::KvShape shape = model->engine->model().config().kv_shape(model->engine->n_ctx());
     rotor::Result<rotor::KvConfig> r =
         rotor::ResolveKvConfig(config->config, shape, rotor::KvSpelling::kField);

@@ -155,8 +155,5 @@ class StreamDecoder {
   std::string pending_;
 };
 
-// For `rotor tokenize`: one line per id, "    id -> 'piece'", with control
-// tokens shown by their text and non-printable bytes escaped (\n, \x1b).
-std::string FormatTokens(const Tokenizer& tokenizer, std::span<const int32_t> ids);
 
 }  // namespace rotor

@@ -44,6 +44,21 @@ TEST(TokenizeCliTest, LlamaSpmVocabOnlyFile) {
   EXPECT_EQ(r.out, "[15043, 3186]\n");
 }
 
+// --pieces escapes what is not printable: a newline, a control byte, and the
+// bytes of a character the vocabulary spells with byte tokens.
+TEST(TokenizeCliTest, PiecesEscapeNewlinesControlAndLoneBytes) {
+  CliResult r = RunRotor({"tokenize", "-m", LlamaVocab(), "-p", "Hello\n\x1b\xf0\x9f\xa6\x99",
+                          "--pieces"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("     1 -> '<s>'\n 15043 -> ' Hello'\n    13 -> '\\n'\n"));
+  EXPECT_THAT(r.out, HasSubstr("    30 -> '\\x1b'\n"));
+  EXPECT_THAT(r.out, HasSubstr("   243 -> '\\xf0'\n"));
+  // detokenize puts the character back together.
+  r = RunRotor({"detokenize", "-m", LlamaVocab(), "243", "162", "169", "156"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "\xf0\x9f\xa6\x99\n");
+}
+
 TEST(TokenizeCliTest, SpecialTokensOnlyWithTheFlag) {
   CliResult plain = RunRotor({"tokenize", "-m", Gpt2Vocab(), "-p", "<|endoftext|>"});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;

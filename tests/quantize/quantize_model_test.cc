@@ -19,7 +19,7 @@
 #include <sstream>
 
 #include "../kv/kv_test_util.h"
-#include "engine/perplexity.h"
+#include "eval/perplexity.h"
 #include "model/forward.h"
 #include "model/quantize.h"
 #include "model/synth.h"

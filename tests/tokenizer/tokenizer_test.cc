@@ -179,17 +179,5 @@ TEST(Tokenizer, EmptyTokenTextsAreRenamed) {
   EXPECT_EQ(tok->TokenText(testing::kTinyFirstNormal), "[EMPTY_259]");
 }
 
-TEST(Tokenizer, FormatTokens) {
-  const Tokenizer* tok = LlamaSpm();
-  ASSERT_NE(tok, nullptr);
-  const std::vector<int32_t> ids = {1, 15043, 13, 3 + 0xF0, 3 + 0x1B};
-  EXPECT_EQ(FormatTokens(*tok, ids),
-            "     1 -> '<s>'\n"
-            " 15043 -> ' Hello'\n"
-            "    13 -> '\\n'\n"
-            "   243 -> '\\xf0'\n"
-            "    30 -> '\\x1b'\n");
-}
-
 }  // namespace
 }  // namespace rotor

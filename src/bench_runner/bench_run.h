@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "bench_config.h"
+#include "bench_runner/bench_config.h"
 
-namespace rotor::cli {
+namespace rotor::bench {
 
 // What one run of a test does, counted from the model's shape.
 //   matmul FLOPs: 2 * layer_matmul_params per token + 2 * output_matmul_params
@@ -68,4 +68,4 @@ using BenchProgress = std::function<void(const char* phase, int rep)>;
 Result<BenchResult> RunBenchCase(const BenchModel& model, const BenchCase& c, int repetitions,
                                  uint64_t seed, const BenchProgress& progress);
 
-}  // namespace rotor::cli
+}  // namespace rotor::bench

@@ -1,5 +1,5 @@
 // Chart layout: data -> axes, ticks and drawing primitives in pixels.
-#include "plot.h"
+#include "eval/plot.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <limits>
 
-namespace rotor::cli {
+namespace rotor::eval {
 namespace {
 
 constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
@@ -227,4 +227,4 @@ Status WritePlot(const std::string& path, const PlotOptions& options,
   return Errorf("plot '{}': unknown format (name the file .svg or .png)", path);
 }
 
-}  // namespace rotor::cli
+}  // namespace rotor::eval

@@ -1,4 +1,4 @@
-#include "engine/perplexity.h"
+#include "eval/perplexity.h"
 
 #include <algorithm>
 #include <bit>

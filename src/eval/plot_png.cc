@@ -4,9 +4,9 @@
 
 #include <memory>
 
-#include "plot.h"
+#include "eval/plot.h"
 
-namespace rotor::cli {
+namespace rotor::eval {
 namespace {
 
 struct SurfaceDeleter {
@@ -99,4 +99,4 @@ Status WritePngPlot(const std::string& path, const PlotOptions& options,
   return Status::Ok();
 }
 
-}  // namespace rotor::cli
+}  // namespace rotor::eval

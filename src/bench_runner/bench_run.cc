@@ -1,4 +1,4 @@
-#include "bench_run.h"
+#include "bench_runner/bench_run.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kv_quant.h"
 
-namespace rotor::cli {
+namespace rotor::bench {
 namespace {
 
 std::string IsoNow() {
@@ -199,4 +199,4 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
   return r;
 }
 
-}  // namespace rotor::cli
+}  // namespace rotor::bench

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "bench_config.h"
-#include "bench_run.h"
-#include "roofline.h"
+#include "bench_runner/bench_config.h"
+#include "bench_runner/bench_run.h"
+#include "bench_runner/roofline.h"
 
-namespace rotor::cli {
+namespace rotor::bench {
 
 // One finished case with everything a row shows.
 struct BenchRow {
@@ -67,4 +67,4 @@ std::unique_ptr<BenchWriter> MakeBenchWriter(BenchFormat format, const BenchColu
 // "AMD EPYC 9B14" from /proc/cpuinfo; "unknown" elsewhere.
 std::string CpuModelName();
 
-}  // namespace rotor::cli
+}  // namespace rotor::bench

@@ -13,10 +13,10 @@
 
 #include "base/status.h"
 #include "kv/kv_config.h"
-#include "kv_args.h"
+#include "kv/kv_lists.h"
 #include "model/model.h"
 
-namespace rotor::cli {
+namespace rotor::bench {
 
 enum class BenchFormat { kMarkdown, kJson, kJsonl, kCsv };
 
@@ -29,7 +29,7 @@ struct BenchArgs {
   std::vector<std::string> tests;  // explicit "pp512", "tg128@d4096": replaces -p/-n/-d
   int repetitions = 5;
   std::vector<int> threads;  // empty: HardwareThreads()
-  KvLists kv;  // every KV option as a list (kv_args.h)
+  KvLists kv;  // every KV option as a list (kv/kv_lists.h)
   std::vector<int> prefill_step = {512};
   std::vector<int> n_ctx = {0};  // 0: what the test needs (see ResolveContext)
   std::vector<int> batch = {1};  // sequences decoded together (n_seq)
@@ -96,4 +96,4 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& args,
 
 Result<BenchFormat> ParseBenchFormat(const std::string& s);
 
-}  // namespace rotor::cli
+}  // namespace rotor::bench

@@ -1,4 +1,7 @@
-// rotor perplexity: the pieces shared by its chunked and stream modes.
+// A perplexity study (`rotor perplexity`): every KV configuration of a list
+// scored on one text, chunked (llama-perplexity's report) or as one stream
+// (a table of windows, CSV, a chart). The report goes to stdout, notes and
+// the progress bar to stderr; errors come back as a Status.
 #pragma once
 
 #include <cstdint>
@@ -7,10 +10,10 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
-#include "engine/perplexity.h"
-#include "kv_args.h"
+#include "eval/perplexity.h"
+#include "kv/kv_lists.h"
 
-namespace rotor::cli {
+namespace rotor::eval {
 
 struct PerplexityArgs {
   std::string model_path;
@@ -21,7 +24,7 @@ struct PerplexityArgs {
   int n_chunks = -1;
   int prefill_step = 512;
   // KV options; lists run every combination.
-  KvLists kv;  // every KV option as a list (kv_args.h)
+  KvLists kv;  // every KV option as a list (kv/kv_lists.h)
   // KL divergence against a full-cache base.
   std::string kl_base;
   bool kl_read = false;
@@ -52,8 +55,8 @@ struct PerplexityInput {
   std::vector<int32_t> tokens;
 };
 
-int RunChunkedPerplexity(const PerplexityInput& in);
-int RunStreamPerplexity(const PerplexityInput& in);
+Status RunChunkedPerplexity(const PerplexityInput& in);
+Status RunStreamPerplexity(const PerplexityInput& in);
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal.
 class ProgressBar {
@@ -76,4 +79,4 @@ class ProgressBar {
 
 std::string FileName(const std::string& path);  // the last path component
 
-}  // namespace rotor::cli
+}  // namespace rotor::eval

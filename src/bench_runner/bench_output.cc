@@ -1,4 +1,4 @@
-#include "bench_output.h"
+#include "bench_runner/bench_output.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include "base/cpu.h"
 #include "kv/kv_quant.h"
 
-namespace rotor::cli {
+namespace rotor::bench {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -305,4 +305,4 @@ std::string CpuModelName() {
   return "unknown";
 }
 
-}  // namespace rotor::cli
+}  // namespace rotor::bench

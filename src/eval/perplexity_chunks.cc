@@ -5,10 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "cli_common.h"
-#include "perplexity_cli.h"
+#include "eval/perplexity_study.h"
 
-namespace rotor::cli {
+namespace rotor::eval {
 namespace {
 
 std::string DescribeModel(const std::string& path, const Model& model) {
@@ -75,12 +74,12 @@ void PrintSummary(const std::vector<SummaryRow>& rows) {
 
 }  // namespace
 
-int RunChunkedPerplexity(const PerplexityInput& in) {
+Status RunChunkedPerplexity(const PerplexityInput& in) {
   const PerplexityArgs& a = *in.args;
   Engine& engine = *in.engine;
   const Model& model = engine.model();
   Result<std::vector<PerplexityRun>> expanded = ExpandPerplexityRuns(a, model, a.n_ctx);
-  if (!expanded.ok()) return Fail(expanded.status());
+  if (!expanded.ok()) return expanded.status();
   std::vector<PerplexityRun>& runs = *expanded;
 
   // With --kl-base, the first full run writes the base (so it runs first) and
@@ -100,16 +99,16 @@ int RunChunkedPerplexity(const PerplexityInput& in) {
   int n_chunks = a.n_chunks;
   if (kl) {
     Result<uint64_t> fp = ModelFingerprint(a.model_path);
-    if (!fp.ok()) return Fail(fp.status());
+    if (!fp.ok()) return fp.status();
     fingerprint = *fp;
     if (writer < 0) {  // chunks default to the base's
       Result<std::unique_ptr<KlBaseReader>> base = OpenBase(a, fingerprint, model_desc);
-      if (!base.ok()) return Fail(base.status());
+      if (!base.ok()) return base.status();
       if (n_chunks < 0) n_chunks = (*base)->info().n_chunks;
     }
   }
   Result<int> counted = CountChunks(static_cast<int64_t>(in.tokens.size()), a.n_ctx, n_chunks);
-  if (!counted.ok()) return Fail(counted.status());
+  if (!counted.ok()) return counted.status();
   n_chunks = *counted;
   const int step = a.prefill_step > 0 ? std::min(a.prefill_step, a.n_ctx) : a.n_ctx;
   const int first = a.n_ctx / 2;
@@ -143,12 +142,12 @@ int RunChunkedPerplexity(const PerplexityInput& in) {
       info.tokens.assign(in.tokens.begin(),
                          in.tokens.begin() + static_cast<size_t>(n_chunks) * a.n_ctx);
       Result<std::unique_ptr<KlBaseWriter>> w = KlBaseWriter::Create(a.kl_base, info);
-      if (!w.ok()) return Fail(w.status().WithContext("perplexity: --kl-base"));
+      if (!w.ok()) return w.status().WithContext("perplexity: --kl-base");
       base_writer = std::move(*w);
       hooks.write_base = base_writer.get();
     } else if (kl) {
       Result<std::unique_ptr<KlBaseReader>> r = OpenBase(a, fingerprint, model_desc);
-      if (!r.ok()) return Fail(r.status());
+      if (!r.ok()) return r.status();
       base_reader = std::move(*r);
       hooks.compare_base = base_reader.get();
     }
@@ -167,7 +166,7 @@ int RunChunkedPerplexity(const PerplexityInput& in) {
     bar.Finish();
     if (!r.ok()) {
       fmt::print("\n");
-      return Fail(r.status().WithContext(run.label));
+      return r.status().WithContext(run.label);
     }
     fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.5f}\n", r->nll.Ppl(), r->nll.PplError());
     SummaryRow row;
@@ -177,7 +176,7 @@ int RunChunkedPerplexity(const PerplexityInput& in) {
     row.ppl_error = r->nll.PplError();
     std::fflush(stdout);
     if (base_writer) {
-      if (Status s = base_writer->Close(); !s.ok()) return Fail(s);
+      if (Status s = base_writer->Close(); !s.ok()) return s;
       fmt::print(stderr, "rotor: perplexity: wrote the KL base '{}' ({} chunks x {} positions)\n",
                  a.kl_base, n_chunks, a.n_ctx - 1 - first);
     }
@@ -192,7 +191,7 @@ int RunChunkedPerplexity(const PerplexityInput& in) {
     summary.push_back(row);
   }
   if (runs.size() > 1) PrintSummary(summary);
-  return 0;
+  return Status::Ok();
 }
 
-}  // namespace rotor::cli
+}  // namespace rotor::eval

@@ -1,6 +1,6 @@
 // The chart writers: tick placement, labels, a chart with every element, in
 // SVG and in PNG (read back and checked pixel by pixel).
-#include "plot.h"
+#include "eval/plot.h"
 
 #include <cairo.h>
 
@@ -13,7 +13,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace rotor::cli {
+namespace rotor::eval {
 namespace {
 
 using ::testing::DoubleNear;
@@ -200,4 +200,4 @@ TEST(PlotPng, SameLayoutAsSvg) {
 }
 
 }  // namespace
-}  // namespace rotor::cli
+}  // namespace rotor::eval

@@ -1,4 +1,4 @@
-#include "perplexity_cli.h"
+#include "eval/perplexity_study.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "base/timer.h"
 
-namespace rotor::cli {
+namespace rotor::eval {
 
 Result<std::vector<PerplexityRun>> ExpandPerplexityRuns(const PerplexityArgs& a, const Model& model,
                                                         int n_ctx) {
@@ -90,4 +90,4 @@ void ProgressBar::Finish() {
   Clear();
 }
 
-}  // namespace rotor::cli
+}  // namespace rotor::eval

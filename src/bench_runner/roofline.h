@@ -12,7 +12,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 
-namespace rotor::cli {
+namespace rotor::bench {
 
 struct RooflineOptions {
   size_t buffer_bytes = size_t{1} << 30;  // streamed buffer: far larger than the caches
@@ -70,4 +70,4 @@ class ReadProbe {
 // "memory read 55.2 GB/s (1024 MiB buffer), f32 FMA peak 221.0 GFLOP/s (avx512), ..."
 std::string RooflineSummary(const Roofline& r);
 
-}  // namespace rotor::cli
+}  // namespace rotor::bench

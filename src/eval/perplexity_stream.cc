@@ -10,11 +10,10 @@
 #include <map>
 
 #include "base/timer.h"
-#include "cli_common.h"
-#include "perplexity_cli.h"
-#include "plot.h"
+#include "eval/perplexity_study.h"
+#include "eval/plot.h"
 
-namespace rotor::cli {
+namespace rotor::eval {
 namespace {
 
 struct StreamRun {
@@ -116,17 +115,17 @@ Status WritePlot(const PerplexityArgs& a, const Model& model, const std::vector<
 
 }  // namespace
 
-int RunStreamPerplexity(const PerplexityInput& in) {
+Status RunStreamPerplexity(const PerplexityInput& in) {
   const PerplexityArgs& a = *in.args;
   Engine& engine = *in.engine;
   const Model& model = engine.model();
   const int n_ctx_train = model.config().n_ctx_train;
   if (static_cast<int64_t>(in.tokens.size()) < a.stream)
-    return Fail(Errorf("perplexity: --stream {}: '{}' has only {} tokens", a.stream, a.text_file,
-                       in.tokens.size()));
+    return Errorf("perplexity: --stream {}: '{}' has only {} tokens", a.stream, a.text_file,
+                       in.tokens.size());
   const std::span<const int32_t> tokens(in.tokens.data(), a.stream);
   Result<std::vector<PerplexityRun>> expanded = ExpandPerplexityRuns(a, model, a.n_ctx);
-  if (!expanded.ok()) return Fail(expanded.status());
+  if (!expanded.ok()) return expanded.status();
 
   // A full cache must hold the stream: without -c it gets a context of the
   // stream's length; past the trained context its quality is part of the study.
@@ -167,7 +166,7 @@ int RunStreamPerplexity(const PerplexityInput& in) {
         StreamNll(runner, tokens, so, [&](int64_t done) { bar.Update(done); });
     bar.Finish();
     if (!nll.ok())
-      return Fail(nll.status().WithContext(fmt::format("perplexity: {}", sr.run->label)));
+      return nll.status().WithContext(fmt::format("perplexity: {}", sr.run->label));
     sr.windows = WindowPerplexity(*nll, a.window);
     double sum = 0;
     for (float v : *nll) sum += v;
@@ -179,10 +178,10 @@ int RunStreamPerplexity(const PerplexityInput& in) {
   PrintTable(runs);
   std::fflush(stdout);
   if (!a.csv.empty())
-    if (Status s = WriteCsv(a.csv, runs); !s.ok()) return Fail(s);
+    if (Status s = WriteCsv(a.csv, runs); !s.ok()) return s;
   if (!a.plot.empty())
-    if (Status s = WritePlot(a, model, runs); !s.ok()) return Fail(s);
-  return 0;
+    if (Status s = WritePlot(a, model, runs); !s.ok()) return s;
+  return Status::Ok();
 }
 
-}  // namespace rotor::cli
+}  // namespace rotor::eval

@@ -1,4 +1,4 @@
-#include "roofline.h"
+#include "bench_runner/roofline.h"
 
 #include <fmt/format.h>
 #include <sys/mman.h>
@@ -20,7 +20,7 @@
 #include <immintrin.h>
 #endif
 
-namespace rotor::cli {
+namespace rotor::bench {
 namespace {
 
 // A private anonymous mapping (huge pages where the kernel grants them, so the
@@ -307,4 +307,4 @@ std::string RooflineSummary(const Roofline& r) {
       r.matmul_m, r.matmul_k, r.matmul_n, r.matmul_gflops);
 }
 
-}  // namespace rotor::cli
+}  // namespace rotor::bench

@@ -13,7 +13,7 @@
 
 #include "base/status.h"
 
-namespace rotor::cli {
+namespace rotor::eval {
 
 struct PlotSeries {
   std::string label;
@@ -94,4 +94,4 @@ Status WritePngPlot(const std::string& path, const PlotOptions& options,
 Status WritePlot(const std::string& path, const PlotOptions& options,
                  std::span<const PlotSeries> series);
 
-}  // namespace rotor::cli
+}  // namespace rotor::eval

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <fstream>
 
-#include "plot.h"
+#include "eval/plot.h"
 
-namespace rotor::cli {
+namespace rotor::eval {
 namespace {
 
 constexpr const char* kFont = "DejaVu Sans, Arial, Helvetica, sans-serif";
@@ -89,4 +89,4 @@ Status WriteSvgPlot(const std::string& path, const PlotOptions& options,
   return Status::Ok();
 }
 
-}  // namespace rotor::cli
+}  // namespace rotor::eval

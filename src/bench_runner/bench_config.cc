@@ -1,4 +1,4 @@
-#include "bench_config.h"
+#include "bench_runner/bench_config.h"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include "ops/matmul.h"
 #include "tensor/dtype.h"
 
-namespace rotor::cli {
+namespace rotor::bench {
 namespace {
 
 // "260K", "134M", "1.2B".
@@ -198,4 +198,4 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
   return cases;
 }
 
-}  // namespace rotor::cli
+}  // namespace rotor::bench

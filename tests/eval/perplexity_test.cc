@@ -2,7 +2,7 @@
 // exp(mean NLL) of a plain loop over Forward's logits, a KL base compared with
 // itself gives KL 0 and 100% top-1 agreement, the stream's per-token NLLs equal
 // the chunked ones where both see the same context, and bad inputs fail clearly.
-#include "engine/perplexity.h"
+#include "eval/perplexity.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

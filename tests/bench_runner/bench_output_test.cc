@@ -1,0 +1,97 @@
+#include "bench_runner/bench_output.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace rotor::bench {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Model() { return std::string(ROTOR_MODELS_DIR) + "/stories260K.gguf"; }
+
+// A finished tg case with made-up samples, written in a format to a string.
+class BenchOutputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<BenchModel> m = LoadBenchModel(Model());
+    ASSERT_TRUE(m.ok()) << m.message();
+    model_ = std::move(*m);
+    case_.threads = 2;
+    case_.n_ctx = 64;
+    case_.test = BenchTest{.n_prompt = 0, .n_gen = 10, .n_depth = 0};
+    result_.samples_ns = {1'000'000, 1'000'000};  // 10 tokens in 1 ms: 10000 t/s
+    result_.kv = case_.kv;
+    result_.kv.size = 64;
+    result_.work = BenchWork{.flops = 2e6, .bytes = 4e6};
+    result_.peak_rss_bytes = 1 << 20;
+  }
+
+  std::string Write(BenchFormat format) {
+    char* buf = nullptr;
+    size_t size = 0;
+    std::FILE* f = open_memstream(&buf, &size);
+    const BenchRow row = MakeBenchRow(model_, case_, result_, nullptr);
+    std::unique_ptr<BenchWriter> w = MakeBenchWriter(format, BenchColumns{}, f);
+    w->Begin({});
+    w->Row(row);
+    w->Row(row);
+    w->End();
+    std::fclose(f);
+    std::string out(buf, size);
+    std::free(buf);
+    return out;
+  }
+
+  BenchModel model_;
+  BenchCase case_;
+  BenchResult result_;
+};
+
+TEST_F(BenchOutputTest, RowRatesComeFromTheWorkAndTheMeanTime) {
+  const BenchRow row = MakeBenchRow(model_, case_, result_, nullptr);
+  EXPECT_DOUBLE_EQ(row.stats.avg_ts, 10000);
+  EXPECT_DOUBLE_EQ(row.gbps, 4e6 / 1e-3 / 1e9);
+  EXPECT_DOUBLE_EQ(row.gflops, 2e6 / 1e-3 / 1e9);
+  EXPECT_FALSE(row.roofline_pct.has_value());  // no roofline measured
+}
+
+TEST_F(BenchOutputTest, JsonIsAnArrayOfObjectsWithEveryField) {
+  const nlohmann::json j = nlohmann::json::parse(Write(BenchFormat::kJson));
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 2u);
+  for (const std::string& field : BenchFieldNames()) EXPECT_TRUE(j[0].contains(field)) << field;
+  EXPECT_EQ(j[0]["n_gen"], 10);
+  EXPECT_EQ(j[0]["n_threads"], 2);
+}
+
+TEST_F(BenchOutputTest, JsonLinesAndCsvHaveOneLinePerRow) {
+  std::istringstream jsonl(Write(BenchFormat::kJsonl));
+  int lines = 0;
+  for (std::string line; std::getline(jsonl, line); ++lines)
+    EXPECT_TRUE(nlohmann::json::parse(line).is_object()) << line;
+  EXPECT_EQ(lines, 2);
+
+  std::istringstream csv(Write(BenchFormat::kCsv));
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(csv, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 3u);  // header and two rows
+  EXPECT_EQ(rows[0].rfind(BenchFieldNames()[0], 0), 0u) << rows[0];
+  EXPECT_EQ(rows[1], rows[2]);
+}
+
+TEST_F(BenchOutputTest, MarkdownTableNamesTheTest) {
+  const std::string md = Write(BenchFormat::kMarkdown);
+  EXPECT_THAT(md, HasSubstr("| model |"));
+  EXPECT_THAT(md, HasSubstr("tg10"));
+  EXPECT_THAT(md, HasSubstr("10000"));
+}
+
+}  // namespace
+}  // namespace rotor::bench

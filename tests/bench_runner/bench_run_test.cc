@@ -1,0 +1,83 @@
+#include "bench_runner/bench_run.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+namespace rotor::bench {
+namespace {
+
+std::string Model() { return std::string(ROTOR_MODELS_DIR) + "/stories260K.gguf"; }
+
+TEST(BenchRunTest, StatsAreLlamaBenchs) {
+  BenchResult r;
+  r.samples_ns = {1'000'000'000, 2'000'000'000};
+  const BenchStats s = ComputeStats(r, 100);
+  EXPECT_DOUBLE_EQ(s.avg_ns, 1.5e9);
+  EXPECT_NEAR(s.stddev_ns, std::sqrt(2 * 0.5e9 * 0.5e9), 1);  // sample stddev (n - 1)
+  ASSERT_EQ(s.samples_ts.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.samples_ts[0], 100);
+  EXPECT_DOUBLE_EQ(s.samples_ts[1], 50);
+  EXPECT_DOUBLE_EQ(s.avg_ts, 75);  // t/s per sample, then averaged
+  EXPECT_NEAR(s.stddev_ts, std::sqrt(2 * 25.0 * 25.0), 1e-9);
+}
+
+// tg: every step reads the weights once and does 2 FLOPs per matmul parameter;
+// a deeper cache adds attention work and K/V bytes.
+TEST(BenchRunTest, WorkGrowsWithTokensAndDepth) {
+  Result<BenchModel> m = LoadBenchModel(Model());
+  ASSERT_TRUE(m.ok()) << m.message();
+  BenchCase c;
+  c.test = BenchTest{.n_prompt = 0, .n_gen = 8, .n_depth = 0};
+  const BenchWork w8 = EstimateWork(*m, c, 64);
+  c.test.n_gen = 16;
+  const BenchWork w16 = EstimateWork(*m, c, 64);
+  EXPECT_GT(w8.flops, 8 * 2.0 * (m->layer_matmul_params + m->output_matmul_params) - 1);
+  EXPECT_GT(w16.flops, w8.flops);
+  EXPECT_GT(w16.bytes, w8.bytes);
+  c.test.n_depth = 32;
+  const BenchWork deep = EstimateWork(*m, c, 64);
+  EXPECT_GT(deep.flops, w16.flops);
+  EXPECT_GT(deep.bytes, w16.bytes);
+}
+
+TEST(BenchRunTest, RunsACaseAndReportsEveryRepetition) {
+  Result<BenchModel> m = LoadBenchModel(Model());
+  ASSERT_TRUE(m.ok()) << m.message();
+  BenchCase c;
+  c.threads = 1;
+  c.n_ctx = 64;
+  c.prefill_step = 8;
+  c.test = BenchTest{.n_prompt = 0, .n_gen = 4, .n_depth = 16};
+  int fills = 0, runs = 0;
+  c.kv.policy = "sink";
+  c.kv.size = 32;
+  Result<BenchResult> r = RunBenchCase(*m, c, 3, 1234, [&](const char* phase, int) {
+    fills += std::string(phase) == "fill";
+    runs += std::string(phase) == "run";
+  });
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_EQ(r->samples_ns.size(), 3u);
+  for (int64_t ns : r->samples_ns) EXPECT_GT(ns, 0);
+  EXPECT_EQ(r->kv.policy, "sink");
+  EXPECT_EQ(r->kv.size, 32);
+  EXPECT_GT(r->kv_bytes_per_token, 0);
+  EXPECT_EQ(runs, 3);
+  EXPECT_GE(fills, 3);
+}
+
+TEST(BenchRunTest, UnknownPolicyIsAnError) {
+  Result<BenchModel> m = LoadBenchModel(Model());
+  ASSERT_TRUE(m.ok()) << m.message();
+  BenchCase c;
+  c.n_ctx = 16;
+  c.test = BenchTest{.n_prompt = 8, .n_gen = 0, .n_depth = 0};
+  c.kv.policy = "no-such-policy";
+  Result<BenchResult> r = RunBenchCase(*m, c, 1, 1, nullptr);
+  EXPECT_FALSE(r.ok());
+}
+
+}  // namespace
+}  // namespace rotor::bench
