@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "serve_socket.h"
+#include "serve_web.h"
 
 namespace rotor::serve {
 namespace {
@@ -256,6 +257,17 @@ void Server::Routes() {
     res.set_content(metrics_.Render(stats ? &*stats : nullptr, info),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
+
+  // The chat page (web/, embedded at build time).
+  for (const StaticFile& file : StaticFiles()) {
+    auto serve_file = [this, &file](const httplib::Request& req, httplib::Response& res) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(file.body.data(), file.body.size(), std::string(file.content_type));
+      metrics_.CountRequest(req.path, 200);
+    };
+    h.Get(std::string(file.path), serve_file);
+    if (file.path == "/index.html") h.Get("/", serve_file);
+  }
 
   // Known paths with the wrong method: 405 and the method that is allowed.
   auto not_allowed = [this](const char* allow) {
