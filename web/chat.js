@@ -171,7 +171,8 @@ async function send(text) {
   $('speed').textContent = '';
 
   const started = performance.now();
-  let first = 0;
+  let first = 0;  // when the first and the last text arrived
+  let last = 0;
   let chunks = 0;
   let usage = null;
   let finish = null;
@@ -199,7 +200,8 @@ async function send(text) {
       if (choice.finish_reason) finish = choice.finish_reason;
       const delta = choice.delta && choice.delta.content;
       if (!delta) return;
-      if (!first) first = performance.now();
+      last = performance.now();
+      if (!first) first = last;
       chunks += 1;
       reply += delta;
       // One DOM update per frame, however many chunks arrived in it.
@@ -240,7 +242,7 @@ async function send(text) {
   const generated = usage ? usage.completion_tokens : chunks;
   // Decode speed from the first token to the last; when the reply came in one
   // burst (a proxy that buffers), the whole request's time is all there is.
-  const decodeMs = first ? performance.now() - first : 0;
+  const decodeMs = last - first;
   const rate = decodeMs >= 50 ? formatRate(Math.max(0, generated - 1), decodeMs)
                               : `${formatRate(generated, elapsed)} (end to end)`;
   li.dataset.finish = finish || '';

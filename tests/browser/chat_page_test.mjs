@@ -1,6 +1,6 @@
 // The chat page of `rotor serve` in a real headless Chromium (puppeteer-core):
-// load GET /, send a message and watch the streamed reply grow, send one that
-// would never end and stop it mid-way (the UI is usable again and the server
+// load GET /, send a message, send one that would never end, watch it grow
+// and stop it mid-way (the UI is usable again and the server
 // cancels the sequence), a third turn after the stop, the page at phone width,
 // and no console errors throughout.
 //
@@ -174,10 +174,8 @@ try {
   await sendMessage('Once upon a time');
   await until('the first reply to end', async () => (await replies())[0]?.finish, 20_000);
   let [first] = await replies();
-  const growth = await page.evaluate(() => new Set(window.lengths.filter((n) => n > 0)).size);
   check(!first.error && first.finish === 'length' && first.text.length > 20,
         'the first reply arrives whole', JSON.stringify(first));
-  check(growth >= 3, 'the reply grows as it streams', `${growth} distinct lengths`);
   const footer = await page.$eval('.status', (e) => e.textContent.replace(/\s+/g, ' ').trim());
   check(/tokens\/s/.test(footer), 'the footer shows tokens/s', footer);
   check(/prompt \d+ tokens \(\d+ from the prefix cache\)/.test(footer),
@@ -193,8 +191,13 @@ try {
   const cancelledBefore = await metric(base, 'rotor_requests_cancelled_total');
   await page.evaluate(() => { window.lengths = []; });
   await sendMessage('Tell me more');
-  await until('the second reply to grow', async () =>
-      ((await replies())[1]?.text.length ?? 0) > 300, 20_000);
+  // The bundled model can write a short reply within one frame; this one
+  // streams for as long as it is let, so it must be seen at several lengths.
+  const growth = () => page.evaluate(() => new Set(window.lengths.filter((n) => n > 0)).size);
+  const grew = await until('the second reply to grow', async () =>
+      ((await replies())[1]?.text.length ?? 0) > 300 && (await growth()) >= 5, 20_000)
+      .then(() => true, () => false);
+  check(grew, 'the reply grows as it streams', `${await growth()} distinct lengths`);
   check(await page.$eval('#stop', (s) => !s.disabled), 'stop is enabled while streaming');
   check(await page.$eval('#send', (s) => s.disabled), 'send is disabled while streaming');
   await page.click('#stop');
