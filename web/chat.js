@@ -30,7 +30,8 @@ function setBusy(busy) {
   $('send').disabled = busy;
   $('stop').disabled = !busy;
   $('new-chat').disabled = busy;
-  $('prompt').setAttribute('aria-busy', busy ? 'true' : 'false');
+  // Screen readers announce the reply once it is whole, not at every frame.
+  $('log').setAttribute('aria-busy', busy ? 'true' : 'false');
 }
 
 function addMessage(role, text) {
@@ -326,6 +327,8 @@ function init() {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
       $('composer').requestSubmit();
+    } else if (e.key === 'Escape' && chat.controller) {
+      chat.controller.abort();
     }
   });
   $('stop').addEventListener('click', () => {

@@ -258,12 +258,11 @@ void Server::Routes() {
                     "text/plain; version=0.0.4; charset=utf-8");
   });
 
-  // The chat page (web/, embedded at build time).
+  // The chat page (web/, embedded at build time; not counted in /metrics).
   for (const StaticFile& file : StaticFiles()) {
-    auto serve_file = [this, &file](const httplib::Request& req, httplib::Response& res) {
+    auto serve_file = [&file](const httplib::Request&, httplib::Response& res) {
       res.set_header("Cache-Control", "no-cache");
       res.set_content(file.body.data(), file.body.size(), std::string(file.content_type));
-      metrics_.CountRequest(req.path, 200);
     };
     h.Get(std::string(file.path), serve_file);
     if (file.path == "/index.html") h.Get("/", serve_file);

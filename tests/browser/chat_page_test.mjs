@@ -66,6 +66,7 @@ function startServer() {
     child.stdout.on('data', onData);
     child.stderr.on('data', onData);
     child.on('exit', (code) => reject(new Error(`rotor serve exited (${code}): ${log}`)));
+    child.on('error', (e) => reject(new Error(`cannot run ${rotor}: ${e.message}`)));
   });
   return {child, port, log: () => log};
 }
