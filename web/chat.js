@@ -247,10 +247,15 @@ async function send(text) {
   const rate = decodeMs >= 50 ? formatRate(Math.max(0, generated - 1), decodeMs)
                               : `${formatRate(generated, elapsed)} (end to end)`;
   li.dataset.finish = finish || '';
+  if (finish === 'error') {
+    $('state').textContent = 'error';
+    $('speed').textContent = '';
+    return;
+  }
   addNote(li, [finish === 'stopped' ? 'stopped' : finish ? `finish: ${finish}` : '',
                `${generated} tokens`, rate,
                first ? `first token ${(first - started).toFixed(0)} ms` : ''].filter(Boolean).join(' · '));
-  $('state').textContent = finish === 'stopped' ? 'stopped' : finish === 'error' ? 'error' : 'idle';
+  $('state').textContent = finish === 'stopped' ? 'stopped' : 'idle';
   $('speed').textContent = rate;
   if (usage) {
     const cached = (usage.prompt_tokens_details || {}).cached_tokens || 0;
@@ -268,9 +273,15 @@ function metric(text, name) {
   return m ? Number(m[1]) : null;
 }
 
+// One request at a time; a refresh asked for meanwhile runs after it (its
+// numbers would otherwise be older than the reply that asked).
 let refreshing = false;
+let refreshAgain = false;
 async function refreshCache() {
-  if (refreshing) return;
+  if (refreshing) {
+    refreshAgain = true;
+    return;
+  }
   refreshing = true;
   let text;
   try {
@@ -281,6 +292,10 @@ async function refreshCache() {
     return;  // the server went away: the next reply says so
   } finally {
     refreshing = false;
+    if (refreshAgain) {
+      refreshAgain = false;
+      setTimeout(refreshCache, 0);
+    }
   }
   const used = metric(text, 'rotor_kv_blocks_used');
   const cachedBlocks = metric(text, 'rotor_kv_blocks_cached');
