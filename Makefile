@@ -12,9 +12,12 @@ ASAN_TARGETS ?= gguf_test gguf_malformed_test tokenizer_test
 
 DEB_PACKAGES := cmake gcc g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev \
 	nlohmann-json3-dev libcpp-httplib-dev libfmt-dev pkgconf \
-	libcairo2-dev tmux libpcre2-dev haproxy curl
+	libcairo2-dev tmux libpcre2-dev haproxy curl chromium
+# node and npm run the npm clients' tests (openai, puppeteer-core); any install
+# of node will do (Debian's packages only where there is none).
+DEB_PACKAGES += $(shell command -v npm >/dev/null 2>&1 || echo nodejs npm)
 
-.PHONY: all deps build run test test-asan bench install clean format
+.PHONY: all deps deps-browser build run test test-asan bench install clean format
 
 all: build
 
@@ -31,6 +34,17 @@ deps:
 	    echo "run:  sudo apt-get install -y$$missing"; \
 	    exit 1; \
 	  fi; \
+	fi
+	@$(MAKE) --no-print-directory deps-browser
+
+# The browser test's driver (puppeteer-core, pinned by package-lock.json); it
+# drives Debian's chromium. Offline, the test is skipped and says why.
+deps-browser:
+	@cd tests/browser && if [ ! -f node_modules/.package-lock.json ] || \
+	    [ package-lock.json -nt node_modules/.package-lock.json ]; then \
+	  echo "rotor: npm ci in tests/browser"; \
+	  PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error || \
+	    echo "rotor: npm ci failed in tests/browser; the browser test will be skipped"; \
 	fi
 
 $(BUILD_DIR)/CMakeCache.txt: | deps

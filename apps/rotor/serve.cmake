@@ -24,6 +24,6 @@ add_library(rotor_serve STATIC serve_api.cc serve_batcher.cc serve_metrics.cc se
   serve_socket.cc kv_args.cc)
 target_include_directories(rotor_serve PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(rotor_serve PUBLIC rotor_engine nlohmann_json::nlohmann_json
-  ${ROTOR_HTTPLIB} Threads::Threads)
+  ${ROTOR_HTTPLIB} Threads::Threads rotor_web)
 target_sources(rotor PRIVATE cmd_serve.cc)
 target_link_libraries(rotor PRIVATE rotor_serve)

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "serve_socket.h"
+#include "serve_web.h"
 
 namespace rotor::serve {
 namespace {
@@ -256,6 +257,16 @@ void Server::Routes() {
     res.set_content(metrics_.Render(stats ? &*stats : nullptr, info),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
+
+  // The chat page (web/, embedded at build time; not counted in /metrics).
+  for (const StaticFile& file : StaticFiles()) {
+    auto serve_file = [&file](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(file.body.data(), file.body.size(), std::string(file.content_type));
+    };
+    h.Get(std::string(file.path), serve_file);
+    if (file.path == "/index.html") h.Get("/", serve_file);
+  }
 
   // Known paths with the wrong method: 405 and the method that is allowed.
   auto not_allowed = [this](const char* allow) {
