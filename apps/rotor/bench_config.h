@@ -13,7 +13,7 @@
 
 #include "base/status.h"
 #include "kv/kv_config.h"
-#include "kv_args.h"
+#include "kv_args/kv_args.h"
 #include "model/model.h"
 
 namespace rotor::cli {

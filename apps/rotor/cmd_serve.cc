@@ -1,4 +1,4 @@
-// rotor serve: the OpenAI-compatible HTTP server (see serve_server.h).
+// rotor serve: the OpenAI-compatible HTTP server (see src/server/server.h).
 #include <fmt/format.h>
 #include <pthread.h>
 
@@ -12,7 +12,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "serve_server.h"
+#include "server/server.h"
 
 namespace rotor::cli {
 namespace {

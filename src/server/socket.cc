@@ -1,4 +1,4 @@
-#include "serve_socket.h"
+#include "server/socket.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

@@ -1,4 +1,4 @@
-#include "serve_batcher.h"
+#include "server/batcher.h"
 
 #include <fmt/format.h>
 

@@ -20,7 +20,7 @@
 
 #include "base/timer.h"
 #include "engine/prompt_cache.h"
-#include "serve_server.h"
+#include "server/server.h"
 
 namespace rotor::serve {
 namespace {

@@ -1,4 +1,4 @@
-#include "serve_server.h"
+#include "server/server.h"
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -12,7 +12,7 @@
 #include <random>
 #include <thread>
 
-#include "serve_socket.h"
+#include "server/socket.h"
 
 namespace rotor::serve {
 namespace {

@@ -3,7 +3,7 @@
 //   POST /v1/completions, POST /v1/chat/completions (stream or not),
 //   GET /v1/models, GET /health, GET /metrics (Prometheus),
 //   POST /slots/{id}?action=save|restore|erase (with --slot-save-path;
-//   serve_slots.cc).
+//   slots.cc).
 //
 // Life of a replica (behind a load balancer, deploy/): Bind() takes the port
 // and answers at once, /health 503 {"status":"loading"} until Load() has the
@@ -32,9 +32,9 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
-#include "serve_api.h"
-#include "serve_batcher.h"
-#include "serve_metrics.h"
+#include "server/api.h"
+#include "server/batcher.h"
+#include "server/metrics.h"
 #include "tokenizer/chat_template.h"
 
 namespace httplib {

@@ -1,8 +1,8 @@
-#include "serve_api.h"
+#include "server/api.h"
 
 #include <fmt/format.h>
 
-#include "kv_args.h"
+#include "kv_args/kv_args.h"
 
 #include <cmath>
 #include <limits>
