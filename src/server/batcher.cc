@@ -16,12 +16,28 @@ std::vector<StreamEvent> RequestStream::Wait(std::chrono::milliseconds timeout) 
   return out;
 }
 
+std::vector<StreamEvent> RequestStream::Take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<StreamEvent> out(std::make_move_iterator(events_.begin()),
+                               std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
 void RequestStream::Push(StreamEvent e) {
+  std::shared_ptr<std::function<void()>> notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(e));
+    notify = notify_;
   }
   cv_.notify_one();
+  if (notify) (*notify)();
+}
+
+void RequestStream::SetNotify(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  notify_ = fn ? std::make_shared<std::function<void()>>(std::move(fn)) : nullptr;
 }
 
 Batcher::Batcher(Engine& engine, const Options& options) : engine_(engine), options_(options) {

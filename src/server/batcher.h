@@ -39,13 +39,19 @@ class RequestStream {
  public:
   // Waits up to `timeout` for events and takes all that are queued.
   std::vector<StreamEvent> Wait(std::chrono::milliseconds timeout);
+  // Takes all that are queued, without waiting.
+  std::vector<StreamEvent> Take();
   void Push(StreamEvent e);
+  // Called after every Push, from the pushing thread, without the stream's
+  // lock held (nullptr: none).
+  void SetNotify(std::function<void()> fn);
 
  private:
   friend class Batcher;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
+  std::shared_ptr<std::function<void()>> notify_;
   // Engine thread only.
   SeqId seq_id_ = 0;
   int64_t n_prompt_ = 0;

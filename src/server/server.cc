@@ -1,8 +1,6 @@
 #include "server/server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
-#include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
@@ -10,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <algorithm>
+#include <new>
 #include <thread>
-
-#include "server/socket.h"
 
 namespace rotor::serve {
 namespace {
@@ -74,40 +72,48 @@ Result<std::unique_ptr<Server>> Server::Bind(const ServeOptions& options) {
       return Errorf("serve: --slot-save-path {} is not a directory{}", options.slot_save_path,
                     ec ? ": " + ec.message() : "");
   }
+  for (const auto& [name, v] :
+       {std::pair<const char*, double>{"--max-connections", options.max_connections},
+        {"--max-connections-per-client", options.max_connections_per_client},
+        {"--max-headers", options.max_headers},
+        {"--keep-alive-requests", options.keep_alive_requests},
+        {"--header-timeout", options.header_timeout_s},
+        {"--body-timeout", options.body_timeout_s},
+        {"--keep-alive-timeout", options.keep_alive_timeout_s}})
+    if (v < 0 || (v == 0 && std::string_view(name) != "--max-connections-per-client"))
+      return Errorf("serve: {} {} must be positive", name, v);
+  if (options.max_header_bytes < 64)
+    return Errorf("serve: --max-header-bytes {} must be at least 64", options.max_header_bytes);
   std::unique_ptr<Server> s(new Server());
   s->options_ = options;
-  s->http_ = std::make_unique<httplib::Server>();
-  // Every in-flight request holds a worker thread for its whole life; the rest
-  // answer /health, /metrics and the 503s while the server is full.
-  const int threads =
-      options.http_threads > 0 ? options.http_threads : options.parallel + options.max_queue + 16;
-  s->http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s->http_->set_payload_max_length(options.max_body);
-  s->http_->set_keep_alive_max_count(1000);
-  // SO_REUSEADDR but not httplib's default SO_REUSEPORT, which would let a
-  // second server bind the same port; and the socket, to widen the backlog.
-  auto listen_fd = std::make_shared<int>(-1);
-  s->http_->set_socket_options([listen_fd](int fd) {
-    *listen_fd = fd;
-    const int yes = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  if (options.port == 0) {
-    s->port_ = s->http_->bind_to_any_port(options.host);
-    if (s->port_ < 0) s->port_ = 0;
-  } else if (s->http_->bind_to_port(options.host, options.port)) {
-    s->port_ = options.port;
-  }
-  if (s->port_ <= 0)
-    return Errorf("serve: cannot listen on {}:{}: {}", options.host, options.port,
-                  std::strerror(errno));
-  // httplib 0.11 listens with a backlog of 5: a burst of clients would
-  // overflow it and some connections be reset. listen() again only resizes it.
-  if (*listen_fd >= 0) listen(*listen_fd, SOMAXCONN);
+  s->started_ = UnixNow();
+  auto ms = [](double seconds) {
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  };
+  HttpServerOptions ho;
+  ho.host = options.host;
+  ho.port = options.port;
+  ho.limits = HttpLimits{options.max_header_bytes, options.max_headers, options.max_body};
+  ho.max_connections = options.max_connections;
+  ho.max_connections_per_client = options.max_connections_per_client;
+  ho.header_timeout = ms(options.header_timeout_s);
+  ho.body_timeout = ms(options.body_timeout_s);
+  ho.keep_alive_timeout = ms(options.keep_alive_timeout_s);
+  ho.keep_alive_requests = options.keep_alive_requests;
+  Server* self = s.get();
+  ASSIGN_OR_RETURN(
+      s->http_,
+      HttpServer::Bind(
+          ho, [self](std::shared_ptr<HttpExchange> ex) { self->Dispatch(std::move(ex)); },
+          [self](int status, const std::string& message, const HttpRequest* req) {
+            return self->ErrorPage(status, message, req);
+          }));
+  s->port_ = s->http_->port();
   s->replica_id_ = options.replica_id.empty() ? fmt::format("{}:{}", options.host, s->port_)
                                               : options.replica_id;
   s->http_->set_default_headers({{"X-Rotor-Replica", s->replica_id_}});
-  s->Routes();
+  s->workers_ = std::make_unique<WorkerPool>(options.http_threads > 0 ? options.http_threads
+                                                                      : kDefaultWorkers);
   return s;
 }
 
@@ -153,18 +159,19 @@ Status Server::Load() {
 
 Server::~Server() {
   if (batcher_) batcher_->Stop();
-  if (http_) http_->stop();
+  if (http_) http_->Stop();
+  workers_.reset();  // before the batcher and the engine its tasks use
 }
 
 Status Server::Run() {
-  const bool ok = http_->listen_after_bind();
+  http_->Run();
   // While kLoading, Load() may be writing batcher_ (the destructor stops it).
   if (state_.load() != ServerState::kLoading) batcher_->Stop();
-  return ok ? Status::Ok() : Errorf("serve: the HTTP server on {}:{} failed", options_.host, port_);
+  return Status::Ok();
 }
 
 int64_t Server::Drain(std::chrono::milliseconds timeout) {
-  // A handler counts itself in flight before it reads the state, and Drain
+  // A request counts itself in flight before it reads the state, and Drain
   // sets the state before it reads the count: no request slips between.
   state_.store(ServerState::kDraining);
   const auto deadline = Clock::now() + timeout;
@@ -175,71 +182,114 @@ int64_t Server::Drain(std::chrono::milliseconds timeout) {
 
 void Server::Stop() {
   if (state_.load() != ServerState::kLoading && batcher_) batcher_->Stop();
-  if (http_) http_->stop();
+  if (http_) http_->Stop();
 }
 
-std::optional<ApiError> Server::Unavailable(httplib::Response& res) const {
+std::optional<ApiError> Server::Unavailable() const {
   const ServerState state = state_.load();
   if (state == ServerState::kReady) return std::nullopt;
-  res.set_header("Retry-After", "1");
   if (state == ServerState::kLoading)
     return ApiError{503, "the model is loading; retry later", "unavailable_error", "", "loading"};
   return ApiError{503, "this replica is shutting down (draining); send the request to another",
                   "unavailable_error", "", "draining"};
 }
 
-namespace {
-
-void SetError(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(Dump(ErrorBody(e)), kJson);
+void Server::Respond(HttpExchange& ex, const ApiError& e, HttpHeaders headers) {
+  if (e.status == 503) headers.emplace_back("Retry-After", "1");
+  ex.Respond(HttpResponse{e.status, kJson, Dump(ErrorBody(e)), std::move(headers)});
+  metrics_.CountRequest(ex.request().path, e.status);
 }
 
-}  // namespace
+HttpResponse Server::ErrorPage(int status, const std::string& message, const HttpRequest* req) {
+  ApiError e = ErrorForStatus(status, req ? req->method : "", req ? req->path : "");
+  e.message = message;
+  metrics_.CountRequest(req && !req->path.empty() ? req->path : "-", status);
+  return HttpResponse{status, kJson, Dump(ErrorBody(e)), {}};
+}
 
-void Server::Routes() {
-  httplib::Server& h = *http_;
-  h.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleGenerate(req, res, Endpoint::kCompletions);
-  });
-  h.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleGenerate(req, res, Endpoint::kChat);
-  });
-  h.Post(R"(/slots/([^/]*))",
-         [this](const httplib::Request& req, httplib::Response& res) { HandleSlots(req, res); });
-  const int64_t started = UnixNow();
-  h.Get("/v1/models", [this, started](const httplib::Request& req, httplib::Response& res) {
-    if (auto e = Unavailable(res)) {
-      SetError(res, *e);
-      metrics_.CountRequest(req.path, e->status);
-      return;
-    }
-    json model = {{"id", model_id_},
-                  {"object", "model"},
-                  {"created", started},
-                  {"owned_by", "rotor"},
-                  {"meta",
-                   {{"n_ctx", engine_->n_ctx()},
-                    {"n_vocab", engine_->model().config().n_vocab},
-                    {"chat_template", chat_template_.name()},
-                    {"parallel", options_.parallel}}}};
-    res.set_content(Dump({{"object", "list"}, {"data", json::array({model})}}), kJson);
-    metrics_.CountRequest(req.path, 200);
-  });
-  // 200 while the replica takes work, 503 while it loads or drains (a load
-  // balancer's health check and a readiness probe read the status; the body
-  // says why).
-  h.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+// One generation request from its dispatch to its last byte: the exchange,
+// the sequence's stream, and (engine thread, under mu) the text so far.
+struct Server::Call {
+  std::shared_ptr<HttpExchange> ex;
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::shared_ptr<void> token;  // in flight until the exchange ends
+  std::mutex mu;
+  std::shared_ptr<RequestStream> stream;  // once submitted
+  ResponseMeta meta;
+  bool streaming = false, include_usage = false;
+  bool ready = false;     // events may be written
+  bool finished = false;  // the last event was written
+  bool gone = false;      // the client went away
+  std::string text;       // not streaming: what arrived so far
+  std::string path;
+};
+
+void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
+  const HttpRequest& req = ex->request();
+  const std::string& path = req.path;
+  const std::string& method = req.method;
+  static constexpr std::string_view kMethods[] = {"GET", "POST", "PUT", "PATCH",
+                                                  "DELETE", "HEAD", "OPTIONS"};
+  if (std::find(std::begin(kMethods), std::end(kMethods), method) == std::end(kMethods))
+    return Respond(*ex, ApiError{400, fmt::format("method '{}' is not supported", method),
+                                 "invalid_request_error", "", ""});
+  auto not_allowed = [&](const char* allow) {
+    Respond(*ex, ErrorForStatus(405, method, path), {{"Allow", allow}});
+  };
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (method != "POST") return not_allowed("POST");
+    auto call = std::make_shared<Call>();
+    call->ex = ex;
+    call->endpoint = path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChat;
+    call->path = path;
+    // Counted in flight before the state is read (see Drain); uncounted when
+    // the exchange ends, after its last byte or when the client goes.
+    in_flight_.fetch_add(1);
+    call->token = std::shared_ptr<void>(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
+    ex->OnDone([this, call](bool completed) {
+      std::shared_ptr<RequestStream> stream;
+      {
+        std::lock_guard<std::mutex> lock(call->mu);
+        call->gone = !completed;
+        if (!completed && !call->finished) {
+          call->finished = true;
+          stream = call->stream;
+          // nginx's "client closed request"; nobody reads it.
+          metrics_.CountRequest(call->path, 499);
+        }
+        call->token.reset();
+        if (call->stream) call->stream->SetNotify(nullptr);
+      }
+      if (stream) batcher_->Cancel(stream);
+    });
+    if (auto e = Unavailable()) return Respond(*ex, *e);
+    workers_->Run([this, call] { HandleGenerate(call); });
+    return;
+  }
+  if (path.starts_with("/slots/")) {
+    if (method != "POST") return Respond(*ex, ErrorForStatus(404, method, path));
+    workers_->Run([this, ex] { HandleSlots(ex); });
+    return;
+  }
+  if (path != "/v1/models" && path != "/health" && path != "/metrics")
+    return Respond(*ex, ErrorForStatus(404, method, path));
+  if (method != "GET") return not_allowed("GET");
+  if (path == "/health") {
+    // 200 while the replica takes work, 503 while it loads or drains (a load
+    // balancer's health check and a readiness probe read the status; the body
+    // says why).
     const ServerState state = state_.load();
     json body = {{"status", ServerStateName(state)}, {"replica", replica_id_}};
     if (state == ServerState::kDraining) body["in_flight"] = in_flight_.load();
-    res.status = state == ServerState::kReady ? 200 : 503;
-    if (state != ServerState::kReady) res.set_header("Retry-After", "1");
-    res.set_content(Dump(body), kJson);
-    metrics_.CountRequest(req.path, res.status);
-  });
-  h.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-    metrics_.CountRequest(req.path, 200);
+    const int status = state == ServerState::kReady ? 200 : 503;
+    HttpHeaders headers;
+    if (status != 200) headers.emplace_back("Retry-After", "1");
+    ex->Respond(HttpResponse{status, kJson, Dump(body), std::move(headers)});
+    metrics_.CountRequest(path, status);
+    return;
+  }
+  if (path == "/metrics") {
+    metrics_.CountRequest(path, 200);
     const ServerState state = state_.load();
     Metrics::Info info;
     info.max_sequences = options_.parallel;
@@ -253,49 +303,24 @@ void Server::Routes() {
       info.kv_capacity_blocks =
           pool.budget_bytes() / std::max<int64_t>(1, pool.BlockBytes(options_.defaults.kv.types));
     }
-    res.set_content(metrics_.Render(stats ? &*stats : nullptr, info),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  });
-
-  // Known paths with the wrong method: 405 and the method that is allowed.
-  auto not_allowed = [this](const char* allow) {
-    return [this, allow](const httplib::Request& req, httplib::Response& res) {
-      res.set_header("Allow", allow);
-      SetError(res, ErrorForStatus(405, req.method, req.path));
-      metrics_.CountRequest(req.path, 405);
-    };
-  };
-  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
-    h.Get(path, not_allowed("POST"));
-    h.Put(path, not_allowed("POST"));
-    h.Patch(path, not_allowed("POST"));
-    h.Delete(path, not_allowed("POST"));
+    ex->Respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                             metrics_.Render(stats ? &*stats : nullptr, info), {}});
+    return;
   }
-  for (const char* path : {"/v1/models", "/health", "/metrics"}) {
-    h.Post(path, not_allowed("GET"));
-    h.Put(path, not_allowed("GET"));
-    h.Patch(path, not_allowed("GET"));
-    h.Delete(path, not_allowed("GET"));
-  }
-  // httplib's own answers (404, 413 over --max-body, 400 for broken HTTP) get
-  // an error object too; handlers' errors already have one.
-  h.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    SetError(res, ErrorForStatus(res.status, req.method, req.path));
-    metrics_.CountRequest(req.path, res.status);
-  });
-  h.set_exception_handler(
-      [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        SetError(res, ApiError{500, "internal error: " + what, "server_error", "", ""});
-        metrics_.CountRequest(req.path, 500);
-      });
+  // /v1/models
+  if (auto e = Unavailable()) return Respond(*ex, *e);
+  json model = {{"id", model_id_},
+                {"object", "model"},
+                {"created", started_},
+                {"owned_by", "rotor"},
+                {"meta",
+                 {{"n_ctx", engine_->n_ctx()},
+                  {"n_vocab", engine_->model().config().n_vocab},
+                  {"chat_template", chat_template_.name()},
+                  {"parallel", options_.parallel}}}};
+  ex->Respond(
+      HttpResponse{200, kJson, Dump({{"object", "list"}, {"data", json::array({model})}}), {}});
+  metrics_.CountRequest(path, 200);
 }
 
 std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) const {
@@ -331,135 +356,110 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) 
   return std::nullopt;
 }
 
-void Server::HandleGenerate(const httplib::Request& req, httplib::Response& res,
-                            Endpoint endpoint) {
-  auto fail = [&](const ApiError& e) {
-    SetError(res, e);
-    metrics_.CountRequest(req.path, e.status);
-  };
-  // Counted in flight before the state is read (see Drain); uncounted when
-  // the last owner of the token (the handler, or a stream's provider) ends.
-  in_flight_.fetch_add(1);
-  std::shared_ptr<void> token(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
-  if (auto e = Unavailable(res)) return fail(*e);
+void Server::HandleGenerate(std::shared_ptr<Call> call) {
+  HttpExchange& ex = *call->ex;
+  if (ex.gone()) return;
+  const Endpoint endpoint = call->endpoint;
   ApiRequest api;
-  if (auto e = ParseRequest(req.body, endpoint, options_.defaults, &api)) return fail(*e);
   SeqRequest seq;
-  if (auto e = Prepare(api, &seq)) return fail(*e);
-  ResponseMeta meta{endpoint, NewId(endpoint), UnixNow(), model_id_};
+  try {
+    std::string body = std::move(ex.request().body);
+    if (auto e = ParseRequest(body, endpoint, options_.defaults, &api)) return Respond(ex, *e);
+    body = std::string();
+    if (auto e = Prepare(api, &seq)) return Respond(ex, *e);
+  } catch (const std::bad_alloc&) {
+    return Respond(ex, ApiError{503, "out of memory while reading the request; retry later",
+                                "server_error", "", "out_of_memory"});
+  }
   auto stream = std::make_shared<RequestStream>();
+  {
+    std::lock_guard<std::mutex> lock(call->mu);
+    if (call->gone) return;
+    call->stream = stream;
+    call->meta = ResponseMeta{endpoint, NewId(endpoint), UnixNow(), model_id_};
+    call->streaming = api.stream;
+    call->include_usage = api.include_usage;
+  }
+  // Events are written from the thread that pushes them (the engine's), once
+  // the call is ready; those pushed before wait in the stream.
+  std::weak_ptr<Call> weak = call;
+  stream->SetNotify([this, weak] {
+    if (std::shared_ptr<Call> c = weak.lock()) WriteEvents(*c);
+  });
   if (!batcher_->Submit(std::move(seq), stream)) {
-    res.set_header("Retry-After", "1");
-    return fail(
-        ApiError{503,
-                 fmt::format("the server is busy ({} requests decoding, {} queued at most); "
-                             "retry later",
-                             options_.parallel, options_.max_queue),
-                 "server_error", "", "server_busy"});
+    stream->SetNotify(nullptr);
+    return Respond(
+        ex, ApiError{503,
+                     fmt::format("the server is busy ({} requests decoding, {} queued at most); "
+                                 "retry later",
+                                 options_.parallel, options_.max_queue),
+                     "server_error", "", "server_busy"});
   }
-  if (api.stream) {
-    RespondStream(req, res, std::move(meta), api.include_usage, std::move(stream),
-                  std::move(token));
-  } else {
-    RespondWhole(req, res, meta, std::move(stream));
+  {
+    std::lock_guard<std::mutex> lock(call->mu);
+    if (call->gone) {
+      batcher_->Cancel(stream);
+      return;
+    }
+    if (call->streaming) {
+      ex.StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"},
+                                                {"X-Accel-Buffering", "no"}});
+      if (endpoint == Endpoint::kChat)
+        ex.Write("data: " + Dump(StreamChunk(call->meta, "", true, std::nullopt)) + "\n\n");
+    }
+    call->ready = true;
   }
+  WriteEvents(*call);
 }
 
-void Server::RespondWhole(const httplib::Request& req, httplib::Response& res,
-                          const ResponseMeta& meta, std::shared_ptr<RequestStream> stream) {
-  const ClientProbe probe(req);
-  std::string text;
-  Clock::time_point last_probe = Clock::now();
-  for (;;) {
-    for (StreamEvent& e : stream->Wait(kPollInterval)) {
+void Server::WriteEvents(Call& call) {
+  std::lock_guard<std::mutex> lock(call.mu);
+  if (!call.ready || call.finished) return;
+  HttpExchange& ex = *call.ex;
+  const ResponseMeta& meta = call.meta;
+  for (StreamEvent& e : call.stream->Take()) {
+    if (!call.streaming) {
       switch (e.kind) {
         case StreamEvent::Kind::kText:
-          text += e.text;
+          call.text += e.text;
           break;
         case StreamEvent::Kind::kDone:
-          res.set_content(
-              Dump(FullResponse(meta, text, e.finish,
+          ex.Respond(HttpResponse{
+              200, kJson,
+              Dump(FullResponse(meta, call.text, e.finish,
                                 TokenUsage{e.prompt_tokens, e.completion_tokens, e.cached_tokens})),
-              kJson);
-          metrics_.CountRequest(req.path, 200);
+              {}});
+          metrics_.CountRequest(call.path, 200);
+          call.finished = true;
           return;
         case StreamEvent::Kind::kError:
-          SetError(res, FromEvent(e));
-          metrics_.CountRequest(req.path, e.status);
+          ex.Respond(HttpResponse{e.status, kJson, Dump(ErrorBody(FromEvent(e))), {}});
+          metrics_.CountRequest(call.path, e.status);
+          call.finished = true;
           return;
       }
+      continue;
     }
-    if (Clock::now() - last_probe >= kPollInterval) {
-      last_probe = Clock::now();
-      if (probe.Gone()) {
-        batcher_->Cancel(stream);
-        // nginx's "client closed request"; nobody reads it.
-        SetError(res, ApiError{499, "the client closed the connection", "invalid_request_error", "",
-                               "client_closed"});
-        metrics_.CountRequest(req.path, 499);
-        return;
-      }
+    auto send_json = [&](const json& j) { ex.Write("data: " + Dump(j) + "\n\n"); };
+    if (e.kind == StreamEvent::Kind::kText) {
+      // One chunk per event: the engine releases whole UTF-8 characters only.
+      send_json(StreamChunk(meta, e.text, false, std::nullopt));
+      continue;
     }
+    if (e.kind == StreamEvent::Kind::kDone) {
+      send_json(StreamChunk(meta, "", false, e.finish));
+      if (call.include_usage)
+        send_json(
+            UsageChunk(meta, TokenUsage{e.prompt_tokens, e.completion_tokens, e.cached_tokens}));
+    } else {
+      send_json(ErrorBody(FromEvent(e)));
+    }
+    ex.Write("data: [DONE]\n\n");
+    ex.End();
+    metrics_.CountRequest(call.path, ex.gone() ? 499 : 200);
+    call.finished = true;
+    return;
   }
-}
-
-void Server::RespondStream(const httplib::Request& req, httplib::Response& res, ResponseMeta meta,
-                           bool include_usage, std::shared_ptr<RequestStream> stream,
-                           std::shared_ptr<void> token) {
-  struct State {
-    explicit State(const httplib::Request& req) : probe(req) {}
-    ClientProbe probe;
-    Clock::time_point last_probe = Clock::now();
-    bool started = false;
-    bool finished = false;
-  };
-  auto state = std::make_shared<State>(req);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  auto provider = [this, meta, include_usage, stream, state, path = req.path](
-                      size_t /*offset*/, httplib::DataSink& sink) -> bool {
-    auto send = [&](std::string_view data) { return sink.write(data.data(), data.size()); };
-    auto send_json = [&](const json& j) { return send("data: " + Dump(j) + "\n\n"); };
-    if (!state->started) {
-      state->started = true;
-      if (meta.endpoint == Endpoint::kChat && !send_json(StreamChunk(meta, "", true, std::nullopt)))
-        return false;
-    }
-    for (StreamEvent& e : stream->Wait(kPollInterval)) {
-      if (e.kind == StreamEvent::Kind::kText) {
-        // One chunk per event: the engine releases whole UTF-8 characters only.
-        if (!send_json(StreamChunk(meta, e.text, false, std::nullopt))) return false;
-        continue;
-      }
-      bool ok = true;
-      if (e.kind == StreamEvent::Kind::kDone) {
-        ok = send_json(StreamChunk(meta, "", false, e.finish));
-        if (ok && include_usage)
-          ok = send_json(
-              UsageChunk(meta, TokenUsage{e.prompt_tokens, e.completion_tokens, e.cached_tokens}));
-      } else {
-        ok = send_json(ErrorBody(FromEvent(e)));
-      }
-      ok = ok && send("data: [DONE]\n\n");
-      state->finished = true;
-      metrics_.CountRequest(path, ok ? 200 : 499);
-      if (ok) sink.done();
-      return ok;
-    }
-    if (Clock::now() - state->last_probe >= kPollInterval) {
-      state->last_probe = Clock::now();
-      if (state->probe.Gone() || !sink.is_writable()) return false;
-    }
-    return true;
-  };
-  // Runs when the response is done with, whether or not the stream finished.
-  auto release = [this, stream, state, token, path = req.path](bool /*success*/) {
-    if (state->finished) return;
-    state->finished = true;
-    batcher_->Cancel(stream);
-    metrics_.CountRequest(path, 499);
-  };
-  res.set_chunked_content_provider("text/event-stream", std::move(provider), std::move(release));
 }
 
 }  // namespace rotor::serve

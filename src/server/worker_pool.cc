@@ -1,0 +1,46 @@
+#include "server/worker_pool.h"
+
+namespace rotor::serve {
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerPool::Run(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+    // Tasks already queued each wait for an idle thread too.
+    if (idle_ < static_cast<int>(tasks_.size()) &&
+        static_cast<int>(threads_.size()) < max_threads_)
+      threads_.emplace_back([this] { Loop(); });
+  }
+  cv_.notify_one();
+}
+
+int WorkerPool::threads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(threads_.size());
+}
+
+void WorkerPool::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    ++idle_;
+    cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    --idle_;
+    if (tasks_.empty()) return;  // stopping, nothing left
+    std::function<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    task();
+    lock.lock();
+  }
+}
+
+}  // namespace rotor::serve
