@@ -134,6 +134,9 @@ class Batcher {
     std::function<void()> fn;
     std::promise<bool> ran;
   };
+  // One turn of Loop: new jobs, cancellations, tasks, a step.
+  void Iterate(std::vector<Job>& jobs, const std::vector<std::shared_ptr<RequestStream>>& cancels,
+               const std::vector<std::shared_ptr<Task>>& tasks);
   void Publish(int64_t prompt_tokens, int64_t generated_tokens);
 
   Engine& engine_;

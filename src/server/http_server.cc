@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <unordered_map>
 
 namespace rotor::serve {
@@ -251,33 +252,37 @@ void HttpServer::Run() {
     for (int i = 0; i < n; ++i) {
       const uint64_t id = events[i].data.u64;
       if (id == kListenerId) {
-        Accept();
+        try {
+          Accept();
+        } catch (const std::bad_alloc&) {
+          // Accept closes what it could not take; the next wake-up retries.
+        }
       } else if (id == kWakerId) {
+        // (Waker::Take allocates nothing: it swaps the list out.)
         for (uint64_t d : waker_->Take()) {
           auto it = impl_->conns.find(d);
           if (it == impl_->conns.end()) continue;
-          PullOutput(*it->second);
-          if (impl_->conns.count(d)) Flush(*it->second);
+          try {
+            PullOutput(*it->second);
+            if (impl_->conns.count(d)) Flush(*it->second);
+          } catch (const std::bad_alloc&) {
+            Close(d);
+          }
         }
       } else {
-        auto it = impl_->conns.find(id);
-        if (it == impl_->conns.end()) continue;
-        Conn& c = *it->second;
-        const uint32_t ev = events[i].events;
-        // A handled request whose read-ahead is full: the peer closing is
-        // seen from the flags alone.
-        if ((ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && c.phase == Phase::kHandling &&
-            c.in.size() >= kMaxReadAhead) {
-          Close(id);
-          continue;
+        try {
+          OnEvents(id, events[i].events);
+        } catch (const std::bad_alloc&) {
+          OutOfMemory(id);
         }
-        if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) OnReadable(c);
-        if (!impl_->conns.count(id)) continue;
-        if (events[i].events & EPOLLOUT) Flush(c);
       }
     }
     if (Clock::now() >= next_check) {
-      CheckDeadlines();
+      try {
+        CheckDeadlines();
+      } catch (const std::bad_alloc&) {
+        // The next tick tries again.
+      }
       next_check = Clock::now() + kTick;
     }
   }
@@ -299,6 +304,40 @@ void HttpServer::Run() {
       if (w <= 0) break;
       c.out_pos += static_cast<size_t>(w);
     }
+    Close(id);
+  }
+}
+
+void HttpServer::OnEvents(uint64_t id, uint32_t ev) {
+  auto it = impl_->conns.find(id);
+  if (it == impl_->conns.end()) return;
+  Conn& c = *it->second;
+  // A handled request whose read-ahead is full: the peer closing is seen
+  // from the flags alone.
+  if ((ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && c.phase == Phase::kHandling &&
+      c.in.size() >= kMaxReadAhead) {
+    Close(id);
+    return;
+  }
+  if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) OnReadable(c);
+  if (!impl_->conns.count(id)) return;
+  if (ev & EPOLLOUT) Flush(c);
+}
+
+// An allocation for one connection failed (a body growing, a handler): that
+// connection is answered 503 if it can be, else closed; the others go on.
+void HttpServer::OutOfMemory(uint64_t id) {
+  auto it = impl_->conns.find(id);
+  if (it == impl_->conns.end()) return;
+  Conn& c = *it->second;
+  if (c.phase == Phase::kHandling || c.phase == Phase::kClosing) {
+    Close(id);
+    return;
+  }
+  try {
+    c.parser.Reset();  // frees what the request holds
+    Refuse(c, 503, "out of memory while reading the request; retry later", nullptr);
+  } catch (const std::bad_alloc&) {
     Close(id);
   }
 }
@@ -329,9 +368,16 @@ void HttpServer::Accept() {
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     const uint64_t id = next_id_++;
-    auto conn = std::make_unique<Conn>(id, fd, host, options_.limits);
+    std::unique_ptr<Conn> conn;
+    try {
+      conn = std::make_unique<Conn>(id, fd, host, options_.limits);
+      impl_->conns.emplace(id, nullptr);
+    } catch (const std::bad_alloc&) {
+      close(fd);
+      continue;
+    }
     Conn& c = *conn;
-    impl_->conns.emplace(id, std::move(conn));
+    impl_->conns[id] = std::move(conn);
     n_connections_.store(static_cast<int64_t>(impl_->conns.size()));
     const int from_addr = ++impl_->per_addr[c.addr];
     c.deadline = Clock::now() + options_.keep_alive_timeout;

@@ -118,6 +118,8 @@ class HttpServer {
   struct Conn;
   HttpServer() = default;
   void Accept();
+  void OnEvents(uint64_t id, uint32_t events);
+  void OutOfMemory(uint64_t id);
   void OnReadable(Conn& c);
   void Parse(Conn& c, std::string_view data);
   void Dispatch(Conn& c);

@@ -207,6 +207,15 @@ HttpResponse Server::ErrorPage(int status, const std::string& message, const Htt
   return HttpResponse{status, kJson, Dump(ErrorBody(e)), {}};
 }
 
+void Server::OutOfMemory(HttpExchange& ex) {
+  try {
+    Respond(ex, ApiError{503, "out of memory while handling the request; retry later",
+                         "server_error", "", "out_of_memory"});
+  } catch (const std::bad_alloc&) {
+    // Not even the answer fits: the client waits until it gives up.
+  }
+}
+
 // One generation request from its dispatch to its last byte: the exchange,
 // the sequence's stream, and (engine thread, under mu) the text so far.
 struct Server::Call {
@@ -263,12 +272,28 @@ void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
       if (stream) batcher_->Cancel(stream);
     });
     if (auto e = Unavailable()) return Respond(*ex, *e);
-    workers_->Run([this, call] { HandleGenerate(call); });
+    if (!workers_->Run([this, call] {
+          try {
+            HandleGenerate(call);
+          } catch (const std::bad_alloc&) {
+            OutOfMemory(*call->ex);
+          }
+        }))
+      Respond(*ex, ApiError{503, "no thread to handle the request (out of memory or threads); "
+                                 "retry later", "server_error", "", "out_of_memory"});
     return;
   }
   if (path.starts_with("/slots/")) {
     if (method != "POST") return Respond(*ex, ErrorForStatus(404, method, path));
-    workers_->Run([this, ex] { HandleSlots(ex); });
+    if (!workers_->Run([this, ex] {
+          try {
+            HandleSlots(ex);
+          } catch (const std::bad_alloc&) {
+            OutOfMemory(*ex);
+          }
+        }))
+      Respond(*ex, ApiError{503, "no thread to handle the request (out of memory or threads); "
+                                 "retry later", "server_error", "", "out_of_memory"});
     return;
   }
   if (path != "/v1/models" && path != "/health" && path != "/metrics")
@@ -415,6 +440,25 @@ void Server::HandleGenerate(std::shared_ptr<Call> call) {
 void Server::WriteEvents(Call& call) {
   std::lock_guard<std::mutex> lock(call.mu);
   if (!call.ready || call.finished) return;
+  try {
+    WriteEventsLocked(call);
+  } catch (const std::bad_alloc&) {
+    // The text so far could not grow: the request ends, the server goes on.
+    call.finished = true;
+    batcher_->Cancel(call.stream);
+    const ApiError e{503, "out of memory while writing the response; retry later",
+                     "server_error", "", "out_of_memory"};
+    if (call.streaming) {
+      call.ex->Write("data: " + Dump(ErrorBody(e)) + "\n\n");
+      call.ex->End();
+    } else {
+      call.ex->Respond(HttpResponse{503, kJson, Dump(ErrorBody(e)), {{"Retry-After", "1"}}});
+    }
+    metrics_.CountRequest(call.path, 503);
+  }
+}
+
+void Server::WriteEventsLocked(Call& call) {
   HttpExchange& ex = *call.ex;
   const ResponseMeta& meta = call.meta;
   for (StreamEvent& e : call.stream->Take()) {

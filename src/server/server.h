@@ -119,6 +119,7 @@ class Server {
   void HandleGenerate(std::shared_ptr<Call> call);
   // Writes what the call's stream holds (the engine thread, as it pushes).
   void WriteEvents(Call& call);
+  void WriteEventsLocked(Call& call);  // call.mu held
   void HandleSlots(const std::shared_ptr<HttpExchange>& ex);
   // An error for a request that needs the model when the server is not
   // kReady (503; Respond adds Retry-After).
@@ -126,6 +127,8 @@ class Server {
   // Turns a parsed request into the scheduler's; an error for bad input.
   std::optional<ApiError> Prepare(const ApiRequest& api, SeqRequest* seq) const;
   void Respond(HttpExchange& ex, const ApiError& e, HttpHeaders headers = {});
+  // A 503 naming memory, if even that can be allocated.
+  void OutOfMemory(HttpExchange& ex);
   HttpResponse ErrorPage(int status, const std::string& message, const HttpRequest* req);
 
   ServeOptions options_;

@@ -1,5 +1,8 @@
 #include "server/worker_pool.h"
 
+#include <cstdio>
+#include <exception>
+
 namespace rotor::serve {
 
 WorkerPool::~WorkerPool() {
@@ -11,16 +14,26 @@ WorkerPool::~WorkerPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-void WorkerPool::Run(std::function<void()> task) {
+bool WorkerPool::Run(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     tasks_.push_back(std::move(task));
     // Tasks already queued each wait for an idle thread too.
     if (idle_ < static_cast<int>(tasks_.size()) &&
-        static_cast<int>(threads_.size()) < max_threads_)
-      threads_.emplace_back([this] { Loop(); });
+        static_cast<int>(threads_.size()) < max_threads_) {
+      try {
+        threads_.emplace_back([this] { Loop(); });
+      } catch (const std::exception&) {  // std::system_error, std::bad_alloc
+        // The threads there are will take it, in turn.
+        if (threads_.empty()) {
+          tasks_.pop_back();
+          return false;
+        }
+      }
+    }
   }
   cv_.notify_one();
+  return true;
 }
 
 int WorkerPool::threads() const {
@@ -38,7 +51,13 @@ void WorkerPool::Loop() {
     std::function<void()> task = std::move(tasks_.front());
     tasks_.pop_front();
     lock.unlock();
-    task();
+    try {
+      task();
+    } catch (const std::exception& e) {
+      // A task answers its own request's errors; one that escapes must not
+      // end the process (and every other request with it).
+      std::fprintf(stderr, "rotor serve: a worker task failed: %s\n", e.what());
+    }
     lock.lock();
   }
 }

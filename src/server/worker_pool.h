@@ -21,7 +21,9 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  void Run(std::function<void()> task);
+  // False when the task cannot run: no thread exists and none can be
+  // started (out of memory or threads); it was not queued.
+  bool Run(std::function<void()> task);
   int threads() const;
 
  private:

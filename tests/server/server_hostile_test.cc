@@ -93,6 +93,7 @@ class ServeProcess {
     fs::remove(log_, ec);
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   bool alive() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
   std::string log() const { return Slurp(log_); }
   // Resident memory in bytes (0 when it cannot be read).
@@ -337,6 +338,83 @@ TEST(ServerHostileTest, HugeChunkedBodyAndHeaderLineAreRefusedEarly) {
               static_cast<long long>(line.sent), static_cast<long long>(idle_rss / 1024),
               static_cast<long long>(std::max(body.peak_rss, line.peak_rss) / 1024));
   EXPECT_EQ(NormalRequest(serve.port()).first, 200);
+}
+
+int64_t VmSize(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmSize:", 0) == 0) return std::stoll(line.substr(7)) * 1024;
+  return 0;
+}
+
+// Four requests at once to a server whose address space is limited;
+// each is answered (200, or 503 naming memory), and the server goes on.
+void FourRequests(const ServeProcess& serve, int* ok, int* out_of_memory) {
+  std::string prompt;
+  for (int i = 0; i < 100; ++i) prompt += "Once upon a time there was a dog. ";
+  const std::string body = json{{"prompt", prompt}, {"max_tokens", 4}}.dump();
+  std::vector<std::thread> clients;
+  std::vector<std::pair<int, std::string>> answers(4);
+  for (int i = 0; i < 4; ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client cli("127.0.0.1", serve.port());
+      cli.set_read_timeout(50);
+      auto res = cli.Post("/v1/completions", body, "application/json");
+      if (res) answers[i] = {res->status, res->body};
+    });
+  for (std::thread& t : clients) t.join();
+  for (const auto& [status, text] : answers) {
+    if (status == 200) ++*ok;
+    if (status == 503 && text.find("out of memory") != std::string::npos) ++*out_of_memory;
+    EXPECT_TRUE(status == 200 || status == 503) << status << " " << text;
+  }
+}
+
+// `serve -c 1048576` under an address-space limit: with 3 GiB every request
+// is answered (K/V memory grows with the tokens); with the limit just above
+// what the idle server maps, requests get a 503 that names memory, and the
+// server stays up and answers.
+TEST(ServerHostileTest, AddressSpaceLimitGivesErrorsNotACrash) {
+  int64_t idle_vm = 0;
+  {
+    // What the server maps once it has answered a request.
+    ServeProcess serve({"-c", "1048576", "--parallel", "4"});
+    ASSERT_GT(serve.port(), 0) << serve.log();
+    ASSERT_EQ(NormalRequest(serve.port()).first, 200);
+    idle_vm = VmSize(serve.pid());
+  }
+  ASSERT_GT(idle_vm, 0);
+  {
+    ServeProcess serve({"-c", "1048576", "--parallel", "4"}, rlim_t{3} << 30);
+    ASSERT_GT(serve.port(), 0) << serve.log();
+    int ok = 0, oom = 0;
+    FourRequests(serve, &ok, &oom);
+    EXPECT_EQ(ok + oom, 4);
+    EXPECT_TRUE(serve.alive());
+  }
+  {
+    ServeProcess serve({"-c", "1048576", "--parallel", "4"},
+                       static_cast<rlim_t>(idle_vm + (4 << 20)));
+    ASSERT_GT(serve.port(), 0) << serve.log();
+    int ok = 0, oom = 0;
+    FourRequests(serve, &ok, &oom);
+    EXPECT_EQ(ok + oom, 4);
+    EXPECT_GT(oom, 0) << "the tight limit should make some request run out of memory";
+    ASSERT_TRUE(serve.alive()) << serve.log();
+    httplib::Client cli("127.0.0.1", serve.port());
+    auto health = cli.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    auto again = cli.Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 2})",
+                          "application/json");
+    ASSERT_TRUE(again);
+    EXPECT_TRUE(again->status == 200 ||
+                (again->status == 503 && again->body.find("out of memory") != std::string::npos))
+        << again->status << " " << again->body;
+    std::printf("address space %lld MiB: %d answered, %d out of memory\n",
+                static_cast<long long>((idle_vm + (4 << 20)) >> 20), ok, oom);
+  }
 }
 
 }  // namespace
