@@ -17,7 +17,8 @@ endif()
 # prints, and everything it runs is a module meant for it. Whole modules:
 # base (Status, timers, RSS, logging), sampling (SamplingParams), engine
 # (sessions, scheduler, prompt cache), eval (perplexity studies) and
-# bench_runner (`rotor bench`). Of the other modules only the types the
+# bench_runner (`rotor bench`), kv_args (KV options as flags and JSON
+# fields) and server (`rotor serve`). Of the other modules only the types the
 # engine's interface hands out and the offline tools: a KV configuration and its
 # lists, the model quantizer and synthesizer, GGUF reading for `info`, the
 # chat template (tokenize and detokenize use the C API). Never kernels (ops, attention), tensors, or the
@@ -25,7 +26,7 @@ endif()
 # under apps/ that needs one is code for a module.
 # A listed header that no file under apps/ includes is an error too, so the
 # list cannot outlive its reason.
-set(apps_modules base sampling engine eval bench_runner)
+set(apps_modules base sampling engine eval bench_runner kv_args server)
 set(apps_headers
     gguf/gguf.h gguf/gguf_info.h
     kv/kv_config.h kv/kv_lists.h

@@ -9,7 +9,7 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
-#include "kv_args.h"
+#include "kv_args/kv_args.h"
 
 namespace rotor::cli {
 

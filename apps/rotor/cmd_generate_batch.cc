@@ -11,7 +11,7 @@
 #include "base/memory.h"
 #include "base/timer.h"
 #include "cli_common.h"
-#include "kv_args.h"
+#include "kv_args/kv_args.h"
 #include "engine/scheduler.h"
 
 namespace rotor::cli {

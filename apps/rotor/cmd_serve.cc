@@ -1,7 +1,9 @@
-// rotor serve: the OpenAI-compatible HTTP server (see serve_server.h).
+// rotor serve: the OpenAI-compatible HTTP server (see src/server/server.h).
 #include <fmt/format.h>
 #include <pthread.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -12,7 +14,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "serve_server.h"
+#include "server/server.h"
 
 namespace rotor::cli {
 namespace {
@@ -95,6 +97,15 @@ int RunServe(ServeArgs& a) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // Every connection is a descriptor: raise the soft limit so that
+  // --max-connections, not the default 1024 descriptors, is what binds.
+  if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    const rlim_t want = static_cast<rlim_t>(a.serve.max_connections) + 64;
+    if (nofile.rlim_cur < want && nofile.rlim_cur != RLIM_INFINITY) {
+      nofile.rlim_cur = nofile.rlim_max == RLIM_INFINITY ? want : std::min(want, nofile.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &nofile);
+    }
+  }
 
   // The port answers from here on: /health says 503 "loading" until the
   // model is in.
@@ -146,14 +157,50 @@ Runner RegisterServe(CLI::App& app) {
                   "requests waiting beyond --parallel; more get 503 with Retry-After")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  sub->add_option("--max-body", o.max_body, "largest request body in bytes (413 beyond)")
+  sub->add_option("--max-body", o.max_body,
+                  "largest request body in bytes, chunked or not (413 beyond, counted as it "
+                  "arrives)")
       ->check(CLI::Range(size_t{1}, size_t{1} << 34))
+      ->capture_default_str();
+  sub->add_option("--max-header-bytes", o.max_header_bytes,
+                  "largest request header (request line and fields) in bytes (431 beyond)")
+      ->check(CLI::Range(size_t{64}, size_t{1} << 24))
+      ->capture_default_str();
+  sub->add_option("--max-headers", o.max_headers, "most header fields in a request (431 beyond)")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  sub->add_option("--max-connections", o.max_connections,
+                  "connections open at once; more are answered 503 and closed")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--max-connections-per-client", o.max_connections_per_client,
+                  "connections open at once from one client address (429 beyond; 0 = no limit, "
+                  "e.g. behind a load balancer)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--header-timeout", o.header_timeout_s,
+                  "seconds from a request's first byte to the end of its header (408 beyond)")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  sub->add_option("--body-timeout", o.body_timeout_s,
+                  "seconds from the end of a request's header to the end of its body (408 "
+                  "beyond)")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  sub->add_option("--keep-alive-timeout", o.keep_alive_timeout_s,
+                  "seconds an idle connection stays open for its next request")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  sub->add_option("--keep-alive-requests", o.keep_alive_requests,
+                  "requests one connection may send before the server closes it")
+      ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
   sub->add_option("--chat-template", o.chat_template,
                   "plain|llama2|llama3|chatml|mistral|phi3|gemma|zephyr (default: recognised "
                   "from the model's tokenizer.chat_template, else plain)");
   sub->add_option("--http-threads", o.http_threads,
-                  "HTTP worker threads (0 = parallel + max-queue + 16)")
+                  "threads that parse and tokenize requests, at most, started as needed (0 = 4); "
+                  "connections themselves cost no thread")
       ->check(CLI::Range(0, 1 << 16));
   o.defaults.n_predict = 256;
   sub->add_option("-n,--n-predict", o.defaults.n_predict,

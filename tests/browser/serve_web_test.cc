@@ -1,6 +1,6 @@
 // The chat page's files as compiled into the binary: the same bytes as web/,
 // each with its content type, and "/" naming the page.
-#include "serve_web.h"
+#include "server/web.h"
 
 #include <gtest/gtest.h>
 

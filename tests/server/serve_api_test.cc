@@ -1,5 +1,5 @@
 // Request parsing and response shapes of rotor serve, without a server.
-#include "serve_api.h"
+#include "server/api.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "serve_server.h"
+#include "server/server.h"
 
 namespace rotor::serve::testing {
 

@@ -1,8 +1,8 @@
-#include "serve_api.h"
+#include "server/api.h"
 
 #include <fmt/format.h>
 
-#include "kv_args.h"
+#include "kv_args/kv_args.h"
 
 #include <cmath>
 #include <limits>
@@ -243,12 +243,21 @@ ApiError ErrorForStatus(int status, std::string_view method, std::string_view pa
       e.message = fmt::format("method {} is not allowed for {}", method, path);
       e.code = "method_not_allowed";
       break;
+    case 408:
+      e.message = "the request did not arrive in time (--header-timeout, --body-timeout)";
+      e.code = "request_timeout";
+      break;
     case 413:
-      // httplib caps form-encoded bodies at 8 KiB whatever the limit.
-      e.message =
-          "the request body is larger than the server's limit (--max-body; 8 KiB when it is "
-          "sent as application/x-www-form-urlencoded rather than application/json)";
+      e.message = "the request body is larger than the server's limit (--max-body)";
       e.code = "request_too_large";
+      break;
+    case 429:
+      e.message = "too many connections from this address (--max-connections-per-client)";
+      e.code = "too_many_connections";
+      break;
+    case 431:
+      e.message = "the request header is too large (--max-header-bytes, --max-headers)";
+      e.code = "request_header_too_large";
       break;
     case 414:
       e.message = "the request URI is too long";

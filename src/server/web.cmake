@@ -1,8 +1,8 @@
 # The chat page (web/) compiled into the binary: rotor_web holds the files'
-# bytes and their lookup; rotor_serve answers GET / with them.
+# bytes and their lookup (web.h); the server answers GET / with them.
 set(ROTOR_WEB_FILES index.html chat.css chat.js)
 set(ROTOR_WEB_DIR ${PROJECT_SOURCE_DIR}/web)
-set(ROTOR_WEB_CC ${CMAKE_CURRENT_BINARY_DIR}/serve_web_files.cc)
+set(ROTOR_WEB_CC ${CMAKE_CURRENT_BINARY_DIR}/web_files.cc)
 list(TRANSFORM ROTOR_WEB_FILES PREPEND ${ROTOR_WEB_DIR}/ OUTPUT_VARIABLE ROTOR_WEB_PATHS)
 string(REPLACE ";" "," ROTOR_WEB_FILES_ARG "${ROTOR_WEB_FILES}")  # a shell word
 add_custom_command(OUTPUT ${ROTOR_WEB_CC}
@@ -10,5 +10,5 @@ add_custom_command(OUTPUT ${ROTOR_WEB_CC}
           -DFILES=${ROTOR_WEB_FILES_ARG} -P ${PROJECT_SOURCE_DIR}/cmake/embed_files.cmake
   DEPENDS ${ROTOR_WEB_PATHS} ${PROJECT_SOURCE_DIR}/cmake/embed_files.cmake
   COMMENT "Embedding the chat page (web/)" VERBATIM)
-add_library(rotor_web STATIC serve_web.cc ${ROTOR_WEB_CC})
-target_include_directories(rotor_web PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+add_library(rotor_web STATIC web.cc ${ROTOR_WEB_CC})
+target_include_directories(rotor_web PUBLIC ${PROJECT_SOURCE_DIR}/src)

@@ -1,4 +1,4 @@
-#include "serve_web.h"
+#include "server/web.h"
 
 namespace rotor::serve {
 

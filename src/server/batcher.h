@@ -39,13 +39,19 @@ class RequestStream {
  public:
   // Waits up to `timeout` for events and takes all that are queued.
   std::vector<StreamEvent> Wait(std::chrono::milliseconds timeout);
+  // Takes all that are queued, without waiting.
+  std::vector<StreamEvent> Take();
   void Push(StreamEvent e);
+  // Called after every Push, from the pushing thread, without the stream's
+  // lock held (nullptr: none).
+  void SetNotify(std::function<void()> fn);
 
  private:
   friend class Batcher;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
+  std::shared_ptr<std::function<void()>> notify_;
   // Engine thread only.
   SeqId seq_id_ = 0;
   int64_t n_prompt_ = 0;
@@ -128,6 +134,9 @@ class Batcher {
     std::function<void()> fn;
     std::promise<bool> ran;
   };
+  // One turn of Loop: new jobs, cancellations, tasks, a step.
+  void Iterate(std::vector<Job>& jobs, const std::vector<std::shared_ptr<RequestStream>>& cancels,
+               const std::vector<std::shared_ptr<Task>>& tasks);
   void Publish(int64_t prompt_tokens, int64_t generated_tokens);
 
   Engine& engine_;

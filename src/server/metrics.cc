@@ -1,4 +1,4 @@
-#include "serve_metrics.h"
+#include "server/metrics.h"
 
 #include <fmt/format.h>
 

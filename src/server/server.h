@@ -3,7 +3,7 @@
 //   POST /v1/completions, POST /v1/chat/completions (stream or not),
 //   GET /v1/models, GET /health, GET /metrics (Prometheus),
 //   POST /slots/{id}?action=save|restore|erase (with --slot-save-path;
-//   serve_slots.cc).
+//   slots.cc).
 //
 // Life of a replica (behind a load balancer, deploy/): Bind() takes the port
 // and answers at once, /health 503 {"status":"loading"} until Load() has the
@@ -12,14 +12,16 @@
 // for the requests in flight, streams included, to be answered. Every
 // response carries X-Rotor-Replica: the replica's id (--replica-id).
 //
-// Threads: cpp-httplib's worker threads run the handlers (one per connection);
-// the Batcher's engine thread runs the Scheduler. A handler validates and
-// tokenizes its request, submits it (503 with Retry-After when parallel +
-// max_queue requests are in flight) and then waits on its RequestStream,
-// writing stream chunks as text arrives. When the client goes away (a failed
-// write, or the ClientProbe seeing the connection closed, checked at least
-// every kPollInterval) the sequence is cancelled and its KV cache freed at
-// the next engine step; this holds for non-streaming requests too.
+// Threads: one event-loop thread (http_server.h) holds every connection and
+// answers what is quick (/health, /metrics, /v1/models, errors); a bounded
+// WorkerPool parses, checks and tokenizes generation requests and runs slot
+// actions; the Batcher's engine thread runs the Scheduler. A generation
+// request is submitted (503 with Retry-After when parallel + max_queue
+// requests are in flight) and then holds no thread: what its sequence produces
+// is formatted on the engine thread as it is pushed and handed to the loop,
+// which writes it. When the client goes away (the loop sees the connection
+// close) the sequence is cancelled and its KV cache freed at the next engine
+// step; this holds for non-streaming requests too.
 #pragma once
 
 #include <atomic>
@@ -32,16 +34,12 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
-#include "serve_api.h"
-#include "serve_batcher.h"
-#include "serve_metrics.h"
+#include "server/api.h"
+#include "server/http_server.h"
+#include "server/batcher.h"
+#include "server/metrics.h"
+#include "server/worker_pool.h"
 #include "tokenizer/chat_template.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace rotor::serve {
 
@@ -53,9 +51,20 @@ struct ServeOptions {
   int port = 8080;             // 0 = any free port (see Server::port())
   int parallel = 4;            // sequences decoding at once
   int max_queue = 64;          // requests waiting beyond those
-  size_t max_body = 4 << 20;   // bytes
   std::string chat_template;   // a ChatTemplate name; "" = the model's
-  int http_threads = 0;        // 0 = parallel + max_queue + 16
+  int http_threads = 0;        // worker threads at most (0 = kDefaultWorkers)
+  // What one client may cost (http_server.h): defaults for a server on its
+  // own; behind a load balancer, every connection comes from its address
+  // (max_connections_per_client 0 turns that limit off).
+  size_t max_body = 4 << 20;  // bytes, chunked or not
+  size_t max_header_bytes = 16 << 10;
+  int max_headers = 64;
+  int max_connections = 1024;
+  int max_connections_per_client = 256;
+  double header_timeout_s = 10;  // from a request's first byte to its header's end
+  double body_timeout_s = 30;    // from the header's end to the body's end
+  double keep_alive_timeout_s = 5;
+  int keep_alive_requests = 100;
   std::string slot_save_path;  // where slot files go; "" = no slot actions
   std::string replica_id;      // X-Rotor-Replica; "" = host:port
 };
@@ -69,7 +78,7 @@ std::string SlotFilenameError(std::string_view name);
 
 class Server {
  public:
-  static constexpr std::chrono::milliseconds kPollInterval{50};
+  static constexpr int kDefaultWorkers = 4;
 
   // Checks the options and binds the port (so port() is known before Run());
   // the server is kLoading until Load().
@@ -102,28 +111,34 @@ class Server {
   const Engine& engine() const { return *engine_; }
 
  private:
+  struct Call;
   Server() = default;
-  void Routes();
+  // Loop thread: routes a request, answering at once or handing it to workers_.
+  void Dispatch(std::shared_ptr<HttpExchange> ex);
+  // Workers.
+  void HandleGenerate(std::shared_ptr<Call> call);
+  // Writes what the call's stream holds (the engine thread, as it pushes).
+  void WriteEvents(Call& call);
+  void WriteEventsLocked(Call& call);  // call.mu held
+  void HandleSlots(const std::shared_ptr<HttpExchange>& ex);
   // An error for a request that needs the model when the server is not
-  // kReady (503 with Retry-After set on `res`).
-  std::optional<ApiError> Unavailable(httplib::Response& res) const;
-  void HandleGenerate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  void HandleSlots(const httplib::Request& req, httplib::Response& res);
+  // kReady (503; Respond adds Retry-After).
+  std::optional<ApiError> Unavailable() const;
   // Turns a parsed request into the scheduler's; an error for bad input.
   std::optional<ApiError> Prepare(const ApiRequest& api, SeqRequest* seq) const;
-  void RespondWhole(const httplib::Request& req, httplib::Response& res, const ResponseMeta& meta,
-                    std::shared_ptr<RequestStream> stream);
-  // `token` counts the request in flight until the stream's last byte.
-  void RespondStream(const httplib::Request& req, httplib::Response& res, ResponseMeta meta,
-                     bool include_usage, std::shared_ptr<RequestStream> stream,
-                     std::shared_ptr<void> token);
+  void Respond(HttpExchange& ex, const ApiError& e, HttpHeaders headers = {});
+  // A 503 naming memory, if even that can be allocated.
+  void OutOfMemory(HttpExchange& ex);
+  HttpResponse ErrorPage(int status, const std::string& message, const HttpRequest* req);
 
   ServeOptions options_;
   std::unique_ptr<Engine> engine_;
   ChatTemplate chat_template_;
   std::string model_id_;
   std::unique_ptr<Batcher> batcher_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<WorkerPool> workers_;
+  int64_t started_ = 0;  // unix seconds
   Metrics metrics_;
   int port_ = 0;
   std::string replica_id_;

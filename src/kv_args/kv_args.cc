@@ -1,4 +1,4 @@
-#include "kv_args.h"
+#include "kv_args/kv_args.h"
 
 #include <fmt/format.h>
 

@@ -1,9 +1,10 @@
-#include "serve_batcher.h"
+#include "server/batcher.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <new>
 
 namespace rotor::serve {
 
@@ -16,12 +17,28 @@ std::vector<StreamEvent> RequestStream::Wait(std::chrono::milliseconds timeout) 
   return out;
 }
 
+std::vector<StreamEvent> RequestStream::Take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<StreamEvent> out(std::make_move_iterator(events_.begin()),
+                               std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
 void RequestStream::Push(StreamEvent e) {
+  std::shared_ptr<std::function<void()>> notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(e));
+    notify = notify_;
   }
   cv_.notify_one();
+  if (notify) (*notify)();
+}
+
+void RequestStream::SetNotify(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  notify_ = fn ? std::make_shared<std::function<void()>>(std::move(fn)) : nullptr;
 }
 
 Batcher::Batcher(Engine& engine, const Options& options) : engine_(engine), options_(options) {
@@ -135,6 +152,21 @@ void Batcher::Loop() {
       tasks.swap(tasks_);
     }
     step_prompt_ = step_generated_ = 0;
+    try {
+      Iterate(jobs, cancels, tasks);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "rotor serve: out of memory on the engine thread\n");
+      EndAll("out of memory on the engine thread; retry later", 503);
+    }
+  }
+  EndAll("the server is shutting down", 503);
+  Publish(0, 0);
+}
+
+void Batcher::Iterate(std::vector<Job>& jobs,
+                      const std::vector<std::shared_ptr<RequestStream>>& cancels,
+                      const std::vector<std::shared_ptr<Task>>& tasks) {
+  {
     for (Job& j : jobs) AddJob(std::move(j));
     for (const auto& s : cancels)
       if (!s->ended_ && s->seq_id_ != 0) scheduler_->Cancel(s->seq_id_);
@@ -143,16 +175,28 @@ void Batcher::Loop() {
       t->ran.set_value(true);
     }
     if (!scheduler_->Idle()) {
-      if (Status st = scheduler_->Step(); !st.ok()) {
+      Status st = Status::Ok();
+      int status = 500;
+      // An allocation that fails in a step (K/V blocks as sequences grow,
+      // the forward pass's scratch) leaves that step half done for every
+      // sequence in it: those end with a 503 that names the cause, their
+      // memory is freed, and the server goes on with the next requests.
+      try {
+        st = scheduler_->Step();
+      } catch (const std::bad_alloc&) {
+        st = Errorf("out of memory in a decoding step ({} sequences running, K/V memory {} "
+                    "MiB in use); lower -c, --kv-memory or --parallel, or retry later",
+                    scheduler_->n_running(), engine_.kv_pool().stats().bytes >> 20);
+        status = 503;
+      }
+      if (!st.ok()) {
         // Not attributable to one request: end them all, keep serving.
         std::fprintf(stderr, "rotor serve: engine step failed: %s\n", st.message().c_str());
-        EndAll("internal error: " + st.message(), 500);
+        EndAll(status == 503 ? st.message() : "internal error: " + st.message(), status);
       }
     }
     Publish(step_prompt_, step_generated_);
   }
-  EndAll("the server is shutting down", 503);
-  Publish(0, 0);
 }
 
 void Batcher::AddJob(Job job) {
@@ -160,8 +204,23 @@ void Batcher::AddJob(Job job) {
   stream->n_prompt_ = static_cast<int64_t>(job.request.tokens.size());
   Result<KvConfig> kv = engine_.Validate(job.request.options, job.request.spelling);
   if (kv.ok()) stream->kv_ = *kv;  // else Add says why
-  Result<SeqId> id = scheduler_->Add(std::move(job.request),
-                                     [this, stream](const SeqEvent& e) { OnEvent(stream, e); });
+  Result<SeqId> id = Status::Error("");
+  try {
+    id = scheduler_->Add(std::move(job.request),
+                         [this, stream](const SeqEvent& e) { OnEvent(stream, e); });
+  } catch (const std::bad_alloc&) {
+    stream->ended_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+    }
+    stream->Push({StreamEvent::Kind::kError,
+                  fmt::format("out of memory while admitting the request (a context of {} "
+                              "tokens; lower -c or --parallel); retry later",
+                              engine_.n_ctx()),
+                  {}, 0, 0, 503});
+    return;
+  }
   if (!id.ok()) {
     stream->ended_ = true;
     {
@@ -262,7 +321,13 @@ void Batcher::EndAll(const std::string& message, int status) {
     scheduler_->Cancel(s->seq_id_);
   }
   // Cancelled running sequences leave (and free their caches) at this Step.
-  if (!scheduler_->Idle()) (void)scheduler_->Step();
+  if (!scheduler_->Idle()) {
+    try {
+      (void)scheduler_->Step();
+    } catch (const std::bad_alloc&) {
+      // Admitting a waiting request failed; the cancelled ones left first.
+    }
+  }
   std::vector<Job> left;
   {
     std::lock_guard<std::mutex> lock(mu_);

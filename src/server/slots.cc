@@ -13,14 +13,13 @@
 // forgets the slot's text and drops its blocks no sequence holds. The pool
 // work runs on the engine thread (Batcher::RunOnEngineThread).
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <charconv>
 #include <filesystem>
 
 #include "base/timer.h"
 #include "engine/prompt_cache.h"
-#include "serve_server.h"
+#include "server/server.h"
 
 namespace rotor::serve {
 namespace {
@@ -49,19 +48,16 @@ std::string SlotFilenameError(std::string_view name) {
   return "";
 }
 
-void Server::HandleSlots(const httplib::Request& req, httplib::Response& res) {
-  auto fail = [&](const ApiError& e) {
-    res.status = e.status;
-    res.set_content(Dump(ErrorBody(e)), kJson);
-    metrics_.CountRequest(req.path, e.status);
-  };
-  if (auto e = Unavailable(res)) return fail(*e);
+void Server::HandleSlots(const std::shared_ptr<HttpExchange>& ex) {
+  const HttpRequest& req = ex->request();
+  auto fail = [&](const ApiError& e) { Respond(*ex, e); };
+  if (auto e = Unavailable()) return fail(*e);
   if (options_.slot_save_path.empty())
     return fail(ApiError{501,
                          "this server does not support slot actions: start it with "
                          "--slot-save-path DIR",
                          "not_supported_error", "", "not_supported"});
-  const std::string id_text = req.matches.size() > 1 ? req.matches[1].str() : "";
+  const std::string id_text = req.path.substr(std::string_view("/slots/").size());
   int id = -1;
   const auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
   if (id_text.empty() || ec != std::errc() || end != id_text.data() + id_text.size() || id < 0 ||
@@ -69,7 +65,7 @@ void Server::HandleSlots(const httplib::Request& req, httplib::Response& res) {
     return fail(BadRequest(fmt::format("slot id '{}' is not one of 0..{} (--parallel)", id_text,
                                        options_.parallel - 1),
                            "id_slot"));
-  const std::string action = req.get_param_value("action");
+  const std::string action = req.QueryParam("action");
   if (action != "save" && action != "restore" && action != "erase")
     return fail(BadRequest(fmt::format("action '{}' is not one of save, restore, erase", action),
                            "action"));
@@ -127,7 +123,7 @@ void Server::HandleSlots(const httplib::Request& req, httplib::Response& res) {
   }
   if (action != "erase")
     out["timings"] = {{action == "save" ? "save_ms" : "restore_ms", (NowNs() - start) / 1e6}};
-  res.set_content(Dump(out), kJson);
+  ex->Respond(HttpResponse{200, kJson, Dump(out), {}});
   metrics_.CountRequest(req.path, 200);
 }
 

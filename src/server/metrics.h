@@ -8,7 +8,7 @@
 #include <string_view>
 #include <utility>
 
-#include "serve_batcher.h"
+#include "server/batcher.h"
 
 namespace rotor::serve {
 
@@ -33,7 +33,7 @@ class Metrics {
   // rotor_prefix_cache_{query,hit}_tokens_total, rotor_sequences_preempted_total,
   // rotor_prompt_tokens_per_second and rotor_generation_tokens_per_second
   // (over the last Batcher::kRateWindow). Then the same figures under the
-  // names routers scrape from vLLM (serve_metrics.cc). `stats` is null while
+  // names routers scrape from vLLM (metrics.cc). `stats` is null while
   // the model loads: only the request counters and the state are known.
   std::string Render(const Batcher::Stats* stats, const Info& info) const;
 
