@@ -14,9 +14,10 @@ endif()
 # policy rather than something CMake enforces: the CLI and the server are built
 # on engine and on the types its interface hands out (kv: KvConfig; model:
 # Model, Forward, synth, quantize; tokenizer; gguf: info, quantize's input;
-# base: Status, timers, RSS; tensor: DType; sampling: SamplingParams).
+# base: Status, timers, RSS; tensor: DType; sampling: SamplingParams; grammar:
+# the grammars and JSON schemas SamplingParams carries).
 # Not attention (internal to the forward pass) and not ops (kernels).
-set(apps_allowed engine kv model tokenizer gguf base tensor sampling)
+set(apps_allowed engine kv model tokenizer gguf base tensor sampling grammar)
 # The one exception: `rotor bench` measures the kernels themselves, so these
 # files may include ops/ headers (bench_config.cc reports which matrices
 # ops::PackingHelps packs; roofline.cc times ops::Matmul as its compute probe).

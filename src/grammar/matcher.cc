@@ -9,6 +9,9 @@ namespace {
 
 using Kind = Element::Kind;
 
+// The smallest code point a UTF-8 sequence of each length may encode.
+constexpr uint32_t kMinOfLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+
 void Dedupe(std::vector<std::vector<const Element*>>* stacks) {
   std::sort(stacks->begin(), stacks->end());
   stacks->erase(std::unique(stacks->begin(), stacks->end()), stacks->end());
@@ -66,6 +69,7 @@ bool Matcher::Feed(const State& from, std::string_view bytes, State* out) const 
   std::vector<Stack> next;
   uint32_t partial = from.partial;
   int need = from.need;
+  int len = from.len;
   for (const char ch : bytes) {
     const auto b = static_cast<unsigned char>(ch);
     if (need > 0) {
@@ -75,17 +79,21 @@ bool Matcher::Feed(const State& from, std::string_view bytes, State* out) const 
     } else if (b < 0x80) {
       partial = b;
     } else if ((b & 0xE0) == 0xC0 && b >= 0xC2) {
-      partial = b & 0x1F, need = 1;
+      partial = b & 0x1F, need = 1, len = 2;
       continue;
     } else if ((b & 0xF0) == 0xE0) {
-      partial = b & 0x0F, need = 2;
+      partial = b & 0x0F, need = 2, len = 3;
       continue;
     } else if ((b & 0xF8) == 0xF0 && b <= 0xF4) {
-      partial = b & 0x07, need = 3;
+      partial = b & 0x07, need = 3, len = 4;
       continue;
     } else {
       return false;
     }
+    // Overlong forms, surrogates and values past U+10FFFF are not characters.
+    if (b >= 0x80 && (partial < kMinOfLength[len] || partial > 0x10FFFF ||
+                      (partial >= 0xD800 && partial <= 0xDFFF)))
+      return false;
     Step(*cur, partial, &next);
     if (next.empty()) return false;
     out->stacks.swap(next);
@@ -95,10 +103,11 @@ bool Matcher::Feed(const State& from, std::string_view bytes, State* out) const 
   if (cur != &out->stacks) out->stacks = from.stacks;
   out->partial = partial;
   out->need = need;
+  out->len = len;
   if (need == 0) return true;
   // A character is unfinished: some stack must accept one it can become.
   const int bits = 6 * need;
-  const uint32_t lo = partial << bits;
+  const uint32_t lo = std::max(partial << bits, kMinOfLength[len]);
   const uint32_t hi = std::min<uint32_t>(lo | ((1u << bits) - 1), 0x10FFFF);
   for (const Stack& s : out->stacks)
     if (!s.empty() && s.back()->MatchesAnyIn(lo, hi)) return true;

@@ -45,6 +45,7 @@ class Matcher {
     // continuation bytes are still due (0: none pending).
     uint32_t partial = 0;
     int need = 0;
+    int len = 0;  // the pending character's length in bytes
   };
 
   // Pushes `s` with its top resolved to a character element (or empty).

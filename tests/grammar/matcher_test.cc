@@ -73,6 +73,14 @@ TEST(Matcher, UnfinishedCharactersAcrossPieces) {
   EXPECT_FALSE(bad.Accepts("\xc3" "a"));  // a lead byte then ASCII
   EXPECT_FALSE(bad.Accepts("\xff"));
   EXPECT_TRUE(bad.Accepts("anything \xe2\x82\xac"));
+  // Overlong forms could reach ASCII: a lead byte alone must not pass for '{'.
+  Matcher brace = Make(R"g(root ::= "{")g");
+  EXPECT_FALSE(brace.Accepts("\xf0"));
+  EXPECT_FALSE(brace.Accepts("\xe0"));
+  EXPECT_FALSE(brace.Accepts("\xc1\xbb"));
+  EXPECT_FALSE(bad.Accepts("\xe0\x81\xbb"));     // overlong '{'
+  EXPECT_FALSE(bad.Accepts("\xed\xa0\x80"));     // a surrogate
+  EXPECT_FALSE(bad.Accepts("\xf4\x90\x80\x80"));  // past U+10FFFF
 }
 
 TEST(Matcher, RecursionAndAmbiguity) {
