@@ -243,10 +243,12 @@ std::optional<ApiError> ParseConstraint(const json& j, SamplingParams* s) {
       text = sc == rf.end() ? Result<std::string>(std::string(grammar::JsonGrammarText()))
                             : schema("response_format.schema", *sc);
     } else if (t == "json_schema") {
-      auto js = rf.find("json_schema");
-      auto sc = js != rf.end() && js->is_object() ? js->find("schema") : rf.end();
-      if (sc == rf.end()) sc = rf.find("schema");  // llama-server's spelling
-      text = sc == rf.end() || (js != rf.end() && sc == js->end())
+      // OpenAI: {"json_schema": {"schema": ...}}; llama-server: {"schema": ...}.
+      const json* sc = nullptr;
+      if (auto js = rf.find("json_schema"); js != rf.end() && js->is_object())
+        if (auto in = js->find("schema"); in != js->end()) sc = &*in;
+      if (auto direct = rf.find("schema"); sc == nullptr && direct != rf.end()) sc = &*direct;
+      text = sc == nullptr
                  ? Result<std::string>(Errorf("'response_format.json_schema.schema' is required"))
                  : schema("response_format.json_schema.schema", *sc);
     } else if (t != "text") {
