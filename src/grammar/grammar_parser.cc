@@ -44,8 +44,8 @@ class Parser {
   }
   [[noreturn]] void Fail(size_t pos, std::string message) { throw Error{pos, std::move(message)}; }
   static bool IsNameChar(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
   }
   // Spaces, tabs and comments; newlines too if `newlines`.
   void SkipSpace(bool newlines);
@@ -189,14 +189,30 @@ uint32_t Parser::ParseChar(bool in_class) {
   ++pos_;
   int hex = 0;
   switch (e) {
-    case 'n': return '\n';
-    case 'r': return '\r';
-    case 't': return '\t';
-    case '\\': case '"': case '[': case ']': case '-': case '^': case '\'': case '/':
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    case '\\':
+    case '"':
+    case '[':
+    case ']':
+    case '-':
+    case '^':
+    case '\'':
+    case '/':
       return static_cast<unsigned char>(e);
-    case 'x': hex = 2; break;
-    case 'u': hex = 4; break;
-    case 'U': hex = 8; break;
+    case 'x':
+      hex = 2;
+      break;
+    case 'u':
+      hex = 4;
+      break;
+    case 'U':
+      hex = 8;
+      break;
     default:
       Fail(start, fmt::format("unknown escape '\\{}' (known: \\n \\r \\t \\\\ \\\" \\[ \\] "
                               "\\xHH \\uHHHH \\UHHHHHHHH)",
@@ -232,8 +248,7 @@ int Parser::ParseCount() {
 
 // Replaces seq[start..] (one element or a literal's characters) S by
 //   S S .. S (min times), then S* (max < 0) or up to max - min more optional S.
-void Parser::Repeat(Alternative* seq, size_t start, int min, int max, int32_t rule,
-                    size_t where) {
+void Parser::Repeat(Alternative* seq, size_t start, int min, int max, int32_t rule, size_t where) {
   const Alternative item(seq->begin() + static_cast<std::ptrdiff_t>(start), seq->end());
   seq->resize(start);
   for (int i = 0; i < min; ++i) seq->insert(seq->end(), item.begin(), item.end());
@@ -340,8 +355,7 @@ Alternative Parser::ParseSequence(int32_t rule, bool nested, int depth) {
           SkipSpace(false);
           if (first < 0 && max < 0) Fail(at, "'{,}' needs a count: {m}, {m,}, {m,n} or {,n}");
         } else {
-          if (first < 0)
-            Fail(at, "'{' needs a count: {m}, {m,}, {m,n} or {,n}");
+          if (first < 0) Fail(at, "'{' needs a count: {m}, {m,}, {m,n} or {,n}");
           max = min;
         }
         if (Peek() != '}') Fail(at, "unclosed '{': expected '}' before " + DescribeEnd());
@@ -455,7 +469,8 @@ Result<std::shared_ptr<const Grammar>> Parser::Parse() {
       const std::string name = ParseName();
       SkipSpace(false);
       if (text_.substr(pos_, 3) != "::=")
-        Fail(pos_, fmt::format("expected '::=' after rule name '{}', found {}", name, DescribeEnd()));
+        Fail(pos_,
+             fmt::format("expected '::=' after rule name '{}', found {}", name, DescribeEnd()));
       pos_ += 3;
       SkipSpace(true);
       const int32_t id = RuleId(name);

@@ -38,14 +38,19 @@ constexpr std::string_view kPrimitives[][2] = {
     {"boolean", R"("true" | "false")"},
     {"null", R"("null")"},
     {"value", R"(object | array | string | number | boolean | null)"},
-    {"object", R"("{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}")"},
+    {"object",
+     R"("{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}")"},
     {"array", R"("[" ws ( value ws ( "," ws value ws )* )? "]")"},
     {"digit2", R"([0-9]{2})"},
-    {"date", R"("\"" [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) "\"")"},
-    {"time-part", R"(( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ))"},
+    {"date",
+     R"("\"" [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) "\"")"},
+    {"time-part",
+     R"(( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ))"},
     {"time", R"("\"" time-part "\"")"},
-    {"date-time", R"("\"" [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) "T" time-part "\"")"},
-    {"uuid", R"("\"" [0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12} "\"")"},
+    {"date-time",
+     R"("\"" [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) "T" time-part "\"")"},
+    {"uuid",
+     R"("\"" [0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12} "\"")"},
 };
 
 // Which primitives each one uses.
@@ -148,8 +153,8 @@ void Converter::CheckKeywords(const Json& s, const std::string& path) {
       "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions",
       "minLength", "maxLength", "format",
       // Annotations: no effect on which values are valid.
-      "title", "description", "examples", "default", "$schema", "$id", "$comment",
-      "deprecated", "readOnly", "writeOnly", "strict", "name"};
+      "title", "description", "examples", "default", "$schema", "$id", "$comment", "deprecated",
+      "readOnly", "writeOnly", "strict", "name"};
   for (const auto& [key, unused] : s.items())
     if (!known.contains(key))
       Fail(path, fmt::format("unsupported keyword '{}' (supported: type, properties, required, "
@@ -189,8 +194,8 @@ std::string Converter::Visit(const Json& s, const std::string& hint, const std::
       Fail(path + "/" + key, "must be a non-empty array of schemas");
     std::string body;
     for (size_t i = 0; i < alts.size(); ++i)
-      body += (i ? " | " : "") + Visit(alts[i], fmt::format("{}-{}", hint, i),
-                                       fmt::format("{}/{}/{}", path, key, i));
+      body += (i ? " | " : "") +
+              Visit(alts[i], fmt::format("{}-{}", hint, i), fmt::format("{}/{}/{}", path, key, i));
     return AddRule(hint, body);
   }
   if (s.contains("allOf")) {
@@ -211,8 +216,8 @@ std::string Converter::Visit(const Json& s, const std::string& hint, const std::
   std::string body;
   for (const Json& t : type) {
     if (!t.is_string()) Fail(path + "/type", "must be a type name or an array of them");
-    body += (body.empty() ? "" : " | ") + VisitType(s, t.get<std::string>(), hint + "-" +
-                                                    t.get<std::string>(), path);
+    body += (body.empty() ? "" : " | ") +
+            VisitType(s, t.get<std::string>(), hint + "-" + t.get<std::string>(), path);
   }
   return AddRule(hint, body);
 }
@@ -281,10 +286,10 @@ std::string Converter::VisitObject(const Json& s, const std::string& hint,
   }
   std::vector<std::string> req, opt;
   for (const auto& [name, schema] : props->items()) {
-    const std::string v =
-        Visit(schema, hint + "-" + name, path + "/properties/" + name);
-    const std::string kv = AddRule(hint + "-" + name + "-kv",
-                                   fmt::format(R"({} ws ":" ws {} ws)", Literal(Json(name).dump()), v));
+    const std::string v = Visit(schema, hint + "-" + name, path + "/properties/" + name);
+    const std::string kv =
+        AddRule(hint + "-" + name + "-kv",
+                fmt::format(R"({} ws ":" ws {} ws)", Literal(Json(name).dump()), v));
     (required.contains(name) ? req : opt).push_back(kv);
   }
   std::string body = R"("{" ws )";
@@ -304,8 +309,7 @@ std::string Converter::VisitObject(const Json& s, const std::string& hint,
   return AddRule(hint, body + R"("}")");
 }
 
-std::string Converter::VisitArray(const Json& s, const std::string& hint,
-                                  const std::string& path) {
+std::string Converter::VisitArray(const Json& s, const std::string& hint, const std::string& path) {
   Use("ws");
   const std::string item =
       s.contains("items") ? Visit(s["items"], hint + "-item", path + "/items") : Use("value");
@@ -337,7 +341,8 @@ std::string Converter::Ref(const std::string& ref, const std::string& path) {
     }
   }
   if (name.empty())
-    Fail(path, fmt::format("unsupported $ref '{}' (only #/$defs/NAME and #/definitions/NAME)", ref));
+    Fail(path,
+         fmt::format("unsupported $ref '{}' (only #/$defs/NAME and #/definitions/NAME)", ref));
   if (defs == nullptr || !defs->is_object() || !defs->contains(name))
     Fail(path, fmt::format("$ref '{}' names no definition", ref));
   // The rule's name is known before its body, so recursive schemas work.

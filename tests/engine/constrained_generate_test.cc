@@ -44,7 +44,7 @@ std::shared_ptr<const grammar::Grammar> FromSchema(std::string_view schema) {
 }
 
 GenerateResult GenerateWith(std::shared_ptr<const grammar::Grammar> g, uint64_t seed, int n_predict,
-                   float temperature = 1.0f) {
+                            float temperature = 1.0f) {
   GenerateOptions o;
   o.prompt = "Once upon a time";
   o.n_predict = n_predict;
@@ -147,7 +147,8 @@ TEST(ConstrainedGenerate, JsonObjectOutputsParse) {
 }
 
 TEST(ConstrainedGenerate, GbnfOutputsMatchTheGrammar) {
-  const auto g = Parse(R"g(root ::= "The " ("cat" | "dog" | "bird") " was " word ( ", " word ){0,3} "."
+  const auto g =
+      Parse(R"g(root ::= "The " ("cat" | "dog" | "bird") " was " word ( ", " word ){0,3} "."
 word ::= [a-z]{1,12})g");
   const std::regex re("The (cat|dog|bird) was [a-z]{1,12}(, [a-z]{1,12}){0,3}\\.");
   for (uint64_t seed = 1; seed <= kSeeds; ++seed) {

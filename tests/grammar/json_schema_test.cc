@@ -41,8 +41,8 @@ TEST(JsonSchema, StringsLengthAndFormats) {
         {R"("2024-13-01")", R"("24-01-01")"});
   Check(R"({"type": "string", "format": "date-time"})", {R"("2024-02-29T12:30:00Z")"},
         {R"("2024-02-29 12:30:00")"});
-  Check(R"({"type": "string", "format": "uuid"})",
-        {R"("123e4567-e89b-12d3-a456-426614174000")"}, {R"("123")"});
+  Check(R"({"type": "string", "format": "uuid"})", {R"("123e4567-e89b-12d3-a456-426614174000")"},
+        {R"("123")"});
 }
 
 TEST(JsonSchema, EnumAndConst) {
@@ -55,8 +55,9 @@ TEST(JsonSchema, Objects) {
   const char* s = R"({"type": "object", "properties": {
       "name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array",
       "items": {"type": "string"}}}, "required": ["name", "age"], "additionalProperties": false})";
-  Check(s, {R"({"name": "a", "age": 3})", R"({"name":"a","age":3,"tags":["x","y"]})",
-            R"({ "name": "a", "age": 3, "tags": [] })"},
+  Check(s,
+        {R"({"name": "a", "age": 3})", R"({"name":"a","age":3,"tags":["x","y"]})",
+         R"({ "name": "a", "age": 3, "tags": [] })"},
         {R"({"name": "a"})", R"({"age": 3, "name": "a"})", R"({"name": "a", "age": 3, "x": 1})",
          R"({"name": "a", "age": "3"})"});
   // All optional: any subset, in schema order.
@@ -78,8 +79,8 @@ TEST(JsonSchema, Arrays) {
 }
 
 TEST(JsonSchema, AlternativesAndRefs) {
-  Check(R"({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]})",
-        {"1", R"("a")"}, {R"("ab")", "true"});
+  Check(R"({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]})", {"1", R"("a")"},
+        {R"("ab")", "true"});
   Check(R"({"oneOf": [{"const": 1}, {"const": 2}]})", {"1", "2"}, {"3"});
   const char* tree = R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object",
       "properties": {"v": {"type": "integer"}, "kids": {"type": "array",
@@ -96,7 +97,8 @@ TEST(JsonSchema, UnsupportedIsAnErrorNamingThePath) {
     const char* schema;
     const char* error;
   } cases[] = {
-      {R"({"type": "string", "pattern": "^a"})", "json schema: at #: unsupported keyword 'pattern'"},
+      {R"({"type": "string", "pattern": "^a"})",
+       "json schema: at #: unsupported keyword 'pattern'"},
       {R"({"properties": {"a": {"type": "integer", "minimum": 0}}})",
        "at #/properties/a: unsupported keyword 'minimum'"},
       {R"({"type": "strin"})", "at #/type: unknown type 'strin'"},
@@ -115,13 +117,14 @@ TEST(JsonSchema, UnsupportedIsAnErrorNamingThePath) {
   for (const Bad& c : cases) {
     auto r = JsonSchemaToGrammar(c.schema);
     ASSERT_FALSE(r.ok()) << c.schema;
-    EXPECT_NE(r.status().message().find(c.error), std::string::npos)
-        << c.schema << "\n" << r.status().message();
+    EXPECT_NE(r.status().message().find(c.error), std::string::npos) << c.schema << "\n"
+                                                                     << r.status().message();
   }
 }
 
 TEST(JsonSchema, SelfReferenceWithoutInputIsAnErrorNotAHang) {
-  auto text = JsonSchemaToGrammar(R"({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}})");
+  auto text =
+      JsonSchemaToGrammar(R"({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}})");
   ASSERT_TRUE(text.ok());
   auto g = ParseGrammar(*text);
   ASSERT_FALSE(g.ok());

@@ -63,14 +63,19 @@ TEST(Matcher, UnfinishedCharactersAcrossPieces) {
   EXPECT_FALSE(m.Accepts("\xe2"));
   EXPECT_TRUE(m.Accept("\xc3"));
   EXPECT_FALSE(m.CanEnd());
-  EXPECT_FALSE(m.Accepts("\xa0" "x" "\x80"));
+  EXPECT_FALSE(
+      m.Accepts("\xa0"
+                "x"
+                "\x80"));
   EXPECT_FALSE(m.Accepts("\x9f"));  // U+00DF: outside
   EXPECT_TRUE(m.Accept("\xa9"));    // é
   EXPECT_TRUE(m.Accept("x"));
   EXPECT_TRUE(m.Done());
   Matcher bad = Make(R"g(root ::= .*)g");
-  EXPECT_FALSE(bad.Accepts("\x80"));      // a continuation byte first
-  EXPECT_FALSE(bad.Accepts("\xc3" "a"));  // a lead byte then ASCII
+  EXPECT_FALSE(bad.Accepts("\x80"));  // a continuation byte first
+  EXPECT_FALSE(
+      bad.Accepts("\xc3"
+                  "a"));  // a lead byte then ASCII
   EXPECT_FALSE(bad.Accepts("\xff"));
   EXPECT_TRUE(bad.Accepts("anything \xe2\x82\xac"));
   // Overlong forms could reach ASCII: a lead byte alone must not pass for '{'.
@@ -78,8 +83,8 @@ TEST(Matcher, UnfinishedCharactersAcrossPieces) {
   EXPECT_FALSE(brace.Accepts("\xf0"));
   EXPECT_FALSE(brace.Accepts("\xe0"));
   EXPECT_FALSE(brace.Accepts("\xc1\xbb"));
-  EXPECT_FALSE(bad.Accepts("\xe0\x81\xbb"));     // overlong '{'
-  EXPECT_FALSE(bad.Accepts("\xed\xa0\x80"));     // a surrogate
+  EXPECT_FALSE(bad.Accepts("\xe0\x81\xbb"));      // overlong '{'
+  EXPECT_FALSE(bad.Accepts("\xed\xa0\x80"));      // a surrogate
   EXPECT_FALSE(bad.Accepts("\xf4\x90\x80\x80"));  // past U+10FFFF
 }
 
