@@ -15,7 +15,8 @@ endif()
 # The apps rule. apps/ links rotor_engine, which links every module, so this is
 # policy rather than something CMake enforces: apps/ parses arguments and
 # prints, and everything it runs is a module meant for it. Whole modules:
-# base (Status, timers, RSS, logging), sampling (SamplingParams), engine
+# base (Status, timers, RSS, logging), sampling (SamplingParams), grammar
+# (the grammars and JSON schemas SamplingParams carries), engine
 # (sessions, scheduler, prompt cache), eval (perplexity studies) and
 # bench_runner (`rotor bench`), kv_args (KV options as flags and JSON
 # fields) and server (`rotor serve`). Of the other modules only the types the
@@ -26,7 +27,7 @@ endif()
 # under apps/ that needs one is code for a module.
 # A listed header that no file under apps/ includes is an error too, so the
 # list cannot outlive its reason.
-set(apps_modules base sampling engine eval bench_runner kv_args server)
+set(apps_modules base sampling grammar engine eval bench_runner kv_args server)
 set(apps_headers
     gguf/gguf.h gguf/gguf_info.h
     kv/kv_config.h kv/kv_lists.h

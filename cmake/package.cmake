@@ -10,7 +10,7 @@ include(CMakePackageConfigHelpers)
 set(ROTOR_VERSION ${PROJECT_VERSION})
 set(ROTOR_SOVERSION 0)
 # The modules in librotor, in link order (capi first).
-set(ROTOR_LIB_MODULES capi engine model attention kv sampling tokenizer gguf ops tensor base)
+set(ROTOR_LIB_MODULES capi engine model attention kv sampling grammar tokenizer gguf ops tensor base)
 set(ROTOR_CAPI_SOURCES src/capi/capi_model.cc src/capi/capi_context.cc src/capi/capi_generate.cc)
 list(TRANSFORM ROTOR_CAPI_SOURCES PREPEND ${PROJECT_SOURCE_DIR}/)
 

@@ -12,6 +12,8 @@
 #include <memory>
 #include <sstream>
 
+#include "grammar/grammar.h"
+
 namespace rotor::cli {
 
 std::string FindBundledFile(const std::string& relative) {
@@ -135,6 +137,60 @@ void AddSamplingOptions(CLI::App* app, SamplingParams* p) {
                   "subtracted once per occurrence in the last --repeat-last-n (0 = off)")
       ->capture_default_str();
   app->add_option("-s,--seed", p->seed, "RNG seed (default: random)");
+  AddGrammarOptions(app, p);
+}
+
+namespace {
+
+// Parses GBNF into p->grammar; `source` names the option (and file) in errors.
+void SetGrammar(SamplingParams* p, std::string_view gbnf, const std::string& source) {
+  Result<std::shared_ptr<const grammar::Grammar>> g = grammar::ParseGrammar(gbnf);
+  if (!g.ok()) throw CLI::ValidationError(source + ": " + g.status().message());
+  p->grammar = std::move(*g);
+}
+
+void SetSchema(SamplingParams* p, std::string_view schema, const std::string& source) {
+  Result<std::string> gbnf = grammar::JsonSchemaToGrammar(schema);
+  if (!gbnf.ok()) throw CLI::ValidationError(source + ": " + gbnf.status().message());
+  SetGrammar(p, *gbnf, source);
+}
+
+std::string ReadOrThrow(const std::string& option, const std::string& path) {
+  Result<std::string> text = ReadFile(path);
+  if (!text.ok()) throw CLI::ValidationError(option + ": " + text.status().message());
+  return std::move(*text);
+}
+
+}  // namespace
+
+void AddGrammarOptions(CLI::App* app, SamplingParams* p) {
+  auto* g = app->add_option_function<std::string>(
+      "--grammar", [p](const std::string& v) { SetGrammar(p, v, "--grammar"); },
+      "constrain the output to this GBNF grammar (llama.cpp's format; docs/GRAMMAR.md)");
+  g->type_name("GBNF");
+  auto* gf = app->add_option_function<std::string>(
+      "--grammar-file",
+      [p](const std::string& path) {
+        SetGrammar(p, ReadOrThrow("--grammar-file", path), "--grammar-file " + path);
+      },
+      "--grammar, read from a file");
+  gf->type_name("FILE");
+  auto* js = app->add_option_function<std::string>(
+      "-j,--json-schema", [p](const std::string& v) { SetSchema(p, v, "--json-schema"); },
+      "constrain the output to JSON valid against this JSON Schema (docs/GRAMMAR.md lists the "
+      "supported keywords)");
+  js->type_name("JSON");
+  auto* jf = app->add_option_function<std::string>(
+      "--json-schema-file",
+      [p](const std::string& path) {
+        SetSchema(p, ReadOrThrow("--json-schema-file", path), "--json-schema-file " + path);
+      },
+      "--json-schema, read from a file");
+  jf->type_name("FILE");
+  const std::vector<CLI::Option*> all = {g, gf, js, jf};
+  for (CLI::Option* a : all)
+    for (CLI::Option* b : all)
+      if (a != b) a->excludes(b);
 }
 
 // Every KV option from the one table: its flag, its help with choices and

@@ -36,8 +36,11 @@ void AddEngineOptions(CLI::App* app, EngineOptions* o);
 void AddLlamaCppNotes(CLI::App* app);
 // --prefill-step (llama.cpp's -ub) and -b / --batch-size, which caps it.
 void AddPrefillStepOptions(CLI::App* app, int* prefill_step);
-// --temp, --top-k, ... on a subcommand.
+// --temp, --top-k, ... on a subcommand (and AddGrammarOptions).
 void AddSamplingOptions(CLI::App* app, SamplingParams* p);
+// --grammar, --grammar-file, -j/--json-schema, --json-schema-file: parsed at
+// once into p->grammar (a parse error is the option's error).
+void AddGrammarOptions(CLI::App* app, SamplingParams* p);
 // Every option of the KV option table (kv_config.h): --kv, --kv-size, ...
 void AddKvOptions(CLI::App* app, KvConfig* kv);
 

@@ -13,6 +13,7 @@
 #include "cli_common.h"
 #include "kv_args/kv_args.h"
 #include "engine/scheduler.h"
+#include "grammar/grammar.h"
 
 namespace rotor::cli {
 namespace {
@@ -65,6 +66,16 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
                                : v.get<std::vector<std::string>>();
       else if (key == "ignore_eos")
         o.ignore_eos = v.get<bool>();
+      else if (key == "grammar" || key == "json_schema") {
+        // GBNF text; a JSON Schema as an object (or its text).
+        Result<std::string> gbnf = key == "grammar" ? Result<std::string>(v.get<std::string>())
+                                   : grammar::JsonSchemaToGrammar(
+                                         v.is_string() ? v.get<std::string>() : v.dump());
+        if (!gbnf.ok()) return Errorf("--prompts line {}: {}: {}", line_no, key, gbnf.message());
+        auto g = grammar::ParseGrammar(*gbnf);
+        if (!g.ok()) return Errorf("--prompts line {}: {}: {}", line_no, key, g.message());
+        p.grammar = std::move(*g);
+      }
       else if (!IsKvField(key))  // KV fields: set above, in the option table's order
         return Errorf("--prompts line {}: unknown field \"{}\"", line_no, key);
     }

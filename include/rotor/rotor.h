@@ -318,6 +318,11 @@ typedef struct rotor_generate_params {
   const char *const *stop;            /* stop strings (not part of the output) */
   size_t n_stop;
   int prefill_step;                   /* 0 = 512 */
+  /* Constrained output (docs/GRAMMAR.md): at most one of these, NULL = none.
+   * A GBNF grammar (llama.cpp's format) or a JSON Schema (JSON text); an
+   * invalid one is an error naming its line/column or schema path. */
+  const char *grammar;
+  const char *json_schema;
 } rotor_generate_params;
 
 /* add_bos true, n_predict 256, the default sampler, full cache. */

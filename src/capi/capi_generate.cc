@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "capi_internal.h"
+#include "grammar/grammar.h"
 
 using rotor::capi::Guard;
 using rotor::capi::Make;
@@ -42,6 +43,17 @@ rotor_status* rotor_generate(rotor_model* model, const rotor_generate_params* pa
       o.stop.emplace_back(params->stop[i]);
     }
     if (params->kv) o.kv = params->kv->config;
+    ROTOR_CAPI_REQUIRE(!(params->grammar && params->json_schema),
+                       "rotor_generate: give grammar or json_schema, not both");
+    if (params->grammar || params->json_schema) {
+      rotor::Result<std::string> gbnf =
+          params->grammar ? rotor::Result<std::string>(std::string(params->grammar))
+                          : rotor::grammar::JsonSchemaToGrammar(params->json_schema);
+      if (!gbnf.ok()) return rotor::capi::FromStatus(gbnf.status());
+      auto g = rotor::grammar::ParseGrammar(*gbnf);
+      if (!g.ok()) return rotor::capi::FromStatus(g.status());
+      o.sampling.grammar = std::move(*g);
+    }
     o.collect_output = false;  // streamed: memory stays flat however long it runs
     // A prompt longer than the cache is the context's error; the rest the caller's.
     rotor::Engine& engine = *model->engine;

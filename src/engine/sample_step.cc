@@ -1,6 +1,9 @@
 #include "engine/sample_step.h"
 
 #include <algorithm>
+#include <limits>
+
+#include "base/check.h"
 
 #include "engine/runner.h"
 
@@ -11,7 +14,9 @@ SampleStep::SampleStep(const Tokenizer& tokenizer, Sampler& sampler, StopRules r
       sampler_(sampler),
       rules_(std::move(rules)),
       decoder_(tokenizer),
-      stops_(rules_.stop) {}
+      stops_(rules_.stop) {
+  if (sampler_.params().grammar) grammar_.emplace(sampler_.params().grammar);
+}
 
 bool SampleStep::Ends(int32_t token) const {
   return tokenizer_.IsEndOfGeneration(token) ||
@@ -26,13 +31,26 @@ Sampled SampleStep::Next(std::span<const float> logits, const KvCache& cache) {
     s.finish = FinishReason::kLength;
     return s;
   }
-  s.token = sampler_.Sample(logits);
+  if (!grammar_) {
+    s.token = sampler_.Sample(logits);
+  } else {
+    s.token = SampleConstrained(logits);
+    if (s.token < 0) {
+      s.finish = FinishReason::kStop;
+      return s;
+    }
+  }
   if (!rules_.ignore_eos && Ends(s.token)) {
     s.finish = FinishReason::kEos;
     return s;
   }
   s.generated = true;
   ++n_generated_;
+  if (grammar_) {
+    const std::string_view text = GrammarText(s.token);
+    grammar_started_ |= !text.empty();
+    CHECK(grammar_->Accept(text));  // Allowed() said so
+  }
   s.piece = decoder_.Push(s.token);
   s.text = Release(stops_.Push(s.piece));
   if (stops_.stopped()) {
@@ -45,8 +63,48 @@ Sampled SampleStep::Next(std::span<const float> logits, const KvCache& cache) {
   }
   s.continues = true;
   sampler_.Accept(s.token);
+  if (grammar_ && grammar_->Done()) {
+    s.finish = FinishReason::kEos;
+    return s;
+  }
   if (rules_.n_predict >= 0 && n_generated_ >= rules_.n_predict) s.finish = FinishReason::kLength;
   return s;
+}
+
+std::string_view SampleStep::GrammarText(int32_t token) const {
+  std::string_view text = tokenizer_.PieceView(token);
+  if (rules_.trim_leading_space && !grammar_started_) {
+    const size_t first = text.find_first_not_of(" \t\n\r\f\v");
+    text = first == std::string_view::npos ? std::string_view() : text.substr(first);
+  }
+  return text;
+}
+
+bool SampleStep::Allowed(int32_t token) const {
+  if (Ends(token)) return !rules_.ignore_eos && grammar_->CanEnd();
+  // A token without text (control, unused) would let the model stall.
+  const std::string_view text = GrammarText(token);
+  return !text.empty() && grammar_->Accepts(text);
+}
+
+int32_t SampleStep::SampleConstrained(std::span<const float> logits) {
+  const int32_t first = sampler_.Sample(logits);
+  if (Allowed(first)) return first;
+  const auto n = static_cast<int32_t>(logits.size());
+  masked_.resize(logits.size());
+  bool any = false;
+  for (int32_t t = 0; t < n; ++t) {
+    const bool ok = t != first && Allowed(t);
+    masked_[t] = ok ? logits[t] : -std::numeric_limits<float>::infinity();
+    any |= ok;
+  }
+  if (!any) return -1;
+  const int32_t t = sampler_.Sample(masked_);
+  if (Allowed(t)) return t;
+  // Every allowed logit was -inf too (the sampler's fallback): the first allowed.
+  for (int32_t i = 0; i < n; ++i)
+    if (i != first && Allowed(i)) return i;
+  return -1;
 }
 
 SampleStep::Tail SampleStep::Flush() {

@@ -2,7 +2,12 @@
 // ChatSession reply) does with the logits after its sequence's last token.
 // One order for everyone:
 //   1. the budget is spent (n_predict tokens generated)  -> kLength, nothing sampled
-//   2. sample a token
+//   2. sample a token; with a grammar (SamplingParams::grammar) only one
+//      whose text the grammar accepts, or an end-of-generation token when
+//      the grammar may end here. The draw is checked first and the
+//      vocabulary masked only when it is refused, so most steps test one
+//      token; none allowed (the vocabulary cannot continue) -> kStop,
+//      nothing sampled
 //   3. an end-of-generation token, or one of end_tokens
 //      (chat: the template's end of turn), unless
 //      ignore_eos                                         -> kEos; the token is dropped
@@ -13,7 +18,8 @@
 //   6. the cache has no room to run the token             -> kContext; the token is output,
 //                                                            it does not continue the text
 //   7. the token continues the text: the sampler accepts it (repetition
-//      history); the budget is now spent                  -> kLength
+//      history); the grammar is complete (nothing can follow) -> kEos
+//      (the token is kept); else the budget is now spent  -> kLength
 // A token that continues the text and did not finish the step is run by the
 // caller before the next step. At kLength the last token continues the text
 // too: a caller that keeps the text (chat) runs it, one that ends (the
@@ -29,6 +35,7 @@
 
 #include "engine/engine.h"
 #include "engine/stop_matcher.h"
+#include "grammar/matcher.h"
 #include "kv/kv_cache.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -73,6 +80,12 @@ class SampleStep {
 
  private:
   bool Ends(int32_t token) const;
+  // Step 2 with a grammar: -1 when no token is allowed.
+  int32_t SampleConstrained(std::span<const float> logits);
+  bool Allowed(int32_t token) const;
+  // The part of a token's text the grammar sees: chat replies skip leading
+  // whitespace until the grammar has seen something (as the released text).
+  std::string_view GrammarText(int32_t token) const;
   std::string Release(std::string text);
 
   const Tokenizer& tokenizer_;
@@ -82,6 +95,9 @@ class SampleStep {
   StopMatcher stops_;
   int64_t n_generated_ = 0;
   bool released_ = false;  // text has been released (trim_leading_space is done)
+  std::optional<grammar::Matcher> grammar_;  // only with a grammar: no cost otherwise
+  bool grammar_started_ = false;             // the grammar has seen a character
+  std::vector<float> masked_;                // [n_vocab] once a draw was refused
 };
 
 }  // namespace rotor

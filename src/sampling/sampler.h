@@ -40,11 +40,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "base/status.h"
+#include "grammar/grammar.h"
 
 namespace rotor {
 
@@ -61,6 +63,10 @@ struct SamplingParams {
   float presence_penalty = 0.0f;   // 0 = off; subtracted once from a token in the window
   float frequency_penalty = 0.0f;  // 0 = off; subtracted per occurrence in the window
   uint64_t seed = kRandomSeed;  // kRandomSeed = random; anything else reproducible
+  // Output constrained to this grammar (null = unconstrained). Enforced by
+  // the generation step, which knows the tokens' texts (engine/sample_step.h);
+  // the Sampler itself only ever sees the logits it is given.
+  std::shared_ptr<const grammar::Grammar> grammar = nullptr;
 };
 
 // Checks ranges; errors read like "sampling: top_p 1.5 out of range [0, 1]".

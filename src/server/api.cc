@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "grammar/grammar.h"
 #include "kv_args/kv_args.h"
 
 #include <cmath>
@@ -212,6 +213,69 @@ std::optional<ApiError> RejectUnsupported(const json& j) {
   return std::nullopt;
 }
 
+// Constrained output: OpenAI's response_format, llama-server's grammar and
+// json_schema; at most one of them. Sets s->grammar (the server's default,
+// from --grammar, stays when the request names none).
+std::optional<ApiError> ParseConstraint(const json& j, SamplingParams* s) {
+  std::string field, gbnf;
+  auto set = [&](const char* name, std::string text) -> std::optional<ApiError> {
+    if (!field.empty())
+      return Bad(name, fmt::format("'{}' and '{}' both constrain the output: give one", field, name));
+    field = name;
+    gbnf = std::move(text);
+    return std::nullopt;
+  };
+  auto schema = [](const char* name, const json& v) -> Result<std::string> {
+    if (!v.is_object() && !v.is_boolean())
+      return Errorf("'{}' must be a JSON Schema object", name);
+    return grammar::JsonSchemaToGrammar(v.dump());
+  };
+  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
+    const json& rf = *it;
+    auto type = rf.is_object() ? rf.find("type") : rf.end();
+    if (type == rf.end() || !type->is_string())
+      return Bad("response_format", "'response_format' must be an object with a string 'type'");
+    const std::string t = type->get<std::string>();
+    Result<std::string> text = std::string();
+    if (t == "json_object") {
+      // llama-server also takes a schema here.
+      auto sc = rf.find("schema");
+      text = sc == rf.end() ? Result<std::string>(std::string(grammar::JsonGrammarText()))
+                            : schema("response_format.schema", *sc);
+    } else if (t == "json_schema") {
+      // OpenAI: {"json_schema": {"schema": ...}}; llama-server: {"schema": ...}.
+      const json* sc = nullptr;
+      if (auto js = rf.find("json_schema"); js != rf.end() && js->is_object())
+        if (auto in = js->find("schema"); in != js->end()) sc = &*in;
+      if (auto direct = rf.find("schema"); sc == nullptr && direct != rf.end()) sc = &*direct;
+      text = sc == nullptr
+                 ? Result<std::string>(Errorf("'response_format.json_schema.schema' is required"))
+                 : schema("response_format.json_schema.schema", *sc);
+    } else if (t != "text") {
+      return Bad("response_format", fmt::format("unknown response_format type '{}' (text, "
+                                                "json_object or json_schema)", t));
+    }
+    if (!text.ok()) return Bad("response_format", "'response_format': " + text.message());
+    if (t != "text")
+      if (auto e = set("response_format", std::move(*text))) return e;
+  }
+  if (auto it = j.find("json_schema"); it != j.end() && !it->is_null()) {
+    Result<std::string> text = schema("json_schema", *it);
+    if (!text.ok()) return Bad("json_schema", "'json_schema': " + text.message());
+    if (auto e = set("json_schema", std::move(*text))) return e;
+  }
+  if (auto it = j.find("grammar"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) return Bad("grammar", "'grammar' must be a string (GBNF)");
+    if (!it->get<std::string>().empty())
+      if (auto e = set("grammar", it->get<std::string>())) return e;
+  }
+  if (field.empty()) return std::nullopt;
+  Result<std::shared_ptr<const grammar::Grammar>> g = grammar::ParseGrammar(gbnf);
+  if (!g.ok()) return Bad(field, fmt::format("'{}': {}", field, g.message()));
+  s->grammar = std::move(*g);
+  return std::nullopt;
+}
+
 // The request's KV fields start from the server's options: naming another
 // policy starts from that policy's defaults (KvConfig::Set).
 std::optional<ApiError> ParseKv(const json& j, KvConfig* kv) {
@@ -316,6 +380,7 @@ std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
   }
   if (f.error()) return f.error();
   if (auto e = ParseKv(j, &o.kv)) return e;
+  if (auto e = ParseConstraint(j, &s)) return e;
   if (Status st = ValidateSamplingParams(s); !st.ok()) return Bad("", st.message());
   return std::nullopt;
 }

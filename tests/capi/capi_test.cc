@@ -180,6 +180,39 @@ TEST_F(CApi, GreedyTextEqualsTheReferenceThroughEvalAndThroughGenerate) {
   EXPECT_EQ(text.substr(0, n_bytes), "Once upon a time" + streamed);
 }
 
+TEST_F(CApi, GenerateFollowsAGrammarOrASchema) {
+  rotor_generate_params g = rotor_generate_default_params();
+  g.prompt = "Once upon a time";
+  g.n_predict = 100;
+  g.sampling.seed = 3;
+  g.grammar = "root ::= \"yes\" | \"no\"";
+  auto append = [](const char* t, size_t n, void* user) {
+    static_cast<std::string*>(user)->append(t, n);
+    return true;
+  };
+  std::string text;
+  rotor_generate_result r{};
+  ASSERT_OK(rotor_generate(model_, &g, append, &text, &r));
+  EXPECT_TRUE(text == "yes" || text == "no") << text;
+  EXPECT_EQ(r.finish, ROTOR_FINISH_EOS);
+
+  g.grammar = nullptr;
+  g.json_schema = R"({"type": "array", "items": {"type": "integer"}, "maxItems": 2})";
+  text.clear();
+  ASSERT_OK(rotor_generate(model_, &g, append, &text, &r));
+  EXPECT_EQ(text.front(), '[') << text;
+  EXPECT_EQ(text.back(), ']') << text;
+
+  g.json_schema = R"({"type": "string", "pattern": "x"})";
+  St bad = rotor_generate(model_, &g, append, &text, &r);
+  EXPECT_EQ(bad.code(), ROTOR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(bad.msg().find("unsupported keyword 'pattern'"), std::string::npos) << bad.msg();
+  g.json_schema = nullptr;
+  g.grammar = "root ::= nothing";
+  St bad_gbnf = rotor_generate(model_, &g, append, &text, &r);
+  EXPECT_NE(bad_gbnf.msg().find("undefined rule 'nothing'"), std::string::npos) << bad_gbnf.msg();
+}
+
 TEST_F(CApi, TokenBuffersTooSmallReportTheSizeNeeded) {
   size_t n = 0;
   St s = rotor_tokenize(model_, "Once upon a time", 16, true, false, nullptr, 0, &n);

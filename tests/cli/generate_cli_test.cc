@@ -74,6 +74,63 @@ TEST(GenerateCliTest, KvTypeF16AndBadKvType) {
   EXPECT_THAT(bad.err, HasSubstr("q4"));
 }
 
+TEST(GenerateCliTest, GrammarAndJsonSchemaConstrainTheOutput) {
+  const std::string prompt = "Once upon a time";
+  CliResult g = RunRotor({"generate", "-m", BundledModel(), "-p", prompt, "-n", "64", "-s", "3",
+                          "--grammar", R"(root ::= " The " ("cat" | "dog") " was " [a-z]{1,9} ".")"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_THAT(g.out, ::testing::MatchesRegex(prompt + " The (cat|dog) was [a-z]+\\.\n?"));
+  TempDir dir;
+  {
+    std::ofstream(dir.File("schema.json"))
+        << R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})";
+  }
+  CliResult j = RunRotor({"generate", "-m", BundledModel(), "-p", prompt, "-n", "100", "-s", "4",
+                          "--json-schema-file", dir.File("schema.json")});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  ASSERT_EQ(j.out.rfind(prompt, 0), 0u) << j.out;
+  const nlohmann::json v = nlohmann::json::parse(j.out.substr(prompt.size()), nullptr, false);
+  ASSERT_FALSE(v.is_discarded()) << j.out;
+  EXPECT_TRUE(v["n"].is_number_integer()) << j.out;
+
+  CliResult bad = RunRotor({"generate", "-m", BundledModel(), "-p", "hi", "--grammar",
+                            "root ::= \"a\" | b"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--grammar: grammar: line 1, column 16: undefined rule 'b'"));
+  CliResult schema = RunRotor({"generate", "-m", BundledModel(), "-p", "hi", "-j",
+                               R"({"type": "number", "minimum": 1})"});
+  EXPECT_NE(schema.exit_code, 0);
+  EXPECT_THAT(schema.err, HasSubstr("--json-schema: json schema: at #: unsupported keyword 'minimum'"));
+  CliResult both = RunRotor({"generate", "-m", BundledModel(), "-p", "hi", "--grammar",
+                             "root ::= \"a\"", "-j", "{}"});
+  EXPECT_NE(both.exit_code, 0);
+  CliResult missing = RunRotor({"generate", "-m", BundledModel(), "-p", "hi", "--grammar-file",
+                                dir.File("nope.gbnf")});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_THAT(missing.err, HasSubstr("nope.gbnf"));
+
+  // --prompts lines carry their own.
+  {
+    std::ofstream(dir.File("p.jsonl"))
+        << R"({"prompt": "A", "grammar": "root ::= \"yes\" | \"no\"", "seed": 1})" << "\n"
+        << R"({"prompt": "B", "json_schema": {"enum": [1, 2]}, "seed": 2})" << "\n";
+    std::ofstream(dir.File("bad.jsonl")) << R"({"prompt": "A", "grammar": "root ::= ("})" << "\n";
+  }
+  CliResult p = RunRotor({"generate", "-m", BundledModel(), "--prompts", dir.File("p.jsonl")});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  std::istringstream lines(p.out);
+  std::map<int, std::string> texts;
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    texts[r["id"].get<int>()] = r["text"];
+  }
+  EXPECT_TRUE(texts[0] == "yes" || texts[0] == "no") << p.out;
+  EXPECT_TRUE(texts[1] == "1" || texts[1] == "2") << p.out;
+  CliResult pb = RunRotor({"generate", "-m", BundledModel(), "--prompts", dir.File("bad.jsonl")});
+  EXPECT_NE(pb.exit_code, 0);
+  EXPECT_THAT(pb.err, HasSubstr("--prompts line 1: grammar: grammar: line 1"));
+}
+
 // --prompts FILE --parallel P: plain and JSONL lines with their own options,
 // one JSON line per prompt; greedy text the same as each prompt alone.
 TEST(GenerateCliTest, PromptsFileInParallelEqualsEachAlone) {

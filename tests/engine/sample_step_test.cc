@@ -154,5 +154,45 @@ TEST_F(SampleStepTest, FlushReleasesHeldText) {
   EXPECT_EQ(step.Flush().text, " time");
 }
 
+// 2 with a grammar: a refused draw falls back to the best allowed token;
+// EOS only where the grammar may end; a complete grammar ends the step.
+TEST_F(SampleStepTest, GrammarRefusesTokensAndEndsWhenComplete) {
+  auto g = grammar::ParseGrammar(R"g(root ::= " a" " time"?)g");
+  ASSERT_TRUE(g.ok()) << g.message();
+  SamplingParams p;
+  p.temperature = 0;
+  p.grammar = *g;
+  Sampler sampler(p, n_vocab());
+  SampleStep step(*tok_, sampler, StopRules{});
+  // The argmax " Once" is refused; " a" is allowed (the second best is " upon",
+  // refused too, so the fallback is the best of the allowed).
+  std::vector<float> l = Peak(kOnce, kUpon);
+  l[kA] = 0.5f;
+  const Sampled a = step.Next(l, *cache_);
+  EXPECT_EQ(a.token, kA);
+  EXPECT_TRUE(a.continues);
+  EXPECT_FALSE(a.finish);
+  const Sampled t = step.Next(Peak(kTime), *cache_);
+  EXPECT_EQ(t.token, kTime);
+  EXPECT_EQ(t.finish, FinishReason::kEos);  // nothing can follow " a time"
+  EXPECT_TRUE(t.continues);
+}
+
+TEST_F(SampleStepTest, GrammarAllowsEosOnlyWhereItMayEnd) {
+  auto g = grammar::ParseGrammar(R"g(root ::= " a"+)g");
+  ASSERT_TRUE(g.ok()) << g.message();
+  SamplingParams p;
+  p.temperature = 0;
+  p.grammar = *g;
+  Sampler sampler(p, n_vocab());
+  SampleStep step(*tok_, sampler, StopRules{});
+  std::vector<float> l = Peak(tok_->eos());
+  l[kA] = 0.5f;
+  EXPECT_EQ(step.Next(l, *cache_).token, kA);  // EOS refused: nothing yet
+  const Sampled e = step.Next(l, *cache_);
+  EXPECT_EQ(e.token, tok_->eos());
+  EXPECT_EQ(e.finish, FinishReason::kEos);
+}
+
 }  // namespace
 }  // namespace rotor

@@ -157,6 +157,58 @@ TEST(ServeApiTest, ErrorsNameTheField) {
   }
 }
 
+TEST(ServeApiTest, ConstrainedOutputFields) {
+  const char* ok[] = {
+      R"({"prompt": "a", "response_format": {"type": "json_object"}})",
+      R"({"prompt": "a", "response_format": {"type": "json_schema", "json_schema":
+          {"name": "x", "strict": true, "schema": {"type": "object", "properties":
+          {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false}}}})",
+      R"({"prompt": "a", "response_format": {"type": "json_object", "schema": {"enum": [1]}}})",
+      R"({"prompt": "a", "json_schema": {"type": "string"}})",
+      R"({"prompt": "a", "grammar": "root ::= \"x\""})",
+  };
+  for (const char* body : ok) {
+    ApiRequest r;
+    auto e = ParseRequest(body, Endpoint::kCompletions, Defaults(), &r);
+    ASSERT_FALSE(e) << body << ": " << e->message;
+    EXPECT_NE(r.options.sampling.grammar, nullptr) << body;
+  }
+  ApiRequest r;
+  auto e = ParseRequest(R"({"prompt": "a", "response_format": {"type": "text"}, "grammar": ""})",
+                        Endpoint::kCompletions, Defaults(), &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.options.sampling.grammar, nullptr);
+
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* message;
+  };
+  const Case bad[] = {
+      {R"({"prompt": "a", "response_format": "json"})", "response_format", "string 'type'"},
+      {R"({"prompt": "a", "response_format": {"type": "xml"}})", "response_format",
+       "unknown response_format type 'xml'"},
+      {R"({"prompt": "a", "response_format": {"type": "json_schema"}})", "response_format",
+       "json_schema.schema' is required"},
+      {R"({"prompt": "a", "response_format": {"type": "json_schema", "json_schema":
+          {"schema": {"type": "string", "pattern": "a"}}}})",
+       "response_format", "at #: unsupported keyword 'pattern'"},
+      {R"({"prompt": "a", "json_schema": 3})", "json_schema", "must be a JSON Schema object"},
+      {R"({"prompt": "a", "grammar": "root ::= x"})", "grammar", "undefined rule 'x'"},
+      {R"({"prompt": "a", "grammar": 3})", "grammar", "must be a string"},
+      {R"({"prompt": "a", "grammar": "root ::= \"x\"", "json_schema": {}})", "grammar",
+       "'json_schema' and 'grammar' both constrain"},
+  };
+  for (const Case& c : bad) {
+    ApiRequest req;
+    auto err = ParseRequest(c.body, Endpoint::kCompletions, Defaults(), &req);
+    ASSERT_TRUE(err) << c.body;
+    EXPECT_EQ(err->status, 400);
+    EXPECT_EQ(err->param, c.param) << c.body << ": " << err->message;
+    EXPECT_NE(err->message.find(c.message), std::string::npos) << err->message;
+  }
+}
+
 TEST(ServeApiTest, ResponseShapes) {
   const ResponseMeta chat{Endpoint::kChat, "chatcmpl-1", 1700000000, "m"};
   const ResponseMeta text{Endpoint::kCompletions, "cmpl-1", 1700000000, "m"};

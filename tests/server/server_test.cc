@@ -308,4 +308,34 @@ TEST_F(ServerTest, NonStreamingClientGoingAwayIsCancelled) {
 }
 
 }  // namespace
+// Constrained output through the server: the reply is JSON valid against the
+// schema, streamed or not, and a bad schema is a 400 naming the field.
+TEST_F(ServerTest, ResponseFormatJsonSchema) {
+  const json schema = {{"type", "object"},
+                       {"properties", {{"answer", {{"enum", {"yes", "no"}}}}}},
+                       {"required", {"answer"}}};
+  for (uint64_t seed : {1, 2, 3}) {
+    const json body = {
+        {"messages", {{{"role", "user"}, {"content", "Is the sky blue?"}}}},
+        {"max_tokens", 64},
+        {"seed", seed},
+        {"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", schema}}}}}};
+    int status = 0;
+    const json r = Post("/v1/chat/completions", body, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    const std::string content = r["choices"][0]["message"]["content"];
+    const json v = json::parse(content, nullptr, false);
+    ASSERT_FALSE(v.is_discarded()) << content;
+    EXPECT_TRUE(v["answer"] == "yes" || v["answer"] == "no") << content;
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+    const StreamResult st = PostStream(port(), "/v1/chat/completions", body);
+    EXPECT_EQ(st.text, content);
+  }
+  int status = 0;
+  const json bad = Post("/v1/completions",
+                        {{"prompt", "hi"}, {"grammar", "root ::= nothing"}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(bad["error"]["param"], "grammar") << bad.dump();
+}
+
 }  // namespace rotor::serve::testing

@@ -1,0 +1,150 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace rotor::grammar {
+namespace {
+
+using Kind = Element::Kind;
+
+// The smallest code point a UTF-8 sequence of each length may encode.
+constexpr uint32_t kMinOfLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+
+void Dedupe(std::vector<std::vector<const Element*>>* stacks) {
+  std::sort(stacks->begin(), stacks->end());
+  stacks->erase(std::unique(stacks->begin(), stacks->end()), stacks->end());
+}
+
+}  // namespace
+
+Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
+  CHECK(grammar_ != nullptr && grammar_->root >= 0);
+  Reset();
+}
+
+void Matcher::Reset() {
+  state_ = State{};
+  // The root's alternatives start the stacks; nothing continues after them.
+  for (const Alternative& alt : grammar_->rules[grammar_->root].alternatives) {
+    Stack t;
+    if (alt[0].kind != Kind::kEnd) t.push_back(&alt[0]);
+    Expand(std::move(t), &state_.stacks);
+  }
+  Dedupe(&state_.stacks);
+}
+
+void Matcher::Expand(Stack s, std::vector<Stack>* out) const {
+  if (s.empty() || s.back()->kind == Kind::kChars) {
+    out->push_back(std::move(s));
+    return;
+  }
+  const Element* ref = s.back();
+  s.pop_back();
+  if ((ref + 1)->kind != Kind::kEnd) s.push_back(ref + 1);
+  for (const Alternative& alt : grammar_->rules[ref->rule].alternatives) {
+    Stack t = s;
+    if (alt[0].kind != Kind::kEnd) t.push_back(&alt[0]);
+    Expand(std::move(t), out);
+  }
+}
+
+void Matcher::Step(const std::vector<Stack>& in, uint32_t cp, std::vector<Stack>* out) const {
+  out->clear();
+  for (const Stack& s : in) {
+    if (s.empty() || !s.back()->Matches(cp)) continue;
+    Stack t(s.begin(), s.end() - 1);
+    const Element* next = s.back() + 1;
+    if (next->kind != Kind::kEnd) t.push_back(next);
+    Expand(std::move(t), out);
+  }
+  Dedupe(out);
+}
+
+bool Matcher::Feed(const State& from, std::string_view bytes, State* out) const {
+  // Reads from.stacks until the first step, then its own stacks, so that a
+  // test of a token's text copies nothing when the first character fails.
+  const std::vector<Stack>* cur = &from.stacks;
+  std::vector<Stack> next;
+  uint32_t partial = from.partial;
+  int need = from.need;
+  int len = from.len;
+  for (const char ch : bytes) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (need > 0) {
+      if ((b & 0xC0) != 0x80) return false;
+      partial = (partial << 6) | (b & 0x3F);
+      if (--need > 0) continue;
+    } else if (b < 0x80) {
+      partial = b;
+    } else if ((b & 0xE0) == 0xC0 && b >= 0xC2) {
+      partial = b & 0x1F, need = 1, len = 2;
+      continue;
+    } else if ((b & 0xF0) == 0xE0) {
+      partial = b & 0x0F, need = 2, len = 3;
+      continue;
+    } else if ((b & 0xF8) == 0xF0 && b <= 0xF4) {
+      partial = b & 0x07, need = 3, len = 4;
+      continue;
+    } else {
+      return false;
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not characters.
+    if (b >= 0x80 && (partial < kMinOfLength[len] || partial > 0x10FFFF ||
+                      (partial >= 0xD800 && partial <= 0xDFFF)))
+      return false;
+    Step(*cur, partial, &next);
+    if (next.empty()) return false;
+    out->stacks.swap(next);
+    cur = &out->stacks;
+    partial = 0;
+  }
+  if (cur != &out->stacks) out->stacks = from.stacks;
+  out->partial = partial;
+  out->need = need;
+  out->len = len;
+  if (need == 0) return true;
+  // A character is unfinished: some stack must accept one it can become.
+  const int bits = 6 * need;
+  const uint32_t lo = std::max(partial << bits, kMinOfLength[len]);
+  const uint32_t hi = std::min<uint32_t>(lo | ((1u << bits) - 1), 0x10FFFF);
+  for (const Stack& s : out->stacks)
+    if (!s.empty() && s.back()->MatchesAnyIn(lo, hi)) return true;
+  return false;
+}
+
+bool Matcher::Accepts(std::string_view bytes) const {
+  if (state_.stacks.empty()) return false;
+  // Cheap rejection on the first whole byte before copying any stack.
+  if (!bytes.empty() && state_.need == 0 && static_cast<unsigned char>(bytes[0]) < 0x80) {
+    const auto cp = static_cast<uint32_t>(static_cast<unsigned char>(bytes[0]));
+    bool any = false;
+    for (const Stack& s : state_.stacks) any |= !s.empty() && s.back()->Matches(cp);
+    if (!any) return false;
+  }
+  State st;
+  return Feed(state_, bytes, &st);
+}
+
+bool Matcher::Accept(std::string_view bytes) {
+  if (state_.stacks.empty()) return false;
+  State st;
+  if (!Feed(state_, bytes, &st)) return false;
+  state_ = std::move(st);
+  return true;
+}
+
+bool Matcher::CanEnd() const {
+  if (state_.need != 0) return false;
+  return std::any_of(state_.stacks.begin(), state_.stacks.end(),
+                     [](const Stack& s) { return s.empty(); });
+}
+
+bool Matcher::Done() const {
+  if (state_.need != 0) return false;
+  return std::all_of(state_.stacks.begin(), state_.stacks.end(),
+                     [](const Stack& s) { return s.empty(); });
+}
+
+}  // namespace rotor::grammar

@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include "grammar/grammar.h"
+
+namespace rotor::grammar {
+namespace {
+
+std::string ErrorOf(std::string_view text) {
+  auto g = ParseGrammar(text);
+  if (g.ok()) return "ok";
+  return g.status().message();
+}
+
+TEST(GrammarParser, ParsesTheSyntax) {
+  const char* text = R"(# a comment
+root ::= greeting " " name ("!" | "?")* [0-9]{2,3} tail?  # trailing comment
+greeting ::= "hello" | "hi"
+name ::= [A-Z] [a-z\-]+ . [^\n"]
+tail ::= (
+    "x" |
+    "y"
+  )
+  | "z\x41\u00e9\"\\" "" x{3} x{1,} x{,2}
+x ::= "q"
+)";
+  auto g = ParseGrammar(text);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const Grammar& gr = **g;
+  EXPECT_EQ(gr.rules[gr.root].name, "root");
+  EXPECT_GE(gr.Find("greeting"), 0);
+  EXPECT_EQ(gr.rules[gr.Find("greeting")].alternatives.size(), 2u);
+  EXPECT_EQ(gr.rules[gr.Find("tail")].alternatives.size(), 2u);
+}
+
+TEST(GrammarParser, JsonGrammarParses) {
+  auto g = ParseGrammar(JsonGrammarText());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+}
+
+struct Bad {
+  const char* text;
+  const char* error;
+};
+
+TEST(GrammarParser, ErrorsNameLineColumnAndProblem) {
+  const Bad cases[] = {
+      {"", "grammar: line 1, column 1: the grammar is empty"},
+      {"# only a comment\n", "the grammar is empty"},
+      {"root ::= foo\n", "grammar: line 1, column 10: undefined rule 'foo'"},
+      {"a ::= \"x\"\n", "no 'root' rule"},
+      {"root = \"x\"\n", "line 1, column 6: expected '::=' after rule name 'root', found '='"},
+      {"root ::= \"abc\n", "line 1, column 14: unterminated literal (a newline inside it)"},
+      {"root ::= \"abc", "line 1, column 10: unterminated literal '\"'"},
+      {"root ::= [abc\n", "unterminated character class '[' (a newline inside it)"},
+      {"root ::= [abc", "unterminated character class '['"},
+      {"root ::= [z-a]", "line 1, column 12: character range U+007A-U+0061 is reversed"},
+      {"root ::= (\"a\"", "unclosed '('"},
+      {"root ::= \"a\")",
+       "line 1, column 13: expected the end of the line after the rule, found ')'"},
+      {"root ::= * \"a\"", "line 1, column 10: '*' has nothing before it to repeat"},
+      {"root ::= \"a\"**", "'*' has nothing before it to repeat"},
+      {"root ::= \"a\"{3,1}", "repetition {3,1} has its maximum below its minimum"},
+      {"root ::= \"a\"{5000}", "repetition count above the limit of 1000"},
+      {"root ::= \"a\"{}", "'{' needs a count"},
+      {"root ::= \"a\"{,}", "needs a count"},
+      {"root ::= \"a\"{2", "unclosed '{'"},
+      {"root ::= \"\\q\"", "unknown escape '\\q'"},
+      {"root ::= \"\\x4\"", "escape '\\x' needs 2 hex digits"},
+      {"root ::= \"\\UFFFFFFFF\"", "past U+10FFFF"},
+      {"root ::= \"\\", "unfinished escape"},
+      {"root ::= \"a\" @", "line 1, column 14: unexpected '@'"},
+      {"root ::= <think>", "token references ('<...>') are not supported"},
+      {"root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule 'root' is defined twice"},
+      {"root ::= root \"a\" | \"b\"", "left recursion: rule 'root' can reach itself"},
+      {"root ::= a\na ::= b \"x\"\nb ::= \"\" a", "left recursion"},
+      {"root ::= (\"\")* \"x\"", "left recursion"},
+      {"root ::= \"x\"? root", "left recursion"},
+      {"root ::= (\"a\"?)*", "left recursion: rule 'root-2' can reach itself"},
+      {"root ::= \"\xff\"", "invalid UTF-8 byte 0xff"},
+      {"::= \"x\"", "line 1, column 1: expected a rule name, found ':'"},
+      {"root ::= \"a\"\n  \"b\"", "line 2, column 3: expected a rule name, found '\"'"},
+  };
+  for (const Bad& c : cases) {
+    const std::string e = ErrorOf(c.text);
+    EXPECT_NE(e.find(c.error), std::string::npos) << "grammar: " << c.text << "\nerror: " << e;
+    EXPECT_EQ(e.rfind("grammar: line ", 0), 0u) << e;
+  }
+}
+
+TEST(GrammarParser, DeepNestingIsAnErrorNotACrash) {
+  std::string text = "root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')');
+  EXPECT_NE(ErrorOf(text).find("nested deeper than"), std::string::npos);
+}
+
+TEST(GrammarParser, ArbitraryBytesNeverCrash) {
+  // A poor man's fuzz loop; the libFuzzer harness calls ParseGrammar too.
+  uint32_t x = 12345;
+  const std::string alphabet = "root ::= \"a-z[]()|*+?{},.^\\\n#xu0123456789 ";
+  for (int i = 0; i < 20000; ++i) {
+    std::string text = "root ::= ";
+    const int n = static_cast<int>(x % 24);
+    for (int j = 0; j < n; ++j) {
+      x = x * 1664525 + 1013904223;
+      text += alphabet[(x >> 16) % alphabet.size()];
+    }
+    (void)ParseGrammar(text);
+  }
+}
+
+}  // namespace
+}  // namespace rotor::grammar
