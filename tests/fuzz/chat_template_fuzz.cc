@@ -1,7 +1,8 @@
 // The chat-template renderer: detection from an arbitrary Jinja text, and
 // rendering of arbitrary messages in every format. Besides no crash: Apply is
-// the concatenation of Render's segments, and message content never comes out
-// as markup (a message cannot inject control tokens).
+// the concatenation of Render's segments, and the content segments (tokenized
+// as plain text) hold no more than the messages' content and the separators
+// that join system messages.
 //
 // Input: the template text, then messages; '\x01' separates fields ("role" then
 // "content" alternate).
@@ -59,7 +60,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(joined == text, "Apply differs from the concatenated Render");
       std::string all_content;
       for (const rotor::ChatMessage& m : messages) all_content += m.content;
-      Check(content.size() <= all_content.size(), "more content out than messages hold");
+      // Formats without a system role join system messages into the next user
+      // turn with "\n\n" (content: plain text, never a control token).
+      Check(content.size() <= all_content.size() + 2 * messages.size(),
+            "more content out than the messages hold");
       (void)t.EndOfTurn();
       (void)t.StopStrings();
       (void)t.SpecialTokens();
