@@ -33,6 +33,13 @@ std::string_view FinishReasonName(FinishReason r) {
   return "?";
 }
 
+namespace {
+// The largest context used when -c is not given (Llama 3.1's 131,072): a
+// GGUF's context_length beyond it (1,048,576 or 16,777,216) is not taken as
+// the size of per-context tables.
+constexpr int kMaxDefaultContext = 1 << 17;
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (options.n_threads < 0) return Errorf("engine: -t {} must be positive", options.n_threads);
   if (options.n_ctx < 0) return Errorf("engine: -c {} must not be negative", options.n_ctx);

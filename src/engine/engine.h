@@ -25,16 +25,10 @@
 
 namespace rotor {
 
-// The largest context used when -c is not given (Llama 3.1's 131,072): a
-// GGUF's context_length beyond it (1,048,576 or 16,777,216) is not taken as
-// the size of per-context tables.
-inline constexpr int kMaxDefaultContext = 1 << 17;
-
 struct EngineOptions {
   std::string model_path;
   int n_threads = 0;  // 0 = the machine's hardware threads
-  int n_ctx = 0;      // context per sequence; 0 = the model's trained context, at most
-                      // kMaxDefaultContext
+  int n_ctx = 0;      // context per sequence; 0 = the model's trained context
   // Bytes all K/V of the process may hold (the block pool's budget, kv_pool.h);
   // 0 = DefaultKvMemory for max_seqs sequences.
   int64_t kv_memory_bytes = 0;
