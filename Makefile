@@ -63,17 +63,16 @@ test: build
 	$(MAKE) --no-print-directory test-tsan
 	$(MAKE) --no-print-directory test-fuzz
 
-# ROTOR_TEST_SMALL=1: tests that take a size run a smaller one (the sanitizers cost 2-15x).
 test-asan: deps
 	cmake -S . -B $(ASAN_DIR) $(SAN_CONFIG) -DROTOR_SANITIZE=address >/dev/null
 	cmake --build $(ASAN_DIR) -j $(JOBS)
-	cd $(ASAN_DIR) && ROTOR_TEST_SMALL=1 ASAN_OPTIONS=detect_leaks=1 \
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1 \
 	  ctest --output-on-failure -j $(JOBS) -LE '$(ASAN_EXCLUDE)' --timeout 900
 
 test-tsan: deps
 	cmake -S . -B $(TSAN_DIR) $(SAN_CONFIG) -DROTOR_SANITIZE=thread >/dev/null
 	cmake --build $(TSAN_DIR) -j $(JOBS) --target $(TSAN_TARGETS)
-	cd $(TSAN_DIR) && ROTOR_TEST_SMALL=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure -j $(JOBS) -L tsan --timeout 900
 
 $(FUZZ_DIR)/CMakeCache.txt: | deps

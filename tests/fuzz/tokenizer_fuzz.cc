@@ -3,7 +3,9 @@
 // in the vocabulary, and without special-token parsing valid UTF-8 comes back
 // byte for byte (Decode(Encode(s, true)) == s, tokenizer.h; invalid UTF-8 need
 // not: SentencePiece's split, as llama.cpp's, lets a bad lead byte swallow the
-// escaped space after it, spm_test.cc InvalidLeadByteSwallowsEscapedSpace).
+// escaped space after it, spm_test.cc InvalidLeadByteSwallowsEscapedSpace; and
+// a literal U+2581 "▁" in the text is SentencePiece's escaped space, decoded as
+// " ", as in sentencepiece and llama.cpp).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -45,7 +47,7 @@ bool ValidUtf8(std::string_view s) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const rotor::Tokenizer& tok = Vocab();
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const bool valid = ValidUtf8(text);
+  const bool valid = ValidUtf8(text) && text.find("\xe2\x96\x81") == std::string_view::npos;
   for (bool parse_special : {false, true}) {
     const std::vector<int32_t> ids = tok.Encode(text, /*add_special=*/true, parse_special);
     for (int32_t id : ids)
