@@ -3,21 +3,42 @@
 
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
+TSAN_DIR ?= build-tsan
+FUZZ_DIR ?= build-fuzz
 JOBS ?= $(shell nproc)
 MODEL ?= models/stories260K.gguf
 PROMPT ?= Once upon a time
-# Tests run under AddressSanitizer + UBSan (ctest label "asan"): the GGUF reader and the
-# tokenizer, the code that parses untrusted files and text.
-ASAN_TARGETS ?= gguf_test gguf_malformed_test tokenizer_test
+# Sanitizer builds: -O1 with debug info and CHECKs on (docs/RELIABILITY.md, "Sanitizers").
+SAN_CONFIG = -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" "-DCMAKE_C_FLAGS_DEBUG=-O1 -g" \
+	-DROTOR_BUILD_BENCH=OFF
+# `make test` runs these test programs under AddressSanitizer + UBSan: the code
+# that parses untrusted bytes (GGUF, tokenizers, chat templates, grammars, KV
+# files, HTTP and JSON requests), the KV pool and the C API. `make test-asan-all`
+# runs every test (but the labels in ASAN_EXCLUDE) under them: about 25-30 minutes
+# more on 2 cores, past what CI's time allows (docs/RELIABILITY.md, "Sanitizers").
+ASAN_TARGETS ?= gguf_test gguf_malformed_test tokenizer_test grammar_test kv_file_test \
+	kv_pool_test capi_test server_test
+# Labels left out of test-asan-all: install (packaging: it builds and installs a
+# second copy of the project) and replicas (haproxy in front of several
+# `rotor serve`: minutes under ASan; the same server code runs in server_test).
+ASAN_EXCLUDE ?= install|replicas
+# ThreadSanitizer: the thread pool (base_test), the engine and its scheduler
+# (engine_test), the server's batcher, worker pool and event loop (server_test,
+# but its 2,000-connection hostile tests, minutes under TSan).
+TSAN_TARGETS ?= base_test engine_test server_test
+TSAN_FILTER ?= -ServerHostileTest.*
+# Seconds each libFuzzer harness runs in `make fuzz` (`make test` runs each briefly).
+FUZZ_TIME ?= 600
+FUZZ_JOBS ?= 1
 
 DEB_PACKAGES := cmake gcc g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev \
 	nlohmann-json3-dev libcpp-httplib-dev libfmt-dev pkgconf \
-	libcairo2-dev tmux libpcre2-dev haproxy curl chromium
+	libcairo2-dev tmux libpcre2-dev haproxy curl chromium clang-14 libclang-rt-14-dev
 # node and npm run the npm clients' tests (openai, puppeteer-core); any install
 # of node will do (Debian's packages only where there is none).
 DEB_PACKAGES += $(shell command -v npm >/dev/null 2>&1 || echo nodejs npm)
 
-.PHONY: all deps deps-browser build run test test-asan bench install clean format
+.PHONY: all deps deps-browser build run test test-asan test-asan-all test-tsan tsan-run test-fuzz fuzz bench install clean format
 
 all: build
 
@@ -56,14 +77,66 @@ build: deps $(BUILD_DIR)/CMakeCache.txt
 run: build
 	./$(BUILD_DIR)/rotor generate -m $(MODEL) -p "$(PROMPT)"
 
+# The unit tests, then the same tests under ASan+UBSan, the threaded ones under TSan,
+# and each fuzz harness briefly with its regression corpus.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 	$(MAKE) --no-print-directory test-asan
+	$(MAKE) --no-print-directory test-tsan
+	$(MAKE) --no-print-directory test-fuzz
+
+# Runs each program of $(2) built in $(1), with $(3) as extra arguments; stops at
+# the first that fails.
+define run_programs
+	@for t in $(2); do \
+	  exe=$$(find $(1)/tests -name $$t -type f -perm -u+x | head -1); \
+	  [ -n "$$exe" ] || { echo "rotor: $$t not built in $(1)"; exit 1; }; \
+	  echo "rotor: $$t"; \
+	  (cd $$(dirname $$exe) && ./$$t --gtest_brief=1 $(3)) || exit 1; \
+	done
+endef
 
 test-asan: deps
-	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DROTOR_SANITIZE=ON -DROTOR_BUILD_BENCH=OFF >/dev/null
-	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
-	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) -L asan --timeout 600
+	cmake -S . -B $(ASAN_DIR) $(SAN_CONFIG) -DROTOR_SANITIZE=address >/dev/null
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target rotor $(ASAN_TARGETS)
+	$(call run_programs,$(ASAN_DIR),$(ASAN_TARGETS),)
+
+test-asan-all: deps
+	cmake -S . -B $(ASAN_DIR) $(SAN_CONFIG) -DROTOR_SANITIZE=address >/dev/null
+	cmake --build $(ASAN_DIR) -j $(JOBS)
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1 \
+	  ctest --output-on-failure -j $(JOBS) -LE '$(ASAN_EXCLUDE)' --timeout 900
+
+test-tsan: deps
+	cmake -S . -B $(TSAN_DIR) $(SAN_CONFIG) -DROTOR_SANITIZE=thread >/dev/null
+	cmake --build $(TSAN_DIR) -j $(JOBS) --target rotor $(TSAN_TARGETS)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  $(MAKE) --no-print-directory tsan-run
+
+tsan-run:
+	$(call run_programs,$(TSAN_DIR),$(TSAN_TARGETS),--gtest_filter='$(TSAN_FILTER)')
+
+$(FUZZ_DIR)/CMakeCache.txt: | deps
+	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" \
+	  -DROTOR_FUZZ=ON -DROTOR_BUILD_BENCH=OFF >/dev/null
+
+# Each harness for a few seconds, and every input of its regression corpus.
+test-fuzz: $(FUZZ_DIR)/CMakeCache.txt
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
+	cd $(FUZZ_DIR) && ctest --output-on-failure -j $(JOBS) -L fuzz --timeout 300
+
+# Each harness for FUZZ_TIME seconds (make fuzz FUZZ_TIME=3600 FUZZ_JOBS=2); new inputs
+# under $(FUZZ_DIR)/tests/fuzz/work/NAME/corpus, a crash as .../work/NAME/crash-*.
+fuzz: $(FUZZ_DIR)/CMakeCache.txt
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
+	@status=0; for line in $$(cat $(FUZZ_DIR)/tests/fuzz/fuzzers.txt); do \
+	  target=$${line%%:*}; seeds=$${line#*:}; name=$${target#fuzz_}; \
+	  echo "rotor: fuzzing $$name for $(FUZZ_TIME) s"; \
+	  FUZZ_JOBS=$$([ $(FUZZ_JOBS) -gt 1 ] && echo $(FUZZ_JOBS)) tests/fuzz/run_fuzzer.sh \
+	    $(FUZZ_DIR)/tests/fuzz/$$target $(FUZZ_DIR)/tests/fuzz/work/$$name $(FUZZ_TIME) $$seeds \
+	    || status=1; \
+	done; exit $$status
 
 # The library, header, rotor.pc, the CMake package, the binary and the bundled
 # model under $(PREFIX) (make install PREFIX=$$HOME/.local).
@@ -78,4 +151,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR)

@@ -12,6 +12,7 @@
 #include <memory>
 #include <sstream>
 
+#include "base/file_read.h"
 #include "grammar/grammar.h"
 
 namespace rotor::cli {
@@ -230,14 +231,7 @@ void AddKvListOptions(CLI::App* app, KvLists* lists) {
   }
 }
 
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Errorf("cannot open '{}': {}", path, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Errorf("cannot read '{}'", path);
-  return ss.str();
-}
+Result<std::string> ReadFile(const std::string& path) { return ReadInputFile(path); }
 
 std::string HumanBytes(int64_t bytes) {
   if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / double(1 << 30));

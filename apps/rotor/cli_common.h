@@ -47,7 +47,8 @@ void AddKvOptions(CLI::App* app, KvConfig* kv);
 // Every KV option as a comma-separated list (bench, perplexity): KvLists.
 void AddKvListOptions(CLI::App* app, KvLists* lists);
 
-// Reads a whole file; error names the path.
+// Reads a whole input file: a regular file of at most kMaxInputFileBytes
+// (base/file_read.h); the error names the path.
 Result<std::string> ReadFile(const std::string& path);
 
 std::string HumanBytes(int64_t bytes);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <map>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,7 +56,19 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  for (auto& [sub, run] : runners)
-    if (sub->parsed()) return run();
+  // An allocation the machine cannot give (a context or K/V budget too large for
+  // its memory or address-space limit) is an error that says so, not an abort.
+  try {
+    for (auto& [sub, run] : runners)
+      if (sub->parsed()) return run();
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "rotor: error: out of memory: an allocation failed (lower -c / --ctx-size, "
+               "--kv-memory, -b or the number of sequences, or raise the memory limit)\n");
+    return 1;
+  } catch (const std::length_error& e) {
+    fmt::print(stderr, "rotor: error: out of memory: {}\n", e.what());
+    return 1;
+  }
   return 1;
 }

@@ -33,6 +33,13 @@ std::string_view FinishReasonName(FinishReason r) {
   return "?";
 }
 
+namespace {
+// The largest context used when -c is not given (Llama 3.1's 131,072): a
+// GGUF's context_length beyond it (1,048,576 or 16,777,216) is not taken as
+// the size of per-context tables.
+constexpr int kMaxDefaultContext = 1 << 17;
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (options.n_threads < 0) return Errorf("engine: -t {} must be positive", options.n_threads);
   if (options.n_ctx < 0) return Errorf("engine: -c {} must not be negative", options.n_ctx);
@@ -42,7 +49,15 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (e->tokenizer_->n_vocab() != e->model_->config().n_vocab)
     return Errorf("engine: {}: vocabulary has {} tokens but token_embd.weight has {} rows",
                   options.model_path, e->tokenizer_->n_vocab(), e->model_->config().n_vocab);
-  e->n_ctx_ = options.n_ctx > 0 ? options.n_ctx : e->model_->config().n_ctx_train;
+  // A default context is the model's, up to kMaxDefaultContext: per-context
+  // tables (cells, RoPE distances) are sized by it, and a file's number is no
+  // limit the user chose. -c sets any size up to 2^24.
+  const int trained = e->model_->config().n_ctx_train;
+  e->n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min(trained, kMaxDefaultContext);
+  if (options.n_ctx == 0 && trained > kMaxDefaultContext)
+    Log(LogLevel::kWarn,
+        "engine: {}: the model declares a context of {} tokens; using {} (set -c to change)",
+        options.model_path, trained, kMaxDefaultContext);
   e->pool_ =
       std::make_unique<ThreadPool>(options.n_threads > 0 ? options.n_threads : HardwareThreads());
   if (options.kv_memory_bytes < 0)

@@ -225,6 +225,15 @@ Result<std::unique_ptr<KlBaseReader>> KlBaseReader::Open(const std::string& path
   info.n_vocab = static_cast<int32_t>(n_vocab);
   info.n_ctx = static_cast<int32_t>(n_ctx);
   info.n_chunks = static_cast<int32_t>(n_chunks);
+  // The token ids are n_ctx * n_chunks (up to 2^48) u32s: check the file has them
+  // before allocating for them.
+  const int64_t at = std::ftell(f);
+  std::fseek(f, 0, SEEK_END);
+  const int64_t file_bytes = std::ftell(f);
+  std::fseek(f, at, SEEK_SET);
+  if (static_cast<int64_t>(n_ctx) * n_chunks * 4 > file_bytes - at)
+    return Errorf("'{}': truncated KL base: {} bytes cannot hold {} chunks of {} tokens", path,
+                  file_bytes, n_chunks, n_ctx);
   info.tokens.resize(static_cast<size_t>(n_ctx) * n_chunks);
   if (std::fread(info.tokens.data(), 4, info.tokens.size(), f) != info.tokens.size())
     return Errorf("'{}': truncated KL base (tokens)", path);

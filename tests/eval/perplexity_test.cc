@@ -226,6 +226,21 @@ TEST_F(KlBaseTest, DamagedFilesAreRejected) {
   r = KlBaseReader::Open(path_);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.message(), HasSubstr("not a rotor KL base"));
+  {
+    // A header declaring 2^24 chunks of 2^24 tokens (2^50 bytes of token ids) in a
+    // file of a few bytes: refused before anything is allocated for them.
+    std::ofstream out(path_, std::ios::binary);
+    auto put32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+    out.write("ROTORKLB", 8);
+    for (uint32_t v : {1u, 512u, 1u << 24, 1u << 24}) put32(v);
+    const uint64_t fingerprint = 0;
+    out.write(reinterpret_cast<const char*>(&fingerprint), 8);
+    for (int i = 0; i < 3; ++i) put32(0);  // model, text, kv: empty strings
+    out.write("0123456789abcdef", 16);
+  }
+  r = KlBaseReader::Open(path_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.message(), HasSubstr("cannot hold 16777216 chunks"));
   r = KlBaseReader::Open(path_ + ".missing");
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.message(), HasSubstr(".missing"));
