@@ -20,8 +20,8 @@ endif()
 # (sessions, scheduler, prompt cache), eval (perplexity studies) and
 # bench_runner (`rotor bench`), kv_args (KV options as flags and JSON
 # fields) and server (`rotor serve`). Of the other modules only the types the
-# engine's interface hands out and the offline tools: a KV configuration and its
-# lists, the model quantizer and synthesizer, GGUF reading for `info`, the
+# engine's interface hands out and the offline tools (the KV configuration
+# and its lists come through kv_args): the model quantizer and synthesizer, GGUF reading for `info`, the
 # chat template (tokenize and detokenize use the C API). Never kernels (ops, attention), tensors, or the
 # model's and cache's internals (forward, weights, cells, policies): a file
 # under apps/ that needs one is code for a module.
@@ -30,7 +30,6 @@ endif()
 set(apps_modules base sampling grammar engine eval bench_runner kv_args server)
 set(apps_headers
     gguf/gguf.h gguf/gguf_info.h
-    kv/kv_config.h kv/kv_lists.h
     model/quantize.h model/synth.h
     tokenizer/chat_template.h)
 file(GLOB module_dirs LIST_DIRECTORIES true ${ROOT}/src/*)
