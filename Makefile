@@ -22,10 +22,12 @@ ASAN_TARGETS ?= gguf_test gguf_malformed_test tokenizer_test grammar_test kv_fil
 # second copy of the project) and replicas (haproxy in front of several
 # `rotor serve`: minutes under ASan; the same server code runs in server_test).
 ASAN_EXCLUDE ?= install|replicas
-# ThreadSanitizer: the thread pool (base_test), the engine and its scheduler
-# (engine_test), the server's batcher, worker pool and event loop (server_test,
-# but its 2,000-connection hostile tests, minutes under TSan).
-TSAN_TARGETS ?= base_test engine_test server_test
+# ThreadSanitizer in `make test`: the thread pool (base_test). The engine and its
+# scheduler (engine_test) and the server's batcher, worker pool and event loop
+# (server_test, but its 2,000-connection hostile tests) have not yet run under TSan
+# to the end on CI's machine: `make test-tsan TSAN_TARGETS="base_test engine_test
+# server_test"` (docs/RELIABILITY.md, "Sanitizers").
+TSAN_TARGETS ?= base_test
 TSAN_FILTER ?= -ServerHostileTest.*
 # Seconds each libFuzzer harness runs in `make fuzz` (`make test` runs each briefly).
 FUZZ_TIME ?= 600

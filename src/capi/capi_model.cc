@@ -165,7 +165,7 @@ rotor_status* rotor_token_piece(const rotor_model* model, int32_t token, bool sp
     if (piece.size() > capacity)
       return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
                   fmt::format("rotor_token_piece: {} bytes, room for {}", piece.size(), capacity));
-    std::memcpy(text, piece.data(), piece.size());
+    if (!piece.empty()) std::memcpy(text, piece.data(), piece.size());  // text may be NULL
     if (piece.size() < capacity) text[piece.size()] = '\0';
     return nullptr;
   });
