@@ -111,7 +111,7 @@ test-asan-all: deps
 
 test-tsan: deps
 	cmake -S . -B $(TSAN_DIR) $(SAN_CONFIG) -DROTOR_SANITIZE=thread >/dev/null
-	cmake --build $(TSAN_DIR) -j $(JOBS) --target rotor $(TSAN_TARGETS)
+	cmake --build $(TSAN_DIR) -j $(JOBS) --target $(TSAN_TARGETS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  $(MAKE) --no-print-directory tsan-run
 
