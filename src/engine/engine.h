@@ -81,6 +81,7 @@ struct GenerateResult {
   int64_t n_generated = 0;
   FinishReason finish = FinishReason::kLength;
   std::string error;      // kError: why
+  bool out_of_memory = false;  // kError: an allocation failed (retrying later may work)
   int64_t prompt_ns = 0;  // prefill time
   int64_t gen_ns = 0;     // decode time (first sampled token to last)
   double prompt_tps() const { return prompt_ns ? prompt_tokens.size() * 1e9 / prompt_ns : 0; }

@@ -110,7 +110,15 @@ Status Runner::Step(std::span<Feed* const> feeds) {
   const size_t n_vocab = model().config().n_vocab;
   const size_t rows = static_cast<size_t>(Forward::OutputRows(inputs_));
   if (logits_.size() < rows * n_vocab) logits_.resize(rows * n_vocab);
-  RETURN_IF_ERROR(forward_.Run(inputs_, logits_.data()));
+  if (Status st = forward_.Run(inputs_, logits_.data()); !st.ok()) {
+    // Memory one feed needed and could not have: that feed ends, none ran,
+    // the others run at the next step.
+    const int failed = forward_.failed_input();
+    if (failed < 0) return st;
+    owners_[failed]->status = std::move(st);
+    owners_[failed]->out_of_memory = true;
+    return Status::Ok();
+  }
 
   // 4. Each feed's rows, sequence by sequence as Forward::Run wrote them.
   const float* at = logits_.data();

@@ -52,6 +52,7 @@ struct Feed {
   // Kept by the runner.
   int64_t n_run = 0;             // tokens run so far
   Status status = Status::Ok();  // an error: the tokens do not fit the cache; none of them ran
+  bool out_of_memory = false;    // the error is a failed allocation (the feed alone ends)
   // The last step did not run this feed's chunk: the KV block pool had no
   // room for its blocks (the scheduler frees some, or the feed waits).
   bool waiting_for_memory = false;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <new>
 
 #include "base/check.h"
 #include "base/timer.h"
@@ -113,7 +114,24 @@ int64_t Scheduler::kv_cells_used() const {
 Status Scheduler::Admit() {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_seqs) {
     Seq& s = *waiting_.front();
-    if (!Start(s)) {
+    bool started = false;
+    try {
+      started = Start(s);
+      if (started && !s.started) Begin(s);
+    } catch (const std::bad_alloc&) {
+      // Its cache (cell tables, sampler) cannot be had: it alone ends.
+      std::unique_ptr<Seq> gone = std::move(waiting_.front());
+      waiting_.pop_front();
+      gone->cache.reset();
+      gone->result.error = fmt::format(
+          "out of memory admitting the request (a cache for a context of {} tokens; lower -c or "
+          "--parallel, or retry later)",
+          engine_.n_ctx());
+      gone->result.out_of_memory = true;
+      Finish(*gone, FinishReason::kError);
+      continue;
+    }
+    if (!started) {
       if (!running_.empty()) break;  // it waits for them to free memory
       // Nothing of this scheduler holds memory: others hold it (another
       // scheduler or chat session of the engine), and may never let go.
@@ -127,23 +145,23 @@ Status Scheduler::Admit() {
       Finish(*gone, FinishReason::kError);
       continue;
     }
-    if (!s.started) {
-      const GenerateOptions& o = s.options;
-      s.sampler = std::make_unique<Sampler>(o.sampling, engine_.model().config().n_vocab);
-      for (int32_t t : s.result.prompt_tokens) s.sampler->Accept(t);
-      s.step = std::make_unique<SampleStep>(
-          engine_.tokenizer(), *s.sampler,
-          StopRules{.n_predict = o.n_predict,
-                    .ignore_eos = o.ignore_eos,
-                    .stop = o.stop,
-                    .trim_leading_space = o.trim_leading_space});
-      s.start_ns = NowNs();
-      s.started = true;
-    }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
   return Status::Ok();
+}
+
+void Scheduler::Begin(Seq& s) {
+  const GenerateOptions& o = s.options;
+  s.sampler = std::make_unique<Sampler>(o.sampling, engine_.model().config().n_vocab);
+  for (int32_t t : s.result.prompt_tokens) s.sampler->Accept(t);
+  s.step = std::make_unique<SampleStep>(engine_.tokenizer(), *s.sampler,
+                                        StopRules{.n_predict = o.n_predict,
+                                                  .ignore_eos = o.ignore_eos,
+                                                  .stop = o.stop,
+                                                  .trim_leading_space = o.trim_leading_space});
+  s.start_ns = NowNs();
+  s.started = true;
 }
 
 bool Scheduler::Start(Seq& s) {
@@ -285,9 +303,16 @@ Status Scheduler::Step() {
     Seq& s = *owners_[i];
     if (!s.feed.status.ok()) {
       s.result.error = s.feed.status.message();
+      s.result.out_of_memory = s.feed.out_of_memory;
       Finish(s, FinishReason::kError);
     } else if (s.feed.n_rows > 0 && s.feed.done()) {
-      Advance(s, s.feed.rows);
+      try {
+        Advance(s, s.feed.rows);
+      } catch (const std::bad_alloc&) {
+        s.result.error = "out of memory sampling the next token; retry later";
+        s.result.out_of_memory = true;
+        Finish(s, FinishReason::kError);
+      }
     }
   }
   std::erase_if(running_, [](const auto& s) { return s->done; });

@@ -91,6 +91,8 @@ class Scheduler {
   // its text as a prompt feed. False (nothing changed) when the KV pool has
   // no room for it yet.
   bool Start(Seq& s);
+  // A sequence's first join: its sampler and sample/stop step.
+  void Begin(Seq& s);
   // Frees KV memory when no feed could run for want of it: the youngest
   // sequence that grows without bound goes back to the queue, or, alone,
   // finishes (its context cannot grow within the budget).

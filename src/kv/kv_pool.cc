@@ -258,7 +258,8 @@ BlockId KvBlockPool::Take(KvTypes t, bool reserved) {
       tokens_.resize(blocks_.size() * static_cast<size_t>(block_cells_));
     }
     int32_t slab = -1, slot = -1;
-    uint8_t* p = NewMemory(t, &slab, &slot);
+    uint8_t* p = fault_after_ >= 0 && stats_.blocks >= fault_after_ ? nullptr
+                                                                      : NewMemory(t, &slab, &slot);
     if (p == nullptr) {
       free_ids_.push_back(id);
       throw std::bad_alloc();

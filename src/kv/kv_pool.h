@@ -82,6 +82,10 @@ class KvBlockPool {
   KvBlockPool& operator=(const KvBlockPool&) = delete;
 
   int32_t block_cells() const { return block_cells_; }
+  // For tests: new block memory fails, as an mmap refused under an address-
+  // space limit does (Take throws std::bad_alloc), once `blocks` blocks of
+  // memory exist; -1 (the default) never.
+  void set_memory_fault_after(int64_t blocks) { fault_after_ = blocks; }
   uint64_t model_id() const { return model_id_; }
   int64_t budget_bytes() const { return budget_; }
   const KvShape& shape() const { return shape_; }
@@ -191,6 +195,7 @@ class KvBlockPool {
   KvShape shape_;
   int32_t block_cells_;
   int64_t budget_;
+  int64_t fault_after_ = -1;  // set_memory_fault_after
   uint64_t model_id_;
   std::vector<Block> blocks_;
   std::vector<BlockId> free_ids_;           // ids without memory

@@ -1,6 +1,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <new>
 
 #include "base/check.h"
 
@@ -51,15 +52,29 @@ Status Forward::Run(std::span<const SeqInput> seqs, float* logits) {
   if (n_tokens > max_tokens_)
     return Errorf("forward: ubatch of {} tokens exceeds the buffers' {}", n_tokens, max_tokens_);
   // Plan every sequence before anything mutates: a failure leaves all caches as they were.
+  failed_input_ = -1;
   if (plans_.size() < seqs.size()) plans_.resize(seqs.size());
+  // An allocation that fails for one sequence (its plan, its new blocks) is
+  // that sequence's error: the caller ends it and runs the others again.
+  const auto out_of_memory = [&](size_t si, const char* what) {
+    failed_input_ = static_cast<int>(si);
+    return Errorf("out of memory {} for {} tokens at depth {} (K/V memory in use: {} MiB); "
+                  "lower -c, --kv-memory or --parallel, or retry later",
+                  what, seqs[si].tokens.size(), seqs[si].cache->n_seen(),
+                  seqs[si].cache->pool().stats().bytes >> 20);
+  };
   for (size_t si = 0; si < seqs.size(); ++si) {
     for (int32_t tok : seqs[si].tokens)
       if (tok < 0 || tok >= c.n_vocab)
         return Errorf("forward: token id {} out of range [0, {})", tok, c.n_vocab);
     CHECK(seqs[si].cache != nullptr);
-    RETURN_IF_ERROR(
-        seqs[si].cache->Plan(static_cast<int32_t>(seqs[si].tokens.size()), &plans_[si]));
-    plans_[si].tokens = seqs[si].tokens;
+    try {
+      RETURN_IF_ERROR(
+          seqs[si].cache->Plan(static_cast<int32_t>(seqs[si].tokens.size()), &plans_[si]));
+      plans_[si].tokens = seqs[si].tokens;
+    } catch (const std::bad_alloc&) {
+      return out_of_memory(si, "planning the K/V cells");
+    }
   }
   // The blocks every sequence needs, against what each pool can give, before
   // any sequence takes one.
@@ -76,8 +91,13 @@ Status Forward::Run(std::span<const SeqInput> seqs, float* logits) {
           "kv: the KV memory budget ({} MiB) has room for {} more blocks, this step needs {}",
           a.pool().budget_bytes() >> 20, a.pool().Available(a.config().types), need);
   }
-  for (size_t si = 0; si < seqs.size(); ++si)
-    RETURN_IF_ERROR(seqs[si].cache->Prepare(plans_[si]));
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    try {
+      RETURN_IF_ERROR(seqs[si].cache->Prepare(plans_[si]));
+    } catch (const std::bad_alloc&) {
+      return out_of_memory(si, "taking K/V blocks");
+    }
+  }
 
   // Embeddings. x: [n_tokens, n_embd]
   const ops::Weight& embd = model_.token_embd();

@@ -45,6 +45,12 @@ class Forward {
   // sequence by sequence. Fails before touching any cache if a token id is out
   // of range or a cache cannot take the tokens.
   Status Run(std::span<const SeqInput> seqs, float* logits);
+  // The input of the last Run whose K/V memory could not be had (an
+  // allocation failed planning its tokens or taking its blocks): that Run
+  // returned an out-of-memory error before anything ran, with every cache as
+  // it was apart from blocks already taken. -1 when the last Run's result is
+  // not one input's.
+  int failed_input() const { return failed_input_; }
 
   // The decode step of a batch: one token for each sequence, all in one pass
   // (each weight read once). logits: [caches.size(), n_vocab].
@@ -60,6 +66,7 @@ class Forward {
   ThreadPool& pool_;
   int max_tokens_;
   std::vector<KvPlan> plans_;
+  int failed_input_ = -1;
   std::vector<SeqInput> decode_inputs_;  // reserved for max_tokens sequences
   std::vector<AttentionArgs> attn_args_;  // one per sequence of a step
   std::vector<KvLayerView> attn_views_;   // what attn_args_ point to

@@ -280,14 +280,16 @@ void Batcher::OnEvent(const std::shared_ptr<RequestStream>& stream, const SeqEve
   std::erase(active_, stream);
   const GenerateResult& r = *e.result;
   LeaveSlot(stream, r.finish == FinishReason::kError ? nullptr : &r);
-  if (r.finish == FinishReason::kError) {  // the request could not run (its prompt does not fit)
+  // The request could not run (its prompt does not fit: 400) or its memory
+  // could not be had (503; the other sequences go on).
+  if (r.finish == FinishReason::kError) {
     if (stream->ended_) return;
     stream->ended_ = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
       --in_flight_;
     }
-    stream->Push({StreamEvent::Kind::kError, r.error, {}, 0, 0, 400});
+    stream->Push({StreamEvent::Kind::kError, r.error, {}, 0, 0, r.out_of_memory ? 503 : 400});
     return;
   }
   if (!stream->saw_token_ && r.finish != FinishReason::kCancelled)

@@ -173,6 +173,54 @@ TEST(Scheduler, KvBudgetMakesSequencesWaitNotFail) {
   EXPECT_EQ(e->kv_pool().stats().reserved_bytes, 0);
 }
 
+TEST(Scheduler, AllocationFailureEndsOnlyTheSequenceThatNeededIt) {
+  // The pool's memory fails (as an mmap refused under an address-space limit
+  // does) once 5 blocks exist: the long prompt needs its 5th block at the 5th
+  // step and ends with an out-of-memory error; the short one, in the same
+  // steps, gives the tokens it gives alone.
+  auto e = MakeEngine(testing::kStories);
+  const int n_vocab = e->model().config().n_vocab;
+  std::vector<Job> jobs(2);
+  for (int i = 0; i < 2; ++i) {
+    jobs[i].prompt = testing::Prompt(i == 0 ? 10 : 300, n_vocab, 7 + i);
+    jobs[i].options.sampling.temperature = 0;
+    jobs[i].options.n_predict = 20;
+    jobs[i].options.ignore_eos = true;
+    jobs[i].options.cache_prompt = false;  // freed blocks go back to the free list
+  }
+  const std::vector<std::vector<int32_t>> alone = RunBatch(*e, {jobs[0]}, {0}, 1);
+  ASSERT_EQ(alone[0].size(), 20u);
+
+  auto f = MakeEngine(testing::kStories);
+  f->kv_pool().set_memory_fault_after(5);
+  Scheduler::Options so;
+  so.max_seqs = 2;
+  so.prefill_step = 16;
+  Scheduler s(*f, so);
+  std::vector<std::vector<int32_t>> out(2);
+  std::vector<GenerateResult> results(2);
+  for (int j = 0; j < 2; ++j)
+    ASSERT_TRUE(s.Add(SeqRequest{"", jobs[j].prompt, jobs[j].options}, [&, j](const SeqEvent& ev) {
+                   if (!ev.finished && ev.token >= 0) out[j].push_back(ev.token);
+                   if (ev.finished) results[j] = *ev.result;
+                 }).ok());
+  while (!s.Idle()) ASSERT_TRUE(s.Step().ok());
+  EXPECT_EQ(results[1].finish, FinishReason::kError);
+  EXPECT_TRUE(results[1].out_of_memory);
+  EXPECT_NE(results[1].error.find("out of memory taking K/V blocks"), std::string::npos)
+      << results[1].error;
+  EXPECT_TRUE(out[1].empty());
+  EXPECT_EQ(results[0].finish, FinishReason::kLength) << results[0].error;
+  EXPECT_EQ(out[0], alone[0]);
+  EXPECT_EQ(f->kv_pool().stats().blocks_used, 0);
+  EXPECT_LE(f->kv_pool().stats().blocks, 5);
+
+  // A sequence admitted after the failure runs: the server goes on.
+  f->kv_pool().set_memory_fault_after(-1);
+  const std::vector<std::vector<int32_t>> again = RunBatch(*f, {jobs[0]}, {0}, 1);
+  EXPECT_EQ(again[0], alone[0]);
+}
+
 }  // namespace
 }  // namespace rotor
 
