@@ -137,6 +137,8 @@ class Converter {
   std::string VisitObject(const Json& s, const std::string& hint, const std::string& path);
   std::string VisitArray(const Json& s, const std::string& hint, const std::string& path);
   std::string VisitString(const Json& s, const std::string& path);
+  // s[key], a length or item count in [0, 1000]; def when absent.
+  int64_t Count(const Json& s, const char* key, int64_t def, const std::string& path);
   std::string Ref(const std::string& ref, const std::string& path);
   static void CheckKeywords(const Json& s, const std::string& path);
 
@@ -232,6 +234,14 @@ std::string Converter::VisitType(const Json& s, const std::string& type, const s
   Fail(path + "/type", fmt::format("unknown type '{}'", type));
 }
 
+int64_t Converter::Count(const Json& s, const char* key, int64_t def, const std::string& path) {
+  if (!s.contains(key)) return def;
+  const Json& v = s[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000)
+    Fail(path + "/" + key, "must be an integer in [0, 1000]");
+  return v.get<int64_t>();
+}
+
 std::string Converter::VisitString(const Json& s, const std::string& path) {
   if (s.contains("format")) {
     const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
@@ -241,14 +251,7 @@ std::string Converter::VisitString(const Json& s, const std::string& path) {
                      s["format"].dump()));
   }
   if (!s.contains("minLength") && !s.contains("maxLength")) return Use("string");
-  auto count = [&](const char* key, int64_t def) {
-    if (!s.contains(key)) return def;
-    const Json& v = s[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000)
-      Fail(path + "/" + key, "must be an integer in [0, 1000]");
-    return v.get<int64_t>();
-  };
-  const int64_t lo = count("minLength", 0), hi = count("maxLength", -1);
+  const int64_t lo = Count(s, "minLength", 0, path), hi = Count(s, "maxLength", -1, path);
   if (hi >= 0 && hi < lo) Fail(path, "maxLength is below minLength");
   Use("char");
   return hi < 0 ? fmt::format(R"("\"" char{{{},}} "\"")", lo)
@@ -313,14 +316,7 @@ std::string Converter::VisitArray(const Json& s, const std::string& hint, const 
   Use("ws");
   const std::string item =
       s.contains("items") ? Visit(s["items"], hint + "-item", path + "/items") : Use("value");
-  auto count = [&](const char* key, int64_t def) {
-    if (!s.contains(key)) return def;
-    const Json& v = s[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000)
-      Fail(path + "/" + key, "must be an integer in [0, 1000]");
-    return v.get<int64_t>();
-  };
-  const int64_t lo = count("minItems", 0), hi = count("maxItems", -1);
+  const int64_t lo = Count(s, "minItems", 0, path), hi = Count(s, "maxItems", -1, path);
   if (hi >= 0 && hi < lo) Fail(path, "maxItems is below minItems");
   if (hi == 0) return AddRule(hint, R"("[" ws "]")");
   const std::string more = hi < 0 ? fmt::format("{{{},}}", std::max<int64_t>(lo - 1, 0))

@@ -14,19 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "capi_test_util.h"
+
 namespace {
 
 const std::string kModel = ROTOR_MODELS_DIR "/stories260K.gguf";
 
-// Owns a status; empty when the call succeeded.
-struct St {
-  rotor_status* s;
-  St(rotor_status* s) : s(s) {}  // NOLINT
-  ~St() { rotor_status_free(s); }
-  bool ok() const { return s == nullptr; }
-  rotor_code code() const { return rotor_status_code(s); }
-  std::string msg() const { return rotor_status_message(s); }
-};
+using rotor_capi_test::St;
 
 #define ASSERT_OK(expr)                       \
   do {                                        \

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "capi_test_util.h"
+
 #include "rotor/rotor.h"
 
 namespace {
@@ -12,14 +14,7 @@ namespace {
 const std::string kModel = ROTOR_MODELS_DIR "/stories260K.gguf";
 const std::string kGpt2Vocab = ROTOR_TESTDATA_DIR "/ggml-vocab-gpt-2.gguf";
 
-struct St {
-  rotor_status* s;
-  St(rotor_status* s) : s(s) {}  // NOLINT
-  ~St() { rotor_status_free(s); }
-  bool ok() const { return s == nullptr; }
-  rotor_code code() const { return rotor_status_code(s); }
-  std::string msg() const { return rotor_status_message(s); }
-};
+using rotor_capi_test::St;
 
 rotor_model* Load(const std::string& path, bool vocab_only) {
   rotor_model_params p = rotor_model_default_params();
