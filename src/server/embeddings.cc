@@ -86,8 +86,9 @@ void Server::HandleEmbeddings(HttpExchange& ex) {
   auto add_text = [&](const std::string& text) {
     inputs.push_back(tok.Encode(text, options_.defaults.add_bos, /*parse_special=*/true));
   };
-  const char* kShape = "'input' must be a string, an array of strings, an array of token ids or "
-                       "an array of arrays of token ids";
+  const char* kShape =
+      "'input' must be a string, an array of strings, an array of token ids or "
+      "an array of arrays of token ids";
   if (input->is_string()) {
     add_text(input->get_ref<const std::string&>());
   } else if (!input->is_array() || input->empty()) {
@@ -109,8 +110,8 @@ void Server::HandleEmbeddings(HttpExchange& ex) {
         if (auto e = ParseTokenIds(x, param.c_str(), tok.n_vocab(), &inputs.back()))
           return Respond(ex, *e);
       } else {
-        return Respond(ex, BadRequest(fmt::format("{}; input[{}] is {}", kShape, i, Dump(x)),
-                                      "input"));
+        return Respond(ex,
+                       BadRequest(fmt::format("{}; input[{}] is {}", kShape, i, Dump(x)), "input"));
       }
     }
   }

@@ -62,10 +62,10 @@ std::optional<ApiError> ParseJsonObject(std::string_view body,
   for (const auto& [key, value] : out->items())
     if (std::find(fields.begin(), fields.end(), key) == fields.end()) unknown.push_back(key);
   if (unknown.empty()) return std::nullopt;
-  return BadRequest(fmt::format("unknown field{} '{}' (accepted: '{}')",
-                                unknown.size() > 1 ? "s" : "", fmt::join(unknown, "', '"),
-                                fmt::join(fields, "', '")),
-                    unknown.size() == 1 ? unknown[0] : "");
+  return BadRequest(
+      fmt::format("unknown field{} '{}' (accepted: '{}')", unknown.size() > 1 ? "s" : "",
+                  fmt::join(unknown, "', '"), fmt::join(fields, "', '")),
+      unknown.size() == 1 ? unknown[0] : "");
 }
 
 std::optional<ApiError> ParseTokenIds(const nlohmann::json& j, const char* param, int32_t n_vocab,
@@ -76,9 +76,9 @@ std::optional<ApiError> ParseTokenIds(const nlohmann::json& j, const char* param
   out->clear();
   for (const json& t : j) {
     if (!t.is_number_integer())
-      return BadRequest(fmt::format("'{}' holds {}, which is not a token id (an integer)", param,
-                                    Dump(t)),
-                        param);
+      return BadRequest(
+          fmt::format("'{}' holds {}, which is not a token id (an integer)", param, Dump(t)),
+          param);
     const int64_t id = t.get<int64_t>();
     if (id < 0 || id >= n_vocab)
       return BadRequest(
@@ -136,8 +136,10 @@ bool Server::DispatchExtra(const std::shared_ptr<HttpExchange>& ex) {
           OutOfMemory(*ex);
         }
       }))
-    Respond(*ex, ApiError{503, "no thread to handle the request (out of memory or threads); "
-                               "retry later", "server_error", "", "out_of_memory"});
+    Respond(*ex, ApiError{503,
+                          "no thread to handle the request (out of memory or threads); "
+                          "retry later",
+                          "server_error", "", "out_of_memory"});
   return true;
 }
 
@@ -253,8 +255,7 @@ void Server::HandleDetokenize(HttpExchange& ex) {
   const Tokenizer& tok = engine_->tokenizer();
   std::vector<int32_t> ids;
   if (auto e = ParseTokenIds(*tokens, "tokens", tok.n_vocab(), &ids)) return Respond(ex, *e);
-  ex.Respond(
-      HttpResponse{200, kJson, Dump({{"content", tok.Decode(ids, /*special=*/true)}}), {}});
+  ex.Respond(HttpResponse{200, kJson, Dump({{"content", tok.Decode(ids, /*special=*/true)}}), {}});
   metrics_.CountRequest(ex.request().path, 200);
 }
 

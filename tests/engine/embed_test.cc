@@ -103,14 +103,16 @@ TEST(Embed, RefusesEmptyAndTooLongInputs) {
   auto e = MakeEngine(/*n_ctx=*/32);
   EXPECT_THAT(Embed(*e, {}, {}).message(), HasSubstr("no tokens"));
   const std::vector<int32_t> long_ids(33, 5);
-  EXPECT_THAT(Embed(*e, long_ids, {}).message(), HasSubstr("33 tokens, more than the context size 32"));
+  EXPECT_THAT(Embed(*e, long_ids, {}).message(),
+              HasSubstr("33 tokens, more than the context size 32"));
   EXPECT_TRUE(Embed(*e, std::vector<int32_t>(32, 5), {}).ok());
 }
 
 TEST(Embed, PoolingNames) {
   for (Pooling p : {Pooling::kNone, Pooling::kMean, Pooling::kCls, Pooling::kLast})
     EXPECT_EQ(*ParsePooling(PoolingName(p)), p);
-  EXPECT_THAT(ParsePooling("max").message(), HasSubstr("'max' is not one of none, mean, cls, last"));
+  EXPECT_THAT(ParsePooling("max").message(),
+              HasSubstr("'max' is not one of none, mean, cls, last"));
   auto e = MakeEngine();
   EXPECT_EQ(*ModelPooling(e->model()), Pooling::kMean);  // stories260K says nothing
 }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "engine/embed.h"
 #include "server_test_util.h"
@@ -92,9 +93,11 @@ TEST_F(EndpointsTest, TokenizeMatchesTheTokenizer) {
 }
 
 TEST_F(EndpointsTest, TokenizeWithPiecesGivesBytesForPartialCharacters) {
-  const std::string text = "a caf\xc3\xa9 \xe2\x98\x83";  // "a café ☃": byte tokens in this vocabulary
+  const std::string text =
+      "a caf\xc3\xa9 \xe2\x98\x83";  // "a café ☃": byte tokens in this vocabulary
   int status = 0;
-  const json r = PostJson(server_, "/tokenize", {{"content", text}, {"with_pieces", true}}, &status);
+  const json r =
+      PostJson(server_, "/tokenize", {{"content", text}, {"with_pieces", true}}, &status);
   ASSERT_EQ(status, 200) << r.dump();
   const std::vector<int32_t> ids = tok().Encode(text, false, true);
   ASSERT_EQ(r["tokens"].size(), ids.size());
@@ -143,7 +146,8 @@ TEST_F(EndpointsTest, TokenizeAndDetokenizeRefuseBadBodies) {
   ExpectBad(server_, "/detokenize", {{"tokens", "abc"}}, "'tokens' must be an array");
   ExpectBad(server_, "/detokenize", {{"tokens", {1, 100000}}},
             "token id 100000 is out of the vocabulary [0, 512)");
-  ExpectBad(server_, "/detokenize", {{"tokens", json::array({-1})}}, "token id -1 is out of the vocabulary");
+  ExpectBad(server_, "/detokenize", {{"tokens", json::array({-1})}},
+            "token id -1 is out of the vocabulary");
   ExpectBad(server_, "/detokenize", {{"tokens", {1, "x"}}}, "holds \"x\", which is not a token id");
   ExpectBad(server_, "/detokenize", {{"tokens", json::array({1.5})}}, "holds 1.5");
   ExpectBad(server_, "/detokenize", {{"tokens", json::array({1})}, {"a", 1}, {"b", 2}},
@@ -230,9 +234,8 @@ TEST_F(EndpointsTest, EmbeddingsArePooledUnitVectors) {
   // The same input again: the same vector; another input: another vector.
   EXPECT_EQ(Embedding(PostJson(server_, "/embeddings", {{"input", "Once upon a time"}}, &status)),
             v);
-  const json two = PostJson(
-      server_, "/v1/embeddings", {{"input", {"Once upon a time", "The cat sat on the mat"}}},
-      &status);
+  const json two = PostJson(server_, "/v1/embeddings",
+                            {{"input", {"Once upon a time", "The cat sat on the mat"}}}, &status);
   ASSERT_EQ(status, 200) << two.dump();
   ASSERT_EQ(two["data"].size(), 2);
   EXPECT_EQ(two["data"][1]["index"], 1);
@@ -246,10 +249,36 @@ TEST_F(EndpointsTest, EmbeddingsArePooledUnitVectors) {
   EXPECT_EQ(Embedding(by_ids, 0), v);
   EXPECT_EQ(by_ids["usage"]["prompt_tokens"], ids.size() + 3);
   // base64: the float32 bytes.
-  const json b64 = PostJson(server_, "/v1/embeddings",
-                            {{"input", "Once upon a time"}, {"encoding_format", "base64"}}, &status);
+  const json b64 =
+      PostJson(server_, "/v1/embeddings",
+               {{"input", "Once upon a time"}, {"encoding_format", "base64"}}, &status);
   ASSERT_EQ(status, 200);
   EXPECT_EQ(FromBase64(b64["data"][0]["embedding"].get<std::string>()), v);
+}
+
+// Embeddings run between the decode steps of a stream and leave its cache alone.
+TEST_F(EndpointsTest, EmbeddingsWhileAStreamDecodes) {
+  GenerateOptions greedy;
+  greedy.n_predict = 48;
+  greedy.sampling.temperature = 0;
+  const std::string want = Reference("Once upon a time", greedy);
+  int status = 0;
+  const std::vector<float> alone =
+      Embedding(PostJson(server_, "/v1/embeddings", {{"input", "A cat"}}, &status));
+  ASSERT_EQ(status, 200);
+  StreamResult s;
+  std::thread stream([&] {
+    s = PostStream(server_.port(), "/v1/completions",
+                   {{"prompt", "Once upon a time"}, {"max_tokens", 48}, {"temperature", 0}});
+  });
+  for (int i = 0; i < 4; ++i) {
+    const json r = PostJson(server_, "/v1/embeddings", {{"input", {"A cat", "A dog"}}}, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(Embedding(r, 0), alone);
+  }
+  stream.join();
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.text, want);
 }
 
 TEST_F(EndpointsTest, EmbeddingsRefuseBadInput) {
@@ -292,8 +321,8 @@ TEST(EndpointsOff, LastPoolingIsTheLastToken) {
   const json r = PostJson(server, "/v1/embeddings", {{"input", "A cat"}}, &status);
   ASSERT_EQ(status, 200) << r.dump();
   const std::vector<int32_t> ids = server.server().engine().tokenizer().Encode("A cat", true, true);
-  Result<std::vector<float>> direct = Embed(
-      ReferenceEngine(), ids, {.pooling = Pooling::kLast, .kv_types = o.defaults.kv.types});
+  Result<std::vector<float>> direct =
+      Embed(ReferenceEngine(), ids, {.pooling = Pooling::kLast, .kv_types = o.defaults.kv.types});
   ASSERT_TRUE(direct.ok());
   const std::vector<float> v = Embedding(r);
   ASSERT_EQ(v.size(), direct->size());
@@ -350,9 +379,9 @@ out.float = f.data[0].embedding;
 console.log(JSON.stringify(out));
 )JS";
   const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/v1";
-  ASSERT_EQ(std::system(("cd '" + dir + "' && timeout 60 node client.mjs " + url +
-                         " > out.json 2> err.txt")
-                            .c_str()),
+  ASSERT_EQ(std::system(
+                ("cd '" + dir + "' && timeout 60 node client.mjs " + url + " > out.json 2> err.txt")
+                    .c_str()),
             0)
       << Slurp(dir + "/err.txt");
   const json out = json::parse(Slurp(dir + "/out.json"), nullptr, false);
@@ -361,9 +390,9 @@ console.log(JSON.stringify(out));
   EXPECT_EQ(out["missing_status"], 404);
   EXPECT_EQ(out["missing_code"], "model_not_found");
   int status = 0;
-  const json direct = PostJson(
-      server, "/v1/embeddings", {{"input", {"Once upon a time", "A cat"}}, {"encoding_format", "float"}},
-      &status);
+  const json direct =
+      PostJson(server, "/v1/embeddings",
+               {{"input", {"Once upon a time", "A cat"}}, {"encoding_format", "float"}}, &status);
   ASSERT_EQ(status, 200);
   ASSERT_EQ(out["embeddings"].size(), 2);
   EXPECT_EQ(out["embeddings"][0].get<std::vector<float>>(), Embedding(direct, 0));
