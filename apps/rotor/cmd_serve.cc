@@ -226,6 +226,11 @@ Runner RegisterServe(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--slot-save-path", o.slot_save_path,
                   "directory of slot KV files: enables POST /slots/{id}?action=save|restore|erase");
+  sub->add_flag("--embeddings", o.embeddings,
+                "enable POST /v1/embeddings: pooled final hidden states, unit length");
+  sub->add_option("--pooling", o.pooling,
+                  "pooling of embeddings: mean|cls|last (default: the model's "
+                  "{arch}.pooling_type, else mean)");
   return [a] { return RunServe(*a); };
 }
 

@@ -44,15 +44,16 @@ int64_t Forward::OutputRows(std::span<const SeqInput> seqs) {
   return rows;
 }
 
-Status Forward::Run(std::span<const SeqInput> seqs, float* logits) {
+Status Forward::RunLayers(std::span<const SeqInput> seqs, int64_t* n_tokens_out) {
   const ModelConfig& c = model_.config();
+  failed_input_ = -1;
   int64_t n_tokens = 0;
   for (const SeqInput& s : seqs) n_tokens += static_cast<int64_t>(s.tokens.size());
+  *n_tokens_out = 0;
   if (n_tokens == 0) return Status::Ok();
   if (n_tokens > max_tokens_)
     return Errorf("forward: ubatch of {} tokens exceeds the buffers' {}", n_tokens, max_tokens_);
   // Plan every sequence before anything mutates: a failure leaves all caches as they were.
-  failed_input_ = -1;
   if (plans_.size() < seqs.size()) plans_.resize(seqs.size());
   // An allocation that fails for one sequence (its plan, its new blocks) is
   // that sequence's error: the caller ends it and runs the others again.
@@ -109,10 +110,32 @@ Status Forward::Run(std::span<const SeqInput> seqs, float* logits) {
 
   for (int il = 0; il < c.n_layer; ++il) Layer(il, seqs, n_tokens);
   for (size_t si = 0; si < seqs.size(); ++si) seqs[si].cache->Commit(plans_[si]);
+  *n_tokens_out = n_tokens;
+  return Status::Ok();
+}
+
+Status Forward::RunHidden(std::span<const SeqInput> seqs, float* hidden) {
+  const ModelConfig& c = model_.config();
+  int64_t n_tokens = 0;
+  RETURN_IF_ERROR(RunLayers(seqs, &n_tokens));
+  if (n_tokens == 0) return Status::Ok();
+  pool_.ParallelFor(n_tokens, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t r = b; r < e; ++r)
+      ops::RmsNorm(x_.data() + r * c.n_embd, model_.output_norm(), hidden + r * c.n_embd,
+                   c.n_embd, c.rms_eps);
+  });
+  return Status::Ok();
+}
+
+Status Forward::Run(std::span<const SeqInput> seqs, float* logits) {
+  const ModelConfig& c = model_.config();
+  int64_t n_tokens = 0;
+  RETURN_IF_ERROR(RunLayers(seqs, &n_tokens));
+  if (n_tokens == 0) return Status::Ok();
 
   // Final norm of the rows whose logits are wanted, gathered into xn: [n_out, n_embd].
   int64_t n_out = 0;
-  row = 0;
+  int64_t row = 0;
   for (const SeqInput& s : seqs) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     const int64_t first = s.logits == LogitsWanted::kAll ? 0 : s.logits == LogitsWanted::kLast ? n - 1 : n;

@@ -51,12 +51,20 @@ class Forward {
   // it was apart from blocks already taken. -1 when the last Run's result is
   // not one input's.
   int failed_input() const { return failed_input_; }
+  // Runs one ubatch as Run does (the `logits` of each SeqInput ignored) but
+  // computes no logits: `hidden` receives every token's final hidden state
+  // after the output norm, [n_tokens, n_embd] sequence by sequence (what
+  // embeddings pool).
+  Status RunHidden(std::span<const SeqInput> seqs, float* hidden);
 
   // The decode step of a batch: one token for each sequence, all in one pass
   // (each weight read once). logits: [caches.size(), n_vocab].
   Status Decode(std::span<KvCache* const> caches, std::span<const int32_t> tokens, float* logits);
 
  private:
+  // Plans the caches, runs every layer and commits: x_ holds the final
+  // residual stream, [n_tokens, n_embd]. *n_tokens = 0: nothing to run.
+  Status RunLayers(std::span<const SeqInput> seqs, int64_t* n_tokens);
   void Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens);
   // Adds the Q/K/V biases and permutes NeoX Q/K heads into interleaved pairs
   // (ModelConfig::rope); nothing to do, and no pass, for a plain Llama.

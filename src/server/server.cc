@@ -84,6 +84,14 @@ Result<std::unique_ptr<Server>> Server::Bind(const ServeOptions& options) {
         {"--keep-alive-timeout", options.keep_alive_timeout_s}})
     if (v < 0 || (v == 0 && std::string_view(name) != "--max-connections-per-client"))
       return Errorf("serve: {} {} must be positive", name, v);
+  if (!options.pooling.empty()) {
+    const Result<Pooling> pooling = ParsePooling(options.pooling);
+    if (!pooling.ok()) return pooling.status().WithContext("serve: --pooling");
+    if (*pooling == Pooling::kNone)
+      return Status::Error(
+          "serve: --pooling none gives a vector per token, which /v1/embeddings cannot return; "
+          "choose mean, cls or last");
+  }
   if (options.max_header_bytes < 64)
     return Errorf("serve: --max-header-bytes {} must be at least 64", options.max_header_bytes);
   std::unique_ptr<Server> s(new Server());
@@ -146,6 +154,14 @@ Status Server::Load() {
     }
   }
   RETURN_IF_ERROR(CheckChatTemplateTokens(chat_template_, engine_->tokenizer()));
+  if (options_.embeddings) {
+    ASSIGN_OR_RETURN(pooling_, options_.pooling.empty() ? ModelPooling(engine_->model())
+                                                        : ParsePooling(options_.pooling));
+    if (pooling_ == Pooling::kNone)
+      return Status::Error(
+          "serve: the model's pooling is 'none' (a vector per token), which /v1/embeddings "
+          "cannot return; choose --pooling mean, cls or last");
+  }
   model_id_ = std::filesystem::path(options_.engine.model_path).stem().string();
   batcher_ =
       std::make_unique<Batcher>(*engine_, Batcher::Options{.parallel = options_.parallel,
@@ -298,6 +314,7 @@ void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
                                  "retry later", "server_error", "", "out_of_memory"});
     return;
   }
+  if (DispatchExtra(ex)) return;
   if (const StaticFile* file = FindStaticFile(path)) {
     // The chat page (web/, embedded at build time; not counted in /metrics).
     if (method != "GET") return not_allowed("GET");
@@ -342,17 +359,8 @@ void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
   }
   // /v1/models
   if (auto e = Unavailable()) return Respond(*ex, *e);
-  json model = {{"id", model_id_},
-                {"object", "model"},
-                {"created", started_},
-                {"owned_by", "rotor"},
-                {"meta",
-                 {{"n_ctx", engine_->n_ctx()},
-                  {"n_vocab", engine_->model().config().n_vocab},
-                  {"chat_template", chat_template_.name()},
-                  {"parallel", options_.parallel}}}};
-  ex->Respond(
-      HttpResponse{200, kJson, Dump({{"object", "list"}, {"data", json::array({model})}}), {}});
+  ex->Respond(HttpResponse{
+      200, kJson, Dump({{"object", "list"}, {"data", json::array({ModelObject()})}}), {}});
   metrics_.CountRequest(path, 200);
 }
 

@@ -3,7 +3,9 @@
 //   POST /v1/completions, POST /v1/chat/completions (stream or not),
 //   GET /v1/models, GET /health, GET /metrics (Prometheus),
 //   POST /slots/{id}?action=save|restore|erase (with --slot-save-path;
-//   slots.cc).
+//   slots.cc), POST /tokenize, POST /detokenize, GET /props,
+//   GET /v1/models/{id} (extra_endpoints.cc), POST /v1/embeddings (with
+//   --embeddings; embeddings.cc).
 //
 // Life of a replica (behind a load balancer, deploy/): Bind() takes the port
 // and answers at once, /health 503 {"status":"loading"} until Load() has the
@@ -33,6 +35,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "engine/embed.h"
 #include "engine/engine.h"
 #include "server/api.h"
 #include "server/http_server.h"
@@ -67,6 +70,8 @@ struct ServeOptions {
   int keep_alive_requests = 100;
   std::string slot_save_path;  // where slot files go; "" = no slot actions
   std::string replica_id;      // X-Rotor-Replica; "" = host:port
+  bool embeddings = false;     // POST /v1/embeddings answers (else 501)
+  std::string pooling;         // of embeddings: mean|cls|last; "" = the model's (ModelPooling)
 };
 
 enum class ServerState { kLoading, kReady, kDraining };
@@ -75,6 +80,17 @@ const char* ServerStateName(ServerState state);
 // Why `name` cannot name a file in --slot-save-path ("" when it can): it must
 // be a plain file name, nothing that leaves the directory.
 std::string SlotFilenameError(std::string_view name);
+
+// extra_endpoints.cc. Parses a JSON object body whose fields are all among
+// `fields` (a 400 names the others).
+std::optional<ApiError> ParseJsonObject(std::string_view body,
+                                        std::initializer_list<std::string_view> fields,
+                                        nlohmann::json* out);
+// An array of token ids in [0, n_vocab); a 400 names `param` and the value.
+std::optional<ApiError> ParseTokenIds(const nlohmann::json& j, const char* param, int32_t n_vocab,
+                                      std::vector<int32_t>* out);
+// "%2F" -> "/" (a path segment; invalid escapes stay as they are).
+std::string PercentDecode(std::string_view s);
 
 class Server {
  public:
@@ -121,6 +137,14 @@ class Server {
   void WriteEvents(Call& call);
   void WriteEventsLocked(Call& call);  // call.mu held
   void HandleSlots(const std::shared_ptr<HttpExchange>& ex);
+  // Loop thread: routes /tokenize, /detokenize, /props, /v1/models/{id} and
+  // the embeddings endpoints; false when `ex` is for none of them.
+  bool DispatchExtra(const std::shared_ptr<HttpExchange>& ex);
+  void HandleTokenize(HttpExchange& ex);    // workers
+  void HandleDetokenize(HttpExchange& ex);  // workers
+  void HandleEmbeddings(HttpExchange& ex);  // workers (embeddings.cc)
+  nlohmann::json ModelObject() const;       // an entry of /v1/models
+  nlohmann::json Props() const;             // GET /props
   // An error for a request that needs the model when the server is not
   // kReady (503; Respond adds Retry-After).
   std::optional<ApiError> Unavailable() const;
@@ -135,6 +159,7 @@ class Server {
   std::unique_ptr<Engine> engine_;
   ChatTemplate chat_template_;
   std::string model_id_;
+  Pooling pooling_ = Pooling::kMean;  // of embeddings
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<WorkerPool> workers_;

@@ -67,7 +67,7 @@ TEST(ServerErrorsTest, EachBadInputGetsItsStatusAndAnErrorObject) {
        "messages[0].content"},
       {"body over --max-body", "POST", "/v1/completions",
        json{{"prompt", std::string(5000, 'a')}}.dump(), 413, ""},
-      {"unknown endpoint", "POST", "/v1/embeddings", R"({"input": "a"})", 404, ""},
+      {"unknown endpoint", "POST", "/v1/audio/speech", R"({"input": "a"})", 404, ""},
       {"unknown GET", "GET", "/nothing/here", "", 404, ""},
       {"GET on a POST endpoint", "GET", "/v1/completions", "", 405, ""},
       {"DELETE on a POST endpoint", "DELETE", "/v1/chat/completions", "", 405, ""},
