@@ -120,6 +120,7 @@ class Server {
   // Writes what the call's stream holds (the engine thread, as it pushes).
   void WriteEvents(Call& call);
   void WriteEventsLocked(Call& call);  // call.mu held
+  void WriteToolReply(Call& call, const StreamEvent& done);  // call.mu held
   void HandleSlots(const std::shared_ptr<HttpExchange>& ex);
   // An error for a request that needs the model when the server is not
   // kReady (503; Respond adds Retry-After).
