@@ -102,18 +102,18 @@ std::string RandomCallId() {
 }
 
 // {"name": N, "arguments" | "parameters": {...}} naming an offered tool.
+// The arguments keep the model's key order (ordered_json).
 std::optional<ToolCall> ParseCall(std::string_view text, const std::vector<ChatTool>& tools) {
-  const json j = json::parse(Trim(text), nullptr, /*allow_exceptions=*/false);
+  using Json = nlohmann::ordered_json;
+  const Json j = Json::parse(Trim(text), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
-  const json* name = Member(j, "name");
-  if (!name || !name->is_string()) return std::nullopt;
-  const std::string n = name->get<std::string>();
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
+  const std::string n = j["name"].get<std::string>();
   if (std::none_of(tools.begin(), tools.end(), [&](const ChatTool& t) { return t.name == n; }))
     return std::nullopt;
-  const json* args = Member(j, "arguments");
-  if (!args) args = Member(j, "parameters");
-  json value = args ? *args : json::object();
-  if (value.is_string()) value = json::parse(value.get<std::string>(), nullptr, false);
+  const char* key = j.contains("arguments") ? "arguments" : "parameters";
+  Json value = j.contains(key) && !j[key].is_null() ? j[key] : Json::object();
+  if (value.is_string()) value = Json::parse(value.get<std::string>(), nullptr, false);
   if (!value.is_object()) return std::nullopt;
   return ToolCall{RandomCallId(), n, value.dump()};
 }

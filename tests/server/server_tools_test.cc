@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -269,8 +270,12 @@ TEST(ToolReplyTest, ChatMlCallsAndText) {
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[0].name, "f");
   EXPECT_EQ(r.calls[0].arguments, R"({"a":1})");
-  EXPECT_EQ(r.calls[1].arguments, R"({"b":2})");
+  EXPECT_EQ(r.calls[1].arguments, R"({"b":2})");  // arguments given as a JSON string
   EXPECT_NE(r.calls[0].id, r.calls[1].id);
+  r = ParseToolReply(R"(<tool_call>{"name": "f", "arguments": {"z": 1, "a": 2}}</tool_call>)",
+                     ChatFormat::kChatMl, tools);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"z":1,"a":2})");  // the model's key order
   // Unknown tools and broken JSON stay text.
   r = ParseToolReply("<tool_call>{\"name\": \"h\", \"arguments\": {}}</tool_call> and "
                      "<tool_call>{\"name\": \"f\"",
@@ -493,6 +498,73 @@ TEST_F(ToolServerTest, TemplatesWithoutToolsAndConflictsAre400s) {
   r = PostJson(*chatml_, "/v1/chat/completions", body, &status);
   EXPECT_EQ(status, 400);
   EXPECT_EQ(r["error"]["param"], "tool_choice") << r.dump();
+}
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The official client (as OpenAiNpmTest in server_cli_test.cc): skipped
+// without node and npm or when the package cannot be installed (offline).
+TEST_F(ToolServerTest, OfficialNpmClientGetsToolCalls) {
+  auto shell = [](const std::string& c) { return std::system(c.c_str()) == 0; };
+  if (!shell("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1"))
+    GTEST_SKIP() << "node or npm is not installed";
+  std::string d = (fs::temp_directory_path() / "rotor-tools-npm-XXXXXX").string();
+  ASSERT_NE(mkdtemp(d.data()), nullptr);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{d};
+  if (!shell("cd '" + d + "' && timeout 180 npm install --no-audit --no-fund --loglevel=error " +
+             "openai > npm.log 2>&1"))
+    GTEST_SKIP() << "npm install openai failed (offline?): " << Slurp(fs::path(d) / "npm.log");
+  ASSERT_TRUE(chatml_->ok()) << chatml_->error();
+  std::ofstream(fs::path(d) / "client.mjs") << R"JS(
+import OpenAI from 'openai';
+const client = new OpenAI({ baseURL: process.argv[2], apiKey: 'unused', maxRetries: 0 });
+const tools = JSON.parse(process.argv[3]);
+const messages = [{ role: 'user', content: 'Weather in Oslo?' }];
+const out = { calls: [], stream_calls: [] };
+for (let seed = 1; seed <= 3; ++seed) {
+  const r = await client.chat.completions.create(
+      { model: 'm', messages, tools, tool_choice: 'required', parallel_tool_calls: false,
+        temperature: 1, seed, max_tokens: 400 });
+  out.finish = r.choices[0].finish_reason;
+  out.content = r.choices[0].message.content;
+  out.calls.push(...r.choices[0].message.tool_calls);
+}
+const stream = await client.chat.completions.create(
+    { model: 'm', messages, tools, tool_choice: 'required', temperature: 1, seed: 9,
+      max_tokens: 1200, stream: true });
+for await (const chunk of stream) {
+  for (const c of chunk.choices[0]?.delta?.tool_calls ?? []) out.stream_calls.push(c);
+  out.stream_finish = chunk.choices[0]?.finish_reason ?? out.stream_finish;
+}
+console.log(JSON.stringify(out));
+)JS";
+  const json tools = {Tool("get_weather", kWeatherParams), Tool("get_time", kTimeParams)};
+  std::ofstream(fs::path(d) / "tools.json") << tools.dump();
+  const std::string url = "http://127.0.0.1:" + std::to_string(chatml_->port()) + "/v1";
+  ASSERT_TRUE(shell("cd '" + d + "' && timeout 120 node client.mjs " + url +
+                    " \"$(cat tools.json)\" > out.json 2> err.txt"))
+      << Slurp(fs::path(d) / "err.txt");
+  const json out = json::parse(Slurp(fs::path(d) / "out.json"), nullptr, false);
+  ASSERT_TRUE(out.is_object()) << Slurp(fs::path(d) / "out.json");
+  EXPECT_EQ(out["finish"], "tool_calls");
+  EXPECT_TRUE(out["content"].is_null());
+  EXPECT_EQ(out["calls"].size(), 3u);
+  ExpectValidCalls(out["calls"], "npm: ");
+  EXPECT_EQ(out["stream_finish"], "tool_calls");
+  json streamed = out["stream_calls"];
+  for (json& c : streamed) c.erase("index");
+  ExpectValidCalls(streamed, "npm stream: ");
 }
 
 }  // namespace
