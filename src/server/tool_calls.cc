@@ -324,7 +324,7 @@ ToolReply ParseToolReply(std::string_view text, ChatFormat format,
       r.calls.push_back(std::move(*c));
       start = end + 1;
     }
-    if (r.calls.empty()) r.content = std::string(body);
+    if (r.calls.empty()) r.content = std::string(text);
     return r;
   }
   constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
@@ -344,7 +344,7 @@ ToolReply ParseToolReply(std::string_view text, ChatFormat format,
     }
   }
   content += text.substr(pos);
-  r.content = std::string(Trim(content));
+  r.content = r.calls.empty() ? std::string(text) : std::string(Trim(content));
   return r;
 }
 

@@ -58,7 +58,7 @@ struct ToolCall {
   std::string arguments;  // JSON text of an object
 };
 struct ToolReply {
-  std::string content;  // the text outside the calls, trimmed
+  std::string content;  // the text outside the calls, trimmed (all of it, as is, if none)
   std::vector<ToolCall> calls;
 };
 // The calls in a reply: chatml's <tool_call> blocks whose JSON is

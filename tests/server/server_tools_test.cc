@@ -298,9 +298,9 @@ TEST(ToolReplyTest, Llama3JsonObject) {
   r = ParseToolReply("{\"name\": \"f\", \"parameters\": {}}\n{\"name\": \"f\", \"parameters\": {}}",
                      ChatFormat::kLlama3, tools);
   EXPECT_EQ(r.calls.size(), 2u);
-  r = ParseToolReply("It is {\"name\": \"f\"}", ChatFormat::kLlama3, tools);
+  r = ParseToolReply("It is {\"name\": \"f\"} ", ChatFormat::kLlama3, tools);
   EXPECT_TRUE(r.calls.empty());
-  EXPECT_EQ(r.content, "It is {\"name\": \"f\"}");
+  EXPECT_EQ(r.content, "It is {\"name\": \"f\"} ");  // no calls: the text as it came
 }
 
 TEST(ToolGrammarTest, ParsesForBothFormats) {
