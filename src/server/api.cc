@@ -4,6 +4,7 @@
 
 #include "grammar/grammar.h"
 #include "kv_args/kv_args.h"
+#include "server/tool_calls.h"
 
 #include <cmath>
 #include <limits>
@@ -148,10 +149,12 @@ std::optional<ApiError> ParseMessages(const json& j, ApiRequest* out) {
     ChatMessage msg;
     msg.role = role->get<std::string>();
     if (msg.role == "developer") msg.role = "system";
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
+        msg.role != "tool")
       return Bad(where + ".role",
-                 fmt::format("'{}.role' '{}' is not supported (system, user or assistant)", where,
-                             msg.role));
+                 fmt::format("'{}.role' '{}' is not supported (system, user, assistant or tool)",
+                             where, msg.role));
+    if (auto e = ParseMessageTools(m, where, &msg)) return e;
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       if (msg.role != "assistant")
@@ -348,6 +351,8 @@ std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
   if (auto e = RejectUnsupported(j)) return e;
   if (auto e = endpoint == Endpoint::kChat ? ParseMessages(j, out) : ParsePrompt(j, out)) return e;
   if (auto e = ParseStop(j, &o.stop)) return e;
+  if (endpoint == Endpoint::kChat)
+    if (auto e = ParseTools(j, &out->tools)) return e;
 
   Fields f(j);
   f.Int("max_tokens", 0, kMaxTokensLimit, &o.n_predict);

@@ -32,6 +32,20 @@ nlohmann::json ErrorBody(const ApiError& e);
 // The error for an HTTP status that has no body of ours (404, 405, 413, ...).
 ApiError ErrorForStatus(int status, std::string_view method, std::string_view path);
 
+// tool_choice: "auto" lets the model choose, "none" offers no tools,
+// "required" (or a named function) makes it call one.
+enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
+
+// A chat request's tools (tool_calls.h parses them).
+struct ApiTools {
+  std::vector<ChatTool> tools;
+  ToolChoice choice = ToolChoice::kAuto;
+  std::string function;  // kFunction: the tool's name
+  bool parallel = true;  // parallel_tool_calls: one call or more per reply
+  // Tools are rendered into the prompt and calls parsed out of the reply.
+  bool offered() const { return !tools.empty() && choice != ToolChoice::kNone; }
+};
+
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   bool stream = false;
@@ -39,12 +53,14 @@ struct ApiRequest {
   std::string prompt;                  // completions, unless prompt_tokens
   std::vector<int32_t> prompt_tokens;  // completions: ids given by the client
   std::vector<ChatMessage> messages;   // chat
+  ApiTools tools;                      // chat: tools, tool_choice, parallel_tool_calls
   GenerateOptions options;             // the server's defaults, overridden by the request
 };
 
 // Parses a request body. Fields: prompt | messages, max_tokens
 // (max_completion_tokens), temperature, top_p, top_k, min_p, seed, stop,
-// stream, stream_options; rotor extensions kv, kv_size, kv_keep, kv_recent, kv_window,
+// stream, stream_options; chat: tools, tool_choice, parallel_tool_calls
+// (tool_calls.h); rotor extensions kv, kv_size, kv_keep, kv_recent, kv_window,
 // rope_k, kv_positions, kv_type, ignore_eos, repeat_penalty, repeat_last_n. Null means
 // the server's default; other OpenAI fields are ignored, except the ones that
 // would change the output's shape (n > 1, echo, best_of > 1, logprobs), which

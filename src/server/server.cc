@@ -12,6 +12,7 @@
 #include <new>
 #include <thread>
 
+#include "server/tool_calls.h"
 #include "server/web.h"
 
 namespace rotor::serve {
@@ -247,7 +248,10 @@ struct Server::Call {
   bool ready = false;     // events may be written
   bool finished = false;  // the last event was written
   bool gone = false;      // the client went away
-  std::string text;       // not streaming: what arrived so far
+  std::string text;       // not streaming (or tools offered): what arrived so far
+  // Tools offered: the reply is held until its end and its calls parsed out.
+  bool tools_offered = false;
+  std::vector<ChatTool> tools;
   std::string path;
 };
 
@@ -370,10 +374,12 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) 
   seq->options = api.options;
   seq->spelling = KvSpelling::kField;
   if (api.endpoint == Endpoint::kChat) {
+    if (auto e = PrepareTools(api, chat_template_, options_.defaults, &seq->options)) return e;
     // Message content cannot inject control tokens ("<|im_end|>" in a
     // message is plain text).
-    const std::vector<ChatSegment> segments =
-        chat_template_.Render(api.messages, /*add_generation_prompt=*/true);
+    const std::vector<ChatSegment> segments = chat_template_.Render(
+        api.messages, /*add_generation_prompt=*/true,
+        api.tools.offered() ? api.tools.tools : std::vector<ChatTool>{});
     seq->tokens.clear();
     if (seq->options.add_bos && tok.add_bos() && tok.bos() >= 0) seq->tokens.push_back(tok.bos());
     EncodeChatSegments(tok, segments, /*after_special=*/true, &seq->tokens);
@@ -420,6 +426,8 @@ void Server::HandleGenerate(std::shared_ptr<Call> call) {
     call->meta = ResponseMeta{endpoint, NewId(endpoint), UnixNow(), model_id_};
     call->streaming = api.stream;
     call->include_usage = api.include_usage;
+    call->tools_offered = api.tools.offered();
+    if (call->tools_offered) call->tools = std::move(api.tools.tools);
   }
   // Events are written from the thread that pushes them (the engine's), once
   // the call is ready; those pushed before wait in the stream.
@@ -478,6 +486,13 @@ void Server::WriteEventsLocked(Call& call) {
   HttpExchange& ex = *call.ex;
   const ResponseMeta& meta = call.meta;
   for (StreamEvent& e : call.stream->Take()) {
+    if (call.tools_offered && e.kind != StreamEvent::Kind::kError) {
+      if (e.kind == StreamEvent::Kind::kText) {
+        call.text += e.text;
+        continue;
+      }
+      return WriteToolReply(call, e);
+    }
     if (!call.streaming) {
       switch (e.kind) {
         case StreamEvent::Kind::kText:
@@ -520,6 +535,27 @@ void Server::WriteEventsLocked(Call& call) {
     call.finished = true;
     return;
   }
+}
+
+// The whole reply has arrived (kDone): its calls parsed out, as one response
+// or as the stream's chunks.
+void Server::WriteToolReply(Call& call, const StreamEvent& e) {
+  HttpExchange& ex = *call.ex;
+  const ToolReply reply = ParseToolReply(call.text, chat_template_.format(), call.tools);
+  const TokenUsage usage{e.prompt_tokens, e.completion_tokens, e.cached_tokens};
+  call.finished = true;
+  if (!call.streaming) {
+    ex.Respond(HttpResponse{200, kJson, Dump(FullToolResponse(call.meta, reply, e.finish, usage)),
+                            {}});
+    metrics_.CountRequest(call.path, 200);
+    return;
+  }
+  for (const json& chunk : ToolStreamChunks(call.meta, reply, e.finish))
+    ex.Write("data: " + Dump(chunk) + "\n\n");
+  if (call.include_usage) ex.Write("data: " + Dump(UsageChunk(call.meta, usage)) + "\n\n");
+  ex.Write("data: [DONE]\n\n");
+  ex.End();
+  metrics_.CountRequest(call.path, ex.gone() ? 499 : 200);
 }
 
 }  // namespace rotor::serve

@@ -136,6 +136,7 @@ class Server {
   // Writes what the call's stream holds (the engine thread, as it pushes).
   void WriteEvents(Call& call);
   void WriteEventsLocked(Call& call);  // call.mu held
+  void WriteToolReply(Call& call, const StreamEvent& done);  // call.mu held
   void HandleSlots(const std::shared_ptr<HttpExchange>& ex);
   // Loop thread: routes /tokenize, /detokenize, /props, /v1/models/{id} and
   // the embeddings endpoints; false when `ex` is for none of them.

@@ -5,10 +5,13 @@
 #include <cctype>
 #include <utility>
 
+#include "tokenizer/chat_segments.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rotor {
 namespace {
+
+using namespace chat_internal;  // NOLINT: the segment builders
 
 struct NamedFormat {
   std::string_view name;
@@ -43,51 +46,11 @@ std::string Capitalized(std::string_view role) {
   return r;
 }
 
-using Segments = std::vector<ChatSegment>;
-
-// Appends a piece, merging it into the last segment of the same kind. An
-// empty content piece stays as a segment of its own when it follows markup.
-void Put(Segments* out, std::string_view text, bool content) {
-  if (!out->empty() && out->back().content == content) {
-    out->back().text.append(text);
-  } else if (!text.empty() || content) {
-    out->push_back({std::string(text), content});
-  }
-}
-void Markup(Segments* out, std::string_view text) { Put(out, text, false); }
-void Content(Segments* out, std::string_view text) { Put(out, text, true); }
-void Append(Segments* out, const Segments& body) {
-  for (const ChatSegment& s : body) Put(out, s.text, s.content);
-}
-
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-// Jinja's `trim` over a message body made of several segments (a system
-// prompt folded into a user message): whitespace is removed from the text's
-// ends whichever segments hold it.
-Segments Trimmed(Segments body) {
-  for (ChatSegment& s : body) {
-    size_t n = 0;
-    while (n < s.text.size() && IsSpace(s.text[n])) ++n;
-    s.text.erase(0, n);
-    if (!s.text.empty()) break;
-  }
-  for (auto it = body.rbegin(); it != body.rend(); ++it) {
-    size_t n = it->text.size();
-    while (n > 0 && IsSpace(it->text[n - 1])) --n;
-    it->text.resize(n);
-    if (!it->text.empty()) break;
-  }
-  return body;
-}
-
 // A message after folding the system prompt: its body may be several segments.
 struct Turn {
   std::string role;
   Segments body;
 };
-
-Segments Text(const std::string& content) { return {{content, true}}; }
 
 // For formats without a system role: system messages are folded into the next
 // user message (`join(system, user)`); a system message with no user message
@@ -166,28 +129,6 @@ Segments RenderGemma(const std::vector<ChatMessage>& messages, bool add_generati
   return out;
 }
 
-Segments RenderLlama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  Segments out;
-  for (const ChatMessage& m : messages) {
-    Markup(&out, "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
-    Append(&out, Trimmed(Text(m.content)));
-    Markup(&out, "<|eot_id|>");
-  }
-  if (add_generation_prompt) Markup(&out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-  return out;
-}
-
-Segments RenderChatMl(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  Segments out;
-  for (const ChatMessage& m : messages) {
-    Markup(&out, "<|im_start|>" + m.role + "\n");
-    Content(&out, m.content);
-    Markup(&out, "<|im_end|>\n");
-  }
-  if (add_generation_prompt) Markup(&out, "<|im_start|>assistant\n");
-  return out;
-}
-
 // Phi-3 and Zephyr: "<|role|>\n" + content + end-of-turn + "\n".
 Segments RenderTagged(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                       std::string_view end_of_turn) {
@@ -256,22 +197,38 @@ std::string_view ChatTemplate::name() const {
 
 std::string ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt) const {
+  return Apply(messages, add_generation_prompt, {});
+}
+
+std::string ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
+                                bool add_generation_prompt,
+                                const std::vector<ChatTool>& tools) const {
   std::string out;
-  for (const ChatSegment& s : Render(messages, add_generation_prompt)) out += s.text;
+  for (const ChatSegment& s : Render(messages, add_generation_prompt, tools)) out += s.text;
   return out;
 }
 
 std::vector<ChatSegment> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                               bool add_generation_prompt) const {
+  return Render(messages, add_generation_prompt, {});
+}
+
+bool ChatTemplate::SupportsTools() const {
+  return format_ == ChatFormat::kChatMl || format_ == ChatFormat::kLlama3;
+}
+
+std::vector<ChatSegment> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                              bool add_generation_prompt,
+                                              const std::vector<ChatTool>& tools) const {
   switch (format_) {
     case ChatFormat::kPlain:
       return RenderPlain(messages, add_generation_prompt);
     case ChatFormat::kLlama2:
       return RenderLlama2(messages);
     case ChatFormat::kLlama3:
-      return RenderLlama3(messages, add_generation_prompt);
+      return RenderLlama3(messages, add_generation_prompt, tools);
     case ChatFormat::kChatMl:
-      return RenderChatMl(messages, add_generation_prompt);
+      return RenderChatMl(messages, add_generation_prompt, tools);
     case ChatFormat::kMistral:
       return RenderMistral(messages);
     case ChatFormat::kPhi3:

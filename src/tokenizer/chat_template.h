@@ -31,6 +31,9 @@
 // chatml and llama3 write any other role by its name, the rest treat it as
 // "user". Default system prompts written into a model's template (Qwen's
 // "You are a helpful assistant.") are not reproduced.
+//
+// Tool calling (tools offered to the model, assistant tool calls, "tool"
+// results) is defined for chatml and llama3 only: chat_tools.cc.
 #pragma once
 
 #include <cstdint>
@@ -45,9 +48,27 @@ namespace rotor {
 
 class Tokenizer;
 
+// A function call the assistant made (OpenAI's tool_calls): `arguments` is
+// JSON text.
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
 struct ChatMessage {
   std::string role;
   std::string content;
+  std::vector<ChatToolCall> tool_calls = {};  // role "assistant"
+  std::string tool_call_id = {};             // role "tool": the call answered
+};
+
+// A function the model may call: `parameters` is its arguments' JSON Schema
+// as JSON text ("" for none).
+struct ChatTool {
+  std::string name;
+  std::string description;
+  std::string parameters;
 };
 
 // A piece of a rendered conversation: template markup, to be tokenized with
@@ -84,6 +105,16 @@ class ChatTemplate {
   // kind merged; an empty message keeps an empty content segment).
   std::vector<ChatSegment> Render(const std::vector<ChatMessage>& messages,
                                   bool add_generation_prompt) const;
+  // With tools offered to the model (chat_tools.cc; SupportsTools() formats
+  // only, the others ignore `tools`).
+  std::string Apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                    const std::vector<ChatTool>& tools) const;
+  std::vector<ChatSegment> Render(const std::vector<ChatMessage>& messages,
+                                  bool add_generation_prompt,
+                                  const std::vector<ChatTool>& tools) const;
+  // The format has a tool-call convention: chatml and llama3 (chat_tools.cc
+  // describes them); only these render tools, tool calls and tool results.
+  bool SupportsTools() const;
 
   // The markup that ends an assistant turn, as a token's text: "<|im_end|>",
   // "<|eot_id|>", "<|end|>", "<end_of_turn>", "</s>"; "" for plain. A reply

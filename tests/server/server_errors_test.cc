@@ -61,7 +61,7 @@ TEST(ServerErrorsTest, EachBadInputGetsItsStatusAndAnErrorObject) {
       {"message without role", "POST", "/v1/chat/completions",
        R"({"messages": [{"content": "hi"}]})", 400, "messages[0].role"},
       {"unsupported role", "POST", "/v1/chat/completions",
-       R"({"messages": [{"role": "tool", "content": "hi"}]})", 400, "messages[0].role"},
+       R"({"messages": [{"role": "function", "content": "hi"}]})", 400, "messages[0].role"},
       {"image content", "POST", "/v1/chat/completions",
        R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
        "messages[0].content"},

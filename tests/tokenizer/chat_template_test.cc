@@ -92,8 +92,9 @@ TEST(ChatTemplateTest, SystemWithoutUserBecomesAUserTurn) {
 }
 
 TEST(ChatTemplateTest, OtherRolesKeepTheirNameOnlyWhereTheFormatHasNames) {
-  const std::vector<ChatMessage> m = {{"tool", "42"}};
-  EXPECT_EQ(Render(ChatFormat::kChatMl, m, false), "<|im_start|>tool\n42<|im_end|>\n");
+  // ("tool" is a tool result in chatml and llama3: chat_tools_test.cc.)
+  const std::vector<ChatMessage> m = {{"critic", "42"}};
+  EXPECT_EQ(Render(ChatFormat::kChatMl, m, false), "<|im_start|>critic\n42<|im_end|>\n");
   EXPECT_EQ(Render(ChatFormat::kPhi3, m, false), "<|user|>\n42<|end|>\n");
 }
 

@@ -1,0 +1,571 @@
+// Tool calls in /v1/chat/completions (server/tool_calls.h): request parsing
+// and its 400s, the reply parser, and end to end with tool_choice "required":
+// for many seeds at temperature 1 every reply's calls parse and validate
+// against the tool's parameters schema.
+//
+// The bundled model's vocabulary has no chatml or llama3 markup, so the
+// end-to-end tests use a copy of it whose unused byte tokens <0x01>..<0x05>
+// are those control tokens (ToolModel()): the weights are the bundled ones,
+// the grammar makes every reply valid whatever the model prefers.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "grammar/grammar.h"
+#include "server/tool_calls.h"
+#include "server_test_util.h"
+
+namespace rotor::serve::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The bundled model with chatml's and llama3's markup as control tokens.
+const std::string& ToolModel() {
+  static const std::string path = [] {
+    const std::string out =
+        (fs::temp_directory_path() / ("rotor-tools-test-" + std::to_string(getpid()) + ".gguf"))
+            .string();
+    Result<std::unique_ptr<GgufFile>> src = GgufFile::Open(BundledModel());
+    if (!src.ok()) return std::string();
+    GgufWriter w;
+    w.CopyMetadata(**src);
+    Result<std::vector<std::string>> tokens = (*src)->GetStringArray("tokenizer.ggml.tokens");
+    Result<std::vector<int64_t>> types = (*src)->GetIntArray("tokenizer.ggml.token_type");
+    if (!tokens.ok() || !types.ok()) return std::string();
+    const char* markup[] = {"<|im_start|>", "<|im_end|>", "<|start_header_id|>",
+                            "<|end_header_id|>", "<|eot_id|>"};
+    std::vector<int32_t> t32(types->begin(), types->end());
+    for (int i = 0; i < 5; ++i) {
+      (*tokens)[4 + i] = markup[i];  // <0x01>..<0x05>
+      t32[4 + i] = 3;                // control
+    }
+    w.SetStringArray("tokenizer.ggml.tokens", *tokens);
+    w.SetI32Array("tokenizer.ggml.token_type", t32);
+    for (const GgufTensor& t : (*src)->tensors())
+      if (!w.AddTensor(t.name, t.type, t.ne, t.data, t.n_bytes).ok()) return std::string();
+    if (!w.Write(out).ok()) return std::string();
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove(fs::temp_directory_path() /
+                     ("rotor-tools-test-" + std::to_string(getpid()) + ".gguf"),
+                 ec);
+    });
+    return out;
+  }();
+  return path;
+}
+
+ServeOptions ToolOptions(const std::string& chat_template) {
+  ServeOptions o = TestOptions(4, 16);
+  o.engine.model_path = ToolModel();
+  o.chat_template = chat_template;
+  o.engine.n_ctx = 4096;  // tool definitions tokenize to a character or two per token
+  return o;
+}
+
+// Enough JSON Schema validation for the schemas below: type, properties,
+// required, additionalProperties false, enum, maxLength, items.
+bool Validate(const json& v, const json& s, std::string* why) {
+  auto fail = [&](const std::string& m) {
+    *why = m + ": " + v.dump();
+    return false;
+  };
+  if (s.contains("enum")) {
+    for (const json& e : s["enum"])
+      if (e == v) return true;
+    return fail("not in enum");
+  }
+  const std::string type = s.value("type", "");
+  if (type == "object") {
+    if (!v.is_object()) return fail("not an object");
+    for (const json& r : s.value("required", json::array()))
+      if (!v.contains(r.get<std::string>())) return fail("missing " + r.get<std::string>());
+    const json props = s.value("properties", json::object());
+    for (const auto& [k, item] : v.items()) {
+      if (!props.contains(k)) {
+        if (s.value("additionalProperties", true) == false) return fail("extra property " + k);
+        continue;
+      }
+      if (!Validate(item, props[k], why)) return false;
+    }
+    return true;
+  }
+  if (type == "array") {
+    if (!v.is_array()) return fail("not an array");
+    for (const json& item : v)
+      if (s.contains("items") && !Validate(item, s["items"], why)) return false;
+    return true;
+  }
+  if (type == "string") {
+    if (!v.is_string()) return fail("not a string");
+    size_t chars = 0;  // code points: bytes that do not continue a UTF-8 sequence
+    for (const char c : v.get<std::string>()) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    if (s.contains("maxLength") && chars > s["maxLength"].get<size_t>()) return fail("too long");
+    return true;
+  }
+  if (type == "integer") return v.is_number_integer() || fail("not an integer");
+  if (type == "number") return v.is_number() || fail("not a number");
+  if (type == "boolean") return v.is_boolean() || fail("not a boolean");
+  return true;
+}
+
+const json kWeatherParams = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "city": {"type": "string", "maxLength": 12},
+    "days": {"type": "integer"},
+    "unit": {"enum": ["celsius", "fahrenheit"]},
+    "alerts": {"type": "boolean"},
+    "hours": {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
+    "score": {"type": "number"}
+  },
+  "required": ["city", "days", "unit", "alerts"]
+})");
+const json kTimeParams = json::parse(R"({
+  "type": "object",
+  "properties": {"zone": {"type": "string", "maxLength": 8}},
+  "required": ["zone"],
+  "additionalProperties": false
+})");
+
+json Tool(const std::string& name, const json& params) {
+  return {{"type", "function"},
+          {"function", {{"name", name}, {"description", "d"}, {"parameters", params}}}};
+}
+
+json ToolRequest(uint64_t seed) {
+  return {{"messages", {{{"role", "user"}, {"content", "Weather in Oslo?"}}}},
+          {"tools", {Tool("get_weather", kWeatherParams), Tool("get_time", kTimeParams)}},
+          {"tool_choice", "required"},
+          {"parallel_tool_calls", false},
+          {"temperature", 1},
+          {"seed", seed},
+          {"max_tokens", 400}};
+}
+
+// Each call names a tool of the request and its arguments validate.
+void ExpectValidCalls(const json& calls, const std::string& context) {
+  ASSERT_TRUE(calls.is_array() && !calls.empty()) << context;
+  for (const json& c : calls) {
+    ASSERT_TRUE(c["id"].is_string()) << context;
+    EXPECT_TRUE(c["id"].get<std::string>().starts_with("call_")) << context;
+    EXPECT_EQ(c["type"], "function") << context;
+    const std::string name = c["function"]["name"];
+    ASSERT_TRUE(c["function"]["arguments"].is_string()) << context;
+    const json args = json::parse(c["function"]["arguments"].get<std::string>(), nullptr, false);
+    ASSERT_FALSE(args.is_discarded()) << context << c.dump();
+    std::string why;
+    ASSERT_TRUE(name == "get_weather" || name == "get_time") << context << name;
+    EXPECT_TRUE(Validate(args, name == "get_weather" ? kWeatherParams : kTimeParams, &why))
+        << context << why;
+  }
+}
+
+std::optional<ApiError> Parse(const json& body, ApiRequest* out) {
+  return ParseRequest(body.dump(), Endpoint::kChat, GenerateOptions{}, out);
+}
+
+TEST(ToolParseTest, ToolsChoiceAndMessages) {
+  json body = ToolRequest(1);
+  body["messages"].push_back({{"role", "assistant"},
+                              {"content", nullptr},
+                              {"tool_calls",
+                               {{{"id", "call_1"},
+                                 {"type", "function"},
+                                 {"function", {{"name", "get_time"}, {"arguments", "{}"}}}}}}});
+  body["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "noon"}});
+  ApiRequest r;
+  ASSERT_FALSE(Parse(body, &r));
+  ASSERT_EQ(r.tools.tools.size(), 2u);
+  EXPECT_EQ(r.tools.tools[0].name, "get_weather");
+  EXPECT_EQ(json::parse(r.tools.tools[0].parameters), kWeatherParams);
+  EXPECT_EQ(r.tools.choice, ToolChoice::kRequired);
+  EXPECT_FALSE(r.tools.parallel);
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_time");
+  EXPECT_EQ(r.messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+  ApiRequest named;
+  ASSERT_FALSE(Parse(body, &named));
+  EXPECT_EQ(named.tools.choice, ToolChoice::kFunction);
+  EXPECT_EQ(named.tools.function, "get_time");
+  ApiRequest plain;  // no tools: auto, nothing offered
+  ASSERT_FALSE(Parse({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, &plain));
+  EXPECT_FALSE(plain.tools.offered());
+}
+
+TEST(ToolParseTest, BadFieldsAre400sNamingTheField) {
+  struct Case {
+    const char* what;
+    std::function<void(json&)> edit;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {"tools not an array", [](json& b) { b["tools"] = "x"; }, "tools"},
+      {"no name", [](json& b) { b["tools"][1]["function"].erase("name"); },
+       "tools[1].function.name"},
+      {"bad name", [](json& b) { b["tools"][1]["function"]["name"] = "a b"; },
+       "tools[1].function.name"},
+      {"duplicate name", [](json& b) { b["tools"][1]["function"]["name"] = "get_weather"; },
+       "tools[1].function.name"},
+      {"type", [](json& b) { b["tools"][0]["type"] = "retrieval"; }, "tools[0].type"},
+      {"no function", [](json& b) { b["tools"][0].erase("function"); }, "tools[0].function"},
+      {"schema", [](json& b) { b["tools"][0]["function"]["parameters"]["pattern"] = "x"; },
+       "tools[0].function.parameters"},
+      {"parameters not an object", [](json& b) { b["tools"][0]["function"]["parameters"] = 3; },
+       "tools[0].function.parameters"},
+      {"choice", [](json& b) { b["tool_choice"] = "always"; }, "tool_choice"},
+      {"choice object",
+       [](json& b) { b["tool_choice"] = {{"type", "function"}}; }, "tool_choice"},
+      {"choice unknown function",
+       [](json& b) {
+         b["tool_choice"] = {{"type", "function"}, {"function", {{"name", "nope"}}}};
+       },
+       "tool_choice.function.name"},
+      {"required without tools", [](json& b) { b.erase("tools"); }, "tool_choice"},
+      {"parallel", [](json& b) { b["parallel_tool_calls"] = "yes"; }, "parallel_tool_calls"},
+      {"tool message without id",
+       [](json& b) { b["messages"].push_back({{"role", "tool"}, {"content", "x"}}); },
+       "messages[1].tool_call_id"},
+      {"tool_calls on a user message",
+       [](json& b) { b["messages"][0]["tool_calls"] = json::array(); }, "messages[0].tool_calls"},
+      {"tool_calls without a name",
+       [](json& b) {
+         b["messages"].push_back(
+             {{"role", "assistant"}, {"tool_calls", {{{"function", {{"arguments", "{}"}}}}}}});
+       },
+       "messages[1].tool_calls[0].function.name"},
+  };
+  for (const Case& c : cases) {
+    json body = ToolRequest(1);
+    c.edit(body);
+    ApiRequest r;
+    const std::optional<ApiError> e = Parse(body, &r);
+    ASSERT_TRUE(e) << c.what;
+    EXPECT_EQ(e->status, 400) << c.what;
+    EXPECT_EQ(e->param, c.param) << c.what << ": " << e->message;
+  }
+}
+
+TEST(ToolReplyTest, ChatMlCallsAndText) {
+  const std::vector<ChatTool> tools = {{"f", "", ""}, {"g", "", ""}};
+  ToolReply r = ParseToolReply(
+      "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n"
+      "<tool_call>{\"name\": \"g\", \"arguments\": \"{\\\"b\\\": 2}\"}</tool_call>",
+      ChatFormat::kChatMl, tools);
+  EXPECT_EQ(r.content, "Sure.");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "f");
+  EXPECT_EQ(r.calls[0].arguments, R"({"a":1})");
+  EXPECT_EQ(r.calls[1].arguments, R"({"b":2})");  // arguments given as a JSON string
+  EXPECT_NE(r.calls[0].id, r.calls[1].id);
+  r = ParseToolReply(R"(<tool_call>{"name": "f", "arguments": {"z": 1, "a": 2}}</tool_call>)",
+                     ChatFormat::kChatMl, tools);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"z":1,"a":2})");  // the model's key order
+  // Unknown tools and broken JSON stay text.
+  r = ParseToolReply("<tool_call>{\"name\": \"h\", \"arguments\": {}}</tool_call> and "
+                     "<tool_call>{\"name\": \"f\"",
+                     ChatFormat::kChatMl, tools);
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content,
+            "<tool_call>{\"name\": \"h\", \"arguments\": {}}</tool_call> and <tool_call>{\"name\": "
+            "\"f\"");
+  r = ParseToolReply("<tool_call>{\"name\": \"f\", \"arguments\": {}}", ChatFormat::kChatMl, tools);
+  ASSERT_EQ(r.calls.size(), 1u);  // cut before its end tag (a stop string)
+}
+
+TEST(ToolReplyTest, Llama3JsonObject) {
+  const std::vector<ChatTool> tools = {{"f", "", ""}};
+  ToolReply r = ParseToolReply(" {\"name\": \"f\", \"parameters\": {\"x\": [1]}} ",
+                               ChatFormat::kLlama3, tools);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"x":[1]})");
+  EXPECT_EQ(r.content, "");
+  r = ParseToolReply("{\"name\": \"f\", \"parameters\": {}}\n{\"name\": \"f\", \"parameters\": {}}",
+                     ChatFormat::kLlama3, tools);
+  EXPECT_EQ(r.calls.size(), 2u);
+  r = ParseToolReply("It is {\"name\": \"f\"} ", ChatFormat::kLlama3, tools);
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, "It is {\"name\": \"f\"} ");  // no calls: the text as it came
+}
+
+TEST(ToolGrammarTest, ParsesForBothFormats) {
+  const std::vector<ChatTool> tools = {{"get_weather", "", kWeatherParams.dump()},
+                                       {"get_time", "", kTimeParams.dump()},
+                                       {"now", "", ""},
+                                       {"defs", "",
+                                        R"({"type":"object","properties":{"p":{"$ref":"#/$defs/P"}},
+                                            "$defs":{"P":{"type":"integer"}}})"}};
+  for (ChatFormat f : {ChatFormat::kChatMl, ChatFormat::kLlama3}) {
+    for (bool parallel : {false, true}) {
+      Result<std::string> g = ToolCallGrammar(f, tools, parallel);
+      ASSERT_TRUE(g.ok()) << g.message();
+      EXPECT_TRUE(grammar::ParseGrammar(*g).ok()) << *g;
+    }
+  }
+}
+
+class ToolServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_FALSE(ToolModel().empty()) << "could not write the test model";
+    chatml_ = new TestServer(ToolOptions("chatml"));
+    llama3_ = new TestServer(ToolOptions("llama3"));
+  }
+  static void TearDownTestSuite() {
+    delete chatml_;
+    delete llama3_;
+    chatml_ = llama3_ = nullptr;
+  }
+  static TestServer* chatml_;
+  static TestServer* llama3_;
+};
+TestServer* ToolServerTest::chatml_ = nullptr;
+TestServer* ToolServerTest::llama3_ = nullptr;
+
+TEST_F(ToolServerTest, RequiredCallsValidateForManySeeds) {
+  ASSERT_TRUE(chatml_->ok()) << chatml_->error();
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    int status = 0;
+    const json r = PostJson(*chatml_, "/v1/chat/completions", ToolRequest(seed), &status);
+    const std::string context = "seed " + std::to_string(seed) + ": ";
+    ASSERT_EQ(status, 200) << context << r.dump();
+    const json& choice = r["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls") << context << r.dump();
+    EXPECT_TRUE(choice["message"]["content"].is_null()) << context << r.dump();
+    EXPECT_EQ(choice["message"]["tool_calls"].size(), 1u) << context << r.dump();
+    ExpectValidCalls(choice["message"]["tool_calls"], context);
+  }
+}
+
+TEST_F(ToolServerTest, ParallelCallsAndANamedFunction) {
+  ASSERT_TRUE(chatml_->ok()) << chatml_->error();
+  for (uint64_t seed = 100; seed < 110; ++seed) {
+    json body = ToolRequest(seed);
+    body["parallel_tool_calls"] = true;
+    body["max_tokens"] = 1200;
+    int status = 0;
+    const json r = PostJson(*chatml_, "/v1/chat/completions", body, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    const json& calls = r["choices"][0]["message"]["tool_calls"];
+    EXPECT_LE(calls.size(), static_cast<size_t>(kMaxParallelCalls));
+    ExpectValidCalls(calls, "parallel seed " + std::to_string(seed) + ": ");
+    body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+    const json named = PostJson(*chatml_, "/v1/chat/completions", body, &status);
+    ASSERT_EQ(status, 200) << named.dump();
+    for (const json& c : named["choices"][0]["message"]["tool_calls"])
+      EXPECT_EQ(c["function"]["name"], "get_time");
+    ExpectValidCalls(named["choices"][0]["message"]["tool_calls"], "named: ");
+  }
+}
+
+TEST_F(ToolServerTest, Llama3RequiredCallsValidate) {
+  ASSERT_TRUE(llama3_->ok()) << llama3_->error();
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    int status = 0;
+    json body = ToolRequest(seed);
+    body["parallel_tool_calls"] = true;  // llama3 makes one call per turn anyway
+    const json r = PostJson(*llama3_, "/v1/chat/completions", body, &status);
+    const std::string context = "llama3 seed " + std::to_string(seed) + ": ";
+    ASSERT_EQ(status, 200) << context << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << context << r.dump();
+    EXPECT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << context << r.dump();
+    ExpectValidCalls(r["choices"][0]["message"]["tool_calls"], context);
+  }
+}
+
+TEST_F(ToolServerTest, StreamedCalls) {
+  ASSERT_TRUE(chatml_->ok()) << chatml_->error();
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    json body = ToolRequest(seed);
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    httplib::Client client("127.0.0.1", chatml_->port());
+    client.set_read_timeout(std::chrono::seconds(60));
+    const auto res = client.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    ASSERT_EQ(res->status, 200) << res->body;
+    json calls = json::array();
+    std::string finish;
+    bool done = false, usage = false;
+    std::istringstream lines(res->body);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.starts_with("data: ")) continue;
+      if (line == "data: [DONE]") {
+        done = true;
+        continue;
+      }
+      const json chunk = json::parse(line.substr(6));
+      EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+      if (chunk.contains("usage") && !chunk["usage"].is_null()) usage = true;
+      if (chunk["choices"].empty()) continue;
+      const json& choice = chunk["choices"][0];
+      if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+      if (choice["delta"].contains("tool_calls"))
+        for (json c : choice["delta"]["tool_calls"]) {
+          EXPECT_EQ(c["index"], calls.size());
+          c.erase("index");
+          calls.push_back(c);
+        }
+    }
+    EXPECT_TRUE(done);
+    EXPECT_TRUE(usage);
+    EXPECT_EQ(finish, "tool_calls");
+    EXPECT_EQ(calls.size(), 1u);
+    ExpectValidCalls(calls, "stream seed " + std::to_string(seed) + ": ");
+  }
+}
+
+TEST_F(ToolServerTest, AutoAndNone) {
+  ASSERT_TRUE(chatml_->ok()) << chatml_->error();
+  json body = ToolRequest(7);
+  body["max_tokens"] = 16;
+  for (const char* choice : {"auto", "none"}) {
+    body["tool_choice"] = choice;
+    int status = 0;
+    const json r = PostJson(*chatml_, "/v1/chat/completions", body, &status);
+    ASSERT_EQ(status, 200) << choice << r.dump();
+    // The model answers freely: text (a call only if it wrote one).
+    const json& m = r["choices"][0]["message"];
+    EXPECT_TRUE(m["content"].is_string() || m.contains("tool_calls")) << r.dump();
+  }
+  // "none" renders no tools: fewer prompt tokens than "auto".
+  body["tool_choice"] = "auto";
+  const json with = PostJson(*chatml_, "/v1/chat/completions", body);
+  body["tool_choice"] = "none";
+  const json without = PostJson(*chatml_, "/v1/chat/completions", body);
+  EXPECT_GT(with["usage"]["prompt_tokens"], without["usage"]["prompt_tokens"].get<int>() + 50);
+}
+
+TEST_F(ToolServerTest, HistoryWithCallsAndResults) {
+  ASSERT_TRUE(llama3_->ok()) << llama3_->error();
+  json body = ToolRequest(3);
+  body["messages"].push_back(
+      {{"role", "assistant"},
+       {"content", nullptr},
+       {"tool_calls",
+        {{{"id", "call_1"},
+          {"type", "function"},
+          {"function", {{"name", "get_time"}, {"arguments", R"({"zone":"UTC"})"}}}}}}});
+  body["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "noon"}});
+  for (TestServer* s : {chatml_, llama3_}) {
+    int status = 0;
+    const json r = PostJson(*s, "/v1/chat/completions", body, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    ExpectValidCalls(r["choices"][0]["message"]["tool_calls"], "history: ");
+  }
+}
+
+TEST_F(ToolServerTest, TemplatesWithoutToolsAndConflictsAre400s) {
+  TestServer plain(TestOptions(2, 4));  // the bundled model: plain template
+  ASSERT_TRUE(plain.ok()) << plain.error();
+  json body = ToolRequest(1);
+  int status = 0;
+  json r = PostJson(plain, "/v1/chat/completions", body, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "tools");
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("'plain'"), std::string::npos)
+      << r.dump();
+  body["tool_choice"] = "auto";
+  r = PostJson(plain, "/v1/chat/completions", body, &status);
+  EXPECT_EQ(status, 400) << r.dump();
+  body["tool_choice"] = "none";  // tools not offered: fine
+  body["max_tokens"] = 4;
+  r = PostJson(plain, "/v1/chat/completions", body, &status);
+  EXPECT_EQ(status, 200) << r.dump();
+  body["messages"].push_back({{"role", "tool"}, {"tool_call_id", "c"}, {"content", "x"}});
+  r = PostJson(plain, "/v1/chat/completions", body, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "messages[1]") << r.dump();
+
+  ASSERT_TRUE(chatml_->ok()) << chatml_->error();
+  body = ToolRequest(1);
+  body["response_format"] = {{"type", "json_object"}};
+  r = PostJson(*chatml_, "/v1/chat/completions", body, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "tool_choice") << r.dump();
+}
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The official client (as OpenAiNpmTest in server_cli_test.cc): skipped
+// without node and npm or when the package cannot be installed (offline).
+TEST_F(ToolServerTest, OfficialNpmClientGetsToolCalls) {
+  auto shell = [](const std::string& c) { return std::system(c.c_str()) == 0; };
+  if (!shell("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1"))
+    GTEST_SKIP() << "node or npm is not installed";
+  std::string d = (fs::temp_directory_path() / "rotor-tools-npm-XXXXXX").string();
+  ASSERT_NE(mkdtemp(d.data()), nullptr);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{d};
+  if (!shell("cd '" + d + "' && timeout 180 npm install --no-audit --no-fund --loglevel=error " +
+             "openai > npm.log 2>&1"))
+    GTEST_SKIP() << "npm install openai failed (offline?): " << Slurp(fs::path(d) / "npm.log");
+  ASSERT_TRUE(chatml_->ok()) << chatml_->error();
+  std::ofstream(fs::path(d) / "client.mjs") << R"JS(
+import OpenAI from 'openai';
+const client = new OpenAI({ baseURL: process.argv[2], apiKey: 'unused', maxRetries: 0 });
+const tools = JSON.parse(process.argv[3]);
+const messages = [{ role: 'user', content: 'Weather in Oslo?' }];
+const out = { calls: [], stream_calls: [] };
+for (let seed = 1; seed <= 3; ++seed) {
+  const r = await client.chat.completions.create(
+      { model: 'm', messages, tools, tool_choice: 'required', parallel_tool_calls: false,
+        temperature: 1, seed, max_tokens: 400 });
+  out.finish = r.choices[0].finish_reason;
+  out.content = r.choices[0].message.content;
+  out.calls.push(...r.choices[0].message.tool_calls);
+}
+const stream = await client.chat.completions.create(
+    { model: 'm', messages, tools, tool_choice: 'required', temperature: 1, seed: 9,
+      max_tokens: 1200, stream: true });
+for await (const chunk of stream) {
+  for (const c of chunk.choices[0]?.delta?.tool_calls ?? []) out.stream_calls.push(c);
+  out.stream_finish = chunk.choices[0]?.finish_reason ?? out.stream_finish;
+}
+console.log(JSON.stringify(out));
+)JS";
+  const json tools = {Tool("get_weather", kWeatherParams), Tool("get_time", kTimeParams)};
+  std::ofstream(fs::path(d) / "tools.json") << tools.dump();
+  const std::string url = "http://127.0.0.1:" + std::to_string(chatml_->port()) + "/v1";
+  ASSERT_TRUE(shell("cd '" + d + "' && timeout 120 node client.mjs " + url +
+                    " \"$(cat tools.json)\" > out.json 2> err.txt"))
+      << Slurp(fs::path(d) / "err.txt");
+  const json out = json::parse(Slurp(fs::path(d) / "out.json"), nullptr, false);
+  ASSERT_TRUE(out.is_object()) << Slurp(fs::path(d) / "out.json");
+  EXPECT_EQ(out["finish"], "tool_calls");
+  EXPECT_TRUE(out["content"].is_null());
+  EXPECT_EQ(out["calls"].size(), 3u);
+  ExpectValidCalls(out["calls"], "npm: ");
+  EXPECT_EQ(out["stream_finish"], "tool_calls");
+  json streamed = out["stream_calls"];
+  for (json& c : streamed) c.erase("index");
+  ExpectValidCalls(streamed, "npm stream: ");
+}
+
+}  // namespace
+}  // namespace rotor::serve::testing
