@@ -155,11 +155,7 @@ Result<KvConfig> Engine::Validate(const GenerateOptions& o, KvSpelling spelling)
   if (o.n_predict < -1)
     return Errorf("generate: -n {} must be >= 0, or -1 for no limit", o.n_predict);
   RETURN_IF_ERROR(ValidateSamplingParams(o.sampling));
-  const int32_t n_vocab = model_->config().n_vocab;
-  for (const auto& [id, bias] : o.sampling.logit_bias)
-    if (id >= n_vocab)
-      return Errorf("sampling: logit_bias token id {} is out of the vocabulary [0, {})", id,
-                    n_vocab);
+  RETURN_IF_ERROR(ValidateLogitBias(o.sampling, model_->config().n_vocab));
   if (o.logprobs < -1 || o.logprobs > kMaxTopLogprobs)
     return Errorf("generate: logprobs {} out of range [-1, {}]", o.logprobs, kMaxTopLogprobs);
   return ResolveKvConfig(o.kv, model_->config().kv_shape(n_ctx_), spelling);

@@ -148,6 +148,14 @@ Status ValidateSamplingParams(const SamplingParams& p) {
   return Status::Ok();
 }
 
+Status ValidateLogitBias(const SamplingParams& p, int32_t n_vocab) {
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < 0 || id >= n_vocab)
+      return Errorf("sampling: logit_bias token id {} is out of the vocabulary [0, {})", id,
+                    n_vocab);
+  return Status::Ok();
+}
+
 Sampler::Sampler(const SamplingParams& p, int32_t n_vocab) : params_(p), n_vocab_(n_vocab) {
   Status valid = ValidateSamplingParams(p);
   CHECK_MSG(valid.ok(), valid.message().c_str());

@@ -82,6 +82,8 @@ inline constexpr float kLogitBiasLimit = 100.0f;
 
 // Checks ranges; errors read like "sampling: top_p 1.5 out of range [0, 1]".
 Status ValidateSamplingParams(const SamplingParams& p);
+// Checks that every logit_bias id is in [0, n_vocab).
+Status ValidateLogitBias(const SamplingParams& p, int32_t n_vocab);
 
 class Sampler {
  public:

@@ -411,6 +411,13 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
       if (api.echo) echoes->push_back(p.tokens.empty() ? p.text : tok.Decode(p.tokens));
     }
   }
+  const int64_t n_choices = static_cast<int64_t>(prompts.size()) * api.n;
+  if (n_choices > options_.parallel + options_.max_queue)
+    return bad(fmt::format("{} prompts x n {} = {} choices: more than the server holds at once "
+                           "(--parallel {} + --max-queue {})",
+                           prompts.size(), api.n, n_choices, options_.parallel,
+                           options_.max_queue),
+               api.n > 1 ? "n" : "prompt");
   const KvShape shape = engine_->model().config().kv_shape(engine_->n_ctx());
   Result<KvConfig> kv = engine_->Validate(seq.options, KvSpelling::kField);
   if (!kv.ok()) return bad(kv.message(), "kv");

@@ -272,11 +272,16 @@ TEST_F(ServerComplete, SeveralChoicesShareThePrompt) {
     EXPECT_EQ(texts[j], full["choices"][j]["message"]["content"]) << j;
     EXPECT_EQ(finishes[j], 1);
   }
-  // n beyond --parallel (4): 400.
+  // n beyond --parallel (4): 400; so are more choices than --parallel + --max-queue (20).
   int status = 0;
   json bad = Post("/v1/completions", {{"prompt", "a"}, {"n", 5}}, &status);
   EXPECT_EQ(status, 400);
   EXPECT_EQ(bad["error"]["param"], "n");
+  bad = Post("/v1/completions",
+             {{"prompt", std::vector<std::string>(6, "a")}, {"n", 4}, {"max_tokens", 1}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(bad["error"]["param"], "n");
+  EXPECT_NE(bad["error"]["message"].get<std::string>().find("24 choices"), std::string::npos);
 }
 
 TEST_F(ServerComplete, TheChoicesComputeThePromptOnce) {
