@@ -68,7 +68,6 @@ constexpr Missing kMissing[] = {
     {"--dry-sequence-breaker", kSampler},
     {"--dynatemp-range", kSampler},
     {"--dynatemp-exp", kSampler},
-    {"--logit-bias", kSampler},
     {"--lora", "rotor loads no adapters"},
     {"--mmproj", "rotor runs text models only"},
     {"-hf", "rotor reads local GGUF files only (-m FILE)"},

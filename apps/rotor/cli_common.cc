@@ -6,6 +6,9 @@
 #include <algorithm>
 
 #include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -121,6 +124,23 @@ void AddPrefillStepOptions(CLI::App* app, int* prefill_step) {
   });
 }
 
+Result<std::pair<int32_t, float>> ParseLogitBiasFlag(std::string_view v) {
+  const size_t sign = v.find_first_of("+-", 1);
+  int64_t id = -1;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + std::min(sign, v.size()), id);
+  if (sign == std::string_view::npos || ec != std::errc() || end != v.data() + sign || id < 0 ||
+      id > INT32_MAX)
+    return Errorf("'{}' is not TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, 2-100)", v);
+  const std::string bias_text(v.substr(sign + (v[sign] == '+' ? 1 : 0)));
+  char* bias_end = nullptr;
+  const float bias = std::strtof(bias_text.c_str(), &bias_end);
+  if (bias_text.empty() || bias_text == "-" || *bias_end != '\0')
+    return Errorf("'{}': the bias '{}' is not a number", v, v.substr(sign));
+  if (!(bias >= -kLogitBiasLimit && bias <= kLogitBiasLimit))
+    return Errorf("'{}': the bias {} is out of range [-100, 100]", v, bias);
+  return std::pair<int32_t, float>{static_cast<int32_t>(id), bias};
+}
+
 void AddSamplingOptions(CLI::App* app, SamplingParams* p) {
   app->add_option("--temp", p->temperature, "temperature (0 = greedy)")->capture_default_str();
   app->add_option("--top-k", p->top_k, "top-k (0 = off)")->capture_default_str();
@@ -138,6 +158,20 @@ void AddSamplingOptions(CLI::App* app, SamplingParams* p) {
                   "subtracted once per occurrence in the last --repeat-last-n (0 = off)")
       ->capture_default_str();
   app->add_option("-s,--seed", p->seed, "RNG seed (default: random)");
+  app->add_option_function<std::vector<std::string>>(
+         "-l,--logit-bias",
+         [p](const std::vector<std::string>& values) {
+           for (const std::string& v : values) {
+             Result<std::pair<int32_t, float>> bias = ParseLogitBiasFlag(v);
+             if (!bias.ok()) throw CLI::ValidationError("--logit-bias", bias.message());
+             p->logit_bias.push_back(*bias);
+           }
+         },
+         "add BIAS to token TOKEN_ID's logit, as TOKEN_ID+BIAS or TOKEN_ID-BIAS (-100 bans the "
+         "token, +100 forces it); repeatable")
+      ->type_name("TOKEN_ID(+|-)BIAS")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
   AddGrammarOptions(app, p);
 }
 

@@ -5,6 +5,8 @@
 
 #include <array>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -38,6 +40,8 @@ void AddLlamaCppNotes(CLI::App* app);
 void AddPrefillStepOptions(CLI::App* app, int* prefill_step);
 // --temp, --top-k, ... on a subcommand (and AddGrammarOptions).
 void AddSamplingOptions(CLI::App* app, SamplingParams* p);
+// "15043+1" / "2-100" (llama.cpp's --logit-bias): (token id, bias in [-100, 100]).
+Result<std::pair<int32_t, float>> ParseLogitBiasFlag(std::string_view v);
 // --grammar, --grammar-file, -j/--json-schema, --json-schema-file: parsed at
 // once into p->grammar (a parse error is the option's error).
 void AddGrammarOptions(CLI::App* app, SamplingParams* p);

@@ -14,6 +14,8 @@
 #include "kv_args/kv_args.h"
 #include "engine/scheduler.h"
 #include "grammar/grammar.h"
+#include "server/api.h"
+#include "server/fields.h"
 
 namespace rotor::cli {
 namespace {
@@ -39,10 +41,16 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
     r.prompt = j["prompt"].get<std::string>();
     GenerateOptions& o = r.options;
     SamplingParams& p = o.sampling;
+    // The fields the server's table (server/fields.h) knows for --prompts lines.
+    if (auto unknown = serve::FindUnknownField(j, serve::kPromptsFileFields))
+      return Errorf("--prompts line {}: {}", line_no, unknown->message);
     if (Status st = SetKvFields(j, &o.kv); !st.ok())
       return Errorf("--prompts line {}: {}", line_no, st.message());
+    if (auto e = serve::ParseLogitBias(j.contains("logit_bias") ? j["logit_bias"] : json(),
+                                       "logit_bias", &p.logit_bias))
+      return Errorf("--prompts line {}: {}", line_no, e->message);
     for (auto& [key, v] : j.items()) {
-      if (key == "prompt" || key == "id") continue;
+      if (key == "prompt" || key == "id" || key == "logit_bias") continue;
       if (key == "n_predict" || key == "max_tokens")
         o.n_predict = v.get<int>();
       else if (key == "temperature" || key == "temp")
@@ -55,6 +63,8 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
         p.min_p = v.get<float>();
       else if (key == "repeat_penalty")
         p.repeat_penalty = v.get<float>();
+      else if (key == "repeat_last_n")
+        p.repeat_last_n = v.get<int>();
       else if (key == "presence_penalty")
         p.presence_penalty = v.get<float>();
       else if (key == "frequency_penalty")

@@ -64,6 +64,7 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Create(Engine& engine, ChatOpt
     return Errorf("chat: -n {} must be >= 0, or -1 for no limit", options.n_predict);
   if (prefill_step < 0) return Errorf("chat: --prefill-step {} must be >= 0", prefill_step);
   RETURN_IF_ERROR(ValidateSamplingParams(options.sampling));
+  RETURN_IF_ERROR(ValidateLogitBias(options.sampling, engine.model().config().n_vocab));
   RETURN_IF_ERROR(CheckChatTemplateTokens(options.chat_template, engine.tokenizer()));
   const KvShape shape = engine.model().config().kv_shape(engine.n_ctx());
   RETURN_IF_ERROR(ResolveKvConfig(options.kv, shape).status());

@@ -155,6 +155,9 @@ Result<KvConfig> Engine::Validate(const GenerateOptions& o, KvSpelling spelling)
   if (o.n_predict < -1)
     return Errorf("generate: -n {} must be >= 0, or -1 for no limit", o.n_predict);
   RETURN_IF_ERROR(ValidateSamplingParams(o.sampling));
+  RETURN_IF_ERROR(ValidateLogitBias(o.sampling, model_->config().n_vocab));
+  if (o.logprobs < -1 || o.logprobs > kMaxTopLogprobs)
+    return Errorf("generate: logprobs {} out of range [-1, {}]", o.logprobs, kMaxTopLogprobs);
   return ResolveKvConfig(o.kv, model_->config().kv_shape(n_ctx_), spelling);
 }
 

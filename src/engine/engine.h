@@ -45,6 +45,9 @@ Result<int64_t> ParseKvMemory(std::string_view text);
 // max_seqs full contexts of f32 K/V, at most half the machine's memory.
 int64_t DefaultKvMemory(const KvShape& shape, int max_seqs);
 
+// The most alternatives GenerateOptions::logprobs may ask for.
+inline constexpr int kMaxTopLogprobs = 20;
+
 struct GenerateOptions {
   std::string prompt;
   bool add_bos = true;
@@ -65,6 +68,9 @@ struct GenerateOptions {
   // Keep the generated tokens and text in the result. Streaming callers that
   // generate without end turn it off so memory stays flat.
   bool collect_output = true;
+  // Log-probabilities of every generated token and of this many most likely
+  // alternatives (TokenLogprobs, in each SeqEvent); -1 = none (no cost).
+  int logprobs = -1;
   // Called after every generated token with the count so far (progress reports).
   std::function<void(int64_t n_generated)> on_token;
 };

@@ -1,6 +1,8 @@
 #include "engine/sample_step.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <limits>
 
 #include "base/check.h"
@@ -46,6 +48,7 @@ Sampled SampleStep::Next(std::span<const float> logits, const KvCache& cache) {
   }
   s.generated = true;
   ++n_generated_;
+  if (rules_.logprobs >= 0) ComputeLogprobs(logits, s.token, rules_.logprobs, &s.logprobs.emplace());
   if (grammar_) {
     const std::string_view text = GrammarText(s.token);
     grammar_started_ |= !text.empty();
@@ -105,6 +108,42 @@ int32_t SampleStep::SampleConstrained(std::span<const float> logits) {
   for (int32_t i = 0; i < n; ++i)
     if (i != first && Allowed(i)) return i;
   return -1;
+}
+
+void ComputeLogprobs(std::span<const float> logits, int32_t token, int n_top, TokenLogprobs* out) {
+  // NaN counts as -inf, as in the sampler.
+  auto value = [&](size_t i) { return logits[i] == logits[i] ? logits[i] : -INFINITY; };
+  float max = -INFINITY;
+  for (size_t i = 0; i < logits.size(); ++i) max = std::max(max, value(i));
+  double sum = 0;
+  if (std::isfinite(max))
+    for (size_t i = 0; i < logits.size(); ++i) sum += std::exp(static_cast<double>(value(i)) - max);
+  const double lse = std::isfinite(max) ? max + std::log(sum) : 0;
+  auto logprob = [&](size_t i) {
+    const double lp = static_cast<double>(value(i)) - lse;
+    return static_cast<float>(std::max(lp, static_cast<double>(-FLT_MAX)));  // -inf -> finite (JSON)
+  };
+  out->logprob = logprob(token);
+  out->top.clear();
+  if (n_top <= 0) return;
+  // A small heap of the best n_top (worst at the front).
+  auto better = [](const std::pair<int32_t, float>& a, const std::pair<int32_t, float>& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+  };
+  auto& heap = out->top;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const std::pair<int32_t, float> c{static_cast<int32_t>(i), value(i)};
+    if (static_cast<int>(heap.size()) < n_top) {
+      heap.push_back(c);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better(c, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = c;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), better);
+  for (auto& [id, v] : heap) v = logprob(id);
 }
 
 SampleStep::Tail SampleStep::Flush() {

@@ -31,6 +31,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -51,7 +52,21 @@ struct StopRules {
   // character (an SPM vocabulary's word-leading space, a model's opening
   // newline), in rotor chat and the server's chat completions alike.
   bool trim_leading_space = false;
+  // Report the log-probabilities of each generated token and of this many
+  // most likely alternatives (Sampled::logprobs); -1 = off, no cost.
+  int logprobs = -1;
 };
+
+// A generated token's log-probability and the most likely tokens', from the
+// log-softmax of the model's raw logits: before logit bias, penalties,
+// temperature, truncation and grammar (llama-server's
+// post_sampling_probs: false), so they describe the model, not the draw.
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // best first (ties -> lower id)
+};
+// Fills `out` for `token` over `logits` with the `n_top` best alternatives.
+void ComputeLogprobs(std::span<const float> logits, int32_t token, int n_top, TokenLogprobs* out);
 
 // What one step did.
 struct Sampled {
@@ -61,6 +76,7 @@ struct Sampled {
   std::string piece;       // the token's decoded text
   std::string text;        // text released by this step (stop-string prefixes held back)
   std::optional<FinishReason> finish;
+  std::optional<TokenLogprobs> logprobs;  // generated, with StopRules::logprobs >= 0
 };
 
 class SampleStep {

@@ -159,7 +159,8 @@ void Scheduler::Begin(Seq& s) {
                                         StopRules{.n_predict = o.n_predict,
                                                   .ignore_eos = o.ignore_eos,
                                                   .stop = o.stop,
-                                                  .trim_leading_space = o.trim_leading_space});
+                                                  .trim_leading_space = o.trim_leading_space,
+                                                  .logprobs = o.logprobs});
   s.start_ns = NowNs();
   s.started = true;
 }
@@ -263,7 +264,9 @@ void Scheduler::Advance(Seq& s, const float* logits) {
       s.result.text += t.text;
     }
     if (o.on_token) o.on_token(s.result.n_generated);
-    if (s.callback) s.callback(SeqEvent{s.id, t.token, t.text, false, nullptr});
+    if (s.callback)
+      s.callback(SeqEvent{s.id, t.token, t.text, false, nullptr,
+                          t.logprobs ? &*t.logprobs : nullptr});
   }
   if (t.finish) return Finish(s, *t.finish);
   s.next_token = t.token;

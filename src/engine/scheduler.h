@@ -36,6 +36,7 @@
 #include "base/status.h"
 #include "engine/engine.h"
 #include "engine/runner.h"
+#include "engine/sample_step.h"
 
 namespace rotor {
 
@@ -55,6 +56,8 @@ struct SeqEvent {
   std::string_view text;  // text released by this token (may be empty)
   bool finished = false;
   const GenerateResult* result = nullptr;  // on the final event
+  // With GenerateOptions::logprobs >= 0: the token's (sample_step.h).
+  const TokenLogprobs* logprobs = nullptr;
 };
 using SeqCallback = std::function<void(const SeqEvent&)>;
 

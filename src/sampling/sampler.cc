@@ -136,10 +136,23 @@ Status ValidateSamplingParams(const SamplingParams& p) {
     return Errorf("sampling: frequency_penalty {} must be a finite number (0 = off)",
                   p.frequency_penalty);
   }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) return Errorf("sampling: logit_bias token id {} must be >= 0", id);
+    if (!(bias >= -kLogitBiasLimit && bias <= kLogitBiasLimit))
+      return Errorf("sampling: logit_bias for token {}: {} out of range [-100, 100]", id, bias);
+  }
   if (p.repeat_last_n < -1) {
     return Errorf("sampling: repeat_last_n {} must be >= -1 (0 = off, -1 = whole history)",
                   p.repeat_last_n);
   }
+  return Status::Ok();
+}
+
+Status ValidateLogitBias(const SamplingParams& p, int32_t n_vocab) {
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < 0 || id >= n_vocab)
+      return Errorf("sampling: logit_bias token id {} is out of the vocabulary [0, {})", id,
+                    n_vocab);
   return Status::Ok();
 }
 
@@ -156,6 +169,13 @@ Sampler::Sampler(const SamplingParams& p, int32_t n_vocab) : params_(p), n_vocab
     } while (seed_ == kRandomSeed);
   }
   rng_.seed(seed_);
+  if (!p.logit_bias.empty()) {
+    biased_.resize(n_vocab);
+    for (const auto& [id, bias] : p.logit_bias) {
+      CHECK_MSG(id < n_vocab, "sampling: logit_bias token id out of vocabulary");
+      forced_ |= bias >= kLogitBiasLimit;
+    }
+  }
 
   // A temperature so small that 1 / T overflows is a greedy one.
   inv_temperature_ = 1.0f / p.temperature;
@@ -495,8 +515,24 @@ int32_t Sampler::SampleAll(std::span<const float> logits, uint64_t random) {
   return Draw(random, n, total);
 }
 
+std::span<const float> Sampler::Bias(std::span<const float> logits) {
+  float* b = biased_.data();
+  if (forced_) {
+    // Only the +100 tokens stay, with their own logits (the model chooses among them).
+    std::fill(biased_.begin(), biased_.end(), kNegInf);
+    for (const auto& [id, bias] : params_.logit_bias)
+      if (bias >= kLogitBiasLimit) b[id] = logits[id];
+    return biased_;
+  }
+  std::copy(logits.begin(), logits.end(), b);
+  for (const auto& [id, bias] : params_.logit_bias)
+    b[id] = bias <= -kLogitBiasLimit ? kNegInf : b[id] + bias;
+  return biased_;
+}
+
 int32_t Sampler::Sample(std::span<const float> logits) {
   CHECK_MSG(logits.size() == static_cast<size_t>(n_vocab_), "sampling: logits size != n_vocab");
+  if (!biased_.empty()) logits = Bias(logits);
   if (greedy_) return SelectTopK(logits, 1) == 1 ? cand_[0].id : Fallback(logits);
   // Drawn up front so every non-greedy call consumes exactly one number.
   const uint64_t random = rng_();

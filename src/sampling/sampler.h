@@ -1,6 +1,10 @@
 // Token sampling: the llama.cpp-style sampler chain over one sequence's logits.
 //
 // The chain, in order (each stage is skipped when its parameter is "off"):
+//   0. logit bias          logit_bias: added to the token's logit (OpenAI's logit_bias);
+//                          a bias of -100 bans the token (-inf), one of +100 forces
+//                          it (every token without +100 becomes -inf). Only with a
+//                          bias does Sample() copy the logits (n_vocab floats).
 //   1. penalties           tokens among the last repeat_last_n Accept()ed ones, each
 //                          once, with c = its count in that window (llama.cpp's order):
 //                          logit > 0 ? logit / repeat_penalty : logit * repeat_penalty,
@@ -43,6 +47,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -67,10 +72,18 @@ struct SamplingParams {
   // the generation step, which knows the tokens' texts (engine/sample_step.h);
   // the Sampler itself only ever sees the logits it is given.
   std::shared_ptr<const grammar::Grammar> grammar = nullptr;
+  // (token id, bias in [-100, 100]) pairs, stage 0 above; ids must be in the
+  // vocabulary (the Sampler CHECKs; Engine::Validate says which is not).
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
 };
+
+// The bias at or beyond which a token is banned / forced.
+inline constexpr float kLogitBiasLimit = 100.0f;
 
 // Checks ranges; errors read like "sampling: top_p 1.5 out of range [0, 1]".
 Status ValidateSamplingParams(const SamplingParams& p);
+// Checks that every logit_bias id is in [0, n_vocab).
+Status ValidateLogitBias(const SamplingParams& p, int32_t n_vocab);
 
 class Sampler {
  public:
@@ -129,6 +142,8 @@ class Sampler {
   // Draws from probs_ (summing to `total`) in id order.
   int32_t DrawDense(uint64_t random, double total) const;
   int32_t Fallback(std::span<const float> logits) const;
+  // Stage 0: the logits with logit_bias applied (in biased_).
+  std::span<const float> Bias(std::span<const float> logits);
 
   SamplingParams params_;
   int32_t n_vocab_;
@@ -147,6 +162,8 @@ class Sampler {
   std::vector<int32_t> ring_;
   int32_t ring_pos_ = 0;  // oldest entry once ring_ is full
   std::vector<int32_t> distinct_;
+  std::vector<float> biased_;  // [n_vocab] only with a logit_bias
+  bool forced_ = false;        // some bias is +100
 };
 
 }  // namespace rotor

@@ -4,8 +4,10 @@
 
 #include "grammar/grammar.h"
 #include "kv_args/kv_args.h"
+#include "server/fields.h"
 #include "server/tool_calls.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -56,7 +58,8 @@ class Fields {
     if (!v->is_number_integer())
       return Fail(key, fmt::format("must be an integer, not {}", TypeName(*v)));
     const bool in_range = v->is_number_unsigned()
-                              ? v->get<uint64_t>() <= static_cast<uint64_t>(hi)
+                              ? v->get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                                    (lo <= 0 || v->get<uint64_t>() >= static_cast<uint64_t>(lo))
                               : v->get<int64_t>() >= lo && v->get<int64_t>() <= hi;
     if (!in_range) return Fail(key, fmt::format("{} is out of range [{}, {}]", v->dump(), lo, hi));
     *out = static_cast<T>(v->get<int64_t>());
@@ -106,31 +109,54 @@ class Fields {
   std::optional<ApiError> error_;
 };
 
+// A token-id list (an array of non-negative 32-bit integers); false if not one.
+bool TokenIds(const json& ids, std::vector<int32_t>* out) {
+  for (const json& t : ids) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      return false;
+    out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return true;
+}
+
+// A string, an array of strings (a prompt each), token ids (one prompt) or an
+// array of token-id arrays (a prompt each).
 std::optional<ApiError> ParsePrompt(const json& j, ApiRequest* out) {
   auto it = j.find("prompt");
   if (it == j.end() || it->is_null()) return Bad("prompt", "'prompt' is required");
   const json& p = *it;
+  out->prompts.clear();
   if (p.is_string()) {
-    out->prompt = p.get<std::string>();
+    out->prompts.push_back(ApiPrompt{p.get<std::string>(), {}});
     return std::nullopt;
   }
   if (!p.is_array())
     return Bad("prompt", fmt::format("'prompt' must be a string or an array, not {}", TypeName(p)));
-  if (p.size() == 1 && p[0].is_string()) {
-    out->prompt = p[0].get<std::string>();
+  if (p.empty()) return Bad("prompt", "'prompt' is empty");
+  constexpr const char* kForms =
+      "'prompt' must be a string, an array of strings, an array of token ids or an array of "
+      "token-id arrays";
+  if (p[0].is_number_integer()) {
+    ApiPrompt one;
+    if (!TokenIds(p, &one.tokens)) return Bad("prompt", kForms);
+    out->prompts.push_back(std::move(one));
     return std::nullopt;
   }
-  const json& ids = p.size() == 1 && p[0].is_array() ? p[0] : p;
-  for (const json& t : ids) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
-        t.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-      return Bad("prompt",
-                 "'prompt' must be a string, one string in an array, or token ids (one prompt per "
-                 "request)");
+  if (p.size() > static_cast<size_t>(kMaxPrompts))
+    return Bad("prompt", fmt::format("'prompt' holds {} prompts, more than {}", p.size(),
+                                     kMaxPrompts));
+  for (size_t i = 0; i < p.size(); ++i) {
+    ApiPrompt one;
+    if (p[i].is_string()) {
+      one.text = p[i].get<std::string>();
+    } else if (!p[i].is_array() || !TokenIds(p[i], &one.tokens)) {
+      return Bad("prompt", kForms);
+    } else if (one.tokens.empty()) {
+      return Bad("prompt", fmt::format("'prompt[{}]' is empty", i));
     }
-    out->prompt_tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    out->prompts.push_back(std::move(one));
   }
-  if (out->prompt_tokens.empty()) return Bad("prompt", "'prompt' is empty");
   return std::nullopt;
 }
 
@@ -200,19 +226,34 @@ std::optional<ApiError> ParseStop(const json& j, std::vector<std::string>* stop)
   return std::nullopt;
 }
 
-// Fields that would change the shape of the answer are refused rather than ignored.
-std::optional<ApiError> RejectUnsupported(const json& j) {
-  auto is = [&](const char* key) {
-    auto it = j.find(key);
-    return it == j.end() ? nullptr : &*it;
-  };
-  if (const json* n = is("n"); n && !n->is_null() && *n != 1)
-    return Bad("n", "'n' must be 1 (one choice per request)");
-  if (const json* b = is("best_of"); b && !b->is_null() && *b != 1)
-    return Bad("best_of", "'best_of' must be 1");
-  if (const json* e = is("echo"); e && *e == true) return Bad("echo", "'echo' is not supported");
-  if (const json* l = is("logprobs"); l && !l->is_null() && *l != false && *l != 0)
-    return Bad("logprobs", "'logprobs' is not supported");
+// n, best_of, echo, logprobs, top_logprobs.
+std::optional<ApiError> ParseChoices(const json& j, Endpoint endpoint, ApiRequest* out) {
+  Fields f(j);
+  f.Int("n", 1, kMaxChoices, &out->n);
+  if (f.error()) return f.error();
+  if (const json* b = f.Find("best_of"); b && *b != out->n)
+    return Bad("best_of", fmt::format("'best_of' {} must equal n ({}): rotor does not rank choices",
+                                      b->dump(), out->n));
+  f.Bool("echo", &out->echo);
+  const json* lp = f.Find("logprobs");
+  if (endpoint == Endpoint::kChat) {
+    bool on = false;
+    f.Bool("logprobs", &on);
+    int top = 0;
+    f.Int("top_logprobs", 0, kMaxTopLogprobs, &top);
+    if (f.error()) return f.error();
+    if (f.Find("top_logprobs") && !on)
+      return Bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    out->logprobs = on ? top : -1;
+  } else if (lp && !(lp->is_boolean() && !lp->get<bool>())) {  // false: off
+    f.Int("logprobs", 0, kMaxTopLogprobs, &out->logprobs);
+  }
+  if (f.error()) return f.error();
+  if (out->echo && out->logprobs >= 0)
+    return Bad("echo",
+               "'echo' with 'logprobs' is not supported (rotor has no log-probabilities for "
+               "prompt tokens)");
+  out->options.logprobs = out->logprobs;
   return std::nullopt;
 }
 
@@ -289,6 +330,32 @@ std::optional<ApiError> ParseKv(const json& j, KvConfig* kv) {
 
 }  // namespace
 
+std::optional<ApiError> ParseLogitBias(const json& v, const std::string& param,
+                                       std::vector<std::pair<int32_t, float>>* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_object())
+    return Bad(param, fmt::format("'{}' must be an object {{\"token id\": bias}}, not {}", param,
+                                  TypeName(v)));
+  out->clear();
+  for (const auto& [key, bias] : v.items()) {
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0 ||
+        id > std::numeric_limits<int32_t>::max())
+      return Bad(param, fmt::format("'{}': key '{}' is not a token id (a non-negative integer)",
+                                    param, key));
+    if (!bias.is_number())
+      return Bad(param, fmt::format("'{}': the bias of token {} must be a number, not {}", param,
+                                    key, TypeName(bias)));
+    const double b = bias.get<double>();
+    if (!(b >= -kLogitBiasLimit && b <= kLogitBiasLimit))
+      return Bad(param, fmt::format("'{}': the bias of token {} ({}) is out of range [-100, 100]",
+                                    param, key, b));
+    out->emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  return std::nullopt;
+}
+
 json ErrorBody(const ApiError& e) {
   auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
   return {{"error",
@@ -348,13 +415,20 @@ std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
   GenerateOptions& o = out->options;
   if (auto it = j.find("model"); it != j.end() && !it->is_null() && !it->is_string())
     return Bad("model", "'model' must be a string");
-  if (auto e = RejectUnsupported(j)) return e;
+  if (auto unknown = FindUnknownField(
+          j, endpoint == Endpoint::kChat ? kChatFields : kCompletionsFields))
+    return Bad(unknown->name, unknown->message);
   if (auto e = endpoint == Endpoint::kChat ? ParseMessages(j, out) : ParsePrompt(j, out)) return e;
+  if (auto e = ParseChoices(j, endpoint, out)) return e;
+  if (auto e = ParseLogitBias(j.contains("logit_bias") ? j["logit_bias"] : json(), "logit_bias",
+                              &o.sampling.logit_bias))
+    return e;
   if (auto e = ParseStop(j, &o.stop)) return e;
   if (endpoint == Endpoint::kChat)
     if (auto e = ParseTools(j, &out->tools)) return e;
 
   Fields f(j);
+  f.Int("n_predict", -1, kMaxTokensLimit, &o.n_predict);  // llama-server's
   f.Int("max_tokens", 0, kMaxTokensLimit, &o.n_predict);
   if (endpoint == Endpoint::kChat) f.Int("max_completion_tokens", 0, kMaxTokensLimit, &o.n_predict);
   SamplingParams& s = o.sampling;
@@ -421,28 +495,37 @@ json Envelope(const ResponseMeta& meta, std::string_view object) {
 
 }  // namespace
 
-json FullResponse(const ResponseMeta& meta, const std::string& text, FinishReason finish,
+json FullResponse(const ResponseMeta& meta, const std::vector<Choice>& choices,
                   const TokenUsage& usage) {
   const bool chat = meta.endpoint == Endpoint::kChat;
   json r = Envelope(meta, chat ? "chat.completion" : "text_completion");
-  json choice = {
-      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", OpenAiFinishReason(finish)}};
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+  r["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const Choice& c = choices[i];
+    json choice = {
+        {"index", i}, {"logprobs", c.logprobs}, {"finish_reason", OpenAiFinishReason(c.finish)}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    r["choices"].push_back(std::move(choice));
   }
-  r["choices"] = json::array({std::move(choice)});
   r["usage"] = Usage(usage);
   return r;
 }
 
+json FullResponse(const ResponseMeta& meta, const std::string& text, FinishReason finish,
+                  const TokenUsage& usage) {
+  return FullResponse(meta, {Choice{text, finish, nullptr}}, usage);
+}
+
 json StreamChunk(const ResponseMeta& meta, std::string_view text, bool role,
-                 std::optional<FinishReason> finish) {
+                 std::optional<FinishReason> finish, int index, json logprobs) {
   const bool chat = meta.endpoint == Endpoint::kChat;
   json r = Envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
-  json choice = {{"index", 0},
-                 {"logprobs", nullptr},
+  json choice = {{"index", index},
+                 {"logprobs", std::move(logprobs)},
                  {"finish_reason", finish ? json(OpenAiFinishReason(*finish)) : json(nullptr)}};
   if (chat) {
     json delta = json::object();

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -46,28 +47,53 @@ struct ApiTools {
   bool offered() const { return !tools.empty() && choice != ToolChoice::kNone; }
 };
 
+// Choices per prompt (n) at most; the server also keeps n <= --parallel.
+inline constexpr int kMaxChoices = 16;
+// Prompts in one completions request (a prompt array) at most.
+inline constexpr int kMaxPrompts = 64;
+
+// One completions prompt: text, or token ids given by the client.
+struct ApiPrompt {
+  std::string text;
+  std::vector<int32_t> tokens;  // non-empty: these ids, not `text`
+};
+
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
-  std::string prompt;                  // completions, unless prompt_tokens
-  std::vector<int32_t> prompt_tokens;  // completions: ids given by the client
+  std::vector<ApiPrompt> prompts;      // completions: one or more (a prompt array)
   std::vector<ChatMessage> messages;   // chat
   ApiTools tools;                      // chat: tools, tool_choice, parallel_tool_calls
+  int n = 1;                           // choices per prompt
+  bool echo = false;                   // completions: the prompt starts each choice's text
+  // Log-probabilities of the generated tokens and this many alternatives
+  // (chat: logprobs true + top_logprobs; completions: logprobs N); -1 = off.
+  // Also options.logprobs.
+  int logprobs = -1;
   GenerateOptions options;             // the server's defaults, overridden by the request
 };
 
-// Parses a request body. Fields: prompt | messages, max_tokens
-// (max_completion_tokens), temperature, top_p, top_k, min_p, seed, stop,
-// stream, stream_options; chat: tools, tool_choice, parallel_tool_calls
-// (tool_calls.h); rotor extensions kv, kv_size, kv_keep, kv_recent, kv_window,
-// rope_k, kv_positions, kv_type, ignore_eos, repeat_penalty, repeat_last_n. Null means
-// the server's default; other OpenAI fields are ignored, except the ones that
-// would change the output's shape (n > 1, echo, best_of > 1, logprobs), which
-// are rejected. Naming a kv policy other than the server's starts its size,
-// keep, recent and positions from their defaults.
+// Parses a request body. The fields each endpoint knows are in fields.h (one
+// table; anything else is a 400 naming it): prompt | messages, max_tokens
+// (max_completion_tokens, n_predict), temperature, top_p, top_k, min_p, seed,
+// stop, stream, stream_options, n, echo, logprobs, top_logprobs, logit_bias,
+// response_format; chat: tools, tool_choice, parallel_tool_calls
+// (tool_calls.h); llama-server's grammar, json_schema, cache_prompt, ignore_eos, repeat_penalty, repeat_last_n; rotor's kv, kv_size, kv_keep,
+// kv_recent, kv_window, rope_k, kv_positions, kv_type. Null means the
+// server's default; the table's ignored OpenAI fields (user, metadata, ...)
+// are accepted and ignored. best_of must equal n; echo with logprobs is
+// refused (prompt tokens have no log-probabilities here). Naming a kv policy
+// other than the server's starts its size, keep, recent and positions from
+// their defaults.
 std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
                                      const GenerateOptions& defaults, ApiRequest* out);
+
+// OpenAI's logit_bias object {"token id": bias in [-100, 100]} (null: none);
+// errors name `param` and the key. Ids are checked against the vocabulary
+// later (Engine::Validate).
+std::optional<ApiError> ParseLogitBias(const nlohmann::json& v, const std::string& param,
+                                       std::vector<std::pair<int32_t, float>>* out);
 
 // "stop" or "length" (a full context is "length"); cancelled is "cancelled".
 std::string_view OpenAiFinishReason(FinishReason reason);
@@ -86,13 +112,37 @@ struct TokenUsage {
   int64_t prompt = 0, completion = 0, cached = 0;
 };
 nlohmann::json Usage(const TokenUsage& u);
-// The whole (non-streaming) response.
+
+// One token's log-probability for a response: its text (the tokenizer's
+// piece) and the alternatives'.
+struct TokenLogprob {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // best first
+};
+// A choice's logprobs object: chat {"content": [{token, logprob, bytes,
+// top_logprobs: [{token, logprob, bytes}]}], "refusal": null}; completions
+// {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset},
+// offsets counted in bytes from `text_offset` (the echoed prompt's length).
+nlohmann::json LogprobsJson(Endpoint endpoint, const std::vector<TokenLogprob>& tokens,
+                            int64_t text_offset = 0);
+
+struct Choice {
+  std::string text;
+  FinishReason finish = FinishReason::kLength;
+  nlohmann::json logprobs = nullptr;  // LogprobsJson, or null
+};
+// The whole (non-streaming) response: choices[i] has index i.
+nlohmann::json FullResponse(const ResponseMeta& meta, const std::vector<Choice>& choices,
+                            const TokenUsage& usage);
 nlohmann::json FullResponse(const ResponseMeta& meta, const std::string& text, FinishReason finish,
                             const TokenUsage& usage);
-// One stream chunk: text (chat: the delta's content; `role` adds the
-// assistant role) or, with `finish`, the last chunk of the choice.
+// One stream chunk of choice `index`: text (chat: the delta's content; `role`
+// adds the assistant role) or, with `finish`, the last chunk of the choice;
+// `logprobs`: those of the chunk's tokens (LogprobsJson) or null.
 nlohmann::json StreamChunk(const ResponseMeta& meta, std::string_view text, bool role,
-                           std::optional<FinishReason> finish);
+                           std::optional<FinishReason> finish, int index = 0,
+                           nlohmann::json logprobs = nullptr);
 // The stream_options.include_usage chunk: no choices, only usage.
 nlohmann::json UsageChunk(const ResponseMeta& meta, const TokenUsage& usage);
 

@@ -107,6 +107,20 @@ bool Batcher::Submit(SeqRequest request, std::shared_ptr<RequestStream> stream) 
   return true;
 }
 
+bool Batcher::Submit(std::vector<SeqRequest> requests,
+                     const std::vector<std::shared_ptr<RequestStream>>& streams) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto n = static_cast<int64_t>(requests.size());
+    if (stopping_ || in_flight_ + n > options_.parallel + options_.max_queue) return false;
+    in_flight_ += n;
+    for (size_t i = 0; i < requests.size(); ++i)
+      inbox_.push_back(Job{std::move(requests[i]), streams[i]});
+  }
+  cv_.notify_one();
+  return true;
+}
+
 void Batcher::Cancel(std::shared_ptr<RequestStream> stream) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -273,8 +287,15 @@ void Batcher::OnEvent(const std::shared_ptr<RequestStream>& stream, const SeqEve
       if (!stream->saw_token_) step_prompt_ += stream->n_prompt_;
       stream->saw_token_ = true;
     }
-    if (!e.text.empty() && !stream->ended_)
+    if (stream->ended_) return;
+    if (e.logprobs != nullptr) {
+      StreamEvent ev{StreamEvent::Kind::kText, std::string(e.text), {}, 0, 0, 0};
+      ev.token = e.token;
+      ev.logprobs = *e.logprobs;
+      stream->Push(std::move(ev));
+    } else if (!e.text.empty()) {
       stream->Push({StreamEvent::Kind::kText, std::string(e.text), {}, 0, 0, 0});
+    }
     return;
   }
   std::erase(active_, stream);

@@ -15,6 +15,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,10 @@ struct StreamEvent {
   int64_t completion_tokens = 0;                // kDone
   int status = 500;                             // kError: the HTTP status it maps to
   int64_t cached_tokens = 0;                    // kDone: prompt tokens from the prefix cache
+  // kText of a request with logprobs: one event per generated token (its
+  // text may be empty), with the token and its log-probabilities.
+  int32_t token = -1;
+  std::optional<TokenLogprobs> logprobs = std::nullopt;
 };
 
 // What one request's sequence reports, from the engine thread to its handler.
@@ -103,6 +108,10 @@ class Batcher {
   // Queues a request; false when parallel + max_queue requests are already in
   // flight (or the batcher is stopped).
   bool Submit(SeqRequest request, std::shared_ptr<RequestStream> stream);
+  // Queues several requests (one per stream, in order: a request's choices)
+  // all or none.
+  bool Submit(std::vector<SeqRequest> requests,
+              const std::vector<std::shared_ptr<RequestStream>>& streams);
   // The request's sequence leaves at the next Step (a no-op once it ended).
   void Cancel(std::shared_ptr<RequestStream> stream);
   Stats stats() const;

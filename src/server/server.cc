@@ -242,17 +242,31 @@ struct Server::Call {
   Endpoint endpoint = Endpoint::kCompletions;
   std::shared_ptr<void> token;  // in flight until the exchange ends
   std::mutex mu;
-  std::shared_ptr<RequestStream> stream;  // once submitted
+  // Once submitted: one stream per choice (prompt i, choice j at i * n + j).
+  std::vector<std::shared_ptr<RequestStream>> streams;
   ResponseMeta meta;
   bool streaming = false, include_usage = false;
   bool ready = false;     // events may be written
   bool finished = false;  // the last event was written
   bool gone = false;      // the client went away
-  std::string text;       // not streaming (or tools offered): what arrived so far
-  // Tools offered: the reply is held until its end and its calls parsed out.
+  // Tools offered: the reply is held until its end and its calls parsed out
+  // (one choice: n > 1 and logprobs are refused with tools).
   bool tools_offered = false;
   std::vector<ChatTool> tools;
   std::string path;
+  int n = 1;          // choices per prompt
+  int logprobs = -1;  // ApiRequest::logprobs
+  struct ChoiceState {
+    std::string echo;  // completions with echo: the prompt's text
+    std::string text;  // not streaming: what arrived so far (after the echo)
+    std::vector<TokenLogprob> logprobs;  // not streaming, with logprobs
+    bool done = false;
+    FinishReason finish = FinishReason::kLength;
+    int64_t prompt = 0, completion = 0, cached = 0;
+    int64_t offset = 0;  // streaming completions with logprobs: text_offset of the next token
+  };
+  std::vector<ChoiceState> choices;
+  int remaining = 0;  // choices not done
 };
 
 void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
@@ -278,20 +292,20 @@ void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
     in_flight_.fetch_add(1);
     call->token = std::shared_ptr<void>(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
     ex->OnDone([this, call](bool completed) {
-      std::shared_ptr<RequestStream> stream;
+      std::vector<std::shared_ptr<RequestStream>> streams;
       {
         std::lock_guard<std::mutex> lock(call->mu);
         call->gone = !completed;
         if (!completed && !call->finished) {
           call->finished = true;
-          stream = call->stream;
+          streams = call->streams;
           // nginx's "client closed request"; nobody reads it.
           metrics_.CountRequest(call->path, 499);
         }
         call->token.reset();
-        if (call->stream) call->stream->SetNotify(nullptr);
+        for (const auto& stream : call->streams) stream->SetNotify(nullptr);
       }
-      if (stream) batcher_->Cancel(stream);
+      for (const auto& stream : streams) batcher_->Cancel(stream);
     });
     if (auto e = Unavailable()) return Respond(*ex, *e);
     if (!workers_->Run([this, call] {
@@ -368,38 +382,78 @@ void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
   metrics_.CountRequest(path, 200);
 }
 
-std::optional<ApiError> Server::Prepare(const ApiRequest& api, SeqRequest* seq) const {
+std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRequest>* seqs,
+                                        std::vector<std::string>* echoes) const {
   const Tokenizer& tok = engine_->tokenizer();
   const char* param = api.endpoint == Endpoint::kChat ? "messages" : "prompt";
-  seq->options = api.options;
-  seq->spelling = KvSpelling::kField;
+  auto bad = [](std::string message, const char* field, std::string code = "") {
+    return ApiError{400, std::move(message), "invalid_request_error", field, std::move(code)};
+  };
+  if (api.n > options_.parallel)
+    return bad(fmt::format("'n' {} is more than the server decodes at once (--parallel {})", api.n,
+                           options_.parallel),
+               "n");
+  for (const auto& [id, bias] : api.options.sampling.logit_bias)
+    if (id >= tok.n_vocab())
+      return bad(fmt::format("'logit_bias': token id {} is out of the vocabulary [0, {})", id,
+                             tok.n_vocab()),
+                 "logit_bias");
+  SeqRequest seq;
+  seq.options = api.options;
+  seq.spelling = KvSpelling::kField;
+  std::vector<std::vector<int32_t>> prompts;
   if (api.endpoint == Endpoint::kChat) {
-    if (auto e = PrepareTools(api, chat_template_, options_.defaults, &seq->options)) return e;
+    if (api.tools.offered() && (api.n > 1 || api.logprobs >= 0))
+      return bad("tools are offered to one choice without logprobs: 'n' must be 1 and 'logprobs' "
+                 "off",
+                 api.n > 1 ? "n" : "logprobs");
+    if (auto e = PrepareTools(api, chat_template_, options_.defaults, &seq.options)) return e;
     // Message content cannot inject control tokens ("<|im_end|>" in a
     // message is plain text).
     const std::vector<ChatSegment> segments = chat_template_.Render(
         api.messages, /*add_generation_prompt=*/true,
         api.tools.offered() ? api.tools.tools : std::vector<ChatTool>{});
-    seq->tokens.clear();
-    if (seq->options.add_bos && tok.add_bos() && tok.bos() >= 0) seq->tokens.push_back(tok.bos());
-    EncodeChatSegments(tok, segments, /*after_special=*/true, &seq->tokens);
-    seq->options.trim_leading_space = true;  // as rotor chat: the reply starts at its first word
-  } else if (!api.prompt_tokens.empty()) {
-    for (int32_t t : api.prompt_tokens)
-      if (t >= tok.n_vocab())
-        return ApiError{400, fmt::format("token id {} is out of range [0, {})", t, tok.n_vocab()),
-                        "invalid_request_error", param, ""};
-    seq->tokens = api.prompt_tokens;
+    std::vector<int32_t>& tokens = prompts.emplace_back();
+    if (seq.options.add_bos && tok.add_bos() && tok.bos() >= 0) tokens.push_back(tok.bos());
+    EncodeChatSegments(tok, segments, /*after_special=*/true, &tokens);
+    seq.options.trim_leading_space = true;  // as rotor chat: the reply starts at its first word
   } else {
-    seq->tokens = tok.Encode(api.prompt, seq->options.add_bos);
+    for (const ApiPrompt& p : api.prompts) {
+      if (!p.tokens.empty()) {
+        for (int32_t t : p.tokens)
+          if (t >= tok.n_vocab())
+            return bad(fmt::format("token id {} is out of range [0, {})", t, tok.n_vocab()), param);
+        prompts.push_back(p.tokens);
+      } else {
+        prompts.push_back(tok.Encode(p.text, seq.options.add_bos));
+      }
+      if (api.echo) echoes->push_back(p.tokens.empty() ? p.text : tok.Decode(p.tokens));
+    }
   }
-  if (seq->tokens.empty())
-    return ApiError{400, "the prompt is empty", "invalid_request_error", param, ""};
+  const int64_t n_choices = static_cast<int64_t>(prompts.size()) * api.n;
+  if (n_choices > options_.parallel + options_.max_queue)
+    return bad(fmt::format("{} prompts x n {} = {} choices: more than the server holds at once "
+                           "(--parallel {} + --max-queue {})",
+                           prompts.size(), api.n, n_choices, options_.parallel,
+                           options_.max_queue),
+               api.n > 1 ? "n" : "prompt");
   const KvShape shape = engine_->model().config().kv_shape(engine_->n_ctx());
-  Result<KvConfig> kv = engine_->Validate(seq->options, KvSpelling::kField);
-  if (!kv.ok()) return ApiError{400, kv.message(), "invalid_request_error", "kv", ""};
-  if (Status fits = FitsNewCache(*kv, shape, std::ssize(seq->tokens)); !fits.ok())
-    return ApiError{400, fits.message(), "invalid_request_error", param, "context_length_exceeded"};
+  Result<KvConfig> kv = engine_->Validate(seq.options, KvSpelling::kField);
+  if (!kv.ok()) return bad(kv.message(), "kv");
+  for (std::vector<int32_t>& tokens : prompts) {
+    if (tokens.empty()) return bad("the prompt is empty", param);
+    if (Status fits = FitsNewCache(*kv, shape, std::ssize(tokens)); !fits.ok())
+      return bad(fits.message(), param, "context_length_exceeded");
+    // Each choice samples on its own: seed + j (a random seed stays random).
+    for (int j = 0; j < api.n; ++j) {
+      SeqRequest& r = seqs->emplace_back(seq);
+      r.tokens = tokens;
+      if (r.options.sampling.seed != kRandomSeed && j > 0) {
+        r.options.sampling.seed += static_cast<uint64_t>(j);
+        if (r.options.sampling.seed == kRandomSeed) ++r.options.sampling.seed;
+      }
+    }
+  }
   return std::nullopt;
 }
 
@@ -408,53 +462,75 @@ void Server::HandleGenerate(std::shared_ptr<Call> call) {
   if (ex.gone()) return;
   const Endpoint endpoint = call->endpoint;
   ApiRequest api;
-  SeqRequest seq;
+  std::vector<SeqRequest> seqs;
+  std::vector<std::string> echoes;
   try {
     std::string body = std::move(ex.request().body);
     if (auto e = ParseRequest(body, endpoint, options_.defaults, &api)) return Respond(ex, *e);
     body = std::string();
-    if (auto e = Prepare(api, &seq)) return Respond(ex, *e);
+    if (auto e = Prepare(api, &seqs, &echoes)) return Respond(ex, *e);
   } catch (const std::bad_alloc&) {
     return Respond(ex, ApiError{503, "out of memory while reading the request; retry later",
                                 "server_error", "", "out_of_memory"});
   }
-  auto stream = std::make_shared<RequestStream>();
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (size_t i = 0; i < seqs.size(); ++i) streams.push_back(std::make_shared<RequestStream>());
   {
     std::lock_guard<std::mutex> lock(call->mu);
     if (call->gone) return;
-    call->stream = stream;
+    call->streams = streams;
     call->meta = ResponseMeta{endpoint, NewId(endpoint), UnixNow(), model_id_};
     call->streaming = api.stream;
     call->include_usage = api.include_usage;
     call->tools_offered = api.tools.offered();
     if (call->tools_offered) call->tools = std::move(api.tools.tools);
+    call->n = api.n;
+    call->logprobs = api.logprobs;
+    call->choices.resize(seqs.size());
+    call->remaining = static_cast<int>(seqs.size());
+    if (!echoes.empty())
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        call->choices[i].echo = echoes[i / api.n];
+        call->choices[i].offset = std::ssize(call->choices[i].echo);
+      }
   }
   // Events are written from the thread that pushes them (the engine's), once
   // the call is ready; those pushed before wait in the stream.
   std::weak_ptr<Call> weak = call;
-  stream->SetNotify([this, weak] {
-    if (std::shared_ptr<Call> c = weak.lock()) WriteEvents(*c);
-  });
-  if (!batcher_->Submit(std::move(seq), stream)) {
-    stream->SetNotify(nullptr);
+  for (const auto& stream : streams)
+    stream->SetNotify([this, weak] {
+      if (std::shared_ptr<Call> c = weak.lock()) WriteEvents(*c);
+    });
+  const size_t n_seqs = seqs.size();
+  if (!batcher_->Submit(std::move(seqs), streams)) {
+    for (const auto& stream : streams) stream->SetNotify(nullptr);
     return Respond(
         ex, ApiError{503,
-                     fmt::format("the server is busy ({} requests decoding, {} queued at most); "
+                     fmt::format("the server is busy ({} requests decoding, {} queued at most{}); "
                                  "retry later",
-                                 options_.parallel, options_.max_queue),
+                                 options_.parallel, options_.max_queue,
+                                 n_seqs > 1 ? fmt::format(", this one needs {}", n_seqs) : ""),
                      "server_error", "", "server_busy"});
   }
   {
     std::lock_guard<std::mutex> lock(call->mu);
     if (call->gone) {
-      batcher_->Cancel(stream);
+      for (const auto& stream : streams) batcher_->Cancel(stream);
       return;
     }
     if (call->streaming) {
       ex.StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"},
                                                 {"X-Accel-Buffering", "no"}});
-      if (endpoint == Endpoint::kChat)
-        ex.Write("data: " + Dump(StreamChunk(call->meta, "", true, std::nullopt)) + "\n\n");
+      for (size_t i = 0; i < call->choices.size(); ++i) {
+        const int index = static_cast<int>(i);
+        if (endpoint == Endpoint::kChat)
+          ex.Write("data: " + Dump(StreamChunk(call->meta, "", true, std::nullopt, index)) +
+                   "\n\n");
+        else if (!call->choices[i].echo.empty())
+          ex.Write("data: " +
+                   Dump(StreamChunk(call->meta, call->choices[i].echo, false, std::nullopt, index)) +
+                   "\n\n");
+      }
     }
     call->ready = true;
   }
@@ -469,7 +545,7 @@ void Server::WriteEvents(Call& call) {
   } catch (const std::bad_alloc&) {
     // The text so far could not grow: the request ends, the server goes on.
     call.finished = true;
-    batcher_->Cancel(call.stream);
+    for (const auto& stream : call.streams) batcher_->Cancel(stream);
     const ApiError e{503, "out of memory while writing the response; retry later",
                      "server_error", "", "out_of_memory"};
     if (call.streaming) {
@@ -482,66 +558,114 @@ void Server::WriteEvents(Call& call) {
   }
 }
 
+TokenLogprob Server::ToTokenLogprob(const StreamEvent& e) const {
+  const Tokenizer& tok = engine_->tokenizer();
+  TokenLogprob t{tok.TokenToPiece(e.token, /*special=*/true), e.logprobs->logprob, {}};
+  for (const auto& [id, lp] : e.logprobs->top)
+    t.top.emplace_back(tok.TokenToPiece(id, /*special=*/true), lp);
+  return t;
+}
+
 void Server::WriteEventsLocked(Call& call) {
   HttpExchange& ex = *call.ex;
   const ResponseMeta& meta = call.meta;
-  for (StreamEvent& e : call.stream->Take()) {
-    if (call.tools_offered && e.kind != StreamEvent::Kind::kError) {
+  auto send_json = [&](const json& j) { ex.Write("data: " + Dump(j) + "\n\n"); };
+  // Usage: each prompt counted once (the numbers of its choice that computed
+  // the most of it), the completions of every choice.
+  auto usage = [&] {
+    TokenUsage u;
+    for (size_t i = 0; i < call.choices.size(); ++i) {
+      const Call::ChoiceState& c = call.choices[i];
+      u.completion += c.completion;
+      if (i % call.n != 0) continue;
+      int64_t cached = c.cached;
+      for (int j = 1; j < call.n; ++j) cached = std::min(cached, call.choices[i + j].cached);
+      u.prompt += c.prompt;
+      u.cached += cached;
+    }
+    return u;
+  };
+  auto fail = [&](const StreamEvent& e) {
+    for (const auto& stream : call.streams) batcher_->Cancel(stream);
+    call.finished = true;
+    if (!call.streaming) {
+      ex.Respond(HttpResponse{e.status, kJson, Dump(ErrorBody(FromEvent(e))), {}});
+      metrics_.CountRequest(call.path, e.status);
+      return;
+    }
+    send_json(ErrorBody(FromEvent(e)));
+    ex.Write("data: [DONE]\n\n");
+    ex.End();
+    metrics_.CountRequest(call.path, ex.gone() ? 499 : 200);
+  };
+  if (call.tools_offered) {
+    for (StreamEvent& e : call.streams[0]->Take()) {
+      if (e.kind == StreamEvent::Kind::kError) return fail(e);
       if (e.kind == StreamEvent::Kind::kText) {
-        call.text += e.text;
+        call.choices[0].text += e.text;
         continue;
       }
       return WriteToolReply(call, e);
     }
-    if (!call.streaming) {
-      switch (e.kind) {
-        case StreamEvent::Kind::kText:
-          call.text += e.text;
-          break;
-        case StreamEvent::Kind::kDone:
-          ex.Respond(HttpResponse{
-              200, kJson,
-              Dump(FullResponse(meta, call.text, e.finish,
-                                TokenUsage{e.prompt_tokens, e.completion_tokens, e.cached_tokens})),
-              {}});
-          metrics_.CountRequest(call.path, 200);
-          call.finished = true;
-          return;
-        case StreamEvent::Kind::kError:
-          ex.Respond(HttpResponse{e.status, kJson, Dump(ErrorBody(FromEvent(e))), {}});
-          metrics_.CountRequest(call.path, e.status);
-          call.finished = true;
-          return;
-      }
-      continue;
-    }
-    auto send_json = [&](const json& j) { ex.Write("data: " + Dump(j) + "\n\n"); };
-    if (e.kind == StreamEvent::Kind::kText) {
-      // One chunk per event: the engine releases whole UTF-8 characters only.
-      send_json(StreamChunk(meta, e.text, false, std::nullopt));
-      continue;
-    }
-    if (e.kind == StreamEvent::Kind::kDone) {
-      send_json(StreamChunk(meta, "", false, e.finish));
-      if (call.include_usage)
-        send_json(
-            UsageChunk(meta, TokenUsage{e.prompt_tokens, e.completion_tokens, e.cached_tokens}));
-    } else {
-      send_json(ErrorBody(FromEvent(e)));
-    }
-    ex.Write("data: [DONE]\n\n");
-    ex.End();
-    metrics_.CountRequest(call.path, ex.gone() ? 499 : 200);
-    call.finished = true;
     return;
   }
+  for (size_t i = 0; i < call.streams.size(); ++i) {
+    Call::ChoiceState& choice = call.choices[i];
+    const int index = static_cast<int>(i);
+    for (StreamEvent& e : call.streams[i]->Take()) {
+      if (e.kind == StreamEvent::Kind::kError) return fail(e);
+      if (e.kind == StreamEvent::Kind::kText) {
+        if (!call.streaming) {
+          choice.text += e.text;
+          if (e.logprobs) choice.logprobs.push_back(ToTokenLogprob(e));
+        } else if (!e.logprobs) {
+          // One chunk per event: the engine releases whole UTF-8 characters only.
+          send_json(StreamChunk(meta, e.text, false, std::nullopt, index));
+        } else {
+          TokenLogprob t = ToTokenLogprob(e);
+          const int64_t offset = choice.offset;
+          choice.offset += std::ssize(t.token);
+          send_json(StreamChunk(meta, e.text, false, std::nullopt, index,
+                                LogprobsJson(meta.endpoint, {std::move(t)}, offset)));
+        }
+        continue;
+      }
+      // kDone
+      choice.done = true;
+      choice.finish = e.finish;
+      choice.prompt = e.prompt_tokens;
+      choice.completion = e.completion_tokens;
+      choice.cached = e.cached_tokens;
+      --call.remaining;
+      if (call.streaming) send_json(StreamChunk(meta, "", false, e.finish, index));
+    }
+  }
+  if (call.remaining > 0) return;
+  call.finished = true;
+  if (!call.streaming) {
+    std::vector<Choice> choices;
+    for (Call::ChoiceState& c : call.choices) {
+      json logprobs = nullptr;
+      if (call.logprobs >= 0)
+        logprobs = LogprobsJson(meta.endpoint, c.logprobs, std::ssize(c.echo));
+      choices.push_back(Choice{c.echo + c.text, c.finish, std::move(logprobs)});
+    }
+    ex.Respond(HttpResponse{200, kJson, Dump(FullResponse(meta, choices, usage())), {}});
+    metrics_.CountRequest(call.path, 200);
+    return;
+  }
+  if (call.include_usage) send_json(UsageChunk(meta, usage()));
+  ex.Write("data: [DONE]\n\n");
+  ex.End();
+  metrics_.CountRequest(call.path, ex.gone() ? 499 : 200);
 }
 
 // The whole reply has arrived (kDone): its calls parsed out, as one response
 // or as the stream's chunks.
 void Server::WriteToolReply(Call& call, const StreamEvent& e) {
   HttpExchange& ex = *call.ex;
-  const ToolReply reply = ParseToolReply(call.text, chat_template_.format(), call.tools);
+  const ToolReply reply =
+      ParseToolReply(call.choices[0].text, chat_template_.format(), call.tools);
   const TokenUsage usage{e.prompt_tokens, e.completion_tokens, e.cached_tokens};
   call.finished = true;
   if (!call.streaming) {

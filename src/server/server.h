@@ -150,7 +150,12 @@ class Server {
   // kReady (503; Respond adds Retry-After).
   std::optional<ApiError> Unavailable() const;
   // Turns a parsed request into the scheduler's; an error for bad input.
-  std::optional<ApiError> Prepare(const ApiRequest& api, SeqRequest* seq) const;
+  // One sequence per choice (prompt i, choice j at i * n + j); `echoes`: the
+  // prompts' texts when the request echoes them.
+  std::optional<ApiError> Prepare(const ApiRequest& api, std::vector<SeqRequest>* seqs,
+                                  std::vector<std::string>* echoes) const;
+  // A kText event's token and log-probabilities, as text.
+  TokenLogprob ToTokenLogprob(const StreamEvent& e) const;
   void Respond(HttpExchange& ex, const ApiError& e, HttpHeaders headers = {});
   // A 503 naming memory, if even that can be allocated.
   void OutOfMemory(HttpExchange& ex);

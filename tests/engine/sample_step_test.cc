@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "../kv/kv_test_util.h"
 
 namespace rotor {
@@ -192,6 +195,40 @@ TEST_F(SampleStepTest, GrammarAllowsEosOnlyWhereItMayEnd) {
   const Sampled e = step.Next(l, *cache_);
   EXPECT_EQ(e.token, tok_->eos());
   EXPECT_EQ(e.finish, FinishReason::kEos);
+}
+
+TEST(ComputeLogprobsTest, IsTheLogSoftmaxOfTheRawLogits) {
+  std::vector<float> logits(257);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.37f * i) * 6 + 0.01f * i;
+  logits[3] = -std::numeric_limits<float>::infinity();
+  TokenLogprobs all;
+  ComputeLogprobs(logits, 7, static_cast<int>(logits.size()), &all);
+  ASSERT_EQ(all.top.size(), logits.size());
+  // Direct: log(exp(l_i) / sum exp(l_j)).
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l));
+  double mass = 0;
+  for (size_t i = 0; i < all.top.size(); ++i) {
+    const auto [id, lp] = all.top[i];
+    if (i > 0) EXPECT_GE(all.top[i - 1].second, lp);
+    EXPECT_LE(lp, 0.0f);
+    if (id != 3) EXPECT_NEAR(lp, std::log(std::exp(static_cast<double>(logits[id])) / sum), 1e-4);
+    mass += std::exp(static_cast<double>(lp));
+  }
+  EXPECT_NEAR(mass, 1.0, 1e-4);
+  EXPECT_NEAR(all.logprob, logits[7] - std::log(sum), 1e-4);
+  // The -inf token: the lowest finite float (JSON has no -inf).
+  EXPECT_EQ(all.top.back().first, 3);
+  EXPECT_TRUE(std::isfinite(all.top.back().second));
+  // The best few: the same values, best first.
+  TokenLogprobs few;
+  ComputeLogprobs(logits, 7, 5, &few);
+  ASSERT_EQ(few.top.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(few.top[i], all.top[i]);
+  TokenLogprobs none;
+  ComputeLogprobs(logits, 7, 0, &none);
+  EXPECT_TRUE(none.top.empty());
+  EXPECT_EQ(none.logprob, all.logprob);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Request parsing and response shapes of rotor serve, without a server.
 #include "server/api.h"
+#include "server/fields.h"
 
 #include <gtest/gtest.h>
 
@@ -29,7 +30,8 @@ TEST(ServeApiTest, CompletionFieldsOverrideDefaults) {
       "user": "ignored", "presence_penalty": 0})",
                         Endpoint::kCompletions, Defaults(), &r);
   ASSERT_FALSE(e) << e->message;
-  EXPECT_EQ(r.prompt, "hi");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "hi");
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_EQ(r.options.n_predict, 7);
@@ -90,19 +92,100 @@ TEST(ServeApiTest, AnotherKvPolicyStartsFromItsDefaults) {
 TEST(ServeApiTest, PromptForms) {
   ApiRequest r;
   ASSERT_FALSE(ParseRequest(R"({"prompt": ["one"]})", Endpoint::kCompletions, Defaults(), &r));
-  EXPECT_EQ(r.prompt, "one");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "one");
   r = ApiRequest();
   ASSERT_FALSE(ParseRequest(R"({"prompt": [1, 5, 9]})", Endpoint::kCompletions, Defaults(), &r));
-  EXPECT_EQ(r.prompt_tokens, (std::vector<int32_t>{1, 5, 9}));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].tokens, (std::vector<int32_t>{1, 5, 9}));
   r = ApiRequest();
   ASSERT_FALSE(ParseRequest(R"({"prompt": [[1, 2]]})", Endpoint::kCompletions, Defaults(), &r));
-  EXPECT_EQ(r.prompt_tokens, (std::vector<int32_t>{1, 2}));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].tokens, (std::vector<int32_t>{1, 2}));
+  // Arrays of prompts: one choice each.
   r = ApiRequest();
-  auto e = ParseRequest(R"({"prompt": ["a", "b"]})", Endpoint::kCompletions, Defaults(), &r);
+  ASSERT_FALSE(ParseRequest(R"({"prompt": ["a", "b"]})", Endpoint::kCompletions, Defaults(), &r));
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[1].text, "b");
+  r = ApiRequest();
+  ASSERT_FALSE(
+      ParseRequest(R"({"prompt": [[1, 2], [3]]})", Endpoint::kCompletions, Defaults(), &r));
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[1].tokens, (std::vector<int32_t>{3}));
+  for (const char* body : {R"({"prompt": []})", R"({"prompt": ["a", 3]})",
+                           R"({"prompt": [1, "a"]})", R"({"prompt": [[1], []]})",
+                           R"({"prompt": [[1], [-2]]})"}) {
+    r = ApiRequest();
+    auto e = ParseRequest(body, Endpoint::kCompletions, Defaults(), &r);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->param, "prompt") << body;
+  }
+}
+
+TEST(ServeApiTest, ChoicesEchoAndLogprobs) {
+  ApiRequest r;
+  ASSERT_FALSE(ParseRequest(R"({"prompt": "a", "n": 3, "best_of": 3, "echo": true})",
+                            Endpoint::kCompletions, Defaults(), &r));
+  EXPECT_EQ(r.n, 3);
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.logprobs, -1);
+  EXPECT_EQ(r.options.logprobs, -1);
+  r = ApiRequest();
+  ASSERT_FALSE(ParseRequest(R"({"prompt": "a", "logprobs": 5})", Endpoint::kCompletions,
+                            Defaults(), &r));
+  EXPECT_EQ(r.logprobs, 5);
+  EXPECT_EQ(r.options.logprobs, 5);
+  r = ApiRequest();
+  ASSERT_FALSE(ParseRequest(R"({"prompt": "a", "logprobs": false})", Endpoint::kCompletions,
+                            Defaults(), &r));
+  EXPECT_EQ(r.logprobs, -1);
+  r = ApiRequest();
+  ASSERT_FALSE(ParseRequest(R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true,
+      "top_logprobs": 4})",
+                            Endpoint::kChat, Defaults(), &r));
+  EXPECT_EQ(r.logprobs, 4);
+  r = ApiRequest();
+  ASSERT_FALSE(ParseRequest(R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true})",
+                            Endpoint::kChat, Defaults(), &r));
+  EXPECT_EQ(r.logprobs, 0);
+  r = ApiRequest();
+  ASSERT_FALSE(ParseRequest(R"({"prompt": "a", "logit_bias": {"5": -100, "7": 2.5}})",
+                            Endpoint::kCompletions, Defaults(), &r));
+  EXPECT_EQ(r.options.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{5, -100.0f}, {7, 2.5f}}));
+}
+
+TEST(ServeApiTest, UnknownFieldsAreErrors) {
+  ApiRequest r;
+  auto e = ParseRequest(R"({"prompt": "a", "max_tokenz": 3})", Endpoint::kCompletions, Defaults(),
+                        &r);
   ASSERT_TRUE(e);
-  EXPECT_EQ(e->param, "prompt");
-  e = ParseRequest(R"({"prompt": []})", Endpoint::kCompletions, Defaults(), &r);
+  EXPECT_EQ(e->status, 400);
+  EXPECT_EQ(e->param, "max_tokenz");
+  EXPECT_NE(e->message.find("unknown field 'max_tokenz'"), std::string::npos) << e->message;
+  EXPECT_NE(e->message.find("did you mean 'max_tokens'"), std::string::npos) << e->message;
+  e = ParseRequest(R"({"prompt": "a", "zzzzzzzzzzzz": 3})", Endpoint::kCompletions, Defaults(), &r);
   ASSERT_TRUE(e);
+  EXPECT_EQ(e->message.find("did you mean"), std::string::npos) << e->message;
+  // A field of the other endpoint.
+  e = ParseRequest(R"({"messages": [{"role": "user", "content": "a"}], "echo": true})",
+                   Endpoint::kChat, Defaults(), &r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "echo");
+  // Documented as ignored: accepted.
+  for (const char* body :
+       {R"({"prompt": "a", "user": "u", "metadata": {}, "store": false, "service_tier": "auto",
+            "suffix": null})",
+        R"({"messages": [{"role": "user", "content": "a"}], "tools": [], "tool_choice": "none",
+            "parallel_tool_calls": false, "reasoning_effort": "low", "modalities": ["text"]})"}) {
+    r = ApiRequest();
+    const bool chat = std::string_view(body).find("messages") != std::string_view::npos;
+    auto ok = ParseRequest(body, chat ? Endpoint::kChat : Endpoint::kCompletions, Defaults(), &r);
+    EXPECT_FALSE(ok) << body << ": " << ok->message;
+  }
+  // Every table entry is either used or ignored for some set; KV fields are known.
+  EXPECT_FALSE(FindUnknownField(json{{"kv_size", 3}}, kPromptsFileFields));
+  EXPECT_TRUE(FindUnknownField(json{{"stream", true}}, kPromptsFileFields));
 }
 
 TEST(ServeApiTest, ChatMessages) {
@@ -144,8 +227,17 @@ TEST(ServeApiTest, ErrorsNameTheField) {
       {R"({"prompt": "a", "kv": 3})", "kv"},
       {R"({"prompt": "a", "kv_positions": "sideways"})", "kv_positions"},
       {R"({"prompt": "a", "model": 3})", "model"},
-      {R"({"prompt": "a", "echo": true})", "echo"},
-      {R"({"prompt": "a", "logprobs": 2})", "logprobs"},
+      {R"({"prompt": "a", "echo": true, "logprobs": 2})", "echo"},
+      {R"({"prompt": "a", "logprobs": 21})", "logprobs"},
+      {R"({"prompt": "a", "logprobs": true})", "logprobs"},
+      {R"({"prompt": "a", "n": 0})", "n"},
+      {R"({"prompt": "a", "n": 17})", "n"},
+      {R"({"prompt": "a", "n": 2, "best_of": 3})", "best_of"},
+      {R"({"prompt": "a", "logit_bias": {"x": 1}})", "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"-3": 1}})", "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"3": 101}})", "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"3": "1"}})", "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": [1]})", "logit_bias"},
   };
   for (const Case& c : cases) {
     ApiRequest r;

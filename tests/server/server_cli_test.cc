@@ -294,5 +294,92 @@ console.log(JSON.stringify(out));
   EXPECT_EQ(out["error_param"], "max_tokens");
 }
 
+// The official client with the fields beyond the basics: logprobs (chat and
+// completions), n = 2, echo, logit_bias, a prompt array, and an unknown field
+// (a 400 whose param names it).
+TEST(OpenAiNpmTest, OfficialClientSendsEveryField) {
+  if (!Shell("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1"))
+    GTEST_SKIP() << "node or npm is not installed";
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string d = dir.path().string();
+  if (!Shell("cd '" + d + "' && timeout 180 npm install --no-audit --no-fund --loglevel=error " +
+             "openai > npm.log 2>&1"))
+    GTEST_SKIP() << "npm install openai failed (offline?): " << Slurp(dir.path() / "npm.log");
+
+  TestServer server(TestOptions(4, 8));
+  ASSERT_TRUE(server.ok()) << server.error();
+  std::ofstream(dir.path() / "client.mjs") << R"JS(
+import OpenAI from 'openai';
+const client = new OpenAI({ baseURL: process.argv[2], apiKey: 'unused', maxRetries: 0 });
+const out = {};
+const base = { model: 'stories260K', max_tokens: 8, temperature: 0 };
+const messages = [{ role: 'user', content: 'A dog and a cat' }];
+const chat = await client.chat.completions.create(
+    { ...base, messages, logprobs: true, top_logprobs: 3 });
+out.chat_logprobs = chat.choices[0].logprobs.content;
+out.chat_text = chat.choices[0].message.content;
+const c = await client.completions.create({ ...base, prompt: 'Once upon a time', logprobs: 2 });
+out.completion_logprobs = c.choices[0].logprobs;
+out.completion_text = c.choices[0].text;
+const two = await client.chat.completions.create(
+    { ...base, messages, n: 2, temperature: 1, seed: 4 });
+out.n2 = two.choices.map((ch) => [ch.index, ch.message.content]);
+const echo = await client.completions.create({ ...base, prompt: 'Once upon a time', echo: true });
+out.echo = echo.choices[0].text;
+const biased = await client.completions.create(
+    { ...base, prompt: 'Once upon a time', logit_bias: { [process.argv[3]]: 100 }, logprobs: 0 });
+out.biased_tokens = biased.choices[0].logprobs.tokens;
+const arr = await client.completions.create({ ...base, prompt: ['Once upon a time', 'The dog'] });
+out.array = arr.choices.map((ch) => [ch.index, ch.text]);
+try {
+  await client.completions.create({ ...base, prompt: 'x', max_tokenz: 3 });
+} catch (e) {
+  out.error_status = e.status;
+  out.error_param = e.param ?? e.error?.param ?? null;
+  out.error_message = e.error?.message ?? e.message;
+}
+console.log(JSON.stringify(out));
+)JS";
+  const Tokenizer& tok = ReferenceEngine().tokenizer();
+  const int32_t forced = tok.Encode(" cat", false).back();
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/v1";
+  ASSERT_TRUE(Shell("cd '" + d + "' && timeout 60 node client.mjs " + url + " " +
+                    std::to_string(forced) + " > out.json 2> err.txt"))
+      << Slurp(dir.path() / "err.txt");
+  const json out = json::parse(Slurp(dir.path() / "out.json"), nullptr, false);
+  ASSERT_TRUE(out.is_object()) << Slurp(dir.path() / "out.json");
+  GenerateOptions o;
+  o.n_predict = 8;
+  o.sampling.temperature = 0;
+  const std::string completion = Reference("Once upon a time", o);
+  // Chat logprobs: greedy picks the best of its top 3, all <= 0.
+  ASSERT_TRUE(out["chat_logprobs"].is_array()) << out.dump();
+  EXPECT_FALSE(out["chat_logprobs"].empty());
+  for (const json& t : out["chat_logprobs"]) {
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(t["top_logprobs"].size(), 3u);
+    EXPECT_EQ(t["token"], t["top_logprobs"][0]["token"]);
+  }
+  // Completion logprobs: the tokens spell the text.
+  std::string joined;
+  for (const json& t : out["completion_logprobs"]["tokens"]) joined += t.get<std::string>();
+  EXPECT_EQ(joined, completion);
+  EXPECT_EQ(out["completion_text"], completion);
+  EXPECT_EQ(out["completion_logprobs"]["token_logprobs"].size(),
+            out["completion_logprobs"]["tokens"].size());
+  ASSERT_EQ(out["n2"].size(), 2u);
+  EXPECT_EQ(out["n2"][0][0], 0);
+  EXPECT_EQ(out["n2"][1][0], 1);
+  EXPECT_EQ(out["echo"], "Once upon a time" + completion);
+  ASSERT_EQ(out["biased_tokens"].size(), 8u) << out.dump();
+  for (const json& t : out["biased_tokens"]) EXPECT_EQ(t, tok.TokenToPiece(forced, true));
+  ASSERT_EQ(out["array"].size(), 2u);
+  EXPECT_EQ(out["array"][0][1], completion);
+  EXPECT_EQ(out["array"][1][1], Reference("The dog", o));
+  EXPECT_EQ(out["error_status"], 400);
+  EXPECT_EQ(out["error_param"], "max_tokenz");
+}
+
 }  // namespace
 }  // namespace rotor::serve::testing

@@ -1,0 +1,118 @@
+#include "server/fields.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kv_args/kv_args.h"
+
+namespace rotor::serve {
+namespace {
+
+constexpr uint8_t kApi = kCompletionsFields | kChatFields;
+constexpr uint8_t kAll = kApi | kPromptsFileFields;
+constexpr uint8_t kCmpl = kCompletionsFields;
+constexpr uint8_t kChat = kChatFields;
+
+constexpr KnownField kFields[] = {
+    // OpenAI fields rotor acts on.
+    {"model", kApi},
+    {"prompt", kCmpl | kPromptsFileFields},
+    {"messages", kChat},
+    {"max_tokens", kAll},
+    {"max_completion_tokens", kChat},
+    {"temperature", kAll},
+    {"top_p", kAll},
+    {"presence_penalty", kAll},
+    {"frequency_penalty", kAll},
+    {"seed", kAll},
+    {"stop", kAll},
+    {"stream", kApi},
+    {"stream_options", kApi},
+    {"n", kApi},
+    {"best_of", kCmpl},  // only equal to n
+    {"echo", kCmpl},
+    {"logprobs", kApi},
+    {"top_logprobs", kChat},
+    {"logit_bias", kAll},
+    {"response_format", kApi},
+    // OpenAI fields rotor accepts and ignores.
+    {"user", kApi, true},
+    {"metadata", kApi, true},
+    {"store", kApi, true},
+    {"service_tier", kApi, true},
+    {"modalities", kChat, true},
+    {"audio", kChat, true},
+    {"prediction", kChat, true},
+    {"reasoning_effort", kChat, true},
+    {"web_search_options", kChat, true},
+    {"suffix", kCmpl, true},
+    // Tool calls (tool_calls.h); the deprecated functions API is ignored.
+    {"tools", kChat},
+    {"tool_choice", kChat},
+    {"parallel_tool_calls", kChat},
+    {"functions", kChat, true},
+    {"function_call", kChat, true},
+    // llama-server extensions rotor supports.
+    {"top_k", kAll},
+    {"min_p", kAll},
+    {"repeat_penalty", kAll},
+    {"repeat_last_n", kAll},
+    {"ignore_eos", kAll},
+    {"cache_prompt", kApi},
+    {"grammar", kAll},
+    {"json_schema", kAll},
+    {"n_predict", kAll},
+    // rotor generate --prompts extras.
+    {"id", kPromptsFileFields},
+    {"temp", kPromptsFileFields},
+};
+
+// Levenshtein distance (names are short).
+size_t Distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::span<const KnownField> KnownFields() { return kFields; }
+
+std::optional<UnknownField> FindUnknownField(const nlohmann::json& object, FieldSet set) {
+  if (!object.is_object()) return std::nullopt;
+  for (const auto& [key, value] : object.items()) {
+    if (cli::IsKvField(key)) continue;
+    const bool known = std::any_of(std::begin(kFields), std::end(kFields), [&](const KnownField& f) {
+      return f.name == key && (f.sets & set) != 0;
+    });
+    if (known) continue;
+    // The nearest name of this set, if close (at most a third of the name's letters differ).
+    std::string_view best;
+    size_t best_d = std::max<size_t>(1, key.size() / 3) + 1;
+    for (const KnownField& f : kFields) {
+      if ((f.sets & set) == 0) continue;
+      const size_t d = Distance(key, f.name);
+      if (d < best_d) {
+        best_d = d;
+        best = f.name;
+      }
+    }
+    std::string message = fmt::format("unknown field '{}'", key);
+    if (!best.empty()) message += fmt::format(" (did you mean '{}'?)", best);
+    return UnknownField{key, std::move(message)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace rotor::serve

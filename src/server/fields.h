@@ -1,0 +1,40 @@
+// The one table of request fields rotor knows: per endpoint (/v1/completions,
+// /v1/chat/completions) and for `rotor generate --prompts` JSON lines. A field
+// outside it is an error naming it (with the nearest known name when one is
+// close); a known OpenAI field that rotor does not act on is listed as
+// ignored, so that clients sending it keep working.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace rotor::serve {
+
+// Where a field is known (a bit mask).
+enum FieldSet : uint8_t {
+  kCompletionsFields = 1,
+  kChatFields = 2,
+  kPromptsFileFields = 4,  // rotor generate --prompts lines
+};
+
+struct KnownField {
+  std::string_view name;
+  uint8_t sets;          // FieldSet bits
+  bool ignored = false;  // accepted and ignored (documented in the README)
+};
+// Every known field except the KV extensions (kv_args.h IsKvField, known in
+// every set).
+std::span<const KnownField> KnownFields();
+
+struct UnknownField {
+  std::string name;
+  std::string message;  // "unknown field 'max_tokenz' (did you mean 'max_tokens'?)"
+};
+// The first key of `object` that `set` does not know, if any.
+std::optional<UnknownField> FindUnknownField(const nlohmann::json& object, FieldSet set);
+
+}  // namespace rotor::serve
