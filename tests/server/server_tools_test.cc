@@ -498,6 +498,18 @@ TEST_F(ToolServerTest, TemplatesWithoutToolsAndConflictsAre400s) {
   r = PostJson(*chatml_, "/v1/chat/completions", body, &status);
   EXPECT_EQ(status, 400);
   EXPECT_EQ(r["error"]["param"], "tool_choice") << r.dump();
+
+  // Tools are offered to one choice without logprobs.
+  body = ToolRequest(1);
+  body["n"] = 2;
+  r = PostJson(*chatml_, "/v1/chat/completions", body, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "n") << r.dump();
+  body = ToolRequest(1);
+  body["logprobs"] = true;
+  r = PostJson(*chatml_, "/v1/chat/completions", body, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "logprobs") << r.dump();
 }
 
 std::string Slurp(const fs::path& p) {
