@@ -91,7 +91,10 @@ std::span<const KnownField> KnownFields() { return kFields; }
 
 std::optional<UnknownField> FindUnknownField(const nlohmann::json& object, FieldSet set) {
   if (!object.is_object()) return std::nullopt;
-  for (const auto& [key, value] : object.items()) {
+  for (const auto& item : object.items()) {
+    // A plain reference, not a structured binding: clang 14 (the fuzz build)
+    // cannot capture those in a lambda.
+    const std::string& key = item.key();
     if (cli::IsKvField(key)) continue;
     const bool known = std::any_of(std::begin(kFields), std::end(kFields), [&](const KnownField& f) {
       return f.name == key && (f.sets & set) != 0;
