@@ -17,7 +17,7 @@ namespace {
 using nlohmann::json;
 
 ApiError Bad(std::string param, std::string message) {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), ""};
+  return BadRequest(std::move(message), std::move(param));
 }
 
 const char* TypeName(const json& v) {
@@ -354,6 +354,11 @@ std::optional<ApiError> ParseLogitBias(const json& v, const std::string& param,
     out->emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
   }
   return std::nullopt;
+}
+
+ApiError BadRequest(std::string message, std::string param, std::string code) {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param),
+                  std::move(code)};
 }
 
 json ErrorBody(const ApiError& e) {

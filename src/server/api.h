@@ -30,6 +30,10 @@ struct ApiError {
   std::string code;   // "" -> null
 };
 nlohmann::json ErrorBody(const ApiError& e);
+// A 400 invalid_request_error naming `param` ("" -> null) and `code`.
+ApiError BadRequest(std::string message, std::string param = "", std::string code = "");
+// The Content-Type of every JSON body the server writes.
+inline constexpr const char* kJson = "application/json";
 // The error for an HTTP status that has no body of ours (404, 405, 413, ...).
 ApiError ErrorForStatus(int status, std::string_view method, std::string_view path);
 

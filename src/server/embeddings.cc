@@ -20,11 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kJson = "application/json";
-
-ApiError BadRequest(std::string message, std::string param = "") {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), ""};
-}
 
 std::string Base64(const void* data, size_t n) {
   static constexpr char kAlphabet[] =

@@ -24,11 +24,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kJson = "application/json";
-
-ApiError BadRequest(std::string message, std::string param = "") {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), ""};
-}
 
 bool ValidUtf8(std::string_view s) {
   while (!s.empty()) {

@@ -21,7 +21,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kJson = "application/json";
 
 int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -386,16 +385,13 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
                                         std::vector<std::string>* echoes) const {
   const Tokenizer& tok = engine_->tokenizer();
   const char* param = api.endpoint == Endpoint::kChat ? "messages" : "prompt";
-  auto bad = [](std::string message, const char* field, std::string code = "") {
-    return ApiError{400, std::move(message), "invalid_request_error", field, std::move(code)};
-  };
   if (api.n > options_.parallel)
-    return bad(fmt::format("'n' {} is more than the server decodes at once (--parallel {})", api.n,
+    return BadRequest(fmt::format("'n' {} is more than the server decodes at once (--parallel {})", api.n,
                            options_.parallel),
                "n");
   for (const auto& [id, bias] : api.options.sampling.logit_bias)
     if (id >= tok.n_vocab())
-      return bad(fmt::format("'logit_bias': token id {} is out of the vocabulary [0, {})", id,
+      return BadRequest(fmt::format("'logit_bias': token id {} is out of the vocabulary [0, {})", id,
                              tok.n_vocab()),
                  "logit_bias");
   SeqRequest seq;
@@ -404,7 +400,7 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
   std::vector<std::vector<int32_t>> prompts;
   if (api.endpoint == Endpoint::kChat) {
     if (api.tools.offered() && (api.n > 1 || api.logprobs >= 0))
-      return bad("tools are offered to one choice without logprobs: 'n' must be 1 and 'logprobs' "
+      return BadRequest("tools are offered to one choice without logprobs: 'n' must be 1 and 'logprobs' "
                  "off",
                  api.n > 1 ? "n" : "logprobs");
     if (auto e = PrepareTools(api, chat_template_, options_.defaults, &seq.options)) return e;
@@ -422,7 +418,7 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
       if (!p.tokens.empty()) {
         for (int32_t t : p.tokens)
           if (t >= tok.n_vocab())
-            return bad(fmt::format("token id {} is out of range [0, {})", t, tok.n_vocab()), param);
+            return BadRequest(fmt::format("token id {} is out of range [0, {})", t, tok.n_vocab()), param);
         prompts.push_back(p.tokens);
       } else {
         prompts.push_back(tok.Encode(p.text, seq.options.add_bos));
@@ -432,18 +428,18 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
   }
   const int64_t n_choices = static_cast<int64_t>(prompts.size()) * api.n;
   if (n_choices > options_.parallel + options_.max_queue)
-    return bad(fmt::format("{} prompts x n {} = {} choices: more than the server holds at once "
+    return BadRequest(fmt::format("{} prompts x n {} = {} choices: more than the server holds at once "
                            "(--parallel {} + --max-queue {})",
                            prompts.size(), api.n, n_choices, options_.parallel,
                            options_.max_queue),
                api.n > 1 ? "n" : "prompt");
   const KvShape shape = engine_->model().config().kv_shape(engine_->n_ctx());
   Result<KvConfig> kv = engine_->Validate(seq.options, KvSpelling::kField);
-  if (!kv.ok()) return bad(kv.message(), "kv");
+  if (!kv.ok()) return BadRequest(kv.message(), "kv");
   for (std::vector<int32_t>& tokens : prompts) {
-    if (tokens.empty()) return bad("the prompt is empty", param);
+    if (tokens.empty()) return BadRequest("the prompt is empty", param);
     if (Status fits = FitsNewCache(*kv, shape, std::ssize(tokens)); !fits.ok())
-      return bad(fits.message(), param, "context_length_exceeded");
+      return BadRequest(fits.message(), param, "context_length_exceeded");
     // Each choice samples on its own: seed + j (a random seed stays random).
     for (int j = 0; j < api.n; ++j) {
       SeqRequest& r = seqs->emplace_back(seq);
