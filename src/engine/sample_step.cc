@@ -18,6 +18,58 @@ SampleStep::SampleStep(const Tokenizer& tokenizer, Sampler& sampler, StopRules r
       decoder_(tokenizer),
       stops_(rules_.stop) {
   if (sampler_.params().grammar) grammar_.emplace(sampler_.params().grammar);
+  lazy_ = grammar_ && !sampler_.params().grammar_triggers.empty();
+}
+
+namespace {
+constexpr std::string_view kSpace = " \t\n\r\f\v";
+}  // namespace
+
+bool SampleStep::CompletesTrigger(int32_t token, std::string* from_trigger) const {
+  const SamplingParams& p = sampler_.params();
+  std::string text = before_;
+  text += tokenizer_.PieceView(token);
+  size_t at = std::string::npos;
+  if (p.grammar_triggers_at_start) {
+    const size_t first = text.find_first_not_of(kSpace);
+    if (first == std::string::npos) return false;
+    for (const std::string& t : p.grammar_triggers)
+      if (std::string_view(text).substr(first).starts_with(t)) at = first;
+  } else {
+    // before_ is shorter than any trigger, so an occurrence ends in the token.
+    for (const std::string& t : p.grammar_triggers) at = std::min(at, text.find(t));
+  }
+  if (at == std::string::npos) return false;
+  *from_trigger = text.substr(at);
+  return true;
+}
+
+void SampleStep::AdvanceLazy(int32_t token) {
+  const SamplingParams& p = sampler_.params();
+  std::string from_trigger;
+  if (CompletesTrigger(token, &from_trigger)) {
+    CHECK(grammar_->Accept(from_trigger));  // Allowed() said so
+    grammar_started_ = true;
+    lazy_ = false;
+    before_.clear();
+    return;
+  }
+  before_ += tokenizer_.PieceView(token);
+  if (p.grammar_triggers_at_start) {
+    const size_t first = before_.find_first_not_of(kSpace);
+    if (first == std::string::npos) return;
+    const std::string_view head = std::string_view(before_).substr(first);
+    // Still possibly the start of a trigger?
+    for (const std::string& t : p.grammar_triggers)
+      if (std::string_view(t).starts_with(head)) return;
+    grammar_.reset();  // the text began otherwise: free to the end
+    lazy_ = false;
+    before_.clear();
+    return;
+  }
+  size_t keep = 0;
+  for (const std::string& t : p.grammar_triggers) keep = std::max(keep, t.size() - 1);
+  if (before_.size() > keep) before_.erase(0, before_.size() - keep);
 }
 
 bool SampleStep::Ends(int32_t token) const {
@@ -49,7 +101,9 @@ Sampled SampleStep::Next(std::span<const float> logits, const KvCache& cache) {
   s.generated = true;
   ++n_generated_;
   if (rules_.logprobs >= 0) ComputeLogprobs(logits, s.token, rules_.logprobs, &s.logprobs.emplace());
-  if (grammar_) {
+  if (lazy_) {
+    AdvanceLazy(s.token);
+  } else if (grammar_) {
     const std::string_view text = GrammarText(s.token);
     grammar_started_ |= !text.empty();
     CHECK(grammar_->Accept(text));  // Allowed() said so
@@ -66,7 +120,7 @@ Sampled SampleStep::Next(std::span<const float> logits, const KvCache& cache) {
   }
   s.continues = true;
   sampler_.Accept(s.token);
-  if (grammar_ && grammar_->Done()) {
+  if (grammar_ && !lazy_ && grammar_->Done()) {
     s.finish = FinishReason::kEos;
     return s;
   }
@@ -84,7 +138,11 @@ std::string_view SampleStep::GrammarText(int32_t token) const {
 }
 
 bool SampleStep::Allowed(int32_t token) const {
-  if (Ends(token)) return !rules_.ignore_eos && grammar_->CanEnd();
+  if (Ends(token)) return lazy_ || (!rules_.ignore_eos && grammar_->CanEnd());
+  if (lazy_) {
+    std::string from_trigger;
+    return !CompletesTrigger(token, &from_trigger) || grammar_->Accepts(from_trigger);
+  }
   // A token without text (control, unused) would let the model stall.
   const std::string_view text = GrammarText(token);
   return !text.empty() && grammar_->Accepts(text);

@@ -7,7 +7,12 @@
 //      the grammar may end here. The draw is checked first and the
 //      vocabulary masked only when it is refused, so most steps test one
 //      token; none allowed (the vocabulary cannot continue) -> kStop,
-//      nothing sampled
+//      nothing sampled. A lazy grammar (SamplingParams::grammar_triggers)
+//      allows every token until one completes a trigger; that token must
+//      leave text from the trigger's first character that the grammar
+//      accepts, and from then on the grammar applies as above. With
+//      grammar_triggers_at_start, once the text (after whitespace) cannot
+//      begin with a trigger the grammar is dropped for good.
 //   3. an end-of-generation token, or one of end_tokens
 //      (chat: the template's end of turn), unless
 //      ignore_eos                                         -> kEos; the token is dropped
@@ -99,6 +104,11 @@ class SampleStep {
   // Step 2 with a grammar: -1 when no token is allowed.
   int32_t SampleConstrained(std::span<const float> logits);
   bool Allowed(int32_t token) const;
+  // A lazy grammar before its trigger: whether `token` completes a trigger
+  // (then `*from_trigger` is the text from the trigger's first character on).
+  bool CompletesTrigger(int32_t token, std::string* from_trigger) const;
+  // Records a generated token of the free text before the trigger.
+  void AdvanceLazy(int32_t token);
   // The part of a token's text the grammar sees: chat replies skip leading
   // whitespace until the grammar has seen something (as the released text).
   std::string_view GrammarText(int32_t token) const;
@@ -113,6 +123,9 @@ class SampleStep {
   bool released_ = false;  // text has been released (trim_leading_space is done)
   std::optional<grammar::Matcher> grammar_;  // only with a grammar: no cost otherwise
   bool grammar_started_ = false;             // the grammar has seen a character
+  bool lazy_ = false;    // a lazy grammar whose trigger has not appeared yet
+  std::string before_;   // lazy: the free text's tail (shorter than the longest trigger),
+                         // or with triggers at the start all of it
   std::vector<float> masked_;                // [n_vocab] once a draw was refused
 };
 

@@ -136,6 +136,10 @@ Status ValidateSamplingParams(const SamplingParams& p) {
     return Errorf("sampling: frequency_penalty {} must be a finite number (0 = off)",
                   p.frequency_penalty);
   }
+  for (const std::string& t : p.grammar_triggers)
+    if (t.empty()) return Status::Error("sampling: a grammar trigger must not be empty");
+  if (!p.grammar_triggers.empty() && !p.grammar)
+    return Status::Error("sampling: grammar triggers without a grammar");
   for (const auto& [id, bias] : p.logit_bias) {
     if (id < 0) return Errorf("sampling: logit_bias token id {} must be >= 0", id);
     if (!(bias >= -kLogitBiasLimit && bias <= kLogitBiasLimit))

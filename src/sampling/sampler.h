@@ -47,6 +47,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -72,6 +73,13 @@ struct SamplingParams {
   // the generation step, which knows the tokens' texts (engine/sample_step.h);
   // the Sampler itself only ever sees the logits it is given.
   std::shared_ptr<const grammar::Grammar> grammar = nullptr;
+  // A lazy grammar (llama.cpp's grammar_lazy; the server's tool_choice
+  // "auto"): sampling is free until the generated text holds one of these
+  // triggers, and the grammar applies from the trigger's first character on.
+  // Empty = the grammar applies from the first token.
+  std::vector<std::string> grammar_triggers = {};
+  // The triggers count only at the start of the text (after whitespace).
+  bool grammar_triggers_at_start = false;
   // (token id, bias in [-100, 100]) pairs, stage 0 above; ids must be in the
   // vocabulary (the Sampler CHECKs; Engine::Validate says which is not).
   std::vector<std::pair<int32_t, float>> logit_bias = {};

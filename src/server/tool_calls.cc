@@ -287,20 +287,36 @@ std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& 
                                       chat_template.name()));
     return std::nullopt;
   }
-  if (t.choice != ToolChoice::kRequired && t.choice != ToolChoice::kFunction) return std::nullopt;
-  if (options->sampling.grammar != defaults.sampling.grammar)
+  if (t.choice == ToolChoice::kNone || t.tools.empty()) return std::nullopt;
+  const bool own_grammar = options->sampling.grammar != defaults.sampling.grammar;
+  const bool lazy = t.choice == ToolChoice::kAuto;
+  // "auto" with a grammar of the request's own: that grammar decides the
+  // reply, and calls in it are still parsed out.
+  if (lazy && own_grammar) return std::nullopt;
+  if (own_grammar)
     return Bad("tool_choice", "'tool_choice' constrains the output to tool calls: it cannot be "
                               "combined with response_format, json_schema or grammar");
   std::vector<ChatTool> callable;
   for (const ChatTool& tool : t.tools)
-    if (t.choice == ToolChoice::kRequired || tool.name == t.function) callable.push_back(tool);
+    if (t.choice != ToolChoice::kFunction || tool.name == t.function) callable.push_back(tool);
   Result<std::string> text = ToolCallGrammar(chat_template.format(), callable, t.parallel);
   Result<std::shared_ptr<const grammar::Grammar>> g =
       text.ok() ? grammar::ParseGrammar(*text)
                 : Result<std::shared_ptr<const grammar::Grammar>>(text.status());
   if (!g.ok()) return Bad("tools", "'tools': " + g.message());
   options->sampling.grammar = std::move(*g);
+  if (lazy) {
+    const ToolCallTrigger trigger = ToolCallTriggerOf(chat_template.format());
+    options->sampling.grammar_triggers = {trigger.text};
+    options->sampling.grammar_triggers_at_start = trigger.at_start;
+  }
   return std::nullopt;
+}
+
+ToolCallTrigger ToolCallTriggerOf(ChatFormat format) {
+  // Llama 3.1 answers a call as the whole reply, one JSON object.
+  if (format == ChatFormat::kLlama3) return {"{", true};
+  return {"<tool_call>", false};
 }
 
 ToolReply ParseToolReply(std::string_view text, ChatFormat format,

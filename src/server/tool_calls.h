@@ -8,8 +8,11 @@
 // </tool_call> blocks) and llama3 (one {"name", "parameters"} object);
 // tokenizer/chat_tools.cc renders them. tool_choice:
 //   none      tools are not rendered into the prompt; the reply is text
-//   auto      tools rendered; the model answers freely, and calls in its reply
-//             (in the template's syntax, naming an offered tool) are parsed out
+//   auto      tools rendered; the model answers freely until it starts a call
+//             (ToolCallTriggerOf: chatml "<tool_call>" anywhere, llama3 "{"
+//             opening the reply); from there the reply is held to the same
+//             grammar as "required" (a lazy grammar, as llama-server's), so a
+//             call that starts is well formed; the calls are parsed out
 //   required  tools rendered, and sampling is constrained by a grammar: the
 //             reply is calls only, each naming an offered tool with arguments
 //             valid against its parameters schema (chatml: up to 4 calls with
@@ -40,9 +43,11 @@ std::optional<ApiError> ParseMessageTools(const nlohmann::json& message, const s
                                           ChatMessage* out);
 
 // Checks a chat request's tool use against the template (one without a tool
-// format takes neither offered tools nor tool messages: a 400 naming it) and,
-// for "required" or a named function, sets the grammar in `options`. A
-// grammar of the request's own (response_format, ...) conflicts with one.
+// format takes neither offered tools nor tool messages: a 400 naming it) and
+// sets the tool-call grammar in `options`: for "required" or a named
+// function from the first token, for "auto" lazily (from the call's
+// trigger). A grammar of the request's own (response_format, ...) conflicts
+// with the first and takes the place of the second.
 // `defaults` tells the server's grammar from the request's.
 std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& chat_template,
                                      const GenerateOptions& defaults, GenerateOptions* options);
@@ -51,6 +56,14 @@ std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& 
 // up to kMaxParallelCalls calls); errors name the schema's problem.
 Result<std::string> ToolCallGrammar(ChatFormat format, const std::vector<ChatTool>& tools,
                                     bool parallel);
+
+// Where a call starts in a reply, for tool_choice "auto": the text that
+// opens a call and whether it must open the reply (after whitespace).
+struct ToolCallTrigger {
+  std::string text;
+  bool at_start = false;
+};
+ToolCallTrigger ToolCallTriggerOf(ChatFormat format);
 
 struct ToolCall {
   std::string id;         // call_<24 random letters and digits>

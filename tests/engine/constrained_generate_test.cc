@@ -194,6 +194,39 @@ TEST(ConstrainedGenerate, ChatRepliesFollowTheGrammarEachTurn) {
   }
 }
 
+// A lazy grammar over real generations: the text before the first trigger
+// is exactly the unconstrained run's (the same draws), and from the trigger
+// on the text is the grammar's.
+TEST(ConstrainedGenerate, LazyGrammarConstrainsFromTheTrigger) {
+  const std::string gbnf = R"g(root ::= " was " ("red" | "blue") " and " [a-z]+ ".")g";
+  const auto g = Parse(gbnf);
+  int triggered = 0;
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    GenerateOptions o;
+    o.prompt = "Once upon a time";
+    o.n_predict = 60;
+    o.sampling.temperature = 1.0f;
+    o.sampling.seed = seed;
+    auto free_run = TheEngine().Generate(o, nullptr);
+    ASSERT_TRUE(free_run.ok()) << free_run.message();
+    o.sampling.grammar = g;
+    o.sampling.grammar_triggers = {" was"};
+    auto lazy = TheEngine().Generate(o, nullptr);
+    ASSERT_TRUE(lazy.ok()) << lazy.message();
+    const size_t at = lazy->text.find(" was");
+    if (at == std::string::npos) {
+      EXPECT_EQ(lazy->tokens, free_run->tokens) << "seed " << seed;
+      continue;
+    }
+    ++triggered;
+    EXPECT_EQ(lazy->text.substr(0, at), free_run->text.substr(0, at)) << "seed " << seed;
+    grammar::Matcher m(g);
+    ASSERT_TRUE(m.Accept(lazy->text.substr(at))) << "seed " << seed << ": " << lazy->text;
+    if (lazy->finish == FinishReason::kEos) EXPECT_TRUE(m.Done()) << lazy->text;
+  }
+  EXPECT_GT(triggered, 5);  // the model says " was" often
+}
+
 TEST(ConstrainedGenerate, UnconstrainedRunsAreUnchanged) {
   // A null grammar is the plain path: same tokens as a run without the field.
   const GenerateResult a = GenerateWith(nullptr, 7, 40);

@@ -197,6 +197,95 @@ TEST_F(SampleStepTest, GrammarAllowsEosOnlyWhereItMayEnd) {
   EXPECT_EQ(e.finish, FinishReason::kEos);
 }
 
+// A lazy grammar: free text until a trigger (here two tokens long) is
+// complete; from then on the grammar decides, and its end ends the step.
+TEST_F(SampleStepTest, LazyGrammarAppliesFromItsTrigger) {
+  auto g = grammar::ParseGrammar(R"g(root ::= " Once upon a")g");
+  ASSERT_TRUE(g.ok()) << g.message();
+  SamplingParams p;
+  p.temperature = 0;
+  p.grammar = *g;
+  p.grammar_triggers = {" Once upon"};
+  Sampler sampler(p, n_vocab());
+  SampleStep step(*tok_, sampler, StopRules{});
+  // Free: the grammar would refuse each of these.
+  for (int32_t t : {kTime, kA, kOnce, kTime, kOnce}) {
+    const Sampled s = step.Next(Peak(t), *cache_);
+    EXPECT_EQ(s.token, t);
+    EXPECT_FALSE(s.finish);
+  }
+  // " Once" + " upon" completes the trigger: " Once upon" is the grammar's.
+  EXPECT_EQ(step.Next(Peak(kUpon), *cache_).token, kUpon);
+  std::vector<float> l = Peak(kTime, kOnce);
+  l[kA] = 0.5f;
+  const Sampled a = step.Next(l, *cache_);  // " time" and " Once" refused now
+  EXPECT_EQ(a.token, kA);
+  EXPECT_EQ(a.finish, FinishReason::kEos);  // the grammar is complete
+}
+
+// The token that completes a trigger must leave text the grammar accepts;
+// before the trigger an end of generation is allowed as in free text.
+TEST_F(SampleStepTest, LazyGrammarRefusesATriggerItCannotContinue) {
+  auto g = grammar::ParseGrammar(R"g(root ::= " up" " a")g");
+  ASSERT_TRUE(g.ok()) << g.message();
+  SamplingParams p;
+  p.temperature = 0;
+  p.grammar = *g;
+  p.grammar_triggers = {" up"};
+  Sampler sampler(p, n_vocab());
+  SampleStep step(*tok_, sampler, StopRules{});
+  // " upon" holds the trigger, but " upon" is not " up" " a": refused, and
+  // the best other token is free text.
+  const Sampled a = step.Next(Peak(kUpon, kA), *cache_);
+  EXPECT_EQ(a.token, kA);
+  EXPECT_FALSE(a.finish);
+  const Sampled e = step.Next(Peak(tok_->eos()), *cache_);
+  EXPECT_EQ(e.finish, FinishReason::kEos);
+}
+
+// Triggers at the start: a text that begins otherwise is free to its end; one
+// that begins with the trigger is the grammar's.
+TEST_F(SampleStepTest, LazyGrammarAtTheStart) {
+  auto g = grammar::ParseGrammar(R"g(root ::= "Once a")g");  // from the trigger on
+  ASSERT_TRUE(g.ok()) << g.message();
+  SamplingParams p;
+  p.temperature = 0;
+  p.grammar = *g;
+  p.grammar_triggers = {"Once"};
+  p.grammar_triggers_at_start = true;
+  {
+    Sampler sampler(p, n_vocab());
+    SampleStep step(*tok_, sampler, StopRules{});
+    EXPECT_EQ(step.Next(Peak(kTime), *cache_).token, kTime);
+    EXPECT_EQ(step.Next(Peak(kOnce), *cache_).token, kOnce);  // not at the start
+    const Sampled u = step.Next(Peak(kUpon), *cache_);
+    EXPECT_EQ(u.token, kUpon);
+    EXPECT_FALSE(u.finish);
+  }
+  {
+    Sampler sampler(p, n_vocab());
+    SampleStep step(*tok_, sampler, StopRules{});
+    EXPECT_EQ(step.Next(Peak(kOnce), *cache_).token, kOnce);  // " Once": after whitespace
+    std::vector<float> l = Peak(kUpon);
+    l[kA] = 0.5f;
+    const Sampled a = step.Next(l, *cache_);
+    EXPECT_EQ(a.token, kA);
+    EXPECT_EQ(a.finish, FinishReason::kEos);
+  }
+}
+
+TEST(SamplingParamsTest, GrammarTriggersNeedAGrammarAndText) {
+  SamplingParams p;
+  p.grammar_triggers = {"<tool_call>"};
+  EXPECT_NE(ValidateSamplingParams(p).message().find("without a grammar"), std::string::npos);
+  auto g = grammar::ParseGrammar(R"g(root ::= "x")g");
+  ASSERT_TRUE(g.ok());
+  p.grammar = *g;
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
+  p.grammar_triggers = {""};
+  EXPECT_NE(ValidateSamplingParams(p).message().find("must not be empty"), std::string::npos);
+}
+
 TEST(ComputeLogprobsTest, IsTheLogSoftmaxOfTheRawLogits) {
   std::vector<float> logits(257);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.37f * i) * 6 + 0.01f * i;

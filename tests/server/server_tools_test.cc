@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -30,6 +31,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // The bundled model with chatml's and llama3's markup as control tokens.
+// The id of "<tool_call>" in ToolModel() (<0x06> in the bundled model).
+constexpr int kToolCallToken = 9;
+
 const std::string& ToolModel() {
   static const std::string path = [] {
     const std::string out =
@@ -49,6 +53,9 @@ const std::string& ToolModel() {
       (*tokens)[4 + i] = markup[i];  // <0x01>..<0x05>
       t32[4 + i] = 3;                // control
     }
+    // Qwen2.5's <tool_call> is a user-defined token: text the model can write.
+    (*tokens)[kToolCallToken] = "<tool_call>";
+    t32[kToolCallToken] = 4;
     w.SetStringArray("tokenizer.ggml.tokens", *tokens);
     w.SetI32Array("tokenizer.ggml.token_type", t32);
     for (const GgufTensor& t : (*src)->tensors())
@@ -449,6 +456,69 @@ TEST_F(ToolServerTest, AutoAndNone) {
   body["tool_choice"] = "none";
   const json without = PostJson(*chatml_, "/v1/chat/completions", body);
   EXPECT_GT(with["usage"]["prompt_tokens"], without["usage"]["prompt_tokens"].get<int>() + 50);
+}
+
+// tool_choice "auto": the model writes freely, and a call it starts is held
+// to the tools' grammar (a lazy grammar). A logit bias makes this model start
+// calls at random places; every reply is then text or text and valid calls,
+// never a broken call left as text.
+TEST_F(ToolServerTest, AutoCallsThatStartAreWellFormed) {
+  ASSERT_TRUE(chatml_->ok()) << chatml_->error();
+  int with_calls = 0, text_first = 0, text_only = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    json body = ToolRequest(seed);
+    body["tool_choice"] = "auto";
+    body["max_tokens"] = 1000;
+    body["logit_bias"] = {{std::to_string(kToolCallToken), 16}};
+    int status = 0;
+    const json r = PostJson(*chatml_, "/v1/chat/completions", body, &status);
+    const std::string context = "seed " + std::to_string(seed) + ": ";
+    ASSERT_EQ(status, 200) << context << r.dump();
+    const json& m = r["choices"][0]["message"];
+    if (m.contains("tool_calls")) {
+      ++with_calls;
+      EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << context << r.dump();
+      ExpectValidCalls(m["tool_calls"], context);
+      if (m["content"].is_string()) ++text_first;  // free text, then the call
+    } else {
+      ++text_only;
+    }
+    // Only a reply cut short by max_tokens may end inside a call.
+    if (m["content"].is_string() && r["choices"][0]["finish_reason"] != "length")
+      EXPECT_EQ(m["content"].get<std::string>().find("<tool_call>"), std::string::npos)
+          << context << r.dump();
+  }
+  EXPECT_GE(with_calls, 4);
+  EXPECT_GE(text_first, 2);
+  std::cout << with_calls << " replies with calls (" << text_first << " after text), "
+            << text_only << " text only\n";
+}
+
+// llama3 "auto": a reply that opens with "{" is a call, whole.
+TEST_F(ToolServerTest, Llama3AutoRepliesOpeningWithABraceAreCalls) {
+  ASSERT_TRUE(llama3_->ok()) << llama3_->error();
+  const json brace = PostJson(*llama3_, "/tokenize", {{"content", "{"}});
+  ASSERT_FALSE(brace["tokens"].empty()) << brace.dump();  // (SPM: "▁" first)
+  int calls = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    json body = ToolRequest(seed);
+    body["tool_choice"] = "auto";
+    body["logit_bias"] = {{std::to_string(brace["tokens"].back().get<int>()), 24}};
+    int status = 0;
+    const json r = PostJson(*llama3_, "/v1/chat/completions", body, &status);
+    const std::string context = "seed " + std::to_string(seed) + ": ";
+    ASSERT_EQ(status, 200) << context << r.dump();
+    const json& m = r["choices"][0]["message"];
+    if (m.contains("tool_calls")) {
+      ++calls;
+      EXPECT_TRUE(m["content"].is_null()) << context << r.dump();
+      ExpectValidCalls(m["tool_calls"], context);
+    } else if (r["choices"][0]["finish_reason"] != "length") {
+      EXPECT_FALSE(m["content"].get<std::string>().starts_with("{")) << context << r.dump();
+    }
+  }
+  EXPECT_GE(calls, 3);
+  std::cout << calls << " of 12 replies are calls\n";
 }
 
 TEST_F(ToolServerTest, HistoryWithCallsAndResults) {
