@@ -8,8 +8,7 @@
 
 namespace rotor {
 
-PromptScorer::PromptScorer(Engine& engine, std::vector<int32_t> tokens,
-                           const ScoreOptions& options)
+PromptScorer::PromptScorer(Engine& engine, std::vector<int32_t> tokens, const ScoreOptions& options)
     : engine_(engine), tokens_(std::move(tokens)), top_(options.top) {}
 
 PromptScorer::~PromptScorer() = default;

@@ -45,8 +45,7 @@ struct ScoreOptions {
 // Scores one sequence of at most engine.n_ctx() tokens, chunk by chunk.
 class PromptScorer {
  public:
-  static Result<std::unique_ptr<PromptScorer>> Create(Engine& engine,
-                                                      std::vector<int32_t> tokens,
+  static Result<std::unique_ptr<PromptScorer>> Create(Engine& engine, std::vector<int32_t> tokens,
                                                       const ScoreOptions& options);
   ~PromptScorer();
 
