@@ -249,10 +249,6 @@ std::optional<ApiError> ParseChoices(const json& j, Endpoint endpoint, ApiReques
     f.Int("logprobs", 0, kMaxTopLogprobs, &out->logprobs);
   }
   if (f.error()) return f.error();
-  if (out->echo && out->logprobs >= 0)
-    return Bad("echo",
-               "'echo' with 'logprobs' is not supported (rotor has no log-probabilities for "
-               "prompt tokens)");
   out->options.logprobs = out->logprobs;
   return std::nullopt;
 }

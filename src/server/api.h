@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/sample_step.h"
 #include "tokenizer/chat_template.h"
 
 namespace rotor::serve {
@@ -86,8 +88,7 @@ struct ApiRequest {
 // (tool_calls.h); llama-server's grammar, json_schema, cache_prompt, ignore_eos, repeat_penalty, repeat_last_n; rotor's kv, kv_size, kv_keep,
 // kv_recent, kv_window, rope_k, kv_positions, kv_type. Null means the
 // server's default; the table's ignored OpenAI fields (user, metadata, ...)
-// are accepted and ignored. best_of must equal n; echo with logprobs is
-// refused (prompt tokens have no log-probabilities here). Naming a kv policy
+// are accepted and ignored. best_of must equal n. Naming a kv policy
 // other than the server's starts its size, keep, recent and positions from
 // their defaults.
 std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
@@ -130,6 +131,18 @@ struct TokenLogprob {
 // offsets counted in bytes from `text_offset` (the echoed prompt's length).
 nlohmann::json LogprobsJson(Endpoint endpoint, const std::vector<TokenLogprob>& tokens,
                             int64_t text_offset = 0);
+// The echoed prompt's part of a completions logprobs object (echo with
+// logprobs), `scores` from engine/score.h: "tokens" has each prompt token's
+// piece as generated tokens show theirs (control tokens by their text: BOS is
+// "<s>"); "token_logprobs" and "top_logprobs" are null for the first token
+// (nothing precedes it); "text_offset" is where the token's text starts in
+// the echo, `echo_size` bytes long (Decode's convention: control tokens and
+// the space-prefix space take no room; generated tokens start at echo_size).
+nlohmann::json PromptLogprobsJson(const Tokenizer& tokenizer, std::span<const int32_t> tokens,
+                                  std::span<const std::optional<TokenLogprobs>> scores,
+                                  int64_t echo_size);
+// The completions logprobs object of `prompt`'s tokens followed by `more`'s.
+nlohmann::json ConcatLogprobs(nlohmann::json prompt, const nlohmann::json& more);
 
 struct Choice {
   std::string text;

@@ -265,6 +265,8 @@ struct Server::Call {
     int64_t offset = 0;  // streaming completions with logprobs: text_offset of the next token
   };
   std::vector<ChoiceState> choices;
+  // Echo with logprobs: each prompt's entries, before its choices' own.
+  std::vector<json> prompt_logprobs;
   int remaining = 0;  // choices not done
 };
 
@@ -460,11 +462,16 @@ void Server::HandleGenerate(std::shared_ptr<Call> call) {
   ApiRequest api;
   std::vector<SeqRequest> seqs;
   std::vector<std::string> echoes;
+  std::vector<json> prompt_logprobs;
   try {
     std::string body = std::move(ex.request().body);
     if (auto e = ParseRequest(body, endpoint, options_.defaults, &api)) return Respond(ex, *e);
     body = std::string();
     if (auto e = Prepare(api, &seqs, &echoes)) return Respond(ex, *e);
+    if (api.echo && api.logprobs >= 0) {
+      if (auto e = ScorePrompts(ex, api, seqs, echoes, &prompt_logprobs)) return Respond(ex, *e);
+      if (ex.gone()) return;
+    }
   } catch (const std::bad_alloc&) {
     return Respond(ex, ApiError{503, "out of memory while reading the request; retry later",
                                 "server_error", "", "out_of_memory"});
@@ -483,6 +490,7 @@ void Server::HandleGenerate(std::shared_ptr<Call> call) {
     call->n = api.n;
     call->logprobs = api.logprobs;
     call->choices.resize(seqs.size());
+    call->prompt_logprobs = std::move(prompt_logprobs);
     call->remaining = static_cast<int>(seqs.size());
     if (!echoes.empty())
       for (size_t i = 0; i < seqs.size(); ++i) {
@@ -522,9 +530,12 @@ void Server::HandleGenerate(std::shared_ptr<Call> call) {
         if (endpoint == Endpoint::kChat)
           ex.Write("data: " + Dump(StreamChunk(call->meta, "", true, std::nullopt, index)) +
                    "\n\n");
-        else if (!call->choices[i].echo.empty())
+        else if (!call->choices[i].echo.empty() || !call->prompt_logprobs.empty())
           ex.Write("data: " +
-                   Dump(StreamChunk(call->meta, call->choices[i].echo, false, std::nullopt, index)) +
+                   Dump(StreamChunk(call->meta, call->choices[i].echo, false, std::nullopt, index,
+                                    call->prompt_logprobs.empty()
+                                        ? json(nullptr)
+                                        : call->prompt_logprobs[i / call->n])) +
                    "\n\n");
       }
     }
@@ -644,6 +655,8 @@ void Server::WriteEventsLocked(Call& call) {
       json logprobs = nullptr;
       if (call.logprobs >= 0)
         logprobs = LogprobsJson(meta.endpoint, c.logprobs, std::ssize(c.echo));
+      if (!call.prompt_logprobs.empty())
+        logprobs = ConcatLogprobs(call.prompt_logprobs[choices.size() / call.n], logprobs);
       choices.push_back(Choice{c.echo + c.text, c.finish, std::move(logprobs)});
     }
     ex.Respond(HttpResponse{200, kJson, Dump(FullResponse(meta, choices, usage())), {}});

@@ -154,6 +154,14 @@ class Server {
   // prompts' texts when the request echoes them.
   std::optional<ApiError> Prepare(const ApiRequest& api, std::vector<SeqRequest>* seqs,
                                   std::vector<std::string>* echoes) const;
+  // Completions with echo and logprobs: each prompt's logprobs entries
+  // (PromptLogprobsJson), one per prompt of `seqs` (n choices each), scored on
+  // the engine thread between scheduler steps (echo_logprobs.cc). Returns
+  // early, with `out` short, when the client has gone.
+  std::optional<ApiError> ScorePrompts(HttpExchange& ex, const ApiRequest& api,
+                                       const std::vector<SeqRequest>& seqs,
+                                       const std::vector<std::string>& echoes,
+                                       std::vector<nlohmann::json>* out);
   // A kText event's token and log-probabilities, as text.
   TokenLogprob ToTokenLogprob(const StreamEvent& e) const;
   void Respond(HttpExchange& ex, const ApiError& e, HttpHeaders headers = {});

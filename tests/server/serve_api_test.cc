@@ -136,6 +136,13 @@ TEST(ServeApiTest, ChoicesEchoAndLogprobs) {
   EXPECT_EQ(r.logprobs, 5);
   EXPECT_EQ(r.options.logprobs, 5);
   r = ApiRequest();
+  // echo with logprobs (the prompt's own, scored by the server), max_tokens 0 too.
+  ASSERT_FALSE(ParseRequest(R"({"prompt": "a", "echo": true, "logprobs": 2, "max_tokens": 0})",
+                            Endpoint::kCompletions, Defaults(), &r));
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_EQ(r.options.n_predict, 0);
+  r = ApiRequest();
   ASSERT_FALSE(ParseRequest(R"({"prompt": "a", "logprobs": false})", Endpoint::kCompletions,
                             Defaults(), &r));
   EXPECT_EQ(r.logprobs, -1);
@@ -227,7 +234,6 @@ TEST(ServeApiTest, ErrorsNameTheField) {
       {R"({"prompt": "a", "kv": 3})", "kv"},
       {R"({"prompt": "a", "kv_positions": "sideways"})", "kv_positions"},
       {R"({"prompt": "a", "model": 3})", "model"},
-      {R"({"prompt": "a", "echo": true, "logprobs": 2})", "echo"},
       {R"({"prompt": "a", "logprobs": 21})", "logprobs"},
       {R"({"prompt": "a", "logprobs": true})", "logprobs"},
       {R"({"prompt": "a", "n": 0})", "n"},

@@ -295,8 +295,8 @@ console.log(JSON.stringify(out));
 }
 
 // The official client with the fields beyond the basics: logprobs (chat and
-// completions), n = 2, echo, logit_bias, a prompt array, and an unknown field
-// (a 400 whose param names it).
+// completions), n = 2, echo (with logprobs and max_tokens 0 too), logit_bias,
+// a prompt array, and an unknown field (a 400 whose param names it).
 TEST(OpenAiNpmTest, OfficialClientSendsEveryField) {
   if (!Shell("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1"))
     GTEST_SKIP() << "node or npm is not installed";
@@ -327,6 +327,11 @@ const two = await client.chat.completions.create(
 out.n2 = two.choices.map((ch) => [ch.index, ch.message.content]);
 const echo = await client.completions.create({ ...base, prompt: 'Once upon a time', echo: true });
 out.echo = echo.choices[0].text;
+const scored = await client.completions.create(
+    { ...base, prompt: 'Once upon a time', echo: true, logprobs: 1, max_tokens: 0 });
+out.scored_text = scored.choices[0].text;
+out.scored_finish = scored.choices[0].finish_reason;
+out.scored_logprobs = scored.choices[0].logprobs;
 const biased = await client.completions.create(
     { ...base, prompt: 'Once upon a time', logit_bias: { [process.argv[3]]: 100 }, logprobs: 0 });
 out.biased_tokens = biased.choices[0].logprobs.tokens;
@@ -372,6 +377,15 @@ console.log(JSON.stringify(out));
   EXPECT_EQ(out["n2"][0][0], 0);
   EXPECT_EQ(out["n2"][1][0], 1);
   EXPECT_EQ(out["echo"], "Once upon a time" + completion);
+  // echo + logprobs + max_tokens 0 scores the prompt: an entry per token,
+  // the first null.
+  EXPECT_EQ(out["scored_text"], "Once upon a time");
+  EXPECT_EQ(out["scored_finish"], "length");
+  const json& scored = out["scored_logprobs"];
+  ASSERT_EQ(scored["tokens"].size(), tok.Encode("Once upon a time", true).size()) << out.dump();
+  EXPECT_TRUE(scored["token_logprobs"][0].is_null());
+  for (size_t i = 1; i < scored["token_logprobs"].size(); ++i)
+    EXPECT_LE(scored["token_logprobs"][i].get<double>(), 0.0);
   ASSERT_EQ(out["biased_tokens"].size(), 8u) << out.dump();
   for (const json& t : out["biased_tokens"]) EXPECT_EQ(t, tok.TokenToPiece(forced, true));
   ASSERT_EQ(out["array"].size(), 2u);

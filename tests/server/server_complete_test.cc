@@ -1,5 +1,6 @@
 // OpenAI request completeness through the server: logit_bias, logprobs
-// (chat and completions, streamed too), echo, n > 1 (its choices share the
+// (chat and completions, streamed too), echo (with logprobs: the prompt's
+// own, scored apart), n > 1 (its choices share the
 // prompt's K/V through the prefix cache), prompt arrays, and unknown fields.
 #include <gtest/gtest.h>
 
@@ -220,12 +221,173 @@ TEST_F(ServerComplete, CompletionLogprobsAndEcho) {
                                                    {"echo", true}}))
     if (!ev["choices"].empty()) streamed += ev["choices"][0]["text"].get<std::string>();
   EXPECT_EQ(streamed, e["choices"][0]["text"]);
-  // echo with logprobs is refused (no prompt-token logprobs here).
+}
+
+constexpr const char* kLogprobsKeys[] = {"tokens", "token_logprobs", "top_logprobs",
+                                         "text_offset"};
+
+// The first n entries of a completions logprobs object.
+json Head(json lp, size_t n) {
+  for (const char* key : kLogprobsKeys) {
+    json& arr = lp[key];
+    if (arr.size() > n) arr.erase(arr.begin() + static_cast<std::ptrdiff_t>(n), arr.end());
+  }
+  return lp;
+}
+
+// The logprobs arrays of a completions choice concatenated over stream events.
+json StreamedLogprobs(const std::vector<json>& events, int index = 0) {
+  json all = json::object();
+  for (const char* key : kLogprobsKeys) all[key] = json::array();
+  for (const json& e : events)
+    if (!e["choices"].empty() && e["choices"][0]["index"] == index &&
+        e["choices"][0]["logprobs"].is_object())
+      for (const char* key : kLogprobsKeys)
+        for (const json& v : e["choices"][0]["logprobs"][key]) all[key].push_back(v);
+  return all;
+}
+
+// Same tokens and offsets; numbers within 1e-4 (a prompt computed in other
+// chunks may differ in the last bits); nulls where nulls are.
+void ExpectSameLogprobs(const json& a, const json& b) {
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  EXPECT_EQ(a["text_offset"], b["text_offset"]);
+  ASSERT_EQ(a["token_logprobs"].size(), b["token_logprobs"].size());
+  for (size_t i = 0; i < a["token_logprobs"].size(); ++i) {
+    const json &x = a["token_logprobs"][i], &y = b["token_logprobs"][i];
+    ASSERT_EQ(x.is_null(), y.is_null()) << i;
+    if (!x.is_null()) EXPECT_NEAR(x.get<double>(), y.get<double>(), 1e-4) << i;
+    const json &tx = a["top_logprobs"][i], &ty = b["top_logprobs"][i];
+    ASSERT_EQ(tx.is_null(), ty.is_null()) << i;
+    if (tx.is_null()) continue;
+    ASSERT_EQ(tx.size(), ty.size()) << i;
+    for (const auto& [text, v] : tx.items()) {
+      ASSERT_TRUE(ty.contains(text)) << i << " " << text;
+      EXPECT_NEAR(v.get<double>(), ty[text].get<double>(), 1e-4) << i << " " << text;
+    }
+  }
+}
+
+TEST_F(ServerComplete, EchoWithLogprobsScoresThePrompt) {
+  const std::string prompt = "Once upon a time there was a big";
+  const Tokenizer& tok = ReferenceEngine().tokenizer();
+  const std::vector<int32_t> ids = tok.Encode(prompt, true);
+  const size_t n_prompt = ids.size();
+  ASSERT_GT(n_prompt, 4u);
+  const json body = {{"prompt", prompt}, {"max_tokens", 5}, {"temperature", 0}, {"echo", true},
+                     {"logprobs", 2}};
+  const json r = Ok("/v1/completions", body);
+  const json& lp = r["choices"][0]["logprobs"];
+  const size_t n_completion = r["usage"]["completion_tokens"];
+  ASSERT_EQ(r["usage"]["prompt_tokens"], n_prompt);
+  ASSERT_EQ(lp["tokens"].size(), n_prompt + n_completion) << r.dump();
+  ASSERT_EQ(lp["token_logprobs"].size(), n_prompt + n_completion);
+  ASSERT_EQ(lp["top_logprobs"].size(), n_prompt + n_completion);
+  ASSERT_EQ(lp["text_offset"].size(), n_prompt + n_completion);
+  // The first token has nothing before it.
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  for (size_t i = 0; i < n_prompt; ++i) {
+    EXPECT_EQ(lp["tokens"][i], tok.TokenToPiece(ids[i], true)) << i;
+    // Where the token's text starts in the echoed prompt.
+    EXPECT_EQ(lp["text_offset"][i], tok.Decode(std::span(ids).first(i)).size()) << i;
+  }
+  // Token i's logprob is that of token i generated after ids[0..i): forced by
+  // logit_bias, which logprobs do not see (they are the raw logits').
+  for (size_t i = 1; i < n_prompt; ++i) {
+    const json one = Ok("/v1/completions",
+                        {{"prompt", std::vector<int32_t>(ids.begin(), ids.begin() + i)},
+                         {"max_tokens", 1},
+                         {"temperature", 0},
+                         {"logprobs", 2},
+                         {"logit_bias", {{std::to_string(ids[i]), 100}}}});
+    const json& g = one["choices"][0]["logprobs"];
+    ASSERT_EQ(g["tokens"].size(), 1u) << one.dump();
+    EXPECT_EQ(g["tokens"][0], lp["tokens"][i]);
+    EXPECT_NEAR(g["token_logprobs"][0].get<double>(), lp["token_logprobs"][i].get<double>(), 1e-4)
+        << i;
+    ASSERT_EQ(g["top_logprobs"][0].size(), lp["top_logprobs"][i].size()) << i;
+    for (const auto& [text, v] : g["top_logprobs"][0].items())
+      EXPECT_NEAR(v.get<double>(), lp["top_logprobs"][i][text].get<double>(), 1e-4) << i << text;
+  }
+  // The generated part is what logprobs without echo give, after the echo.
+  json plain_body = body;
+  plain_body.erase("echo");
+  const json plain = Ok("/v1/completions", plain_body);
+  const json& p = plain["choices"][0]["logprobs"];
+  EXPECT_EQ(r["choices"][0]["text"], prompt + plain["choices"][0]["text"].get<std::string>());
+  for (size_t k = 0; k < n_completion; ++k) {
+    EXPECT_EQ(lp["tokens"][n_prompt + k], p["tokens"][k]);
+    EXPECT_EQ(lp["text_offset"][n_prompt + k], prompt.size() + p["text_offset"][k].get<size_t>());
+    EXPECT_NEAR(lp["token_logprobs"][n_prompt + k].get<double>(),
+                p["token_logprobs"][k].get<double>(), 1e-4);
+  }
+  // Streamed: the echo chunk carries the prompt's entries; all together the same.
+  const std::vector<json> events = Events("/v1/completions", body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0]["choices"][0]["text"], prompt);
+  EXPECT_EQ(events[0]["choices"][0]["logprobs"]["tokens"].size(), n_prompt);
+  ExpectSameLogprobs(StreamedLogprobs(events), lp);
+
+  // max_tokens 0 scores the text: the prompt's entries alone, finish "length".
+  json score = body;
+  score["max_tokens"] = 0;
+  const json s = Ok("/v1/completions", score);
+  EXPECT_EQ(s["choices"][0]["text"], prompt);
+  EXPECT_EQ(s["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(s["usage"]["completion_tokens"], 0);
+  const json prompt_part = Head(lp, n_prompt);
+  ExpectSameLogprobs(s["choices"][0]["logprobs"], prompt_part);
+  const std::vector<json> score_events = Events("/v1/completions", score);
+  ExpectSameLogprobs(StreamedLogprobs(score_events), prompt_part);
+  EXPECT_EQ(score_events.back()["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(ServerComplete, EchoWithLogprobsForPromptArraysAndChoices) {
+  const Tokenizer& tok = ReferenceEngine().tokenizer();
+  const std::vector<std::string> prompts = {"The little dog", "A girl named Lily"};
+  // Token ids without BOS: the first of them has no logprob either.
+  const std::vector<int32_t> ids = tok.Encode("Tom and his cat", false);
+  const json r = Ok("/v1/completions", {{"prompt", prompts},
+                                        {"max_tokens", 3},
+                                        {"temperature", 1.0},
+                                        {"seed", 5},
+                                        {"n", 2},
+                                        {"echo", true},
+                                        {"logprobs", 1}});
+  ASSERT_EQ(r["choices"].size(), 4u) << r.dump();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const json alone = Ok("/v1/completions", {{"prompt", prompts[i]},
+                                              {"max_tokens", 0},
+                                              {"echo", true},
+                                              {"logprobs", 1}});
+    const json& expected = alone["choices"][0]["logprobs"];
+    const size_t n_prompt = expected["tokens"].size();
+    for (int j = 0; j < 2; ++j) {
+      const json& c = r["choices"][i * 2 + j];
+      EXPECT_EQ(c["text"].get<std::string>().rfind(prompts[i], 0), 0u) << c.dump();
+      ASSERT_GE(c["logprobs"]["tokens"].size(), n_prompt);
+      ExpectSameLogprobs(Head(c["logprobs"], n_prompt), expected);
+    }
+  }
+  const json t = Ok("/v1/completions",
+                    {{"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 0}});
+  const json& lp = t["choices"][0]["logprobs"];
+  EXPECT_EQ(t["choices"][0]["text"], tok.Decode(ids));
+  ASSERT_EQ(lp["tokens"].size(), ids.size());
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  for (size_t i = 1; i < ids.size(); ++i) {
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_TRUE(lp["top_logprobs"][i].empty());  // logprobs 0: no alternatives
+  }
+  // A prompt beyond the context is refused before any scoring.
   int status = 0;
-  const json bad = Post("/v1/completions",
-                        {{"prompt", prompt}, {"echo", true}, {"logprobs", 1}}, &status);
-  EXPECT_EQ(status, 400);
-  EXPECT_EQ(bad["error"]["param"], "echo");
+  const json bad = Post("/v1/completions", {{"prompt", std::vector<int32_t>(5000, 7)},
+                                            {"echo", true},
+                                            {"logprobs", 1}},
+                        &status);
+  EXPECT_EQ(status, 400) << bad.dump();
+  EXPECT_EQ(bad["error"]["code"], "context_length_exceeded");
 }
 
 TEST_F(ServerComplete, SeveralChoicesShareThePrompt) {
