@@ -75,9 +75,9 @@ std::optional<ApiError> ParseTool(const json& t, size_t i, ChatTool* out) {
 
 // Moves a tool's $defs (and definitions) into the combined schema's $defs
 // under "t<i>-NAME" and points its $refs there.
-void RewriteRefs(json* j, const std::string& prefix) {
+void RewriteRefs(nlohmann::ordered_json* j, const std::string& prefix) {
   if (j->is_array()) {
-    for (json& v : *j) RewriteRefs(&v, prefix);
+    for (nlohmann::ordered_json& v : *j) RewriteRefs(&v, prefix);
     return;
   }
   if (!j->is_object()) return;
@@ -101,12 +101,12 @@ std::string RandomCallId() {
   return id;
 }
 
-// {"name": N, "arguments" | "parameters": {...}} naming an offered tool.
-// The arguments keep the model's key order (ordered_json).
-std::optional<ToolCall> ParseCall(std::string_view text, const std::vector<ChatTool>& tools) {
+// {"name": N, "arguments" | "parameters": {...}} naming an offered tool
+// (other keys, as Mistral's "id", are ignored). The arguments keep the model's
+// key order (ordered_json).
+std::optional<ToolCall> CallFromJson(const nlohmann::ordered_json& j,
+                                     const std::vector<ChatTool>& tools) {
   using Json = nlohmann::ordered_json;
-  const Json j = Json::parse(Trim(text), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
   const std::string n = j["name"].get<std::string>();
   if (std::none_of(tools.begin(), tools.end(), [&](const ChatTool& t) { return t.name == n; }))
@@ -116,6 +116,28 @@ std::optional<ToolCall> ParseCall(std::string_view text, const std::vector<ChatT
   if (value.is_string()) value = Json::parse(value.get<std::string>(), nullptr, false);
   if (!value.is_object()) return std::nullopt;
   return ToolCall{RandomCallId(), n, value.dump()};
+}
+
+std::optional<ToolCall> ParseCall(std::string_view text, const std::vector<ChatTool>& tools) {
+  using Json = nlohmann::ordered_json;
+  return CallFromJson(Json::parse(Trim(text), nullptr, /*allow_exceptions=*/false), tools);
+}
+
+// Mistral's calls: a JSON array of calls (or one call), all valid or none.
+std::vector<ToolCall> ParseCallList(std::string_view text, const std::vector<ChatTool>& tools) {
+  using Json = nlohmann::ordered_json;
+  const Json j = Json::parse(Trim(text), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) {
+    std::optional<ToolCall> c = CallFromJson(j, tools);
+    return c ? std::vector<ToolCall>{std::move(*c)} : std::vector<ToolCall>{};
+  }
+  std::vector<ToolCall> calls;
+  for (const Json& item : j) {
+    std::optional<ToolCall> c = CallFromJson(item, tools);
+    if (!c) return {};
+    calls.push_back(std::move(*c));
+  }
+  return calls;
 }
 
 json CallsJson(const std::vector<ToolCall>& calls) {
@@ -232,17 +254,20 @@ std::optional<ApiError> ParseMessageTools(const json& m, const std::string& wher
 Result<std::string> ToolCallGrammar(ChatFormat format, const std::vector<ChatTool>& tools,
                                     bool parallel) {
   const char* args_key = format == ChatFormat::kLlama3 ? "parameters" : "arguments";
-  json schema = {{"anyOf", json::array()}};
+  // Ordered: the schema grammar keeps the order of properties, and a call
+  // names its tool before its arguments, as the templates write calls.
+  using Json = nlohmann::ordered_json;
+  Json schema = {{"anyOf", Json::array()}};
   for (size_t i = 0; i < tools.size(); ++i) {
-    json params = tools[i].parameters.empty()
-                      ? json{{"type", "object"}, {"additionalProperties", false}}
-                      : json::parse(tools[i].parameters, nullptr, false);
+    Json params = tools[i].parameters.empty()
+                      ? Json{{"type", "object"}, {"additionalProperties", false}}
+                      : Json::parse(tools[i].parameters, nullptr, false);
     if (params.is_discarded() || !params.is_object())
       return Errorf("tools: the parameters of '{}' are not a JSON object", tools[i].name);
     const std::string prefix = fmt::format("t{}-", i);
     for (const char* key : {"$defs", "definitions"}) {
       if (!params.contains(key)) continue;
-      json defs = params[key];
+      Json defs = params[key];
       params.erase(key);
       if (!defs.is_object()) continue;
       for (auto& [name, def] : defs.items()) {
@@ -262,6 +287,11 @@ Result<std::string> ToolCallGrammar(ChatFormat format, const std::vector<ChatToo
   if (!text.starts_with(kRoot)) return Status::Error("tools: unexpected schema grammar");
   text = "call-json ::= " + text.substr(kRoot.size());
   if (format == ChatFormat::kLlama3) return "root ::= call-json\n" + text;
+  if (format == ChatFormat::kMistral) {
+    const std::string more =
+        parallel ? fmt::format(R"( ( ", " call-json ){{0,{}}})", kMaxParallelCalls - 1) : "";
+    return R"(root ::= "[TOOL_CALLS] [" call-json)" + more + R"( "]")" + "\n" + text;
+  }
   const std::string more =
       parallel ? fmt::format(R"( ( "\n" call ){{0,{}}})", kMaxParallelCalls - 1) : "";
   return "root ::= call" + more + "\n" + R"(call ::= "<tool_call>\n" call-json "\n</tool_call>")" +
@@ -277,13 +307,14 @@ std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& 
       if (m.role == "tool" || !m.tool_calls.empty())
         return Bad(fmt::format("messages[{}]", i),
                    fmt::format("'messages[{}]': the chat template '{}' has no tool-call format "
-                               "(tool messages and tool_calls need chatml or llama3)",
+                               "(tool messages and tool_calls need chatml, llama3 or mistral)",
                                i, chat_template.name()));
     }
     if (t.offered())
       return Bad("tools", fmt::format("'tools': the chat template '{}' has no tool-call format "
-                                      "(chatml and llama3 have one); send tool_choice \"none\" "
-                                      "or serve with --chat-template chatml|llama3",
+                                      "(chatml, llama3 and mistral have one); send tool_choice "
+                                      "\"none\" or serve with --chat-template "
+                                      "chatml|llama3|mistral",
                                       chat_template.name()));
     return std::nullopt;
   }
@@ -316,6 +347,7 @@ std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& 
 ToolCallTrigger ToolCallTriggerOf(ChatFormat format) {
   // Llama 3.1 answers a call as the whole reply, one JSON object.
   if (format == ChatFormat::kLlama3) return {"{", true};
+  if (format == ChatFormat::kMistral) return {"[TOOL_CALLS]", false};
   return {"<tool_call>", false};
 }
 
@@ -341,6 +373,19 @@ ToolReply ParseToolReply(std::string_view text, ChatFormat format,
       start = end + 1;
     }
     if (r.calls.empty()) r.content = std::string(text);
+    return r;
+  }
+  if (format == ChatFormat::kMistral) {
+    // A vocabulary with [TOOL_CALLS] as a control token (v0.3) leaves it out
+    // of the reply's text: then a reply that is all a list of calls is calls.
+    constexpr std::string_view kMarker = "[TOOL_CALLS]";
+    const size_t at = text.find(kMarker);
+    const std::string_view before = at == std::string_view::npos ? "" : text.substr(0, at);
+    const std::string_view after =
+        at == std::string_view::npos ? text : text.substr(at + kMarker.size());
+    if (at != std::string_view::npos || Trim(text).starts_with('['))
+      r.calls = ParseCallList(after, tools);
+    r.content = r.calls.empty() ? std::string(text) : std::string(Trim(before));
     return r;
   }
   constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";

@@ -5,18 +5,20 @@
 // deltas).
 //
 // Templates with a tool format: chatml (<tool_call>{"name", "arguments"}
-// </tool_call> blocks) and llama3 (one {"name", "parameters"} object);
+// </tool_call> blocks), llama3 (one {"name", "parameters"} object) and
+// mistral ("[TOOL_CALLS] [" {"name", "arguments"}, ... "]");
 // tokenizer/chat_tools.cc renders them. tool_choice:
 //   none      tools are not rendered into the prompt; the reply is text
 //   auto      tools rendered; the model answers freely until it starts a call
-//             (ToolCallTriggerOf: chatml "<tool_call>" anywhere, llama3 "{"
-//             opening the reply); from there the reply is held to the same
+//             (ToolCallTriggerOf: chatml "<tool_call>" and mistral
+//             "[TOOL_CALLS]" anywhere, llama3 "{" opening the reply); from
+//             there the reply is held to the same
 //             grammar as "required" (a lazy grammar, as llama-server's), so a
 //             call that starts is well formed; the calls are parsed out
 //   required  tools rendered, and sampling is constrained by a grammar: the
 //             reply is calls only, each naming an offered tool with arguments
-//             valid against its parameters schema (chatml: up to 4 calls with
-//             parallel_tool_calls, else 1; llama3: always 1)
+//             valid against its parameters schema (chatml and mistral: up to
+//             4 calls with parallel_tool_calls, else 1; llama3: always 1)
 //   {"type": "function", "function": {"name": N}}  as required, tool N only
 #pragma once
 
@@ -52,8 +54,9 @@ std::optional<ApiError> ParseMessageTools(const nlohmann::json& message, const s
 std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& chat_template,
                                      const GenerateOptions& defaults, GenerateOptions* options);
 
-// GBNF for calls to `tools` in the format's syntax (chatml: `parallel` allows
-// up to kMaxParallelCalls calls); errors name the schema's problem.
+// GBNF for calls to `tools` in the format's syntax (chatml and mistral:
+// `parallel` allows up to kMaxParallelCalls calls); errors name the schema's
+// problem.
 Result<std::string> ToolCallGrammar(ChatFormat format, const std::vector<ChatTool>& tools,
                                     bool parallel);
 
@@ -76,8 +79,11 @@ struct ToolReply {
 };
 // The calls in a reply: chatml's <tool_call> blocks whose JSON is
 // {"name": offered tool, "arguments": object}; llama3's reply when all of it is
-// one such object with "parameters" (or "arguments"), or one per line. What
-// does not parse stays text.
+// one such object with "parameters" (or "arguments"), or one per line;
+// mistral's "[TOOL_CALLS]" followed by a JSON array of such objects (or one
+// object), the text before it content; a mistral reply that is all such an
+// array is calls too (a vocabulary with [TOOL_CALLS] as a control token leaves
+// it out of the text). What does not parse stays text.
 ToolReply ParseToolReply(std::string_view text, ChatFormat format,
                          const std::vector<ChatTool>& tools);
 

@@ -57,5 +57,8 @@ Segments RenderLlama3(const std::vector<ChatMessage>& messages, bool add_generat
                       const std::vector<ChatTool>& tools);
 Segments RenderChatMl(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                       const std::vector<ChatTool>& tools);
+// Ends where the reply begins, as the format always does.
+Segments RenderMistral(const std::vector<ChatMessage>& messages,
+                       const std::vector<ChatTool>& tools);
 
 }  // namespace rotor::chat_internal

@@ -81,7 +81,8 @@ Segments JoinLlama2(const std::string& system, const std::string& user) {
   return {{"<<SYS>>\n", false}, {system, true}, {"\n<</SYS>>\n\n", false}, {user, true}};
 }
 
-// Mistral and Gemma: the system prompt is a paragraph before the user's text.
+// Gemma (and Mistral, chat_tools.cc): the system prompt is a paragraph before
+// the user's text.
 Segments JoinParagraph(const std::string& system, const std::string& user) {
   return {{system, true}, {"\n\n", false}, {user, true}};
 }
@@ -98,21 +99,6 @@ Segments RenderLlama2(const std::vector<ChatMessage>& messages) {
       Markup(&out, " ");
       Append(&out, Trimmed(t.body));
       Markup(&out, " </s>");
-    }
-  }
-  return out;
-}
-
-Segments RenderMistral(const std::vector<ChatMessage>& messages) {
-  Segments out;
-  for (const Turn& t : FoldSystem(messages, JoinParagraph)) {
-    if (t.role == "user") {
-      Markup(&out, "[INST] ");
-      Append(&out, t.body);
-      Markup(&out, " [/INST]");
-    } else {
-      Append(&out, t.body);
-      Markup(&out, "</s>");
     }
   }
   return out;
@@ -214,7 +200,8 @@ std::vector<ChatSegment> ChatTemplate::Render(const std::vector<ChatMessage>& me
 }
 
 bool ChatTemplate::SupportsTools() const {
-  return format_ == ChatFormat::kChatMl || format_ == ChatFormat::kLlama3;
+  return format_ == ChatFormat::kChatMl || format_ == ChatFormat::kLlama3 ||
+         format_ == ChatFormat::kMistral;
 }
 
 std::vector<ChatSegment> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
@@ -230,7 +217,7 @@ std::vector<ChatSegment> ChatTemplate::Render(const std::vector<ChatMessage>& me
     case ChatFormat::kChatMl:
       return RenderChatMl(messages, add_generation_prompt, tools);
     case ChatFormat::kMistral:
-      return RenderMistral(messages);
+      return RenderMistral(messages, tools);
     case ChatFormat::kPhi3:
       return RenderTagged(messages, add_generation_prompt, "<|end|>");
     case ChatFormat::kGemma:
@@ -265,7 +252,10 @@ std::vector<std::string_view> ChatTemplate::SpecialTokens() const {
     case ChatFormat::kPlain: return {};
     case ChatFormat::kLlama2:
     case ChatFormat::kMistral:
-    case ChatFormat::kZephyr: return {"</s>"};  // [INST], <|user|>: text in those vocabularies
+    // [INST], <|user|> and Mistral's tool markers ([TOOL_CALLS], ...): text in
+    // some of these vocabularies (Mistral v0.1), control tokens in others
+    // (v0.3), so not required.
+    case ChatFormat::kZephyr: return {"</s>"};
     case ChatFormat::kLlama3: return {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
     case ChatFormat::kChatMl: return {"<|im_start|>", "<|im_end|>"};
     case ChatFormat::kPhi3: return {"<|user|>", "<|assistant|>", "<|end|>"};

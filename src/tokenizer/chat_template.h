@@ -33,7 +33,7 @@
 // "You are a helpful assistant.") are not reproduced.
 //
 // Tool calling (tools offered to the model, assistant tool calls, "tool"
-// results) is defined for chatml and llama3 only: chat_tools.cc.
+// results) is defined for chatml, llama3 and mistral only: chat_tools.cc.
 #pragma once
 
 #include <cstdint>
@@ -112,8 +112,9 @@ class ChatTemplate {
   std::vector<ChatSegment> Render(const std::vector<ChatMessage>& messages,
                                   bool add_generation_prompt,
                                   const std::vector<ChatTool>& tools) const;
-  // The format has a tool-call convention: chatml and llama3 (chat_tools.cc
-  // describes them); only these render tools, tool calls and tool results.
+  // The format has a tool-call convention: chatml, llama3 and mistral
+  // (chat_tools.cc describes them); only these render tools, tool calls and
+  // tool results.
   bool SupportsTools() const;
 
   // The markup that ends an assistant turn, as a token's text: "<|im_end|>",
@@ -131,16 +132,21 @@ class ChatTemplate {
   ChatFormat format_ = ChatFormat::kPlain;
 };
 
-// Appends the tokens of rendered segments to `out`: special tokens are
-// matched in the template's markup only, never in message content, so a
-// message cannot inject control tokens. `after_special` as in
-// Tokenizer::EncodeAppend (true at the start of a prompt); returns its value
-// for what follows. Adds no BOS.
+// The call id Mistral's format writes for an OpenAI call id: the id itself
+// when it is 9 ASCII letters and digits (v0.3's ids), else 9 such characters
+// derived from it (a stable hash), so a call and its result still match.
+std::string MistralCallId(std::string_view id);
+
 // Every SpecialTokens() text is one control (or user-defined) token of the
 // vocabulary; else an error naming the missing ones (the markup would be read
 // as plain text, and the model would see a format it was not trained on).
 Status CheckChatTemplateTokens(const ChatTemplate& chat_template, const Tokenizer& tokenizer);
 
+// Appends the tokens of rendered segments to `out`: special tokens are
+// matched in the template's markup only, never in message content, so a
+// message cannot inject control tokens. `after_special` as in
+// Tokenizer::EncodeAppend (true at the start of a prompt); returns its value
+// for what follows. Adds no BOS.
 bool EncodeChatSegments(const Tokenizer& tokenizer, std::span<const ChatSegment> segments,
                         bool after_special, std::vector<int32_t>* out);
 

@@ -1,5 +1,5 @@
 // The chat formats with a tool-call convention (ChatTemplate::SupportsTools):
-// chatml and llama3, rendered with and without tools. Without tools and tool
+// chatml, llama3 and mistral, rendered with and without tools. Without tools and tool
 // messages they are the plain formats of chat_template.h.
 //
 // chatml follows Qwen2.5's template (Hermes style):
@@ -31,10 +31,31 @@
 //                  3.1 makes one call per turn)
 //   tool results   an "ipython" turn
 //
+// mistral follows Mistral-7B-Instruct-v0.3's template (the v3 tokenizer's
+// control tokens as markup; in vocabularies without them they are plain text):
+//   tools          "[AVAILABLE_TOOLS] [" + the tools as {"type": "function",
+//                  "function": {...}} joined by ", " + "][/AVAILABLE_TOOLS]"
+//                  right before the last user message's "[INST]" (at the end
+//                  when there is no user message)
+//   assistant calls  its text if any, then "[TOOL_CALLS] [" + the calls as
+//                  {"name": N, "arguments": A, "id": I} joined by ", " + "]</s>"
+//   tool results   each "[TOOL_RESULTS] {"content": C, "call_id": I}[/TOOL_RESULTS]";
+//                  C is the result as written when it is JSON (the template
+//                  inserts it unquoted), else a JSON string (as mistral_common
+//                  writes it), so the object is always valid JSON
+//   ids            v0.3 takes 9-letter alphanumeric call ids: MistralCallId()
+//                  maps OpenAI's ("call_...") to one, the same for a call and
+//                  for the result that answers it
+// The rest is the plain mistral format of chat_template.h ("[INST] " + text +
+// " [/INST]", replies + "</s>", a system message folded into the next user
+// message).
+//
 // JSON is written as the templates' `tojson` (Python's json.dumps) writes it:
 // ", " and ": " between items, indent 4 for llama3's tool list. Tool
 // definitions and calls are message content (no control tokens in them); the
 // tags around them are markup.
+#include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/chat_segments.h"
@@ -123,6 +144,40 @@ void Llama3ToolList(Segments* out, const std::vector<ChatTool>& tools) {
     Content(out, Dump(ToolJson(t), 4));
     Markup(out, "\n\n");
   }
+}
+
+// Mistral's tool results carry the call's id: 9 ASCII letters and digits.
+bool IsMistralId(std::string_view id) {
+  return id.size() == 9 && std::all_of(id.begin(), id.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+         });
+}
+
+// " [" + each call {"name": N, "arguments": A, "id": I} + "]".
+std::string MistralCalls(const std::vector<ChatToolCall>& calls) {
+  std::string out = " [";
+  for (size_t c = 0; c < calls.size(); ++c) {
+    std::string call = CallJson(calls[c], "arguments");
+    call.pop_back();  // its closing brace: the id follows
+    out += (c ? ", " : "") + call + ", \"id\": " + Dump(Json(MistralCallId(calls[c].id))) + "}";
+  }
+  return out + "]";
+}
+
+// " {"content": C, "call_id": I}": C unquoted when the result is JSON.
+std::string MistralResult(const ChatMessage& m) {
+  const Json parsed = Json::parse(m.content, nullptr, /*allow_exceptions=*/false);
+  const std::string content = parsed.is_discarded() ? Dump(Json(m.content)) : m.content;
+  return " {\"content\": " + content + ", \"call_id\": " +
+         Dump(Json(MistralCallId(m.tool_call_id))) + "}";
+}
+
+void MistralToolList(Segments* out, const std::vector<ChatTool>& tools) {
+  Markup(out, "[AVAILABLE_TOOLS]");
+  std::string list = " [";
+  for (size_t i = 0; i < tools.size(); ++i) list += (i ? ", " : "") + PyJson(ToolJson(tools[i]));
+  Content(out, list + "]");
+  Markup(out, "[/AVAILABLE_TOOLS]");
 }
 
 }  // namespace
@@ -223,4 +278,80 @@ Segments RenderLlama3(const std::vector<ChatMessage>& messages, bool add_generat
   return out;
 }
 
+Segments RenderMistral(const std::vector<ChatMessage>& messages,
+                       const std::vector<ChatTool>& tools) {
+  // System messages wait for the next user message ("system\n\nuser");
+  // with none after them they make a user turn of their own at the end.
+  struct Turn {
+    const ChatMessage* m;  // nullptr: the user turn of a trailing system prompt
+    Segments user;         // a user turn's body
+  };
+  std::vector<Turn> turns;
+  std::string system;
+  bool have_system = false;
+  auto user_body = [&](const std::string& text) {
+    if (!have_system) return Text(text);
+    have_system = false;
+    return Segments{{system, true}, {"\n\n", false}, {text, true}};
+  };
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      system = have_system ? system + "\n\n" + m.content : m.content;
+      have_system = true;
+    } else if (m.role == "assistant" || m.role == "tool") {
+      turns.push_back({&m, {}});
+    } else {
+      turns.push_back({&m, user_body(m.content)});
+    }
+  }
+  if (have_system) turns.push_back({nullptr, user_body("")});
+  size_t last_user = turns.size();
+  for (size_t i = 0; i < turns.size(); ++i)
+    if (!turns[i].m || (turns[i].m->role != "assistant" && turns[i].m->role != "tool"))
+      last_user = i;
+
+  Segments out;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const ChatMessage* m = turns[i].m;
+    if (m && m->role == "tool") {
+      Markup(&out, "[TOOL_RESULTS]");
+      Content(&out, MistralResult(*m));
+      Markup(&out, "[/TOOL_RESULTS]");
+    } else if (m && m->role == "assistant") {
+      if (!m->content.empty() || m->tool_calls.empty()) Content(&out, m->content);
+      if (!m->tool_calls.empty()) {
+        Markup(&out, "[TOOL_CALLS]");
+        Content(&out, MistralCalls(m->tool_calls));
+      }
+      Markup(&out, "</s>");
+    } else {
+      if (i == last_user && !tools.empty()) MistralToolList(&out, tools);
+      Markup(&out, "[INST] ");
+      Append(&out, turns[i].user);
+      Markup(&out, " [/INST]");
+    }
+  }
+  if (last_user == turns.size() && !tools.empty()) MistralToolList(&out, tools);
+  return out;
+}
+
 }  // namespace rotor::chat_internal
+
+namespace rotor {
+
+std::string MistralCallId(std::string_view id) {
+  if (chat_internal::IsMistralId(id)) return std::string(id);
+  // FNV-1a: stable across runs and builds, so a call and its result agree.
+  uint64_t h = 14695981039346656037ull;
+  for (const char c : id) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  static constexpr char kChars[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string out(9, 'a');
+  for (char& c : out) {  // 62^9 < 2^64: nine digits of the hash in base 62
+    c = kChars[h % 62];
+    h /= 62;
+  }
+  return out;
+}
+
+}  // namespace rotor

@@ -4,9 +4,8 @@
 // against the tool's parameters schema.
 //
 // The bundled model's vocabulary has no chatml or llama3 markup, so the
-// end-to-end tests use a copy of it whose unused byte tokens <0x01>..<0x05>
-// are those control tokens (ToolModel()): the weights are the bundled ones,
-// the grammar makes every reply valid whatever the model prefers.
+// end-to-end tests use a copy of it with those control tokens (ToolModel(),
+// server_tools_util.h). Mistral's end-to-end tests: server_tools_mistral_test.cc.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,164 +18,15 @@
 #include <string>
 #include <vector>
 
-#include "gguf/gguf.h"
-#include "gguf/gguf_writer.h"
 #include "grammar/grammar.h"
 #include "server/tool_calls.h"
 #include "server_test_util.h"
+#include "server_tools_util.h"
 
 namespace rotor::serve::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The bundled model with chatml's and llama3's markup as control tokens.
-// The id of "<tool_call>" in ToolModel() (<0x06> in the bundled model).
-constexpr int kToolCallToken = 9;
-
-const std::string& ToolModel() {
-  static const std::string path = [] {
-    const std::string out =
-        (fs::temp_directory_path() / ("rotor-tools-test-" + std::to_string(getpid()) + ".gguf"))
-            .string();
-    Result<std::unique_ptr<GgufFile>> src = GgufFile::Open(BundledModel());
-    if (!src.ok()) return std::string();
-    GgufWriter w;
-    w.CopyMetadata(**src);
-    Result<std::vector<std::string>> tokens = (*src)->GetStringArray("tokenizer.ggml.tokens");
-    Result<std::vector<int64_t>> types = (*src)->GetIntArray("tokenizer.ggml.token_type");
-    if (!tokens.ok() || !types.ok()) return std::string();
-    const char* markup[] = {"<|im_start|>", "<|im_end|>", "<|start_header_id|>",
-                            "<|end_header_id|>", "<|eot_id|>"};
-    std::vector<int32_t> t32(types->begin(), types->end());
-    for (int i = 0; i < 5; ++i) {
-      (*tokens)[4 + i] = markup[i];  // <0x01>..<0x05>
-      t32[4 + i] = 3;                // control
-    }
-    // Qwen2.5's <tool_call> is a user-defined token: text the model can write.
-    (*tokens)[kToolCallToken] = "<tool_call>";
-    t32[kToolCallToken] = 4;
-    w.SetStringArray("tokenizer.ggml.tokens", *tokens);
-    w.SetI32Array("tokenizer.ggml.token_type", t32);
-    for (const GgufTensor& t : (*src)->tensors())
-      if (!w.AddTensor(t.name, t.type, t.ne, t.data, t.n_bytes).ok()) return std::string();
-    if (!w.Write(out).ok()) return std::string();
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove(fs::temp_directory_path() /
-                     ("rotor-tools-test-" + std::to_string(getpid()) + ".gguf"),
-                 ec);
-    });
-    return out;
-  }();
-  return path;
-}
-
-ServeOptions ToolOptions(const std::string& chat_template) {
-  ServeOptions o = TestOptions(4, 16);
-  o.engine.model_path = ToolModel();
-  o.chat_template = chat_template;
-  o.engine.n_ctx = 4096;  // tool definitions tokenize to a character or two per token
-  return o;
-}
-
-// Enough JSON Schema validation for the schemas below: type, properties,
-// required, additionalProperties false, enum, maxLength, items.
-bool Validate(const json& v, const json& s, std::string* why) {
-  auto fail = [&](const std::string& m) {
-    *why = m + ": " + v.dump();
-    return false;
-  };
-  if (s.contains("enum")) {
-    for (const json& e : s["enum"])
-      if (e == v) return true;
-    return fail("not in enum");
-  }
-  const std::string type = s.value("type", "");
-  if (type == "object") {
-    if (!v.is_object()) return fail("not an object");
-    for (const json& r : s.value("required", json::array()))
-      if (!v.contains(r.get<std::string>())) return fail("missing " + r.get<std::string>());
-    const json props = s.value("properties", json::object());
-    for (const auto& [k, item] : v.items()) {
-      if (!props.contains(k)) {
-        if (s.value("additionalProperties", true) == false) return fail("extra property " + k);
-        continue;
-      }
-      if (!Validate(item, props[k], why)) return false;
-    }
-    return true;
-  }
-  if (type == "array") {
-    if (!v.is_array()) return fail("not an array");
-    for (const json& item : v)
-      if (s.contains("items") && !Validate(item, s["items"], why)) return false;
-    return true;
-  }
-  if (type == "string") {
-    if (!v.is_string()) return fail("not a string");
-    size_t chars = 0;  // code points: bytes that do not continue a UTF-8 sequence
-    for (const char c : v.get<std::string>()) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-    if (s.contains("maxLength") && chars > s["maxLength"].get<size_t>()) return fail("too long");
-    return true;
-  }
-  if (type == "integer") return v.is_number_integer() || fail("not an integer");
-  if (type == "number") return v.is_number() || fail("not a number");
-  if (type == "boolean") return v.is_boolean() || fail("not a boolean");
-  return true;
-}
-
-const json kWeatherParams = json::parse(R"({
-  "type": "object",
-  "properties": {
-    "city": {"type": "string", "maxLength": 12},
-    "days": {"type": "integer"},
-    "unit": {"enum": ["celsius", "fahrenheit"]},
-    "alerts": {"type": "boolean"},
-    "hours": {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
-    "score": {"type": "number"}
-  },
-  "required": ["city", "days", "unit", "alerts"]
-})");
-const json kTimeParams = json::parse(R"({
-  "type": "object",
-  "properties": {"zone": {"type": "string", "maxLength": 8}},
-  "required": ["zone"],
-  "additionalProperties": false
-})");
-
-json Tool(const std::string& name, const json& params) {
-  return {{"type", "function"},
-          {"function", {{"name", name}, {"description", "d"}, {"parameters", params}}}};
-}
-
-json ToolRequest(uint64_t seed) {
-  return {{"messages", {{{"role", "user"}, {"content", "Weather in Oslo?"}}}},
-          {"tools", {Tool("get_weather", kWeatherParams), Tool("get_time", kTimeParams)}},
-          {"tool_choice", "required"},
-          {"parallel_tool_calls", false},
-          {"temperature", 1},
-          {"seed", seed},
-          {"max_tokens", 400}};
-}
-
-// Each call names a tool of the request and its arguments validate.
-void ExpectValidCalls(const json& calls, const std::string& context) {
-  ASSERT_TRUE(calls.is_array() && !calls.empty()) << context;
-  for (const json& c : calls) {
-    ASSERT_TRUE(c["id"].is_string()) << context;
-    EXPECT_TRUE(c["id"].get<std::string>().starts_with("call_")) << context;
-    EXPECT_EQ(c["type"], "function") << context;
-    const std::string name = c["function"]["name"];
-    ASSERT_TRUE(c["function"]["arguments"].is_string()) << context;
-    const json args = json::parse(c["function"]["arguments"].get<std::string>(), nullptr, false);
-    ASSERT_FALSE(args.is_discarded()) << context << c.dump();
-    std::string why;
-    ASSERT_TRUE(name == "get_weather" || name == "get_time") << context << name;
-    EXPECT_TRUE(Validate(args, name == "get_weather" ? kWeatherParams : kTimeParams, &why))
-        << context << why;
-  }
-}
 
 std::optional<ApiError> Parse(const json& body, ApiRequest* out) {
   return ParseRequest(body.dump(), Endpoint::kChat, GenerateOptions{}, out);
@@ -310,14 +160,14 @@ TEST(ToolReplyTest, Llama3JsonObject) {
   EXPECT_EQ(r.content, "It is {\"name\": \"f\"} ");  // no calls: the text as it came
 }
 
-TEST(ToolGrammarTest, ParsesForBothFormats) {
+TEST(ToolGrammarTest, ParsesForEveryFormat) {
   const std::vector<ChatTool> tools = {{"get_weather", "", kWeatherParams.dump()},
                                        {"get_time", "", kTimeParams.dump()},
                                        {"now", "", ""},
                                        {"defs", "",
                                         R"({"type":"object","properties":{"p":{"$ref":"#/$defs/P"}},
                                             "$defs":{"P":{"type":"integer"}}})"}};
-  for (ChatFormat f : {ChatFormat::kChatMl, ChatFormat::kLlama3}) {
+  for (ChatFormat f : {ChatFormat::kChatMl, ChatFormat::kLlama3, ChatFormat::kMistral}) {
     for (bool parallel : {false, true}) {
       Result<std::string> g = ToolCallGrammar(f, tools, parallel);
       ASSERT_TRUE(g.ok()) << g.message();
@@ -398,42 +248,12 @@ TEST_F(ToolServerTest, Llama3RequiredCallsValidate) {
 TEST_F(ToolServerTest, StreamedCalls) {
   ASSERT_TRUE(chatml_->ok()) << chatml_->error();
   for (uint64_t seed = 1; seed <= 10; ++seed) {
-    json body = ToolRequest(seed);
-    body["stream"] = true;
-    body["stream_options"] = {{"include_usage", true}};
-    httplib::Client client("127.0.0.1", chatml_->port());
-    client.set_read_timeout(std::chrono::seconds(60));
-    const auto res = client.Post("/v1/chat/completions", body.dump(), "application/json");
-    ASSERT_TRUE(res) << httplib::to_string(res.error());
-    ASSERT_EQ(res->status, 200) << res->body;
-    json calls = json::array();
-    std::string finish;
-    bool done = false, usage = false;
-    std::istringstream lines(res->body);
-    for (std::string line; std::getline(lines, line);) {
-      if (!line.starts_with("data: ")) continue;
-      if (line == "data: [DONE]") {
-        done = true;
-        continue;
-      }
-      const json chunk = json::parse(line.substr(6));
-      EXPECT_EQ(chunk["object"], "chat.completion.chunk");
-      if (chunk.contains("usage") && !chunk["usage"].is_null()) usage = true;
-      if (chunk["choices"].empty()) continue;
-      const json& choice = chunk["choices"][0];
-      if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
-      if (choice["delta"].contains("tool_calls"))
-        for (json c : choice["delta"]["tool_calls"]) {
-          EXPECT_EQ(c["index"], calls.size());
-          c.erase("index");
-          calls.push_back(c);
-        }
-    }
-    EXPECT_TRUE(done);
-    EXPECT_TRUE(usage);
-    EXPECT_EQ(finish, "tool_calls");
-    EXPECT_EQ(calls.size(), 1u);
-    ExpectValidCalls(calls, "stream seed " + std::to_string(seed) + ": ");
+    const StreamedCalls r = PostStreamedCalls(*chatml_, ToolRequest(seed));
+    EXPECT_TRUE(r.done);
+    EXPECT_TRUE(r.usage);
+    EXPECT_EQ(r.finish, "tool_calls");
+    EXPECT_EQ(r.calls.size(), 1u);
+    ExpectValidCalls(r.calls, "stream seed " + std::to_string(seed) + ": ");
   }
 }
 
@@ -464,34 +284,9 @@ TEST_F(ToolServerTest, AutoAndNone) {
 // never a broken call left as text.
 TEST_F(ToolServerTest, AutoCallsThatStartAreWellFormed) {
   ASSERT_TRUE(chatml_->ok()) << chatml_->error();
-  int with_calls = 0, text_first = 0, text_only = 0;
-  for (uint64_t seed = 1; seed <= 20; ++seed) {
-    json body = ToolRequest(seed);
-    body["tool_choice"] = "auto";
-    body["max_tokens"] = 1000;
-    body["logit_bias"] = {{std::to_string(kToolCallToken), 16}};
-    int status = 0;
-    const json r = PostJson(*chatml_, "/v1/chat/completions", body, &status);
-    const std::string context = "seed " + std::to_string(seed) + ": ";
-    ASSERT_EQ(status, 200) << context << r.dump();
-    const json& m = r["choices"][0]["message"];
-    if (m.contains("tool_calls")) {
-      ++with_calls;
-      EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << context << r.dump();
-      ExpectValidCalls(m["tool_calls"], context);
-      if (m["content"].is_string()) ++text_first;  // free text, then the call
-    } else {
-      ++text_only;
-    }
-    // Only a reply cut short by max_tokens may end inside a call.
-    if (m["content"].is_string() && r["choices"][0]["finish_reason"] != "length")
-      EXPECT_EQ(m["content"].get<std::string>().find("<tool_call>"), std::string::npos)
-          << context << r.dump();
-  }
-  EXPECT_GE(with_calls, 4);
-  EXPECT_GE(text_first, 2);
-  std::cout << with_calls << " replies with calls (" << text_first << " after text), "
-            << text_only << " text only\n";
+  const AutoCalls a = PostAutoCalls(*chatml_, kToolCallToken, 16, 20, "<tool_call>");
+  EXPECT_GE(a.with_calls, 4);
+  EXPECT_GE(a.text_first, 2);
 }
 
 // llama3 "auto": a reply that opens with "{" is a call, whole.

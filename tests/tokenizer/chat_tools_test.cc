@@ -1,7 +1,8 @@
-// Tool calling in the chatml and llama3 formats (chat_tools.cc): the exact
-// text of tools, tool calls and tool results.
+// Tool calling in the chatml, llama3 and mistral formats (chat_tools.cc): the
+// exact text of tools, tool calls and tool results.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <string>
 #include <vector>
 
@@ -110,17 +111,91 @@ TEST(ChatToolsTest, Llama3ToolsInTheFirstUserMessage) {
             "<|eot_id|>");
 }
 
+// The tool list as Mistral v0.3 writes it.
+constexpr std::string_view kMistralTools =
+    "[AVAILABLE_TOOLS] ["
+    R"({"type": "function", "function": {"name": "get_weather", "description": "Weather of a )"
+    R"(city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, )"
+    R"("required": ["city"]}}}, {"type": "function", "function": {"name": "now"}})"
+    "][/AVAILABLE_TOOLS]";
+
+TEST(ChatToolsTest, MistralToolsBeforeTheLastUserMessage) {
+  const ChatTemplate t(ChatFormat::kMistral);
+  EXPECT_TRUE(t.SupportsTools());
+  const std::string id = MistralCallId("call_1");
+  EXPECT_EQ(t.Apply(kExchange, true, kTools),
+            std::string(kMistralTools) + "[INST] Be brief.\n\nWeather in Oslo? [/INST]"
+            R"([TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo"}, "id": ")" +
+                id + R"("}]</s>[TOOL_RESULTS] {"content": {"temp": 3}, "call_id": ")" + id +
+                "\"}[/TOOL_RESULTS]3 degrees.</s>");
+  // Several user messages: the tools go before the last one only.
+  EXPECT_EQ(t.Apply({{"user", "A"}, {"assistant", "B"}, {"user", "C"}}, true, kTools),
+            "[INST] A [/INST]B</s>" + std::string(kMistralTools) + "[INST] C [/INST]");
+  // No user message: the tools end the prompt.
+  EXPECT_EQ(t.Apply({{"assistant", "B"}}, true, kTools), "B</s>" + std::string(kMistralTools));
+}
+
+TEST(ChatToolsTest, MistralToolCallsAndResults) {
+  const ChatTemplate t(ChatFormat::kMistral);
+  // Text before the calls, two calls, a v0.3 id kept as it is, results that
+  // are not JSON written as JSON strings.
+  const std::vector<ChatMessage> m = {
+      {"user", "Q"},
+      {"assistant",
+       "Let me look.",
+       {{"abcDEF123", "now", "{}"}, {"call_2", "get_weather", R"({"city": "a\"b"})"}}},
+      {"tool", "noon", {}, "abcDEF123"},
+      {"tool", "3", {}, "call_2"},
+  };
+  const std::string id2 = MistralCallId("call_2");
+  EXPECT_EQ(t.Apply(m, true),
+            "[INST] Q [/INST]Let me look.[TOOL_CALLS] "
+            R"([{"name": "now", "arguments": {}, "id": "abcDEF123"}, {"name": "get_weather", )"
+            R"("arguments": {"city": "a\"b"}, "id": ")" +
+                id2 +
+                R"("}]</s>[TOOL_RESULTS] {"content": "noon", "call_id": "abcDEF123"}[/TOOL_RESULTS])"
+                R"([TOOL_RESULTS] {"content": 3, "call_id": ")" +
+                id2 + R"("}[/TOOL_RESULTS])");
+  // The JSON is content (no control tokens in it); the markers are markup.
+  for (const ChatSegment& s : t.Render(m, true)) {
+    if (s.text.find("[TOOL_") != std::string::npos) {
+      EXPECT_FALSE(s.content) << s.text;
+    }
+    if (s.text.find("noon") != std::string::npos || s.text.find("now") != std::string::npos) {
+      EXPECT_TRUE(s.content) << s.text;
+    }
+  }
+}
+
+TEST(ChatToolsTest, MistralCallIds) {
+  // v0.3's ids (9 ASCII letters and digits) are kept; others become such ids,
+  // the same each time, different for different ids.
+  EXPECT_EQ(MistralCallId("a1B2c3D4e"), "a1B2c3D4e");
+  std::vector<std::string> seen;
+  for (const char* id : {"call_1", "call_2", "", "a1B2c3D4", "a1B2c3D4e_", "a1B2c3D4\xc3\xa9",
+                         "call_abcdefghijklmnopqrstuvwx"}) {
+    const std::string m = MistralCallId(id);
+    EXPECT_EQ(m, MistralCallId(std::string(id)));
+    ASSERT_EQ(m.size(), 9u) << id;
+    for (char c : m) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << id << " " << m;
+    for (const std::string& before : seen) EXPECT_NE(m, before) << id;
+    seen.push_back(m);
+  }
+}
+
 TEST(ChatToolsTest, WithoutToolsTheFormatsAreUnchanged) {
   const std::vector<ChatMessage> m = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}};
-  for (ChatFormat f : {ChatFormat::kChatMl, ChatFormat::kLlama3}) {
+  for (ChatFormat f : {ChatFormat::kChatMl, ChatFormat::kLlama3, ChatFormat::kMistral}) {
     const ChatTemplate t(f);
+    EXPECT_TRUE(t.SupportsTools());
     EXPECT_EQ(t.Apply(m, true, {}), t.Apply(m, true));
   }
   EXPECT_EQ(ChatTemplate(ChatFormat::kChatMl).Apply(m, true),
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
             "<|im_start|>assistant\nA<|im_end|>\n<|im_start|>assistant\n");
-  for (ChatFormat f : {ChatFormat::kPlain, ChatFormat::kLlama2, ChatFormat::kMistral,
-                       ChatFormat::kPhi3, ChatFormat::kGemma, ChatFormat::kZephyr})
+  EXPECT_EQ(ChatTemplate(ChatFormat::kMistral).Apply(m, true), "[INST] S\n\nU [/INST]A</s>");
+  for (ChatFormat f : {ChatFormat::kPlain, ChatFormat::kLlama2, ChatFormat::kPhi3,
+                       ChatFormat::kGemma, ChatFormat::kZephyr})
     EXPECT_FALSE(ChatTemplate(f).SupportsTools());
 }
 
