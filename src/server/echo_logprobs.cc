@@ -7,6 +7,8 @@
 // checks (context limit, vocabulary) before any of this runs.
 #include <fmt/format.h>
 
+#include <new>
+
 #include "engine/score.h"
 #include "server/server.h"
 
@@ -31,17 +33,32 @@ std::optional<ApiError> Server::ScorePrompts(HttpExchange& ex, const ApiRequest&
   const ApiError shutting_down{503, "the server is shutting down", "server_error", "", ""};
   for (size_t p = 0; p < n_prompts; ++p) {
     const std::vector<int32_t>& tokens = seqs[p * api.n].tokens;
+    // The prompt passed every check of the request, so what fails here is
+    // memory (the scratch cache, a chunk's logits): this request's 503.
     Result<std::unique_ptr<PromptScorer>> scorer = Status::Error("not run");
-    if (!batcher_->RunOnEngineThread([&] { scorer = PromptScorer::Create(*engine_, tokens, so); }))
+    if (!batcher_->RunOnEngineThread([&] {
+          try {
+            scorer = PromptScorer::Create(*engine_, tokens, so);
+          } catch (const std::bad_alloc&) {
+            scorer = Status::Error("out of memory");
+          }
+        }))
       return shutting_down;
     Status st = scorer.status();
     while (st.ok() && !(*scorer)->done()) {
       if (ex.gone()) return std::nullopt;
-      if (!batcher_->RunOnEngineThread([&] { st = (*scorer)->Step(); })) return shutting_down;
+      if (!batcher_->RunOnEngineThread([&] {
+            try {
+              st = (*scorer)->Step();
+            } catch (const std::bad_alloc&) {
+              st = Status::Error("out of memory");
+            }
+          }))
+        return shutting_down;
     }
     if (!st.ok())
-      return ApiError{500, fmt::format("scoring the prompt: {}", st.message()), "server_error", "",
-                      ""};
+      return ApiError{503, fmt::format("scoring the prompt: {}; retry later", st.message()),
+                      "server_error", "", ""};
     const std::vector<std::optional<TokenLogprobs>> scores = (*scorer)->Take();
     out->push_back(PromptLogprobsJson(engine_->tokenizer(), tokens, scores, std::ssize(echoes[p])));
   }
