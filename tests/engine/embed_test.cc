@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "engine_test_util.h"
 #include "kv/kv_cache.h"
 #include "model/forward.h"
 #include "ops/ops.h"
@@ -18,15 +19,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::unique_ptr<Engine> MakeEngine(int n_ctx = 0) {
-  EngineOptions o;
-  o.model_path = ROTOR_MODELS_DIR "/stories260K.gguf";
-  o.n_threads = 2;
-  o.n_ctx = n_ctx;
-  auto e = Engine::Create(o);
-  EXPECT_TRUE(e.ok()) << e.message();
-  return std::move(*e);
-}
+using testing::MakeStoriesEngine;
 
 constexpr KvTypes kF32{KvType::kF32, KvType::kF32};
 
@@ -37,7 +30,7 @@ std::vector<float> MustEmbed(Engine& e, const std::vector<int32_t>& ids, EmbedOp
 }
 
 TEST(Embed, LastHiddenStateThroughTheLmHeadGivesTheForwardLogits) {
-  auto e = MakeEngine();
+  auto e = MakeStoriesEngine();
   const Model& m = e->model();
   const int n_vocab = m.config().n_vocab, E = m.config().n_embd;
   const std::vector<int32_t> ids = e->tokenizer().Encode("Once upon a time, a cat", true);
@@ -58,7 +51,7 @@ TEST(Embed, LastHiddenStateThroughTheLmHeadGivesTheForwardLogits) {
 }
 
 TEST(Embed, MeanIsTheAverageOfEveryTokenAndHasUnitNorm) {
-  auto e = MakeEngine();
+  auto e = MakeStoriesEngine();
   const int64_t E = e->model().config().n_embd;
   const std::vector<int32_t> ids = e->tokenizer().Encode("The little dog ran home.", true);
   const int64_t n = std::ssize(ids);
@@ -88,7 +81,7 @@ TEST(Embed, MeanIsTheAverageOfEveryTokenAndHasUnitNorm) {
 }
 
 TEST(Embed, ChunkSizeDoesNotChangeTheVector) {
-  auto e = MakeEngine();
+  auto e = MakeStoriesEngine();
   const std::vector<int32_t> ids =
       e->tokenizer().Encode("Once upon a time there was a girl who liked to play.", true);
   const std::vector<float> whole = MustEmbed(*e, ids, {.step = 0, .kv_types = kF32});
@@ -100,7 +93,7 @@ TEST(Embed, ChunkSizeDoesNotChangeTheVector) {
 }
 
 TEST(Embed, RefusesEmptyAndTooLongInputs) {
-  auto e = MakeEngine(/*n_ctx=*/32);
+  auto e = MakeStoriesEngine(/*n_ctx=*/32);
   EXPECT_THAT(Embed(*e, {}, {}).message(), HasSubstr("no tokens"));
   const std::vector<int32_t> long_ids(33, 5);
   EXPECT_THAT(Embed(*e, long_ids, {}).message(),
@@ -113,7 +106,7 @@ TEST(Embed, PoolingNames) {
     EXPECT_EQ(*ParsePooling(PoolingName(p)), p);
   EXPECT_THAT(ParsePooling("max").message(),
               HasSubstr("'max' is not one of none, mean, cls, last"));
-  auto e = MakeEngine();
+  auto e = MakeStoriesEngine();
   EXPECT_EQ(*ModelPooling(e->model()), Pooling::kMean);  // stories260K says nothing
 }
 

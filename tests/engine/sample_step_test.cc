@@ -49,6 +49,19 @@ class SampleStepTest : public ::testing::Test {
     return Sampler(p, n_vocab());
   }
 
+  // Greedy sampling under `gbnf`, lazy when `triggers` are given.
+  SamplingParams GreedyUnder(std::string_view gbnf, std::vector<std::string> triggers = {},
+                             bool at_start = false) const {
+    auto g = grammar::ParseGrammar(gbnf);
+    EXPECT_TRUE(g.ok()) << g.message();
+    SamplingParams p;
+    p.temperature = 0;
+    p.grammar = g.ok() ? *g : nullptr;
+    p.grammar_triggers = std::move(triggers);
+    p.grammar_triggers_at_start = at_start;
+    return p;
+  }
+
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<KvCache> cache_;
 };
@@ -160,12 +173,7 @@ TEST_F(SampleStepTest, FlushReleasesHeldText) {
 // 2 with a grammar: a refused draw falls back to the best allowed token;
 // EOS only where the grammar may end; a complete grammar ends the step.
 TEST_F(SampleStepTest, GrammarRefusesTokensAndEndsWhenComplete) {
-  auto g = grammar::ParseGrammar(R"g(root ::= " a" " time"?)g");
-  ASSERT_TRUE(g.ok()) << g.message();
-  SamplingParams p;
-  p.temperature = 0;
-  p.grammar = *g;
-  Sampler sampler(p, n_vocab());
+  Sampler sampler(GreedyUnder(R"g(root ::= " a" " time"?)g"), n_vocab());
   SampleStep step(*tok_, sampler, StopRules{});
   // The argmax " Once" is refused; " a" is allowed (the second best is " upon",
   // refused too, so the fallback is the best of the allowed).
@@ -182,12 +190,7 @@ TEST_F(SampleStepTest, GrammarRefusesTokensAndEndsWhenComplete) {
 }
 
 TEST_F(SampleStepTest, GrammarAllowsEosOnlyWhereItMayEnd) {
-  auto g = grammar::ParseGrammar(R"g(root ::= " a"+)g");
-  ASSERT_TRUE(g.ok()) << g.message();
-  SamplingParams p;
-  p.temperature = 0;
-  p.grammar = *g;
-  Sampler sampler(p, n_vocab());
+  Sampler sampler(GreedyUnder(R"g(root ::= " a"+)g"), n_vocab());
   SampleStep step(*tok_, sampler, StopRules{});
   std::vector<float> l = Peak(tok_->eos());
   l[kA] = 0.5f;
@@ -200,13 +203,7 @@ TEST_F(SampleStepTest, GrammarAllowsEosOnlyWhereItMayEnd) {
 // A lazy grammar: free text until a trigger (here two tokens long) is
 // complete; from then on the grammar decides, and its end ends the step.
 TEST_F(SampleStepTest, LazyGrammarAppliesFromItsTrigger) {
-  auto g = grammar::ParseGrammar(R"g(root ::= " Once upon a")g");
-  ASSERT_TRUE(g.ok()) << g.message();
-  SamplingParams p;
-  p.temperature = 0;
-  p.grammar = *g;
-  p.grammar_triggers = {" Once upon"};
-  Sampler sampler(p, n_vocab());
+  Sampler sampler(GreedyUnder(R"g(root ::= " Once upon a")g", {" Once upon"}), n_vocab());
   SampleStep step(*tok_, sampler, StopRules{});
   // Free: the grammar would refuse each of these.
   for (int32_t t : {kTime, kA, kOnce, kTime, kOnce}) {
@@ -226,13 +223,7 @@ TEST_F(SampleStepTest, LazyGrammarAppliesFromItsTrigger) {
 // The token that completes a trigger must leave text the grammar accepts;
 // before the trigger an end of generation is allowed as in free text.
 TEST_F(SampleStepTest, LazyGrammarRefusesATriggerItCannotContinue) {
-  auto g = grammar::ParseGrammar(R"g(root ::= " up" " a")g");
-  ASSERT_TRUE(g.ok()) << g.message();
-  SamplingParams p;
-  p.temperature = 0;
-  p.grammar = *g;
-  p.grammar_triggers = {" up"};
-  Sampler sampler(p, n_vocab());
+  Sampler sampler(GreedyUnder(R"g(root ::= " up" " a")g", {" up"}), n_vocab());
   SampleStep step(*tok_, sampler, StopRules{});
   // " upon" holds the trigger, but " upon" is not " up" " a": refused, and
   // the best other token is free text.
@@ -246,13 +237,8 @@ TEST_F(SampleStepTest, LazyGrammarRefusesATriggerItCannotContinue) {
 // Triggers at the start: a text that begins otherwise is free to its end; one
 // that begins with the trigger is the grammar's.
 TEST_F(SampleStepTest, LazyGrammarAtTheStart) {
-  auto g = grammar::ParseGrammar(R"g(root ::= "Once a")g");  // from the trigger on
-  ASSERT_TRUE(g.ok()) << g.message();
-  SamplingParams p;
-  p.temperature = 0;
-  p.grammar = *g;
-  p.grammar_triggers = {"Once"};
-  p.grammar_triggers_at_start = true;
+  // The grammar holds the text from the trigger on (after the whitespace).
+  const SamplingParams p = GreedyUnder(R"g(root ::= "Once a")g", {"Once"}, /*at_start=*/true);
   {
     Sampler sampler(p, n_vocab());
     SampleStep step(*tok_, sampler, StopRules{});

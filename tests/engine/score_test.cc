@@ -11,6 +11,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "engine_test_util.h"
 #include "kv/kv_cache.h"
 #include "model/forward.h"
 
@@ -19,15 +20,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::unique_ptr<Engine> MakeEngine(int n_ctx = 0) {
-  EngineOptions o;
-  o.model_path = ROTOR_MODELS_DIR "/stories260K.gguf";
-  o.n_threads = 2;
-  o.n_ctx = n_ctx;
-  auto e = Engine::Create(o);
-  EXPECT_TRUE(e.ok()) << e.message();
-  return std::move(*e);
-}
+using testing::MakeStoriesEngine;
 
 constexpr KvTypes kF32{KvType::kF32, KvType::kF32};
 
@@ -45,7 +38,7 @@ std::vector<float> AllLogits(Engine& e, const std::vector<int32_t>& ids) {
 }
 
 TEST(Score, LogprobsAreTheLogSoftmaxOfTheForwardLogitsAtThePreviousPosition) {
-  auto e = MakeEngine();
+  auto e = MakeStoriesEngine();
   const int n_vocab = e->model().config().n_vocab;
   const std::vector<int32_t> ids =
       e->tokenizer().Encode("Once upon a time, there was a little cat named Tom.", true);
@@ -80,7 +73,7 @@ TEST(Score, LogprobsAreTheLogSoftmaxOfTheForwardLogitsAtThePreviousPosition) {
 }
 
 TEST(Score, OneTokenHasNoLogprobAndStepsCoverTheText) {
-  auto e = MakeEngine();
+  auto e = MakeStoriesEngine();
   auto one = ScoreTokens(*e, std::vector<int32_t>{1}, {.kv_types = kF32});
   ASSERT_TRUE(one.ok()) << one.message();
   ASSERT_EQ(one->size(), 1u);
@@ -105,7 +98,7 @@ TEST(Score, OneTokenHasNoLogprobAndStepsCoverTheText) {
 }
 
 TEST(Score, TooLongEmptyOrUnknownTokensAreErrors) {
-  auto e = MakeEngine(/*n_ctx=*/16);
+  auto e = MakeStoriesEngine(/*n_ctx=*/16);
   const std::vector<int32_t> long_ids(17, 5);
   auto r = ScoreTokens(*e, long_ids, {});
   ASSERT_FALSE(r.ok());

@@ -118,53 +118,18 @@ TestServer* MistralToolServerTest::mistral_ = nullptr;
 
 TEST_F(MistralToolServerTest, RequiredCallsValidateForManySeeds) {
   ASSERT_TRUE(mistral_->ok()) << mistral_->error();
-  for (uint64_t seed = 1; seed <= 50; ++seed) {
-    int status = 0;
-    const json r = PostJson(*mistral_, "/v1/chat/completions", ToolRequest(seed), &status);
-    const std::string context = "mistral seed " + std::to_string(seed) + ": ";
-    ASSERT_EQ(status, 200) << context << r.dump();
-    const json& choice = r["choices"][0];
-    EXPECT_EQ(choice["finish_reason"], "tool_calls") << context << r.dump();
-    EXPECT_TRUE(choice["message"]["content"].is_null()) << context << r.dump();
-    EXPECT_EQ(choice["message"]["tool_calls"].size(), 1u) << context << r.dump();
-    ExpectValidCalls(choice["message"]["tool_calls"], context);
-  }
+  ExpectRequiredCalls(*mistral_, "mistral", 50, false);
 }
 
 TEST_F(MistralToolServerTest, ParallelCallsAndANamedFunction) {
   ASSERT_TRUE(mistral_->ok()) << mistral_->error();
-  int several = 0;  // replies with more than one call
-  for (uint64_t seed = 100; seed < 110; ++seed) {
-    json body = ToolRequest(seed);
-    body["parallel_tool_calls"] = true;
-    body["max_tokens"] = 1200;
-    int status = 0;
-    const json r = PostJson(*mistral_, "/v1/chat/completions", body, &status);
-    ASSERT_EQ(status, 200) << r.dump();
-    const json& calls = r["choices"][0]["message"]["tool_calls"];
-    EXPECT_LE(calls.size(), static_cast<size_t>(kMaxParallelCalls));
-    several += calls.size() > 1;
-    ExpectValidCalls(calls, "mistral parallel seed " + std::to_string(seed) + ": ");
-    body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
-    const json named = PostJson(*mistral_, "/v1/chat/completions", body, &status);
-    ASSERT_EQ(status, 200) << named.dump();
-    for (const json& c : named["choices"][0]["message"]["tool_calls"])
-      EXPECT_EQ(c["function"]["name"], "get_time");
-    ExpectValidCalls(named["choices"][0]["message"]["tool_calls"], "mistral named: ");
-  }
-  EXPECT_GT(several, 0) << "no reply made parallel calls: the list's other calls are untested";
+  EXPECT_GT(ExpectParallelAndNamedCalls(*mistral_, "mistral"), 0)
+      << "no reply made parallel calls: the list's other calls are untested";
 }
 
 TEST_F(MistralToolServerTest, StreamedCalls) {
   ASSERT_TRUE(mistral_->ok()) << mistral_->error();
-  for (uint64_t seed = 1; seed <= 10; ++seed) {
-    const StreamedCalls r = PostStreamedCalls(*mistral_, ToolRequest(seed));
-    EXPECT_TRUE(r.done);
-    EXPECT_TRUE(r.usage);
-    EXPECT_EQ(r.finish, "tool_calls");
-    EXPECT_EQ(r.calls.size(), 1u);
-    ExpectValidCalls(r.calls, "mistral stream seed " + std::to_string(seed) + ": ");
-  }
+  ExpectStreamedCalls(*mistral_, "mistral");
 }
 
 // The calls of one reply go back as the assistant's tool_calls with a result
@@ -203,19 +168,7 @@ TEST_F(MistralToolServerTest, AutoCallsThatStartAreWellFormed) {
 
 TEST_F(MistralToolServerTest, AutoAndNone) {
   ASSERT_TRUE(mistral_->ok()) << mistral_->error();
-  json body = ToolRequest(7);
-  body["max_tokens"] = 16;
-  int status = 0;
-  body["tool_choice"] = "auto";
-  const json with = PostJson(*mistral_, "/v1/chat/completions", body, &status);
-  ASSERT_EQ(status, 200) << with.dump();
-  const json& m = with["choices"][0]["message"];
-  EXPECT_TRUE(m["content"].is_string() || m.contains("tool_calls")) << with.dump();
-  // "none" renders no tools: fewer prompt tokens than "auto".
-  body["tool_choice"] = "none";
-  const json without = PostJson(*mistral_, "/v1/chat/completions", body, &status);
-  ASSERT_EQ(status, 200) << without.dump();
-  EXPECT_GT(with["usage"]["prompt_tokens"], without["usage"]["prompt_tokens"].get<int>() + 50);
+  ExpectAutoAndNone(*mistral_);
 }
 
 }  // namespace

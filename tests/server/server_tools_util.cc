@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "server/tool_calls.h"
 #include "gguf/gguf_writer.h"
 
 namespace rotor::serve::testing {
@@ -196,6 +197,74 @@ StreamedCalls PostStreamedCalls(const TestServer& server, json body) {
       }
   }
   return out;
+}
+
+void ExpectRequiredCalls(const TestServer& server, const std::string& label, int n_seeds,
+                         bool parallel) {
+  for (int seed = 1; seed <= n_seeds; ++seed) {
+    json body = ToolRequest(static_cast<uint64_t>(seed));
+    body["parallel_tool_calls"] = parallel;
+    int status = 0;
+    const json r = PostJson(server, "/v1/chat/completions", body, &status);
+    const std::string context = label + " seed " + std::to_string(seed) + ": ";
+    ASSERT_EQ(status, 200) << context << r.dump();
+    const json& choice = r["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls") << context << r.dump();
+    EXPECT_TRUE(choice["message"]["content"].is_null()) << context << r.dump();
+    EXPECT_EQ(choice["message"]["tool_calls"].size(), 1u) << context << r.dump();
+    ExpectValidCalls(choice["message"]["tool_calls"], context);
+  }
+}
+
+int ExpectParallelAndNamedCalls(const TestServer& server, const std::string& label) {
+  int several = 0;
+  for (uint64_t seed = 100; seed < 110; ++seed) {
+    json body = ToolRequest(seed);
+    body["parallel_tool_calls"] = true;
+    body["max_tokens"] = 1200;
+    int status = 0;
+    const json r = PostJson(server, "/v1/chat/completions", body, &status);
+    EXPECT_EQ(status, 200) << label << r.dump();
+    const json& calls = r["choices"][0]["message"]["tool_calls"];
+    EXPECT_LE(calls.size(), static_cast<size_t>(kMaxParallelCalls));
+    several += calls.size() > 1;
+    ExpectValidCalls(calls, label + " parallel seed " + std::to_string(seed) + ": ");
+    body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+    const json named = PostJson(server, "/v1/chat/completions", body, &status);
+    EXPECT_EQ(status, 200) << label << named.dump();
+    for (const json& c : named["choices"][0]["message"]["tool_calls"])
+      EXPECT_EQ(c["function"]["name"], "get_time");
+    ExpectValidCalls(named["choices"][0]["message"]["tool_calls"], label + " named: ");
+  }
+  return several;
+}
+
+void ExpectStreamedCalls(const TestServer& server, const std::string& label) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    const StreamedCalls r = PostStreamedCalls(server, ToolRequest(seed));
+    EXPECT_TRUE(r.done);
+    EXPECT_TRUE(r.usage);
+    EXPECT_EQ(r.finish, "tool_calls");
+    EXPECT_EQ(r.calls.size(), 1u);
+    ExpectValidCalls(r.calls, label + " stream seed " + std::to_string(seed) + ": ");
+  }
+}
+
+void ExpectAutoAndNone(const TestServer& server) {
+  json body = ToolRequest(7);
+  body["max_tokens"] = 16;
+  json replies[2];
+  for (int i = 0; i < 2; ++i) {
+    body["tool_choice"] = i == 0 ? "auto" : "none";
+    int status = 0;
+    replies[i] = PostJson(server, "/v1/chat/completions", body, &status);
+    ASSERT_EQ(status, 200) << replies[i].dump();
+    // The model answers freely: text (a call only if it wrote one).
+    const json& m = replies[i]["choices"][0]["message"];
+    EXPECT_TRUE(m["content"].is_string() || m.contains("tool_calls")) << replies[i].dump();
+  }
+  EXPECT_GT(replies[0]["usage"]["prompt_tokens"].get<int>(),
+            replies[1]["usage"]["prompt_tokens"].get<int>() + 50);
 }
 
 AutoCalls PostAutoCalls(const TestServer& server, int token, float bias, int n_seeds,

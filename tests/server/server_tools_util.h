@@ -57,6 +57,21 @@ struct StreamedCalls {
 // POSTs `body` with stream and include_usage on; failures fail the test.
 StreamedCalls PostStreamedCalls(const TestServer& server, json body);
 
+// The checks every tool format's server passes (`label` prefixes failures):
+// tool_choice "required" for seeds 1..n_seeds: one valid call per reply,
+// content null, finish "tool_calls" (`parallel` sets parallel_tool_calls;
+// llama3 makes one call per turn either way).
+void ExpectRequiredCalls(const TestServer& server, const std::string& label, int n_seeds,
+                         bool parallel);
+// parallel_tool_calls and then a named function (get_time only), 10 seeds;
+// returns how many replies made more than one call.
+int ExpectParallelAndNamedCalls(const TestServer& server, const std::string& label);
+// Streamed "required" replies (10 seeds): [DONE], usage, one valid call.
+void ExpectStreamedCalls(const TestServer& server, const std::string& label);
+// "auto" and "none" answer 200, and "none" renders no tools (its prompt is
+// over 50 tokens shorter).
+void ExpectAutoAndNone(const TestServer& server);
+
 // tool_choice "auto" with the model biased (logit_bias `bias`) towards
 // `token`, the text `marker` that starts a call, for seeds 1..n_seeds: each
 // reply is checked (calls valid, finish "tool_calls"; a reply not cut by
