@@ -28,7 +28,7 @@ constexpr std::string_view kSpace = " \t\n\r\f\v";
 bool SampleStep::CompletesTrigger(int32_t token, std::string* from_trigger) const {
   const SamplingParams& p = sampler_.params();
   std::string text = before_;
-  text += tokenizer_.PieceView(token);
+  text += Text(token);
   size_t at = std::string::npos;
   if (p.grammar_triggers_at_start) {
     const size_t first = text.find_first_not_of(kSpace);
@@ -54,7 +54,7 @@ void SampleStep::AdvanceLazy(int32_t token) {
     before_.clear();
     return;
   }
-  before_ += tokenizer_.PieceView(token);
+  before_ += Text(token);
   if (p.grammar_triggers_at_start) {
     const size_t first = before_.find_first_not_of(kSpace);
     if (first == std::string::npos) return;
@@ -108,7 +108,13 @@ Sampled SampleStep::Next(std::span<const float> logits, const KvCache& cache) {
     grammar_started_ |= !text.empty();
     CHECK(grammar_->Accept(text));  // Allowed() said so
   }
-  s.piece = decoder_.Push(s.token);
+  if (Preserved(s.token)) {
+    // Its text, after whatever the decoder held (an unfinished character).
+    s.piece = decoder_.Flush();
+    s.piece += Text(s.token);
+  } else {
+    s.piece = decoder_.Push(s.token);
+  }
   s.text = Release(stops_.Push(s.piece));
   if (stops_.stopped()) {
     s.finish = FinishReason::kStop;
@@ -128,8 +134,17 @@ Sampled SampleStep::Next(std::span<const float> logits, const KvCache& cache) {
   return s;
 }
 
+bool SampleStep::Preserved(int32_t token) const {
+  const std::vector<int32_t>& p = sampler_.params().preserved_tokens;
+  return !p.empty() && std::find(p.begin(), p.end(), token) != p.end();
+}
+
+std::string_view SampleStep::Text(int32_t token) const {
+  return tokenizer_.PieceView(token, /*special=*/Preserved(token));
+}
+
 std::string_view SampleStep::GrammarText(int32_t token) const {
-  std::string_view text = tokenizer_.PieceView(token);
+  std::string_view text = Text(token);
   if (rules_.trim_leading_space && !grammar_started_) {
     const size_t first = text.find_first_not_of(" \t\n\r\f\v");
     text = first == std::string_view::npos ? std::string_view() : text.substr(first);

@@ -16,8 +16,9 @@
 //   3. an end-of-generation token, or one of end_tokens
 //      (chat: the template's end of turn), unless
 //      ignore_eos                                         -> kEos; the token is dropped
-//   4. the token is generated: counted, decoded (whole UTF-8 characters) and
-//      its text scanned for stop strings
+//   4. the token is generated: counted, decoded (whole UTF-8 characters; a
+//      preserved control token as its text, SamplingParams::preserved_tokens)
+//      and its text scanned for stop strings
 //   5. a stop string is complete                          -> kStop; text up to it released,
 //                                                            the token does not continue the text
 //   6. the cache has no room to run the token             -> kContext; the token is output,
@@ -109,6 +110,9 @@ class SampleStep {
   bool CompletesTrigger(int32_t token, std::string* from_trigger) const;
   // Records a generated token of the free text before the trigger.
   void AdvanceLazy(int32_t token);
+  // A token's text: its piece, or a preserved control token's own text.
+  std::string_view Text(int32_t token) const;
+  bool Preserved(int32_t token) const;
   // The part of a token's text the grammar sees: chat replies skip leading
   // whitespace until the grammar has seen something (as the released text).
   std::string_view GrammarText(int32_t token) const;

@@ -80,6 +80,10 @@ struct SamplingParams {
   std::vector<std::string> grammar_triggers = {};
   // The triggers count only at the start of the text (after whitespace).
   bool grammar_triggers_at_start = false;
+  // Control tokens kept as their text (llama.cpp's preserved_tokens: Mistral
+  // v0.3's [TOOL_CALLS]): the grammar, the triggers and the generated text
+  // see "[TOOL_CALLS]" where other control tokens have no text.
+  std::vector<int32_t> preserved_tokens = {};
   // (token id, bias in [-100, 100]) pairs, stage 0 above; ids must be in the
   // vocabulary (the Sampler CHECKs; Engine::Validate says which is not).
   std::vector<std::pair<int32_t, float>> logit_bias = {};

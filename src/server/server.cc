@@ -405,7 +405,9 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
       return BadRequest("tools are offered to one choice without logprobs: 'n' must be 1 and 'logprobs' "
                  "off",
                  api.n > 1 ? "n" : "logprobs");
-    if (auto e = PrepareTools(api, chat_template_, options_.defaults, &seq.options)) return e;
+    if (auto e = PrepareTools(api, chat_template_, engine_->tokenizer(), options_.defaults,
+                              &seq.options))
+      return e;
     // Message content cannot inject control tokens ("<|im_end|>" in a
     // message is plain text).
     const std::vector<ChatSegment> segments = chat_template_.Render(

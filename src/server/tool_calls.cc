@@ -299,7 +299,8 @@ Result<std::string> ToolCallGrammar(ChatFormat format, const std::vector<ChatToo
 }
 
 std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& chat_template,
-                                     const GenerateOptions& defaults, GenerateOptions* options) {
+                                     const Tokenizer& tokenizer, const GenerateOptions& defaults,
+                                     GenerateOptions* options) {
   const ApiTools& t = api.tools;
   if (!chat_template.SupportsTools()) {
     for (size_t i = 0; i < api.messages.size(); ++i) {
@@ -319,6 +320,13 @@ std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& 
     return std::nullopt;
   }
   if (t.choice == ToolChoice::kNone || t.tools.empty()) return std::nullopt;
+  const ToolCallTrigger trigger = ToolCallTriggerOf(chat_template.format());
+  // A call marker the vocabulary has as a control token (Mistral v0.3's
+  // [TOOL_CALLS]) is kept as text: the reply's calls are found by it, and
+  // the grammar and the trigger can match the token itself.
+  if (const int32_t id = tokenizer.TokenId(trigger.text);
+      id >= 0 && tokenizer.Type(id) == TokenType::kControl)
+    options->sampling.preserved_tokens = {id};
   const bool own_grammar = options->sampling.grammar != defaults.sampling.grammar;
   const bool lazy = t.choice == ToolChoice::kAuto;
   // "auto" with a grammar of the request's own: that grammar decides the
@@ -337,7 +345,6 @@ std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& 
   if (!g.ok()) return Bad("tools", "'tools': " + g.message());
   options->sampling.grammar = std::move(*g);
   if (lazy) {
-    const ToolCallTrigger trigger = ToolCallTriggerOf(chat_template.format());
     options->sampling.grammar_triggers = {trigger.text};
     options->sampling.grammar_triggers_at_start = trigger.at_start;
   }

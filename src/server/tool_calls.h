@@ -51,8 +51,11 @@ std::optional<ApiError> ParseMessageTools(const nlohmann::json& message, const s
 // trigger). A grammar of the request's own (response_format, ...) conflicts
 // with the first and takes the place of the second.
 // `defaults` tells the server's grammar from the request's.
+// A call marker that is a control token in `tokenizer`'s vocabulary (Mistral
+// v0.3's [TOOL_CALLS]) is made a preserved token (SamplingParams).
 std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& chat_template,
-                                     const GenerateOptions& defaults, GenerateOptions* options);
+                                     const Tokenizer& tokenizer, const GenerateOptions& defaults,
+                                     GenerateOptions* options);
 
 // GBNF for calls to `tools` in the format's syntax (chatml and mistral:
 // `parallel` allows up to kMaxParallelCalls calls); errors name the schema's

@@ -260,6 +260,34 @@ TEST_F(SampleStepTest, LazyGrammarAtTheStart) {
   }
 }
 
+// A preserved control token is its text for the grammar, the triggers and
+// the output (Mistral v0.3's [TOOL_CALLS]); other control tokens have none.
+TEST_F(SampleStepTest, PreservedControlTokensAreText) {
+  const int32_t bos = tok_->bos();  // "<s>", a control token
+  ASSERT_GE(bos, 0);
+  SamplingParams p = GreedyUnder(R"g(root ::= "<s>" " a")g", {"<s>"});
+  {
+    Sampler sampler(p, n_vocab());
+    SampleStep step(*tok_, sampler, StopRules{});
+    // Not preserved: "<s>" has no text, so it never completes the trigger.
+    const Sampled b = step.Next(Peak(bos), *cache_);
+    EXPECT_EQ(b.text, "");
+    EXPECT_EQ(step.Next(Peak(kTime), *cache_).token, kTime);  // still free
+  }
+  p.preserved_tokens = {bos};
+  Sampler sampler(p, n_vocab());
+  SampleStep step(*tok_, sampler, StopRules{});
+  EXPECT_EQ(step.Next(Peak(kOnce), *cache_).text, " Once");  // free
+  const Sampled b = step.Next(Peak(bos), *cache_);             // the trigger
+  EXPECT_EQ(b.token, bos);
+  EXPECT_EQ(b.text, "<s>");
+  std::vector<float> l = Peak(kTime);
+  l[kA] = 0.5f;
+  const Sampled a = step.Next(l, *cache_);  // the grammar's now: " time" refused
+  EXPECT_EQ(a.token, kA);
+  EXPECT_EQ(a.finish, FinishReason::kEos);
+}
+
 TEST(SamplingParamsTest, GrammarTriggersNeedAGrammarAndText) {
   SamplingParams p;
   p.grammar_triggers = {"<tool_call>"};

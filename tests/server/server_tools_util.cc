@@ -40,7 +40,7 @@ const std::string& ToolModel() {
     (*tokens)[kToolCallToken] = "<tool_call>";
     t32[kToolCallToken] = 4;  // user-defined
     (*tokens)[kMistralToolCallsToken] = "[TOOL_CALLS]";
-    t32[kMistralToolCallsToken] = 4;
+    t32[kMistralToolCallsToken] = 3;  // control, as in Mistral v0.3's vocabulary
     w.SetStringArray("tokenizer.ggml.tokens", *tokens);
     w.SetI32Array("tokenizer.ggml.token_type", t32);
     for (const GgufTensor& t : (*src)->tensors())

@@ -18,8 +18,9 @@ namespace rotor::serve::testing {
 // "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>" (the weights are
 // the bundled ones; grammars make every reply valid whatever the model
 // prefers). "" if it could not be written. Removed at exit.
-// Also "<tool_call>" (Qwen2.5's) and "[TOOL_CALLS]" as user-defined tokens
-// (text the model can write) at these ids (<0x06>, <0x07> in the bundled
+// Also "<tool_call>" as a user-defined token (text, as in Qwen2.5's
+// vocabulary) and "[TOOL_CALLS]" as a control token (as in Mistral v0.3's:
+// the server preserves it) at these ids (<0x06>, <0x07> in the bundled
 // model), for tests that bias the model towards starting a call.
 const std::string& ToolModel();
 inline constexpr int kToolCallToken = 9;
