@@ -164,12 +164,14 @@ std::string MistralCalls(const std::vector<ChatToolCall>& calls) {
   return out + "]";
 }
 
-// " {"content": C, "call_id": I}": C unquoted when the result is JSON.
-std::string MistralResult(const ChatMessage& m) {
+// " {"content": C, "call_id": I}": C unquoted when the result is JSON, else
+// a JSON string. Only C is the message's content; the rest is markup (I is
+// always 9 letters and digits).
+void MistralResult(Segments* out, const ChatMessage& m) {
   const Json parsed = Json::parse(m.content, nullptr, /*allow_exceptions=*/false);
-  const std::string content = parsed.is_discarded() ? Dump(Json(m.content)) : m.content;
-  return " {\"content\": " + content + ", \"call_id\": " +
-         Dump(Json(MistralCallId(m.tool_call_id))) + "}";
+  Markup(out, " {\"content\": ");
+  Content(out, parsed.is_discarded() ? Dump(Json(m.content)) : m.content);
+  Markup(out, ", \"call_id\": " + Dump(Json(MistralCallId(m.tool_call_id))) + "}");
 }
 
 void MistralToolList(Segments* out, const std::vector<ChatTool>& tools) {
@@ -315,7 +317,7 @@ Segments RenderMistral(const std::vector<ChatMessage>& messages,
     const ChatMessage* m = turns[i].m;
     if (m && m->role == "tool") {
       Markup(&out, "[TOOL_RESULTS]");
-      Content(&out, MistralResult(*m));
+      MistralResult(&out, *m);
       Markup(&out, "[/TOOL_RESULTS]");
     } else if (m && m->role == "assistant") {
       if (!m->content.empty() || m->tool_calls.empty()) Content(&out, m->content);

@@ -1,8 +1,8 @@
 // The chat-template renderer: detection from an arbitrary Jinja text, and
 // rendering of arbitrary messages in every format. Besides no crash: Apply is
 // the concatenation of Render's segments, and the content segments (tokenized
-// as plain text) hold no more than the messages' content and the separators
-// that join system messages.
+// as plain text) hold no more than the messages' content (a tool result
+// JSON-escaped) and the separators that join system messages.
 //
 // Input: the template text, then messages; '\x01' separates fields ("role" then
 // "content" alternate).
@@ -58,12 +58,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (s.content) content += s.text;
       }
       Check(joined == text, "Apply differs from the concatenated Render");
-      std::string all_content;
-      for (const rotor::ChatMessage& m : messages) all_content += m.content;
       // Formats without a system role join system messages into the next user
-      // turn with "\n\n" (content: plain text, never a control token).
-      Check(content.size() <= all_content.size() + 2 * messages.size(),
-            "more content out than the messages hold");
+      // turn with "\n\n" (content: plain text, never a control token); a tool
+      // result may be written as a JSON string (mistral): quotes, and at most
+      // 6 bytes per byte escaped ("\u0001").
+      size_t bound = 0;
+      for (const rotor::ChatMessage& m : messages)
+        bound += (m.role == "tool" ? 6 * m.content.size() + 2 : m.content.size()) + 2;
+      Check(content.size() <= bound, "more content out than the messages hold");
       (void)t.EndOfTurn();
       (void)t.StopStrings();
       (void)t.SpecialTokens();

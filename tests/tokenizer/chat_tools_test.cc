@@ -157,12 +157,20 @@ TEST(ChatToolsTest, MistralToolCallsAndResults) {
                 R"([TOOL_RESULTS] {"content": 3, "call_id": ")" +
                 id2 + R"("}[/TOOL_RESULTS])");
   // The JSON is content (no control tokens in it); the markers are markup.
+  // Of a result only the message's content is content: the object around it
+  // is markup (the id is always 9 letters and digits).
   for (const ChatSegment& s : t.Render(m, true)) {
     if (s.text.find("[TOOL_") != std::string::npos) {
       EXPECT_FALSE(s.content) << s.text;
     }
     if (s.text.find("noon") != std::string::npos || s.text.find("now") != std::string::npos) {
       EXPECT_TRUE(s.content) << s.text;
+    }
+    if (s.text.find("call_id") != std::string::npos) {
+      EXPECT_FALSE(s.content) << s.text;
+    }
+    if (s.content && s.text.find("noon") != std::string::npos) {
+      EXPECT_EQ(s.text, "\"noon\"");
     }
   }
 }
