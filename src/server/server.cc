@@ -388,31 +388,31 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
   const Tokenizer& tok = engine_->tokenizer();
   const char* param = api.endpoint == Endpoint::kChat ? "messages" : "prompt";
   if (api.n > options_.parallel)
-    return BadRequest(fmt::format("'n' {} is more than the server decodes at once (--parallel {})", api.n,
-                           options_.parallel),
-               "n");
+    return BadRequest(fmt::format("'n' {} is more than the server decodes at once (--parallel {})",
+                                  api.n, options_.parallel),
+                      "n");
   for (const auto& [id, bias] : api.options.sampling.logit_bias)
     if (id >= tok.n_vocab())
-      return BadRequest(fmt::format("'logit_bias': token id {} is out of the vocabulary [0, {})", id,
-                             tok.n_vocab()),
-                 "logit_bias");
+      return BadRequest(fmt::format("'logit_bias': token id {} is out of the vocabulary [0, {})",
+                                    id, tok.n_vocab()),
+                        "logit_bias");
   SeqRequest seq;
   seq.options = api.options;
   seq.spelling = KvSpelling::kField;
   std::vector<std::vector<int32_t>> prompts;
   if (api.endpoint == Endpoint::kChat) {
     if (api.tools.offered() && (api.n > 1 || api.logprobs >= 0))
-      return BadRequest("tools are offered to one choice without logprobs: 'n' must be 1 and 'logprobs' "
-                 "off",
-                 api.n > 1 ? "n" : "logprobs");
+      return BadRequest(
+          "tools are offered to one choice without logprobs: 'n' must be 1 and 'logprobs' off",
+          api.n > 1 ? "n" : "logprobs");
     if (auto e = PrepareTools(api, chat_template_, engine_->tokenizer(), options_.defaults,
                               &seq.options))
       return e;
     // Message content cannot inject control tokens ("<|im_end|>" in a
     // message is plain text).
-    const std::vector<ChatSegment> segments = chat_template_.Render(
-        api.messages, /*add_generation_prompt=*/true,
-        api.tools.offered() ? api.tools.tools : std::vector<ChatTool>{});
+    const std::vector<ChatSegment> segments =
+        chat_template_.Render(api.messages, /*add_generation_prompt=*/true,
+                              api.tools.offered() ? api.tools.tools : std::vector<ChatTool>{});
     std::vector<int32_t>& tokens = prompts.emplace_back();
     if (seq.options.add_bos && tok.add_bos() && tok.bos() >= 0) tokens.push_back(tok.bos());
     EncodeChatSegments(tok, segments, /*after_special=*/true, &tokens);
@@ -422,7 +422,8 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
       if (!p.tokens.empty()) {
         for (int32_t t : p.tokens)
           if (t >= tok.n_vocab())
-            return BadRequest(fmt::format("token id {} is out of range [0, {})", t, tok.n_vocab()), param);
+            return BadRequest(fmt::format("token id {} is out of range [0, {})", t, tok.n_vocab()),
+                              param);
         prompts.push_back(p.tokens);
       } else {
         prompts.push_back(tok.Encode(p.text, seq.options.add_bos));
@@ -432,11 +433,11 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
   }
   const int64_t n_choices = static_cast<int64_t>(prompts.size()) * api.n;
   if (n_choices > options_.parallel + options_.max_queue)
-    return BadRequest(fmt::format("{} prompts x n {} = {} choices: more than the server holds at once "
-                           "(--parallel {} + --max-queue {})",
-                           prompts.size(), api.n, n_choices, options_.parallel,
-                           options_.max_queue),
-               api.n > 1 ? "n" : "prompt");
+    return BadRequest(
+        fmt::format("{} prompts x n {} = {} choices: more than the server holds at once "
+                    "(--parallel {} + --max-queue {})",
+                    prompts.size(), api.n, n_choices, options_.parallel, options_.max_queue),
+        api.n > 1 ? "n" : "prompt");
   const KvShape shape = engine_->model().config().kv_shape(engine_->n_ctx());
   Result<KvConfig> kv = engine_->Validate(seq.options, KvSpelling::kField);
   if (!kv.ok()) return BadRequest(kv.message(), "kv");
