@@ -82,7 +82,7 @@ const char* ServerStateName(ServerState state);
 std::string SlotFilenameError(std::string_view name);
 
 // extra_endpoints.cc. Parses a JSON object body whose fields are all among
-// `fields` (a 400 names the others).
+// `fields` (a 400 names the first other, as fields.h FindUnknownField).
 std::optional<ApiError> ParseJsonObject(std::string_view body,
                                         std::initializer_list<std::string_view> fields,
                                         nlohmann::json* out);
