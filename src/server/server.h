@@ -133,7 +133,8 @@ class Server {
   void Dispatch(std::shared_ptr<HttpExchange> ex);
   // Workers.
   void HandleGenerate(std::shared_ptr<Call> call);
-  // Writes what the call's stream holds (the engine thread, as it pushes).
+  // Writes what the call's stream holds (the engine thread, as it pushes;
+  // server_events.cc).
   void WriteEvents(Call& call);
   void WriteEventsLocked(Call& call);  // call.mu held
   void WriteToolReply(Call& call, const StreamEvent& done);  // call.mu held
