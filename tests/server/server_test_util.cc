@@ -174,6 +174,13 @@ Engine& ReferenceEngine() {
   return *engine;
 }
 
+GenerateOptions Greedy(int n_predict) {
+  GenerateOptions o;
+  o.n_predict = n_predict;
+  o.sampling.temperature = 0;
+  return o;
+}
+
 std::string Reference(const std::string& prompt, const GenerateOptions& options) {
   GenerateOptions o = options;
   o.prompt = prompt;

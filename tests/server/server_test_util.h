@@ -1,8 +1,10 @@
 // Helpers for the rotor serve tests: an in-process server on a free loopback
-// port, a streaming (server-sent events) client, /metrics scraping, and the
-// reference text Engine::Generate gives for a request.
+// port (and a fixture sharing one across a suite), a streaming (server-sent
+// events) client, /metrics scraping, and the reference text Engine::Generate
+// gives for a request.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <chrono>
@@ -68,6 +70,32 @@ StreamResult PostStream(int port, const std::string& path, json body,
 json PostJson(const TestServer& server, const std::string& path, const json& body,
               int* status = nullptr);
 
+// A server shared by a suite's tests: started before the first with
+// `Suite::Options()` (TestOptions() if the suite does not say), stopped after
+// the last.
+//   class ServerPrefix : public SharedServerTest<ServerPrefix> {
+//    public:
+//     static ServeOptions Options() { return TestOptions(4, 8); }
+//   };
+template <typename Suite>
+class SharedServerTest : public ::testing::Test {
+ public:
+  static ServeOptions Options() { return TestOptions(); }
+
+ protected:
+  static void SetUpTestSuite() { server_ = new TestServer(Suite::Options()); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(server_->ok()) << server_->error(); }
+  int port() const { return server_->port(); }
+  json Post(const std::string& path, const json& body, int* status = nullptr) {
+    return PostJson(*server_, path, body, status);
+  }
+  static inline TestServer* server_ = nullptr;
+};
+
 // GET /metrics as name (with labels) -> value.
 std::map<std::string, double> ScrapeMetrics(int port);
 
@@ -77,6 +105,8 @@ bool WaitFor(const std::function<bool()>& cond,
 
 // The bundled model loaded once, for reference generations.
 Engine& ReferenceEngine();
+// Greedy decoding (temperature 0) of `n_predict` tokens.
+GenerateOptions Greedy(int n_predict);
 // Engine::Generate's text for the same prompt and options.
 std::string Reference(const std::string& prompt, const GenerateOptions& options);
 
