@@ -8,10 +8,8 @@
 //   POST /v1/embeddings, /embeddings  (embeddings.cc; with --embeddings)
 // Bodies with unknown fields are refused, naming them.
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
-#include <algorithm>
-
+#include "server/fields.h"
 #include "server/server.h"
 #include "tokenizer/utf8.h"
 
@@ -53,14 +51,9 @@ std::optional<ApiError> ParseJsonObject(std::string_view body,
   *out = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (out->is_discarded()) return BadRequest("the request body is not valid JSON");
   if (!out->is_object()) return BadRequest("the request body must be a JSON object");
-  std::vector<std::string> unknown;
-  for (const auto& [key, value] : out->items())
-    if (std::find(fields.begin(), fields.end(), key) == fields.end()) unknown.push_back(key);
-  if (unknown.empty()) return std::nullopt;
-  return BadRequest(
-      fmt::format("unknown field{} '{}' (accepted: '{}')", unknown.size() > 1 ? "s" : "",
-                  fmt::join(unknown, "', '"), fmt::join(fields, "', '")),
-      unknown.size() == 1 ? unknown[0] : "");
+  if (auto unknown = FindUnknownField(*out, fields))
+    return BadRequest(unknown->message, unknown->name);
+  return std::nullopt;
 }
 
 std::optional<ApiError> ParseTokenIds(const nlohmann::json& j, const char* param, int32_t n_vocab,

@@ -85,6 +85,23 @@ size_t Distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// The error for `key`, with the nearest of `names` if close (at most a third
+// of the key's letters differ).
+UnknownField Unknown(const std::string& key, std::span<const std::string_view> names) {
+  std::string_view best;
+  size_t best_d = std::max<size_t>(1, key.size() / 3) + 1;
+  for (const std::string_view name : names) {
+    const size_t d = Distance(key, name);
+    if (d < best_d) {
+      best_d = d;
+      best = name;
+    }
+  }
+  std::string message = fmt::format("unknown field '{}'", key);
+  if (!best.empty()) message += fmt::format(" (did you mean '{}'?)", best);
+  return UnknownField{key, std::move(message)};
+}
+
 }  // namespace
 
 std::span<const KnownField> KnownFields() { return kFields; }
@@ -100,21 +117,20 @@ std::optional<UnknownField> FindUnknownField(const nlohmann::json& object, Field
       return f.name == key && (f.sets & set) != 0;
     });
     if (known) continue;
-    // The nearest name of this set, if close (at most a third of the name's letters differ).
-    std::string_view best;
-    size_t best_d = std::max<size_t>(1, key.size() / 3) + 1;
-    for (const KnownField& f : kFields) {
-      if ((f.sets & set) == 0) continue;
-      const size_t d = Distance(key, f.name);
-      if (d < best_d) {
-        best_d = d;
-        best = f.name;
-      }
-    }
-    std::string message = fmt::format("unknown field '{}'", key);
-    if (!best.empty()) message += fmt::format(" (did you mean '{}'?)", best);
-    return UnknownField{key, std::move(message)};
+    std::vector<std::string_view> names;
+    for (const KnownField& f : kFields)
+      if ((f.sets & set) != 0) names.push_back(f.name);
+    return Unknown(key, names);
   }
+  return std::nullopt;
+}
+
+std::optional<UnknownField> FindUnknownField(const nlohmann::json& object,
+                                             std::span<const std::string_view> known) {
+  if (!object.is_object()) return std::nullopt;
+  for (const auto& item : object.items())
+    if (std::find(known.begin(), known.end(), item.key()) == known.end())
+      return Unknown(item.key(), known);
   return std::nullopt;
 }
 

@@ -2,7 +2,9 @@
 // /v1/chat/completions) and for `rotor generate --prompts` JSON lines. A field
 // outside it is an error naming it (with the nearest known name when one is
 // close); a known OpenAI field that rotor does not act on is listed as
-// ignored, so that clients sending it keep working.
+// ignored, so that clients sending it keep working. The utility endpoints
+// (/tokenize, /detokenize, /v1/embeddings) give their own list of names and get
+// the same error.
 #pragma once
 
 #include <cstdint>
@@ -36,5 +38,8 @@ struct UnknownField {
 };
 // The first key of `object` that `set` does not know, if any.
 std::optional<UnknownField> FindUnknownField(const nlohmann::json& object, FieldSet set);
+// The first key of `object` not among `known`, if any (no KV fields either).
+std::optional<UnknownField> FindUnknownField(const nlohmann::json& object,
+                                             std::span<const std::string_view> known);
 
 }  // namespace rotor::serve

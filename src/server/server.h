@@ -82,7 +82,7 @@ const char* ServerStateName(ServerState state);
 std::string SlotFilenameError(std::string_view name);
 
 // extra_endpoints.cc. Parses a JSON object body whose fields are all among
-// `fields` (a 400 names the others).
+// `fields` (a 400 names the first other, as fields.h FindUnknownField).
 std::optional<ApiError> ParseJsonObject(std::string_view body,
                                         std::initializer_list<std::string_view> fields,
                                         nlohmann::json* out);
@@ -133,7 +133,8 @@ class Server {
   void Dispatch(std::shared_ptr<HttpExchange> ex);
   // Workers.
   void HandleGenerate(std::shared_ptr<Call> call);
-  // Writes what the call's stream holds (the engine thread, as it pushes).
+  // Writes what the call's stream holds (the engine thread, as it pushes;
+  // server_events.cc).
   void WriteEvents(Call& call);
   void WriteEventsLocked(Call& call);  // call.mu held
   void WriteToolReply(Call& call, const StreamEvent& done);  // call.mu held

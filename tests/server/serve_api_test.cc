@@ -193,6 +193,12 @@ TEST(ServeApiTest, UnknownFieldsAreErrors) {
   // Every table entry is either used or ignored for some set; KV fields are known.
   EXPECT_FALSE(FindUnknownField(json{{"kv_size", 3}}, kPromptsFileFields));
   EXPECT_TRUE(FindUnknownField(json{{"stream", true}}, kPromptsFileFields));
+  // A list of names (the utility endpoints): no KV fields, the same message.
+  constexpr std::string_view kNames[] = {"content", "with_pieces"};
+  EXPECT_FALSE(FindUnknownField(json{{"content", "x"}}, kNames));
+  EXPECT_EQ(FindUnknownField(json{{"kv_size", 3}}, kNames)->name, "kv_size");
+  EXPECT_EQ(FindUnknownField(json{{"content", "x"}, {"with_piece", true}}, kNames)->message,
+            "unknown field 'with_piece' (did you mean 'with_pieces'?)");
 }
 
 TEST(ServeApiTest, ChatMessages) {

@@ -7,11 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <thread>
 
 #include "server_test_util.h"
@@ -22,29 +19,6 @@ namespace rotor::serve::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "rotor-serve-test-XXXXXX").string();
-    if (mkdtemp(t.data()) != nullptr) path_ = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // Runs the rotor binary with stdout and stderr going to files in `dir`.
 pid_t SpawnRotor(const std::vector<std::string>& args, const fs::path& dir) {
@@ -74,7 +48,6 @@ int WaitExit(pid_t pid) {
 
 TEST(ServeCliTest, ServesOnAFreePortAndStopsOnSigterm) {
   TempDir dir;
-  ASSERT_FALSE(dir.path().empty());
   const pid_t pid = SpawnRotor(
       {"serve", "-m", BundledModel(), "--port", "0", "-t", "1", "--parallel", "2", "--temp", "0"},
       dir.path());
@@ -103,9 +76,7 @@ TEST(ServeCliTest, ServesOnAFreePortAndStopsOnSigterm) {
                       "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
-  GenerateOptions o;
-  o.n_predict = 32;
-  o.sampling.temperature = 0;
+  const GenerateOptions o = Greedy(32);
   EXPECT_EQ(json::parse(res->body)["choices"][0]["text"], Reference("The little dog", o));
   kill(pid, SIGTERM);
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(dir.path() / "stderr");
@@ -138,7 +109,6 @@ int StartServe(const std::vector<std::string>& extra, const fs::path& dir, pid_t
 // is answered to its end, the process exits 0.
 TEST(ServeCliTest, SigtermDrainsTheStreamInFlightThenExitsZero) {
   TempDir dir;
-  ASSERT_FALSE(dir.path().empty());
   pid_t pid = -1;
   const int port = StartServe({"-c", "2048", "--drain-timeout", "60"}, dir.path(), &pid);
   ASSERT_GT(port, 0) << Slurp(dir.path() / "stderr");
@@ -176,7 +146,6 @@ TEST(ServeCliTest, SigtermDrainsTheStreamInFlightThenExitsZero) {
 // A second SIGINT does not wait for the drain.
 TEST(ServeCliTest, SigintTwiceExitsAtOnce) {
   TempDir dir;
-  ASSERT_FALSE(dir.path().empty());
   pid_t pid = -1;
   const int port = StartServe({"-c", "8192", "--drain-timeout", "600"}, dir.path(), &pid);
   ASSERT_GT(port, 0) << Slurp(dir.path() / "stderr");
@@ -214,26 +183,14 @@ TEST(ServeCliTest, BadFlagsFailBeforeListening) {
   EXPECT_NE(Slurp(dir.path() / "stderr").find("'vicuna'"), std::string::npos);
 }
 
-bool Shell(const std::string& command) { return std::system(command.c_str()) == 0; }
-
 // Skipped (with the reason) when node/npm are missing or the package cannot be
-// installed (no network).
+// installed (no network): OpenAiNpm.
 TEST(OpenAiNpmTest, OfficialClientTalksToTheServer) {
-  if (!Shell("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1"))
-    GTEST_SKIP() << "node or npm is not installed";
-  TempDir dir;
-  ASSERT_FALSE(dir.path().empty());
-  const std::string d = dir.path().string();
-  if (!Shell("cd '" + d + "' && timeout 180 npm install --no-audit --no-fund --loglevel=error " +
-             "openai > npm.log 2>&1"))
-    GTEST_SKIP() << "npm install openai failed (offline?): " << Slurp(dir.path() / "npm.log");
-
+  const OpenAiNpm npm;
+  if (!npm.ok()) return;
   TestServer server(TestOptions(4, 8));
   ASSERT_TRUE(server.ok()) << server.error();
-  std::ofstream(dir.path() / "client.mjs") << R"JS(
-import OpenAI from 'openai';
-const client = new OpenAI({ baseURL: process.argv[2], apiKey: 'unused', maxRetries: 0 });
-const out = {};
+  const json out = npm.Run(server.port(), R"JS(
 const base = { model: 'stories260K', max_tokens: 24, temperature: 0 };
 const c = await client.completions.create({ ...base, prompt: 'Once upon a time' });
 out.completion = c.choices[0].text;
@@ -265,17 +222,9 @@ try {
   out.error_status = e.status;
   out.error_param = e.param ?? e.error?.param ?? null;
 }
-console.log(JSON.stringify(out));
-)JS";
-  const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/v1";
-  ASSERT_TRUE(
-      Shell("cd '" + d + "' && timeout 60 node client.mjs " + url + " > out.json 2> err.txt"))
-      << Slurp(dir.path() / "err.txt");
-  const json out = json::parse(Slurp(dir.path() / "out.json"), nullptr, false);
-  ASSERT_TRUE(out.is_object()) << Slurp(dir.path() / "out.json");
-  GenerateOptions o;
-  o.n_predict = 24;
-  o.sampling.temperature = 0;
+)JS");
+  if (out.is_null()) return;  // failed, with node's stderr
+  const GenerateOptions o = Greedy(24);
   const std::string completion = Reference("Once upon a time", o);
   GenerateOptions chat_o = o;
   chat_o.trim_leading_space = true;  // a chat reply starts at its first word, as in rotor chat
@@ -298,21 +247,13 @@ console.log(JSON.stringify(out));
 // completions), n = 2, echo (with logprobs and max_tokens 0 too), logit_bias,
 // a prompt array, and an unknown field (a 400 whose param names it).
 TEST(OpenAiNpmTest, OfficialClientSendsEveryField) {
-  if (!Shell("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1"))
-    GTEST_SKIP() << "node or npm is not installed";
-  TempDir dir;
-  ASSERT_FALSE(dir.path().empty());
-  const std::string d = dir.path().string();
-  if (!Shell("cd '" + d + "' && timeout 180 npm install --no-audit --no-fund --loglevel=error " +
-             "openai > npm.log 2>&1"))
-    GTEST_SKIP() << "npm install openai failed (offline?): " << Slurp(dir.path() / "npm.log");
-
+  const OpenAiNpm npm;
+  if (!npm.ok()) return;
   TestServer server(TestOptions(4, 8));
   ASSERT_TRUE(server.ok()) << server.error();
-  std::ofstream(dir.path() / "client.mjs") << R"JS(
-import OpenAI from 'openai';
-const client = new OpenAI({ baseURL: process.argv[2], apiKey: 'unused', maxRetries: 0 });
-const out = {};
+  const Tokenizer& tok = ReferenceEngine().tokenizer();
+  const int32_t forced = tok.Encode(" cat", false).back();  // process.argv[3]
+  const json out = npm.Run(server.port(), R"JS(
 const base = { model: 'stories260K', max_tokens: 8, temperature: 0 };
 const messages = [{ role: 'user', content: 'A dog and a cat' }];
 const chat = await client.chat.completions.create(
@@ -344,19 +285,10 @@ try {
   out.error_param = e.param ?? e.error?.param ?? null;
   out.error_message = e.error?.message ?? e.message;
 }
-console.log(JSON.stringify(out));
-)JS";
-  const Tokenizer& tok = ReferenceEngine().tokenizer();
-  const int32_t forced = tok.Encode(" cat", false).back();
-  const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/v1";
-  ASSERT_TRUE(Shell("cd '" + d + "' && timeout 60 node client.mjs " + url + " " +
-                    std::to_string(forced) + " > out.json 2> err.txt"))
-      << Slurp(dir.path() / "err.txt");
-  const json out = json::parse(Slurp(dir.path() / "out.json"), nullptr, false);
-  ASSERT_TRUE(out.is_object()) << Slurp(dir.path() / "out.json");
-  GenerateOptions o;
-  o.n_predict = 8;
-  o.sampling.temperature = 0;
+)JS",
+                           {std::to_string(forced)});
+  if (out.is_null()) return;  // failed, with node's stderr
+  const GenerateOptions o = Greedy(8);
   const std::string completion = Reference("Once upon a time", o);
   // Chat logprobs: greedy picks the best of its top 3, all <= 0.
   ASSERT_TRUE(out["chat_logprobs"].is_array()) << out.dump();

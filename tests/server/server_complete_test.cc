@@ -15,17 +15,11 @@
 namespace rotor::serve::testing {
 namespace {
 
-class ServerComplete : public ::testing::Test {
+class ServerComplete : public SharedServerTest<ServerComplete> {
+ public:
+  static ServeOptions Options() { return TestOptions(4, 16); }
+
  protected:
-  static void SetUpTestSuite() { server_ = new TestServer(TestOptions(4, 16)); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_TRUE(server_->ok()) << server_->error(); }
-  json Post(const std::string& path, const json& body, int* status = nullptr) {
-    return PostJson(*server_, path, body, status);
-  }
   json Ok(const std::string& path, const json& body) {
     int status = 0;
     json r = Post(path, body, &status);
@@ -49,18 +43,9 @@ class ServerComplete : public ::testing::Test {
     }
     return out;
   }
-  static TestServer* server_;
 };
-TestServer* ServerComplete::server_ = nullptr;
 
 const json kUser = json::array({{{"role", "user"}, {"content", "Tell me a story."}}});
-
-GenerateOptions Greedy(int n_predict) {
-  GenerateOptions o;
-  o.n_predict = n_predict;
-  o.sampling.temperature = 0;
-  return o;
-}
 
 TEST_F(ServerComplete, LogitBiasBansAndForcesTokens) {
   const std::string prompt = "Once upon a time";

@@ -12,20 +12,10 @@
 namespace rotor::serve::testing {
 namespace {
 
-class ServerPrefix : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { server_ = new TestServer(TestOptions(4, 8)); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_TRUE(server_->ok()) << server_->error(); }
-  json Post(const std::string& path, const json& body, int* status = nullptr) {
-    return PostJson(*server_, path, body, status);
-  }
-  static TestServer* server_;
+class ServerPrefix : public SharedServerTest<ServerPrefix> {
+ public:
+  static ServeOptions Options() { return TestOptions(4, 8); }
 };
-TestServer* ServerPrefix::server_ = nullptr;
 
 const char* kStory =
     "Once upon a time, there was a little girl named Lily. She loved to play in the park with "

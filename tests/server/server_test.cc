@@ -19,13 +19,6 @@ const std::vector<std::string> kPrompts = {
     "In the forest",    "The cat saw",     "He liked to play",
 };
 
-GenerateOptions Greedy(int n) {
-  GenerateOptions o;
-  o.n_predict = n;
-  o.sampling.temperature = 0;
-  return o;
-}
-
 // A chat reply as rotor chat shows it: from its first non-space character.
 GenerateOptions ChatGreedy(int n) {
   GenerateOptions o = Greedy(n);
@@ -33,21 +26,7 @@ GenerateOptions ChatGreedy(int n) {
   return o;
 }
 
-class ServerTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { server_ = new TestServer(TestOptions()); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_TRUE(server_->ok()) << server_->error(); }
-  int port() const { return server_->port(); }
-  json Post(const std::string& path, const json& body, int* status = nullptr) {
-    return PostJson(*server_, path, body, status);
-  }
-  static TestServer* server_;
-};
-TestServer* ServerTest::server_ = nullptr;
+class ServerTest : public SharedServerTest<ServerTest> {};
 
 TEST_F(ServerTest, HealthAndModels) {
   auto cli = server_->Client();

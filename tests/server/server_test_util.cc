@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 #include "tokenizer/utf8.h"
@@ -172,6 +174,74 @@ Engine& ReferenceEngine() {
     return e.ok() ? e->release() : nullptr;
   }();
   return *engine;
+}
+
+std::string Slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+namespace {
+
+bool Shell(const std::string& command) { return std::system(command.c_str()) == 0; }
+
+// `s` as one word of a POSIX shell command.
+std::string ShellQuote(std::string_view s) {
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
+OpenAiNpm::OpenAiNpm() { Install(); }
+
+void OpenAiNpm::Install() {
+  if (!Shell("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1"))
+    GTEST_SKIP() << "node or npm is not installed";
+  if (!Shell("cd " + ShellQuote(dir_.path().string()) +
+             " && timeout 180 npm install --no-audit --no-fund --loglevel=error openai > npm.log "
+             "2>&1"))
+    GTEST_SKIP() << "npm install openai failed (offline?): " << Slurp(dir_.path() / "npm.log");
+  ok_ = true;
+}
+
+json OpenAiNpm::Run(int port, std::string_view script, const std::vector<std::string>& args,
+                    std::chrono::seconds timeout) const {
+  std::ofstream(dir_.path() / "client.mjs")
+      << "import OpenAI from 'openai';\n"
+         "const client =\n"
+         "    new OpenAI({ baseURL: process.argv[2], apiKey: 'unused', maxRetries: 0 });\n"
+         "const out = {};\n"
+      << script << "\nconsole.log(JSON.stringify(out));\n";
+  std::string command = "cd " + ShellQuote(dir_.path().string()) + " && timeout " +
+                        std::to_string(timeout.count()) + " node client.mjs " +
+                        ShellQuote("http://127.0.0.1:" + std::to_string(port) + "/v1");
+  for (const std::string& a : args) {
+    command += ' ';
+    command += ShellQuote(a);
+  }
+  command += " > out.json 2> err.txt";
+  if (!Shell(command)) {
+    ADD_FAILURE() << "node client.mjs failed: " << Slurp(dir_.path() / "err.txt");
+    return json();
+  }
+  json out = json::parse(Slurp(dir_.path() / "out.json"), nullptr, false);
+  if (!out.is_object()) {
+    ADD_FAILURE() << "node client.mjs printed no JSON object: " << Slurp(dir_.path() / "out.json")
+                  << Slurp(dir_.path() / "err.txt");
+    return json();
+  }
+  return out;
+}
+
+GenerateOptions Greedy(int n_predict) {
+  GenerateOptions o;
+  o.n_predict = n_predict;
+  o.sampling.temperature = 0;
+  return o;
 }
 
 std::string Reference(const std::string& prompt, const GenerateOptions& options) {

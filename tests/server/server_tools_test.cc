@@ -7,14 +7,9 @@
 // end-to-end tests use a copy of it with those control tokens (ToolModel(),
 // server_tools_util.h). Mistral's end-to-end tests: server_tools_mistral_test.cc.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <functional>
-#include <sstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -25,8 +20,6 @@
 
 namespace rotor::serve::testing {
 namespace {
-
-namespace fs = std::filesystem;
 
 std::optional<ApiError> Parse(const json& body, ApiRequest* out) {
   return ParseRequest(body.dump(), Endpoint::kChat, GenerateOptions{}, out);
@@ -319,38 +312,18 @@ TEST_F(ToolServerTest, TemplatesWithoutToolsAndConflictsAre400s) {
   EXPECT_EQ(r["error"]["param"], "logprobs") << r.dump();
 }
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The official client (as OpenAiNpmTest in server_cli_test.cc): skipped
-// without node and npm or when the package cannot be installed (offline).
+// without node and npm or when the package cannot be installed (OpenAiNpm).
 TEST_F(ToolServerTest, OfficialNpmClientGetsToolCalls) {
-  auto shell = [](const std::string& c) { return std::system(c.c_str()) == 0; };
-  if (!shell("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1"))
-    GTEST_SKIP() << "node or npm is not installed";
-  std::string d = (fs::temp_directory_path() / "rotor-tools-npm-XXXXXX").string();
-  ASSERT_NE(mkdtemp(d.data()), nullptr);
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{d};
-  if (!shell("cd '" + d + "' && timeout 180 npm install --no-audit --no-fund --loglevel=error " +
-             "openai > npm.log 2>&1"))
-    GTEST_SKIP() << "npm install openai failed (offline?): " << Slurp(fs::path(d) / "npm.log");
+  const OpenAiNpm npm;
+  if (!npm.ok()) return;
   ASSERT_TRUE(chatml_->ok()) << chatml_->error();
-  std::ofstream(fs::path(d) / "client.mjs") << R"JS(
-import OpenAI from 'openai';
-const client = new OpenAI({ baseURL: process.argv[2], apiKey: 'unused', maxRetries: 0 });
+  const json tools = {Tool("get_weather", kWeatherParams), Tool("get_time", kTimeParams)};
+  const json out = npm.Run(chatml_->port(), R"JS(
 const tools = JSON.parse(process.argv[3]);
 const messages = [{ role: 'user', content: 'Weather in Oslo?' }];
-const out = { calls: [], stream_calls: [] };
+out.calls = [];
+out.stream_calls = [];
 for (let seed = 1; seed <= 3; ++seed) {
   const r = await client.chat.completions.create(
       { model: 'm', messages, tools, tool_choice: 'required', parallel_tool_calls: false,
@@ -366,16 +339,9 @@ for await (const chunk of stream) {
   for (const c of chunk.choices[0]?.delta?.tool_calls ?? []) out.stream_calls.push(c);
   out.stream_finish = chunk.choices[0]?.finish_reason ?? out.stream_finish;
 }
-console.log(JSON.stringify(out));
-)JS";
-  const json tools = {Tool("get_weather", kWeatherParams), Tool("get_time", kTimeParams)};
-  std::ofstream(fs::path(d) / "tools.json") << tools.dump();
-  const std::string url = "http://127.0.0.1:" + std::to_string(chatml_->port()) + "/v1";
-  ASSERT_TRUE(shell("cd '" + d + "' && timeout 120 node client.mjs " + url +
-                    " \"$(cat tools.json)\" > out.json 2> err.txt"))
-      << Slurp(fs::path(d) / "err.txt");
-  const json out = json::parse(Slurp(fs::path(d) / "out.json"), nullptr, false);
-  ASSERT_TRUE(out.is_object()) << Slurp(fs::path(d) / "out.json");
+)JS",
+                           {tools.dump()}, std::chrono::seconds(120));
+  if (out.is_null()) return;  // failed, with node's stderr
   EXPECT_EQ(out["finish"], "tool_calls");
   EXPECT_TRUE(out["content"].is_null());
   EXPECT_EQ(out["calls"].size(), 3u);
