@@ -43,8 +43,8 @@ TestServer::~TestServer() {
 
 std::unique_ptr<httplib::Client> TestServer::Client() const {
   auto c = std::make_unique<httplib::Client>("127.0.0.1", port());
-  c->set_read_timeout(std::chrono::seconds(30));
-  c->set_write_timeout(std::chrono::seconds(30));
+  c->set_read_timeout(kClientTimeout);
+  c->set_write_timeout(kClientTimeout);
   return c;
 }
 
@@ -100,7 +100,7 @@ StreamResult PostStream(int port, const std::string& path, json body,
   body["stream"] = true;
   StreamResult r;
   httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(std::chrono::seconds(30));
+  cli.set_read_timeout(kClientTimeout);
   httplib::Request req;
   req.method = "POST";
   req.path = path;

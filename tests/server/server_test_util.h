@@ -28,6 +28,11 @@ using nlohmann::json;
 
 std::string BundledModel();
 
+// How long the tests' clients wait for a reply: a hang is ctest's timeout to
+// catch, and under the sanitizers one grammar-constrained reply can take over
+// 30 s on the shared 2-core machine.
+inline constexpr std::chrono::seconds kClientTimeout{300};
+
 // The bundled model, one engine thread (the machine is shared), any free port.
 ServeOptions TestOptions(int parallel = 8, int max_queue = 40);
 

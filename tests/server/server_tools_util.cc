@@ -171,7 +171,7 @@ StreamedCalls PostStreamedCalls(const TestServer& server, json body) {
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   httplib::Client client("127.0.0.1", server.port());
-  client.set_read_timeout(std::chrono::seconds(60));
+  client.set_read_timeout(kClientTimeout);
   const auto res = client.Post("/v1/chat/completions", body.dump(), "application/json");
   EXPECT_TRUE(res) << httplib::to_string(res.error());
   if (!res) return out;
