@@ -13,16 +13,11 @@ SAN_CONFIG = -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE
 	"-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" "-DCMAKE_C_FLAGS_DEBUG=-O1 -gline-tables-only" \
 	-DROTOR_BUILD_BENCH=OFF
 # One clang tree under AddressSanitizer + UBSan that also builds the libFuzzer
-# harnesses (ROTOR_FUZZ). `make test` runs there the programs in ASAN_TARGETS:
-# the code that parses untrusted bytes (GGUF, tokenizers, chat templates,
-# grammars, KV files, HTTP and JSON requests), the KV pool, the C API and the
-# server; then each harness briefly with its regression corpus. `make
-# test-asan-all` runs every test there but the labels in ASAN_EXCLUDE (842 of
-# them took 46 minutes on the loaded 2-core machine: past what CI's time
-# allows beside the rest; docs/RELIABILITY.md, "Sanitizers").
-ASAN_TARGETS ?= gguf_test gguf_malformed_test tokenizer_test grammar_test kv_file_test \
-	kv_pool_test capi_test server_test
-# Labels left out of test-asan-all: install (packaging: it builds and installs a
+# harnesses (ROTOR_FUZZ). `make test` runs every test there (the fuzz tests
+# run each harness briefly and replay its regression corpus) but the labels in
+# ASAN_EXCLUDE. The numeric sweeps run fewer combinations there
+# (tests/sanitizers/sweep.h): every ISA, shape, policy and type still runs.
+# Labels left out under ASan: install (packaging: it builds and installs a
 # second copy of the project with the normal flags), readme (the README's
 # commands, which install the library and link examples with the system cc;
 # the commands themselves run under ASan in the CLI tests) and replicas (haproxy
@@ -30,12 +25,10 @@ ASAN_TARGETS ?= gguf_test gguf_malformed_test tokenizer_test grammar_test kv_fil
 # server_test).
 ASAN_EXCLUDE ?= install|readme|replicas
 FUZZ_DIR ?= $(ASAN_DIR)
-# ThreadSanitizer in `make test`: the thread pool (base_test) and the engine
-# with its scheduler and batched runner (engine_test: 139 tests, 44 s in CI).
-# The server's tests with TSAN_FILTER passed once outside CI (77 tests, 49 s) and
-# join TSAN_TARGETS once a CI run has checked them: `make test-tsan
-# TSAN_TARGETS=server_test` (docs/RELIABILITY.md, "Sanitizers").
-TSAN_TARGETS ?= base_test engine_test
+# ThreadSanitizer in `make test`: the thread pool (base_test), the engine
+# with its scheduler and batched runner (engine_test) and the server
+# (server_test, with TSAN_FILTER) (docs/RELIABILITY.md, "Sanitizers").
+TSAN_TARGETS ?= base_test engine_test server_test
 # Left out under TSan: the hostile tests (2,000 connections at once measure
 # TSan's speed, not races), the tool-call suites and the npm clients (sampling
 # and node processes, no threads of their own beyond the server's).
@@ -51,7 +44,7 @@ DEB_PACKAGES := cmake gcc g++ make libgtest-dev libgmock-dev libbenchmark-dev li
 # of node will do (Debian's packages only where there is none).
 DEB_PACKAGES += $(shell command -v npm >/dev/null 2>&1 || echo nodejs npm)
 
-.PHONY: all deps deps-browser build run test asan-configure test-asan asan-run test-asan-all test-tsan tsan-run test-fuzz fuzz bench install clean format
+.PHONY: all deps deps-browser build run test asan-configure test-asan test-tsan tsan-run test-fuzz fuzz bench install clean format
 
 all: build
 
@@ -90,8 +83,8 @@ build: deps $(BUILD_DIR)/CMakeCache.txt
 run: build
 	./$(BUILD_DIR)/rotor generate -m $(MODEL) -p "$(PROMPT)"
 
-# The unit tests, then the untrusted-input programs under ASan+UBSan with each
-# fuzz harness briefly and its regression corpus, and the threaded ones under TSan.
+# The unit tests; then all of them again under ASan+UBSan, with each fuzz
+# harness briefly and its regression corpus; and the threaded ones under TSan.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 	$(MAKE) --no-print-directory test-asan
@@ -114,17 +107,8 @@ asan-configure: deps
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0
 
-# The programs in ASAN_TARGETS, then the fuzz harnesses' replays and short runs.
+# Every test but the labels in $(ASAN_EXCLUDE), the fuzz tests among them.
 test-asan: asan-configure
-	cmake --build $(ASAN_DIR) -j $(JOBS) --target rotor $(ASAN_TARGETS) fuzzers
-	$(ASAN_ENV) $(MAKE) --no-print-directory asan-run
-	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) -L fuzz --timeout 300
-
-asan-run:
-	$(call run_programs,$(ASAN_DIR),$(ASAN_TARGETS),)
-
-# Every test but the labels in $(ASAN_EXCLUDE).
-test-asan-all: asan-configure
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 	cd $(ASAN_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -LE '$(ASAN_EXCLUDE)' --timeout 900
 

@@ -10,6 +10,7 @@
 #include "base/cpu.h"
 #include "kv/kv_cache.h"
 #include "kv_test_util.h"
+#include "sanitizers/sweep.h"
 #include "tensor/fp16.h"
 
 namespace rotor {
@@ -93,10 +94,12 @@ TEST(AttentionF16, EqualsF32CacheOfTheRoundedValuesOnEveryIsa) {
       {"tova", 64, RopeK::kCached, KvPositions::kOriginal},
       {"tova", 64, RopeK::kDeferred, KvPositions::kCompact},
       {"snapkv", 64, RopeK::kDeferred, KvPositions::kOriginal}};
+  testing::Sweep sweep(7);  // under the sanitizers: every shape and policy, fewer pairs
   for (int isa = 0; isa <= static_cast<int>(BestIsa()); ++isa)
     for (const Shape& s : shapes)
       for (const Policy& p : policies)
         for (int threads : {1, 2}) {
+          if (!sweep.Next()) continue;
           SCOPED_TRACE(::testing::Message()
                        << IsaName(static_cast<Isa>(isa)) << " heads " << s.n_head << "/"
                        << s.n_head_kv << " hd " << s.head_dim << " " << p.policy

@@ -13,6 +13,7 @@
 #include "kv/kv_file.h"
 #include "kv/kv_quant.h"
 #include "kv_test_util.h"
+#include "sanitizers/sweep.h"
 
 namespace rotor::testing {
 namespace {
@@ -72,6 +73,7 @@ TEST_P(QuantModels, EveryPolicyEveryTypeNearF32) {
   };
   const P policies[] = {{"full", 0}, {"sink", 40}, {"window", 40}, {"h2o", 40}, {"tova", 40}, {"snapkv", 40}};
   const Isa saved = ActiveIsa();
+  Sweep sweep(5);  // under the sanitizers: every policy, mode, type and ISA, fewer combinations
   for (const P& p : policies)
     for (RopeK rope : {RopeK::kCached, RopeK::kDeferred})
       for (KvPositions pos : {KvPositions::kOriginal, KvPositions::kCompact}) {
@@ -82,6 +84,7 @@ TEST_P(QuantModels, EveryPolicyEveryTypeNearF32) {
         const double scale = MaxAbs(f32);
         for (const TypeCase& t : kTypes)
           for (int isa = 0; isa <= static_cast<int>(BestIsa()); isa += static_cast<int>(BestIsa())) {
+            if (!sweep.Next()) continue;
             SetIsa(static_cast<Isa>(isa));
             const KvConfig kv = Typed(base, t.k, t.v, t.rotate);
             SCOPED_TRACE(::testing::Message() << DescribeKvConfig(kv) << " " << IsaName(static_cast<Isa>(isa)));

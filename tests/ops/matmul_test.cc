@@ -28,11 +28,13 @@
 #include "ops/quant.h"
 #include "ops/ref/ref.h"
 #include "ops_test_util.h"
+#include "sanitizers/sweep.h"
 
 namespace rotor::ops {
 namespace {
 
 using testing::kEps;
+using ::rotor::testing::Sweep;
 
 struct Case {
   DType type;
@@ -143,10 +145,12 @@ class MatmulTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(MatmulTest, MatchesReferenceOnEveryIsa) {
   ThreadPool pool(GetParam());
+  Sweep sweep(5);  // under the sanitizers: every ISA, case and m, fewer combinations
   for (Isa isa : testing::Isas())
     for (const Case& c : Cases())
       for (int64_t m : {1, 2, 3, 7, 16, 33}) {
         if (c.n * c.k * m > 3'000'000 && m > 7) continue;  // the slow reference; m = 1..7 still run
+        if (!sweep.Next()) continue;
         CheckCase(pool, c, m, isa);
       }
 }
@@ -162,10 +166,12 @@ TEST_P(MatmulTest, PackedMatchesReferenceOnEveryIsa) {
       for (int64_t n : {1, 7, 16, 33}) cases.push_back({t, k, n});
     cases.push_back({t, 96, 4099});
   }
+  Sweep sweep(5);
   for (Isa isa : testing::Isas())
     for (const Case& c : cases)
       for (int64_t m : {1, 2, 3, 7, 8, 9, 16, 33}) {
         if (c.n * c.k * m > 3'000'000 && m > 8) continue;
+        if (!sweep.Next()) continue;
         CheckCase(pool, c, m, isa, /*packed=*/true);
       }
 }
@@ -308,10 +314,12 @@ TEST(MatmulBlockTypesTest, EveryTypeIsaAndBatch) {
     cases.push_back({t, 768, 37});
     cases.push_back({t, 32, 4099});
   }
+  Sweep sweep(7);  // under the sanitizers: every ISA, case and m, fewer combinations
   for (Isa isa : testing::Isas())
     for (const Case& c : cases)
       for (int64_t m : {1, 3, 8, 17, 70}) {
         if (c.n > 1000 && m > 8) continue;  // the double reference; the kernels repeat per chunk
+        if (!sweep.Next()) continue;
         CheckBlockCase(pool, c, m, isa);
       }
 }
@@ -320,6 +328,7 @@ TEST(MatmulBlockTypesTest, EveryTypeIsaAndBatch) {
 // the packed copy for every m (other ISAs the rows), within the same bound.
 // n covers partial groups of 16 rows; k up to 16 super-blocks.
 TEST(MatmulBlockTypesTest, PackedKQuantsEveryIsaAndBatch) {
+  Sweep sweep(7);  // under the sanitizers: every thread count, ISA, case and m, fewer combinations
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     std::vector<Case> cases;
@@ -334,6 +343,7 @@ TEST(MatmulBlockTypesTest, PackedKQuantsEveryIsaAndBatch) {
         for (int64_t m : {1, 2, 3, 7, 8, 9, 17, 70}) {
           if (c.n * c.k * m > 3'000'000 && m > 8) continue;  // the double reference
           if (threads != 2 && (m == 70 || c.n > 1000)) continue;
+          if (!sweep.Next()) continue;
           CheckBlockCase(pool, c, m, isa, /*packed=*/true);
         }
   }

@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "sanitizers/sweep.h"
 #include "server_test_util.h"
 
 namespace rotor::serve::testing {
@@ -249,9 +250,10 @@ TEST(ServerReplica, DrainReturnsWhatIsLeftAtTheTimeout) {
   const StreamResult r =
       PostStream(server.port(), "/v1/completions",
                  // Long enough (a sink cache: any length) that the stream is
-                 // surely still running when its first chunk arrives.
+                 // surely still running when its first chunk arrives (a tenth
+                 // under the sanitizers, where each token costs 10-30 times more).
                  {{"prompt", "Once upon a time"},
-                  {"max_tokens", 20000},
+                  {"max_tokens", ::rotor::testing::kSanitized ? 2000 : 20000},
                   {"ignore_eos", true},
                   {"kv", "sink"},
                   {"kv_size", 64}},

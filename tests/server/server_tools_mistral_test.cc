@@ -118,7 +118,7 @@ TestServer* MistralToolServerTest::mistral_ = nullptr;
 
 TEST_F(MistralToolServerTest, RequiredCallsValidateForManySeeds) {
   ASSERT_TRUE(mistral_->ok()) << mistral_->error();
-  ExpectRequiredCalls(*mistral_, "mistral", 50, false);
+  ExpectRequiredCalls(*mistral_, "mistral", kRequiredCallSeeds, false);
 }
 
 TEST_F(MistralToolServerTest, ParallelCallsAndANamedFunction) {

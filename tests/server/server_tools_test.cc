@@ -189,7 +189,7 @@ TestServer* ToolServerTest::llama3_ = nullptr;
 
 TEST_F(ToolServerTest, RequiredCallsValidateForManySeeds) {
   ASSERT_TRUE(chatml_->ok()) << chatml_->error();
-  ExpectRequiredCalls(*chatml_, "chatml", 50, false);
+  ExpectRequiredCalls(*chatml_, "chatml", kRequiredCallSeeds, false);
 }
 
 TEST_F(ToolServerTest, ParallelCallsAndANamedFunction) {
@@ -200,7 +200,7 @@ TEST_F(ToolServerTest, ParallelCallsAndANamedFunction) {
 
 TEST_F(ToolServerTest, Llama3RequiredCallsValidate) {
   ASSERT_TRUE(llama3_->ok()) << llama3_->error();
-  ExpectRequiredCalls(*llama3_, "llama3", 50, true);  // one call per turn anyway
+  ExpectRequiredCalls(*llama3_, "llama3", kRequiredCallSeeds, true);  // one call per turn anyway
 }
 
 TEST_F(ToolServerTest, StreamedCalls) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "sanitizers/sweep.h"
 #include "server_test_util.h"
 
 namespace rotor::serve::testing {
@@ -23,6 +24,10 @@ namespace rotor::serve::testing {
 // the server preserves it) at these ids (<0x06>, <0x07> in the bundled
 // model), for tests that bias the model towards starting a call.
 const std::string& ToolModel();
+// Seeds of the "validate for many seeds" tests: 50, and 10 under the
+// sanitizers, where a grammar-constrained reply costs about 30 times as much
+// and what the seeds add is the same code run again.
+inline constexpr int kRequiredCallSeeds = ::rotor::testing::kSanitized ? 10 : 50;
 inline constexpr int kToolCallToken = 9;
 inline constexpr int kMistralToolCallsToken = 10;
 
