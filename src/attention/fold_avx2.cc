@@ -30,7 +30,8 @@ constexpr int kHeads = 4;   // query heads scored together per decoded key head
 // that the hardware prefetchers do not follow: fetch key j's V row while its
 // K row is used, and key j + kAheadK's K row.
 inline void Prefetch(const KeyBlock& b, int j, int k_bytes, int v_bytes) {
-  for (int o = 0; o < v_bytes; o += 64) _mm_prefetch(static_cast<const char*>(b.v[j]) + o, _MM_HINT_T0);
+  for (int o = 0; o < v_bytes; o += 64)
+    _mm_prefetch(static_cast<const char*>(b.v[j]) + o, _MM_HINT_T0);
   if (j + kAheadK < b.n)
     for (int o = 0; o < k_bytes; o += 64)
       _mm_prefetch(static_cast<const char*>(b.k[j + kAheadK]) + o, _MM_HINT_T0);
@@ -62,7 +63,8 @@ void DotFloat(FoldState& s, const uint8_t* head, const float* cr, const float* s
   if (e < hd) {
     const __m256 x0 = key(e);
     for (int u = 0; u < G; ++u)
-      a0[u] = _mm256_fmadd_ps(_mm256_loadu_ps(s.q + static_cast<size_t>(h0 + u) * hd + e), x0, a0[u]);
+      a0[u] =
+          _mm256_fmadd_ps(_mm256_loadu_ps(s.q + static_cast<size_t>(h0 + u) * hd + e), x0, a0[u]);
   }
   for (int u = 0; u < G; ++u) s.scores[(h0 + u) * kBlock + j] = Hsum(_mm256_add_ps(a0[u], a1[u]));
 }
@@ -122,7 +124,8 @@ void Scores(FoldState& s, const KeyBlock& b) {
       cr = c, sr = sn;
     }
     for (int g = 0; g < s.n_head_kv; ++g) {
-      const uint8_t* head = static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
+      const uint8_t* head =
+          static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
       for (int h0 = g * group; h0 < (g + 1) * group; h0 += kHeads) {
         const int n = std::min(kHeads, (g + 1) * group - h0);
         if constexpr (IsBlockType(T)) {
@@ -258,8 +261,8 @@ void LaneWeightsAvx2(const float* scores, size_t stride, int n_heads, int n_keys
     const __m256i valid = FirstLanes(n_keys - k);
     __m256 p = _mm256_setzero_ps();
     for (int h = 0; h < n_heads; ++h) {
-      const __m256 x = _mm256_sub_ps(_mm256_maskload_ps(scores + h * stride + k, valid),
-                                     _mm256_set1_ps(m[h]));
+      const __m256 x =
+          _mm256_sub_ps(_mm256_maskload_ps(scores + h * stride + k, valid), _mm256_set1_ps(m[h]));
       // Exp8 clamps at -87; below it the weight is 0, as expf's underflow
       // (policies compare weights: a tie must stay a tie).
       const __m256 e = _mm256_and_ps(Exp8(x), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ));
