@@ -69,6 +69,36 @@ void DotFloat(FoldState& s, const uint8_t* head, const float* cr, const float* s
   for (int u = 0; u < G; ++u) s.scores[(h0 + u) * kBlock + j] = Hsum(_mm256_add_ps(a0[u], a1[u]));
 }
 
+// DotFloat for block-type keys in blocks of 32 (to rotate: deferred RoPE):
+// each block's integers and scale decoded once, 32 values at a time.
+template <Elem T, int G>
+void DotFloat32(FoldState& s, const uint8_t* head, const float* cr, const float* sr, int h0,
+                int j) {
+  const int hd = s.head_dim;
+  __m256 a[G][2];
+  for (int u = 0; u < G; ++u) a[u][0] = a[u][1] = _mm256_setzero_ps();
+  for (int e0 = 0; e0 < hd; e0 += 32) {
+    const uint8_t* blk = head + (e0 / 32) * BlockBytes<T, 32>();
+    const __m256 d = _mm256_set1_ps(Scale<T, 32>(blk, 0));
+    const __m256i x = Ints32<T>(blk);
+    const __m128i lo = _mm256_castsi256_si128(x), hi = _mm256_extracti128_si256(x, 1);
+    const __m128i quarter[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int r = 0; r < 4; ++r) {
+      const int e = e0 + 8 * r;
+      __m256 k = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(quarter[r])), d);
+      if (cr != nullptr) {
+        const __m256 sw = _mm256_permute_ps(k, 0xB1);  // swap the lanes of each pair
+        k = _mm256_fmadd_ps(_mm256_loadu_ps(cr + e), k, _mm256_mul_ps(_mm256_loadu_ps(sr + e), sw));
+      }
+      for (int u = 0; u < G; ++u)
+        a[u][r & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(s.q + static_cast<size_t>(h0 + u) * hd + e),
+                                      k, a[u][r & 1]);
+    }
+  }
+  for (int u = 0; u < G; ++u)
+    s.scores[(h0 + u) * kBlock + j] = Hsum(_mm256_add_ps(a[u][0], a[u][1]));
+}
+
 // The same for a block-type key head without rotation: integer dot products
 // of 16 elements at a time (the last 8 alone when head_dim % 16 == 8), lanes
 // 0-3 of a product from elements [e, e + 8), lanes 4-7 from [e + 8, e + 16),
@@ -93,6 +123,32 @@ void DotInt(FoldState& s, const uint8_t* head, int h0, int j) {
       const __m256 sc = _mm256_set_m128(_mm_set1_ps(two ? d1 * qd[(e + 8) / B * 8] : 0.f),
                                         _mm_set1_ps(d0 * qd[e / B * 8]));
       acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sc, acc[u]);
+    }
+  }
+  for (int u = 0; u < G; ++u) s.scores[(h0 + u) * kBlock + j] = Hsum(acc[u]);
+}
+
+// DotInt for blocks of 32: a block's 32 integers at a time, |k| (u8) times q
+// with k's sign (s8) by vpmaddubsw into 16 exact int16 pair sums (at most
+// 2 * 128 * 127 < 2^15), summed in pairs to 8 int32 by vpmaddwd.
+template <Elem T, int G>
+void DotInt32(FoldState& s, const uint8_t* head, int h0, int j) {
+  const int hd = s.head_dim, nb = hd / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[G];
+  for (int u = 0; u < G; ++u) acc[u] = _mm256_setzero_ps();
+  for (int k = 0; k < nb; ++k) {
+    const uint8_t* blk = head + k * BlockBytes<T, 32>();
+    const __m256i x = Ints32<T>(blk);
+    const __m256i ax = _mm256_abs_epi8(x);
+    const float dk = Scale<T, 32>(blk, 0);
+    for (int u = 0; u < G; ++u) {
+      const __m256i q = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k));
+      const __m256i dot =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(q, x)), ones);
+      const float dq = s.q8d[static_cast<size_t>(h0 + u) * nb * 8 + k * 8];
+      acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dk * dq), acc[u]);
     }
   }
   for (int u = 0; u < G; ++u) s.scores[(h0 + u) * kBlock + j] = Hsum(acc[u]);
@@ -130,20 +186,38 @@ void Scores(FoldState& s, const KeyBlock& b) {
         const int n = std::min(kHeads, (g + 1) * group - h0);
         if constexpr (IsBlockType(T)) {
           if (cr == nullptr) {
-            switch (n) {
-              case 1: DotInt<T, B, 1>(s, head, h0, j); break;
-              case 2: DotInt<T, B, 2>(s, head, h0, j); break;
-              case 3: DotInt<T, B, 3>(s, head, h0, j); break;
-              default: DotInt<T, B, 4>(s, head, h0, j); break;
+            if constexpr (B == 32) {
+              switch (n) {
+                case 1: DotInt32<T, 1>(s, head, h0, j); break;
+                case 2: DotInt32<T, 2>(s, head, h0, j); break;
+                case 3: DotInt32<T, 3>(s, head, h0, j); break;
+                default: DotInt32<T, 4>(s, head, h0, j); break;
+              }
+            } else {
+              switch (n) {
+                case 1: DotInt<T, B, 1>(s, head, h0, j); break;
+                case 2: DotInt<T, B, 2>(s, head, h0, j); break;
+                case 3: DotInt<T, B, 3>(s, head, h0, j); break;
+                default: DotInt<T, B, 4>(s, head, h0, j); break;
+              }
             }
             continue;
           }
         }
-        switch (n) {
-          case 1: DotFloat<T, B, 1>(s, head, cr, sr, h0, j); break;
-          case 2: DotFloat<T, B, 2>(s, head, cr, sr, h0, j); break;
-          case 3: DotFloat<T, B, 3>(s, head, cr, sr, h0, j); break;
-          default: DotFloat<T, B, 4>(s, head, cr, sr, h0, j); break;
+        if constexpr (IsBlockType(T) && B == 32) {
+          switch (n) {
+            case 1: DotFloat32<T, 1>(s, head, cr, sr, h0, j); break;
+            case 2: DotFloat32<T, 2>(s, head, cr, sr, h0, j); break;
+            case 3: DotFloat32<T, 3>(s, head, cr, sr, h0, j); break;
+            default: DotFloat32<T, 4>(s, head, cr, sr, h0, j); break;
+          }
+        } else {
+          switch (n) {
+            case 1: DotFloat<T, B, 1>(s, head, cr, sr, h0, j); break;
+            case 2: DotFloat<T, B, 2>(s, head, cr, sr, h0, j); break;
+            case 3: DotFloat<T, B, 3>(s, head, cr, sr, h0, j); break;
+            default: DotFloat<T, B, 4>(s, head, cr, sr, h0, j); break;
+          }
         }
       }
     }
@@ -161,6 +235,28 @@ void AccumulateV(const KeyBlock& b, const float* p, size_t v0, int e0, __m256 co
     const __m256 pj = _mm256_set1_ps(p[j]);
     const uint8_t* head = static_cast<const uint8_t*>(b.v[j]) + v0;
     for (int i = 0; i < C; ++i) a[i] = _mm256_fmadd_ps(pj, Load8<T, B>(head, e0 + 8 * i), a[i]);
+  }
+  for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc + e0 + 8 * i, a[i]);
+}
+
+// AccumulateV for blocks of 32 (C a multiple of 4): each block's integers
+// decoded once, its scale folded into the key's weight.
+template <Elem T, int C>
+void AccumulateV32(const KeyBlock& b, const float* p, size_t v0, int e0, __m256 corr, float* acc) {
+  __m256 a[C];
+  for (int i = 0; i < C; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + e0 + 8 * i), corr);
+  for (int j = 0; j < b.n; ++j) {
+    const uint8_t* head = static_cast<const uint8_t*>(b.v[j]) + v0;
+    for (int k = 0; k < C / 4; ++k) {
+      const uint8_t* blk = head + (e0 / 32 + k) * BlockBytes<T, 32>();
+      const __m256 w = _mm256_set1_ps(p[j] * Scale<T, 32>(blk, 0));
+      const __m256i x = Ints32<T>(blk);
+      const __m128i lo = _mm256_castsi256_si128(x), hi = _mm256_extracti128_si256(x, 1);
+      const __m128i quarter[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+      for (int r = 0; r < 4; ++r)
+        a[4 * k + r] =
+            _mm256_fmadd_ps(w, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(quarter[r])), a[4 * k + r]);
+    }
   }
   for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc + e0 + 8 * i, a[i]);
 }
@@ -201,6 +297,11 @@ void Values(FoldState& s, const KeyBlock& b) {
     const __m256 vcorr = _mm256_set1_ps(corr);
     const size_t v0 = static_cast<size_t>(h / group) * b.v_head_bytes;
     int e0 = 0;
+    if constexpr (IsBlockType(T) && B == 32) {  // hd % 32 == 0
+      for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, p, v0, e0, vcorr, acc);
+      if (e0 < hd) AccumulateV32<T, 4>(b, p, v0, e0, vcorr, acc);
+      continue;
+    }
     for (; e0 + 64 <= hd; e0 += 64) AccumulateV<T, B, 8>(b, p, v0, e0, vcorr, acc);
     if (e0 + 32 <= hd) AccumulateV<T, B, 4>(b, p, v0, e0, vcorr, acc), e0 += 32;
     if (e0 + 16 <= hd) AccumulateV<T, B, 2>(b, p, v0, e0, vcorr, acc), e0 += 16;
