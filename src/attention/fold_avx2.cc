@@ -1,9 +1,10 @@
 // AVX2 online-softmax fold for any mix of K/V element types (f32, f16, bf16,
 // q8_0, q4_0, q5_0 in blocks of 8, 16 or 32) and head sizes a multiple of 8
 // up to 256. Block-type keys under cached RoPE are scored by integer dot
-// products with the query quantized once per head (QuantizeQuery): 16 int8
-// of q and of k sign-extended to int16, vpmaddwd into 8 exact int32 pair sums
-// (no VNNI in AVX2), each scaled by its block's d_k * d_q. Keys to rotate
+// products with the query quantized once per head (QuantizeQuery), exact in
+// int32 (no VNNI in AVX2): blocks of 32 by vpmaddubsw on |k| and q with k's
+// sign, then vpmaddwd; blocks of 8 and 16 by vpmaddwd on 16 int8 of q and k
+// sign-extended to int16; each block's sum scaled by its d_k * d_q. Keys to rotate
 // (deferred RoPE, adjacent pairs) and the float types are decoded into f32
 // registers and rotated there; V heads are decoded in registers into the
 // accumulators. No decoded copy of a K or V row is ever written.
