@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "base/cpu.h"
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_quant.h"
@@ -135,6 +136,44 @@ KV_TYPE_CASES(bf16, kBF16)
 KV_TYPE_CASES(q8_0, kQ8_0)
 KV_TYPE_CASES(q4_0, kQ4_0)
 KV_TYPE_CASES(q5_0, kQ5_0)
+
+// One ISA forced (clamped to what the CPU runs: SkipWithError above it), the
+// 110M shape at depth 4096, 1 thread: the folds against each other in one run
+// (--benchmark_filter=isa_). ROTOR_ISA=scalar|avx2|avx512 forces every row.
+void BM_DecodeAttentionIsa(benchmark::State& state, Shape s, RopeK rope_k, KvType type, Isa isa) {
+  if (isa > BestIsa()) {
+    state.SkipWithError("this CPU does not run the ISA");
+    return;
+  }
+  const Isa saved = ActiveIsa();
+  SetIsa(isa);
+  BM_DecodeAttention(state, s, rope_k, type);
+  SetIsa(saved);
+}
+void IsaArgs(benchmark::internal::Benchmark* b) {
+  b->Args({4096, 1, kKvBlockCells, 1});
+  b->UseRealTime();
+}
+#define ISA_CASES(name, rope, T)                                                                   \
+  BENCHMARK_CAPTURE(BM_DecodeAttentionIsa, isa_stories110m_##name##_scalar, kStories110M, rope, \
+                    KvType::T, Isa::kScalar)                                                     \
+      ->Apply(IsaArgs);                                                                          \
+  BENCHMARK_CAPTURE(BM_DecodeAttentionIsa, isa_stories110m_##name##_avx2, kStories110M, rope,   \
+                    KvType::T, Isa::kAvx2)                                                       \
+      ->Apply(IsaArgs);                                                                          \
+  BENCHMARK_CAPTURE(BM_DecodeAttentionIsa, isa_stories110m_##name##_avx512, kStories110M, rope, \
+                    KvType::T, Isa::kAvx512)                                                     \
+      ->Apply(IsaArgs);
+ISA_CASES(cached_f32, RopeK::kCached, kF32)
+ISA_CASES(deferred_f32, RopeK::kDeferred, kF32)
+ISA_CASES(cached_f16, RopeK::kCached, kF16)
+ISA_CASES(deferred_f16, RopeK::kDeferred, kF16)
+ISA_CASES(cached_bf16, RopeK::kCached, kBF16)
+ISA_CASES(cached_q8_0, RopeK::kCached, kQ8_0)
+ISA_CASES(deferred_q8_0, RopeK::kDeferred, kQ8_0)
+ISA_CASES(cached_q5_0, RopeK::kCached, kQ5_0)
+ISA_CASES(cached_q4_0, RopeK::kCached, kQ4_0)
+ISA_CASES(deferred_q4_0, RopeK::kDeferred, kQ4_0)
 
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached, kLlama1B, RopeK::kCached, KvType::kF32)->Apply(Args);
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred, kLlama1B, RopeK::kDeferred, KvType::kF32)->Apply(Args);

@@ -190,6 +190,7 @@ class TaskRunner {
   void Flush() {
     if (block_.n == 0) return;
     if (cut_.avx512) attn::FoldAvx512(state_, block_);
+    else if (cut_.avx2) attn::FoldAvx2(state_, block_);
     else attn::FoldScalar(state_, block_);
     block_.n = 0;
     far_used_ = 0;
@@ -219,11 +220,22 @@ bool UseAvx512(const AttentionArgs& a) {
          (!deferred || normal);
 }
 
+// The AVX2 fold handles it: the AVX2 path (an AVX2 machine, or ROTOR_ISA=avx2)
+// with head size a multiple of 8, deferred RoPE only with interleaved pairs.
+// (AVX-512 keeps the scalar fold for the head sizes its folds do not take.)
+bool UseAvx2(const AttentionArgs& a) {
+  const bool deferred = a.cache->rope_k == RopeK::kDeferred;
+  const bool normal = a.rope->config().layout == ops::RopeLayout::kNormal;
+  return ActiveIsa() == Isa::kAvx2 && a.head_dim % 8 == 0 && a.head_dim <= 256 &&
+         (!deferred || normal);
+}
+
 Cut CutOf(const ThreadPool& pool, const AttentionArgs& a) {
   const int32_t n_cells = a.cache->n_cells;
   const int n_tokens = a.plan->n_tokens;
   Cut c;
   c.avx512 = UseAvx512(a);
+  c.avx2 = UseAvx2(a);
   // Few tokens: split the cells so every thread has work (flash-decoding).
   if (n_tokens < 2 * pool.size() && n_cells >= 256)
     c.splits = std::min<int>((4 * pool.size() + n_tokens - 1) / n_tokens, n_cells / 128);
@@ -404,6 +416,7 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch_in,
   for (size_t b = 0; b < batch.size(); ++b) {
     if (batch[b].plan->hooks == nullptr) continue;
     cuts[b].avx512 = UseAvx512(batch[b]);
+    cuts[b].avx2 = UseAvx2(batch[b]);
     AttendLanes(pool, batch[b], *batch[b].plan, scratch, cuts[b]);
   }
   for (const AttentionArgs& a : batch) {

@@ -38,6 +38,7 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
   const size_t v_head_bytes = KvHeadBytes(view.types.v, hd);
   const bool deferred = view.rope_k == RopeK::kDeferred;
   const bool avx512_weights = ActiveIsa() == Isa::kAvx512;
+  const bool avx2_weights = ActiveIsa() == Isa::kAvx2;
   const int n_pieces = std::min(pool.size(), view.lane_heads);
   // Piece p's buffers: its scores and weights; piece 0's key_cells hold the keys.
   std::vector<AttentionScratch::LaneBuffers*> bufs(n_pieces);
@@ -87,6 +88,8 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
         }
         if (cut.avx512)
           attn::FoldAvx512(st, block);
+        else if (cut.avx2)
+          attn::FoldAvx2(st, block);
         else
           attn::FoldScalar(st, block);
         for (int h = 0; h < q_heads; ++h)
@@ -101,6 +104,9 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
       if (avx512_weights)
         attn::LaneWeightsAvx512(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l,
                                 buf.weights.data());
+      else if (avx2_weights)
+        attn::LaneWeightsAvx2(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l,
+                              buf.weights.data());
       else
         attn::LaneWeightsScalar(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l,
                                 buf.weights.data());
@@ -135,6 +141,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
   const size_t v_head_bytes = KvHeadBytes(view.types.v, hd);
   const bool deferred = view.rope_k == RopeK::kDeferred;
   const bool avx512_weights = ActiveIsa() == Isa::kAvx512;
+  const bool avx2_weights = ActiveIsa() == Isa::kAvx2;
   const int n_ranges = std::min(pool.size(), view.n_lanes);
 
   pool.Run(n_ranges, [&](int r, int thread) {
@@ -207,6 +214,8 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
           attn::FoldState& s = st[l];
           if (cut.avx512)
             attn::FoldAvx512(s, block);
+          else if (cut.avx2)
+            attn::FoldAvx2(s, block);
           else
             attn::FoldScalar(s, block);
           // The block's scores, kept for the weights: [q_heads, stride] of lane l.
@@ -228,6 +237,9 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
         if (avx512_weights)
           attn::LaneWeightsAvx512(scores, buf.stride, q_heads, n_keys[l], s.m, s.l,
                                   buf.weights.data());
+        else if (avx2_weights)
+          attn::LaneWeightsAvx2(scores, buf.stride, q_heads, n_keys[l], s.m, s.l,
+                                buf.weights.data());
         else
           attn::LaneWeightsScalar(scores, buf.stride, q_heads, n_keys[l], s.m, s.l,
                                   buf.weights.data());

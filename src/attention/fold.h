@@ -76,5 +76,12 @@ void FoldAvx512(FoldState& s, const KeyBlock& b);
 // FoldScalar): block-type keys under cached RoPE by VNNI integer dot products
 // with the quantized query; V decoded in registers (fold_quant_avx512.cc).
 void FoldQuantAvx512(FoldState& s, const KeyBlock& b);
+void LaneWeightsAvx2(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
+                     const float* l, float* out);
+// Any mix of types with head_dim % 8 == 0, up to 256 (else FoldScalar), and
+// normal pairs (or cached keys): block-type keys under cached RoPE by exact
+// integer dot products (vpmaddubsw / vpmaddwd) with the quantized query, in
+// blocks of 8, 16 or 32; V decoded in registers (fold_avx2.cc).
+void FoldAvx2(FoldState& s, const KeyBlock& b);
 
 }  // namespace rotor::attn

@@ -21,6 +21,8 @@ struct Shape {
 // The sweeps of the suite (keep in step with their strides).
 const Shape kShapes[] = {
     {{3, 5, 10, 2}, 7, "AttentionF16: ISA x shape x policy x threads"},
+    {{3, 6, 4, 6, 1}, 7, "AttentionQuant: ISA x shape x policy x type x threads"},
+    {{16, 6, 6}, 5, "KvQuantFold Avx2: case x K type x V type"},
     {{6, 2, 2, 7, 2}, 5, "QuantModels: policy x RoPE x positions x type x ISA"},
     {{3, 5, 2, 3}, 7, "ArchModes: ISA x case x RoPE x step"},
     {{3, 5, 3}, 4, "F16Models: ISA x case x step"},

@@ -71,9 +71,13 @@ class F16Models : public ::testing::TestWithParam<std::string> {};
 // value by an f32 ulp; next to an f16 rounding boundary that becomes a whole
 // f16 ulp (2^-11 relative), and later layers amplify it. Measured: at most
 // 2.9e-3 (6.8e-3 for h2o, whose eviction choices can follow), against
-// 1.2e-3 .. 2.3e-2 between the f16 and f32 caches. The kernels themselves are
-// exact: attention_f16_test.cc.
-constexpr double kF16Tol = 1e-2;
+// 1.2e-3 .. 2.3e-2 between the f16 and f32 caches. The AVX2 fold's sums in
+// another order flip another value: 1.8e-2 on stories260K full/cached,
+// prefill step 1 against 7 (one flip at position 128, fading over the next
+// tokens; with f32 caches the two steps differ by 8e-6 everywhere, and the
+// AVX2 and scalar folds by 7.6e-6). The kernels themselves are exact:
+// attention_f16_test.cc.
+constexpr double kF16Tol = 3e-2;
 
 // Deferred keys are stored before RoPE, as the reference rounds them: every
 // policy's logits equal the reference's under the policy's mask, on every

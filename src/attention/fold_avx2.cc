@@ -1,0 +1,377 @@
+// AVX2 online-softmax fold for any mix of K/V element types (f32, f16, bf16,
+// q8_0, q4_0, q5_0 in blocks of 8, 16 or 32) and head sizes a multiple of 8
+// up to 256. Block-type keys under cached RoPE are scored by integer dot
+// products with the query quantized once per head (QuantizeQuery), exact in
+// int32 (no VNNI in AVX2): blocks of 32 by vpmaddubsw on |k| and q with k's
+// sign, then vpmaddwd; blocks of 8 and 16 by vpmaddwd on 16 int8 of q and k
+// sign-extended to int16; each block's sum scaled by its d_k * d_q. Keys to rotate
+// (deferred RoPE, adjacent pairs) and the float types are decoded into f32
+// registers and rotated there; V heads are decoded in registers into the
+// accumulators. No decoded copy of a K or V row is ever written.
+//
+// The loops run over the head size at run time (eight values per vector),
+// not unrolled per head size as the AVX-512 folds: AVX2 has 16 registers,
+// too few to hold a whole head of 128 and its accumulators anyway.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attention/fold.h"
+#include "attention/fold_avx2_decode.h"
+
+namespace rotor::attn {
+namespace {
+
+constexpr int kAheadK = 4;  // keys whose K row is fetched ahead of its use
+constexpr int kHeads = 4;   // query heads scored together per decoded key head
+
+// The V pass walks the block head by head, a stride of a row between keys
+// that the hardware prefetchers do not follow: fetch key j's V row while its
+// K row is used, and key j + kAheadK's K row.
+inline void Prefetch(const KeyBlock& b, int j, int k_bytes, int v_bytes) {
+  for (int o = 0; o < v_bytes; o += 64)
+    _mm_prefetch(static_cast<const char*>(b.v[j]) + o, _MM_HINT_T0);
+  if (j + kAheadK < b.n)
+    for (int o = 0; o < k_bytes; o += 64)
+      _mm_prefetch(static_cast<const char*>(b.k[j + kAheadK]) + o, _MM_HINT_T0);
+}
+
+// Raw q.k of query heads [h0, h0 + G) with key j's head `head`, decoded
+// eight values at a time and rotated by cr / sr ([head_dim] each) when
+// given; two accumulators per query head.
+template <Elem T, int B, int G>
+void DotFloat(FoldState& s, const uint8_t* head, const float* cr, const float* sr, int h0, int j) {
+  const int hd = s.head_dim;
+  auto key = [&](int e) {
+    const __m256 x = Load8<T, B>(head, e);
+    if (cr == nullptr) return x;
+    const __m256 sw = _mm256_permute_ps(x, 0xB1);  // swap the lanes of each pair
+    return _mm256_fmadd_ps(_mm256_loadu_ps(cr + e), x, _mm256_mul_ps(_mm256_loadu_ps(sr + e), sw));
+  };
+  __m256 a0[G], a1[G];
+  for (int u = 0; u < G; ++u) a0[u] = a1[u] = _mm256_setzero_ps();
+  int e = 0;
+  for (; e + 16 <= hd; e += 16) {
+    const __m256 x0 = key(e), x1 = key(e + 8);
+    for (int u = 0; u < G; ++u) {
+      const float* q = s.q + static_cast<size_t>(h0 + u) * hd + e;
+      a0[u] = _mm256_fmadd_ps(_mm256_loadu_ps(q), x0, a0[u]);
+      a1[u] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8), x1, a1[u]);
+    }
+  }
+  if (e < hd) {
+    const __m256 x0 = key(e);
+    for (int u = 0; u < G; ++u)
+      a0[u] =
+          _mm256_fmadd_ps(_mm256_loadu_ps(s.q + static_cast<size_t>(h0 + u) * hd + e), x0, a0[u]);
+  }
+  for (int u = 0; u < G; ++u) s.scores[(h0 + u) * kBlock + j] = Hsum(_mm256_add_ps(a0[u], a1[u]));
+}
+
+// DotFloat for block-type keys in blocks of 32 (to rotate: deferred RoPE):
+// each block's integers and scale decoded once, 32 values at a time.
+template <Elem T, int G>
+void DotFloat32(FoldState& s, const uint8_t* head, const float* cr, const float* sr, int h0,
+                int j) {
+  const int hd = s.head_dim;
+  __m256 a[G][2];
+  for (int u = 0; u < G; ++u) a[u][0] = a[u][1] = _mm256_setzero_ps();
+  for (int e0 = 0; e0 < hd; e0 += 32) {
+    const uint8_t* blk = head + (e0 / 32) * BlockBytes<T, 32>();
+    const __m256 d = _mm256_set1_ps(Scale<T, 32>(blk, 0));
+    const __m256i x = Ints32<T>(blk);
+    const __m128i lo = _mm256_castsi256_si128(x), hi = _mm256_extracti128_si256(x, 1);
+    const __m128i quarter[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int r = 0; r < 4; ++r) {
+      const int e = e0 + 8 * r;
+      __m256 k = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(quarter[r])), d);
+      if (cr != nullptr) {
+        const __m256 sw = _mm256_permute_ps(k, 0xB1);  // swap the lanes of each pair
+        k = _mm256_fmadd_ps(_mm256_loadu_ps(cr + e), k, _mm256_mul_ps(_mm256_loadu_ps(sr + e), sw));
+      }
+      for (int u = 0; u < G; ++u)
+        a[u][r & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(s.q + static_cast<size_t>(h0 + u) * hd + e),
+                                      k, a[u][r & 1]);
+    }
+  }
+  for (int u = 0; u < G; ++u)
+    s.scores[(h0 + u) * kBlock + j] = Hsum(_mm256_add_ps(a[u][0], a[u][1]));
+}
+
+// The same for a block-type key head without rotation: integer dot products
+// of 16 elements at a time (the last 8 alone when head_dim % 16 == 8), lanes
+// 0-3 of a product from elements [e, e + 8), lanes 4-7 from [e + 8, e + 16),
+// each group scaled by its block's d_k * d_q (the integers are exact).
+template <Elem T, int B, int G>
+void DotInt(FoldState& s, const uint8_t* head, int h0, int j) {
+  const int hd = s.head_dim, nb = hd / B;
+  __m256 acc[G];
+  for (int u = 0; u < G; ++u) acc[u] = _mm256_setzero_ps();
+  for (int e = 0; e < hd; e += 16) {
+    const bool two = e + 8 < hd;
+    const uint64_t k0 = Ints8<T, B>(head, e), k1 = two ? Ints8<T, B>(head, e + 8) : 0;
+    const __m256i k16 = _mm256_cvtepi8_epi16(
+        _mm_set_epi64x(static_cast<long long>(k1), static_cast<long long>(k0)));
+    const float d0 = Scale<T, B>(head, e), d1 = two ? Scale<T, B>(head, e + 8) : 0.f;
+    for (int u = 0; u < G; ++u) {
+      const int8_t* q = s.q8 + static_cast<size_t>(h0 + u) * hd + e;
+      const float* qd = s.q8d + static_cast<size_t>(h0 + u) * nb * 8;  // block b's at [8 b]
+      const __m128i qv = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(q))
+                             : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+      const __m256i dot = _mm256_madd_epi16(_mm256_cvtepi8_epi16(qv), k16);
+      const __m256 sc = _mm256_set_m128(_mm_set1_ps(two ? d1 * qd[(e + 8) / B * 8] : 0.f),
+                                        _mm_set1_ps(d0 * qd[e / B * 8]));
+      acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sc, acc[u]);
+    }
+  }
+  for (int u = 0; u < G; ++u) s.scores[(h0 + u) * kBlock + j] = Hsum(acc[u]);
+}
+
+// DotInt for blocks of 32: a block's 32 integers at a time, |k| (u8) times q
+// with k's sign (s8) by vpmaddubsw into 16 exact int16 pair sums (at most
+// 2 * 128 * 127 < 2^15), summed in pairs to 8 int32 by vpmaddwd.
+template <Elem T, int G>
+void DotInt32(FoldState& s, const uint8_t* head, int h0, int j) {
+  const int hd = s.head_dim, nb = hd / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[G];
+  for (int u = 0; u < G; ++u) acc[u] = _mm256_setzero_ps();
+  for (int k = 0; k < nb; ++k) {
+    const uint8_t* blk = head + k * BlockBytes<T, 32>();
+    const __m256i x = Ints32<T>(blk);
+    const __m256i ax = _mm256_abs_epi8(x);
+    const float dk = Scale<T, 32>(blk, 0);
+    for (int u = 0; u < G; ++u) {
+      const __m256i q = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k));
+      const __m256i dot =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(q, x)), ones);
+      const float dq = s.q8d[static_cast<size_t>(h0 + u) * nb * 8 + k * 8];
+      acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dk * dq), acc[u]);
+    }
+  }
+  for (int u = 0; u < G; ++u) s.scores[(h0 + u) * kBlock + j] = Hsum(acc[u]);
+}
+
+// Raw q.k of every key and query head into s.scores (unscaled).
+template <Elem T, int B>
+void Scores(FoldState& s, const KeyBlock& b) {
+  const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
+  const int k_bytes = s.n_head_kv * b.k_head_bytes, v_bytes = s.n_head_kv * b.v_head_bytes;
+  if constexpr (IsBlockType(T)) {
+    bool integer = false;
+    for (int j = 0; j < b.n; ++j) integer |= b.cos[j] == nullptr;
+    if (integer && s.q8_of != s.q) QuantizeQuery(s, B);
+  }
+  for (int j = 0; j < b.n; ++j) {
+    Prefetch(b, j, k_bytes, v_bytes);
+    const float* cr = b.cos[j];
+    const float* sr = b.sin[j];
+    if (cr != nullptr && b.cos2[j] != nullptr) {  // angle addition of the two levels
+      float* c = s.cs;
+      float* sn = s.cs + hd;
+      for (int e = 0; e < hd; e += 8) {
+        const __m256 c1 = _mm256_loadu_ps(cr + e), s1 = _mm256_loadu_ps(sr + e);
+        const __m256 c2 = _mm256_loadu_ps(b.cos2[j] + e), s2 = _mm256_loadu_ps(b.sin2[j] + e);
+        _mm256_storeu_ps(c + e, _mm256_fnmadd_ps(s1, s2, _mm256_mul_ps(c1, c2)));
+        _mm256_storeu_ps(sn + e, _mm256_fmadd_ps(c1, s2, _mm256_mul_ps(s1, c2)));
+      }
+      cr = c, sr = sn;
+    }
+    for (int g = 0; g < s.n_head_kv; ++g) {
+      const uint8_t* head =
+          static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
+      for (int h0 = g * group; h0 < (g + 1) * group; h0 += kHeads) {
+        const int n = std::min(kHeads, (g + 1) * group - h0);
+        if constexpr (IsBlockType(T)) {
+          if (cr == nullptr) {
+            if constexpr (B == 32) {
+              switch (n) {
+                case 1: DotInt32<T, 1>(s, head, h0, j); break;
+                case 2: DotInt32<T, 2>(s, head, h0, j); break;
+                case 3: DotInt32<T, 3>(s, head, h0, j); break;
+                default: DotInt32<T, 4>(s, head, h0, j); break;
+              }
+            } else {
+              switch (n) {
+                case 1: DotInt<T, B, 1>(s, head, h0, j); break;
+                case 2: DotInt<T, B, 2>(s, head, h0, j); break;
+                case 3: DotInt<T, B, 3>(s, head, h0, j); break;
+                default: DotInt<T, B, 4>(s, head, h0, j); break;
+              }
+            }
+            continue;
+          }
+        }
+        if constexpr (IsBlockType(T) && B == 32) {
+          switch (n) {
+            case 1: DotFloat32<T, 1>(s, head, cr, sr, h0, j); break;
+            case 2: DotFloat32<T, 2>(s, head, cr, sr, h0, j); break;
+            case 3: DotFloat32<T, 3>(s, head, cr, sr, h0, j); break;
+            default: DotFloat32<T, 4>(s, head, cr, sr, h0, j); break;
+          }
+        } else {
+          switch (n) {
+            case 1: DotFloat<T, B, 1>(s, head, cr, sr, h0, j); break;
+            case 2: DotFloat<T, B, 2>(s, head, cr, sr, h0, j); break;
+            case 3: DotFloat<T, B, 3>(s, head, cr, sr, h0, j); break;
+            default: DotFloat<T, B, 4>(s, head, cr, sr, h0, j); break;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Elements [e0, e0 + 8 C) of one query head's accumulators: acc * corr +
+// sum_j p[j] * v_j, the V heads decoded in registers (v0: the head's byte
+// offset in a V row).
+template <Elem T, int B, int C>
+void AccumulateV(const KeyBlock& b, const float* p, size_t v0, int e0, __m256 corr, float* acc) {
+  __m256 a[C];
+  for (int i = 0; i < C; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + e0 + 8 * i), corr);
+  for (int j = 0; j < b.n; ++j) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    const uint8_t* head = static_cast<const uint8_t*>(b.v[j]) + v0;
+    for (int i = 0; i < C; ++i) a[i] = _mm256_fmadd_ps(pj, Load8<T, B>(head, e0 + 8 * i), a[i]);
+  }
+  for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc + e0 + 8 * i, a[i]);
+}
+
+// AccumulateV for blocks of 32 (C a multiple of 4): each block's integers
+// decoded once, its scale folded into the key's weight.
+template <Elem T, int C>
+void AccumulateV32(const KeyBlock& b, const float* p, size_t v0, int e0, __m256 corr, float* acc) {
+  __m256 a[C];
+  for (int i = 0; i < C; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + e0 + 8 * i), corr);
+  for (int j = 0; j < b.n; ++j) {
+    const uint8_t* head = static_cast<const uint8_t*>(b.v[j]) + v0;
+    for (int k = 0; k < C / 4; ++k) {
+      const uint8_t* blk = head + (e0 / 32 + k) * BlockBytes<T, 32>();
+      const __m256 w = _mm256_set1_ps(p[j] * Scale<T, 32>(blk, 0));
+      const __m256i x = Ints32<T>(blk);
+      const __m128i lo = _mm256_castsi256_si128(x), hi = _mm256_extracti128_si256(x, 1);
+      const __m128i quarter[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+      for (int r = 0; r < 4; ++r)
+        a[4 * k + r] =
+            _mm256_fmadd_ps(w, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(quarter[r])), a[4 * k + r]);
+    }
+  }
+  for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc + e0 + 8 * i, a[i]);
+}
+
+// The softmax of the block's scores and the V rows into the accumulators.
+template <Elem T, int B>
+void Values(FoldState& s, const KeyBlock& b) {
+  const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
+  const __m256 scale = _mm256_set1_ps(s.scale);
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  alignas(32) float p[kBlock];  // exp(score - max) of each key
+  for (int h = 0; h < s.n_head; ++h) {
+    // Vectors of 8 keys; the lanes past b.n are in the scratch row (kBlock
+    // wide) but hold no score: masked out.
+    float* sc = s.scores + h * kBlock;
+    __m256 vmax = neg_inf;
+    for (int c = 0; c < b.n; c += 8) {
+      const __m256i valid = FirstLanes(b.n - c);
+      const __m256 x = _mm256_mul_ps(_mm256_maskload_ps(sc + c, valid), scale);
+      _mm256_maskstore_ps(sc + c, valid, x);
+      vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, x, _mm256_castsi256_ps(valid)));
+    }
+    const float new_max = std::max(s.m[h], Hmax(vmax));
+    const float corr = std::exp(s.m[h] - new_max);  // 0 on the first block (m = -inf)
+    const __m256 vm = _mm256_set1_ps(new_max);
+    __m256 vsum = _mm256_setzero_ps();
+    for (int c = 0; c < b.n; c += 8) {
+      const __m256i valid = FirstLanes(b.n - c);
+      const __m256 e = _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_maskload_ps(sc + c, valid), vm)),
+                                     _mm256_castsi256_ps(valid));
+      _mm256_store_ps(p + c, e);
+      vsum = _mm256_add_ps(vsum, e);
+    }
+    s.l[h] = s.l[h] * corr + Hsum(vsum);
+    s.m[h] = new_max;
+    // The head in chunks of 64 values (8 accumulators), then 32, 16, 8.
+    float* acc = s.acc + static_cast<size_t>(h) * hd;
+    const __m256 vcorr = _mm256_set1_ps(corr);
+    const size_t v0 = static_cast<size_t>(h / group) * b.v_head_bytes;
+    int e0 = 0;
+    if constexpr (IsBlockType(T) && B == 32) {  // hd % 32 == 0
+      for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, p, v0, e0, vcorr, acc);
+      if (e0 < hd) AccumulateV32<T, 4>(b, p, v0, e0, vcorr, acc);
+      continue;
+    }
+    for (; e0 + 64 <= hd; e0 += 64) AccumulateV<T, B, 8>(b, p, v0, e0, vcorr, acc);
+    if (e0 + 32 <= hd) AccumulateV<T, B, 4>(b, p, v0, e0, vcorr, acc), e0 += 32;
+    if (e0 + 16 <= hd) AccumulateV<T, B, 2>(b, p, v0, e0, vcorr, acc), e0 += 16;
+    if (e0 + 8 <= hd) AccumulateV<T, B, 1>(b, p, v0, e0, vcorr, acc);
+  }
+}
+
+// The block size of a block type as a template argument (the float types
+// take any: unused).
+template <Elem T, template <Elem, int> class F>
+void WithBlock(FoldState& s, const KeyBlock& b) {
+  if constexpr (!IsBlockType(T)) {
+    F<T, 32>::Run(s, b);
+  } else {
+    switch (b.qblock) {
+      case 8: return F<T, 8>::Run(s, b);
+      case 16: return F<T, 16>::Run(s, b);
+      default: return F<T, 32>::Run(s, b);
+    }
+  }
+}
+
+template <template <Elem, int> class F>
+void WithType(Elem t, FoldState& s, const KeyBlock& b) {
+  switch (t) {
+    case Elem::kF32: return WithBlock<Elem::kF32, F>(s, b);
+    case Elem::kF16: return WithBlock<Elem::kF16, F>(s, b);
+    case Elem::kBF16: return WithBlock<Elem::kBF16, F>(s, b);
+    case Elem::kQ8_0: return WithBlock<Elem::kQ8_0, F>(s, b);
+    case Elem::kQ4_0: return WithBlock<Elem::kQ4_0, F>(s, b);
+    case Elem::kQ5_0: return WithBlock<Elem::kQ5_0, F>(s, b);
+  }
+}
+
+template <Elem T, int B>
+struct ScoresFn {
+  static void Run(FoldState& s, const KeyBlock& b) { Scores<T, B>(s, b); }
+};
+template <Elem T, int B>
+struct ValuesFn {
+  static void Run(FoldState& s, const KeyBlock& b) { Values<T, B>(s, b); }
+};
+
+}  // namespace
+
+void FoldAvx2(FoldState& s, const KeyBlock& b) {
+  const bool blocks = IsBlockType(b.tk) || IsBlockType(b.tv);
+  const bool block_ok = b.qblock == 8 || b.qblock == 16 || b.qblock == 32;
+  if (s.head_dim % 8 != 0 || s.head_dim > 256 || (blocks && !block_ok) || b.n == 0)
+    return FoldScalar(s, b);
+  WithType<ScoresFn>(b.tk, s, b);
+  WithType<ValuesFn>(b.tv, s, b);
+}
+
+void LaneWeightsAvx2(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
+                     const float* l, float* out) {
+  for (int k = 0; k < n_keys; k += 8) {
+    const __m256i valid = FirstLanes(n_keys - k);
+    __m256 p = _mm256_setzero_ps();
+    for (int h = 0; h < n_heads; ++h) {
+      const __m256 x =
+          _mm256_sub_ps(_mm256_maskload_ps(scores + h * stride + k, valid), _mm256_set1_ps(m[h]));
+      // Exp8 clamps at -87; below it the weight is 0, as expf's underflow
+      // (policies compare weights: a tie must stay a tie).
+      const __m256 e = _mm256_and_ps(Exp8(x), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ));
+      p = _mm256_fmadd_ps(e, _mm256_set1_ps(1.0f / l[h]), p);
+    }
+    _mm256_maskstore_ps(out + k, valid, p);
+  }
+}
+
+}  // namespace rotor::attn
