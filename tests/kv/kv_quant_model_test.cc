@@ -84,7 +84,9 @@ TEST_P(QuantModels, EveryPolicyEveryTypeNearF32) {
         const double scale = MaxAbs(f32);
         for (const TypeCase& t : kTypes)
           for (int isa = 0; isa <= static_cast<int>(BestIsa()); isa += static_cast<int>(BestIsa())) {
-            if (!sweep.Next()) continue;
+            if (!sweep.Next({static_cast<int>(&p - policies), static_cast<int>(rope),
+                             static_cast<int>(pos), static_cast<int>(&t - kTypes), isa}))
+              continue;
             SetIsa(static_cast<Isa>(isa));
             const KvConfig kv = Typed(base, t.k, t.v, t.rotate);
             SCOPED_TRACE(::testing::Message() << DescribeKvConfig(kv) << " " << IsaName(static_cast<Isa>(isa)));
@@ -103,6 +105,7 @@ TEST_P(QuantModels, EveryPolicyEveryTypeNearF32) {
           }
       }
   SetIsa(saved);
+  EXPECT_TRUE(sweep.EveryValueRan());
 }
 
 // q8_0 stays close: within 5% of the logit scale of the f32 cache under the
@@ -153,7 +156,10 @@ TEST_P(QuantModels, KvFilesRoundTripEveryType) {
     const KvConfig kv = Typed(Kv("full", 0, 0), t.k, t.v, t.rotate);
     std::unique_ptr<KvCache> a;
     AllLogits(m, kv, prompt, 7, 256, &a);
-    const std::string path = ::testing::TempDir() + "/kvq_" + std::to_string(static_cast<int>(t.k)) +
+    // The model in the name: ctest runs the instances at once, and they must
+    // not write each other's file.
+    const std::string path = ::testing::TempDir() + "/kvq_" + GetParam() + "_" +
+                             std::to_string(static_cast<int>(t.k)) +
                              std::to_string(static_cast<int>(t.v)) + (t.rotate ? "r" : "") + ".kv";
     auto saved = SaveKvFile(path, *a, prompt);
     ASSERT_TRUE(saved.ok()) << saved.message();
