@@ -40,11 +40,12 @@ TEST_P(ArchModes, EveryKvModeMatchesReferenceOnEveryIsa) {
     SetIsa(static_cast<Isa>(isa));
     for (const Case& c : cases) {
       for (RopeK rope : {RopeK::kCached, RopeK::kDeferred}) {
+        const int case_index = static_cast<int>(&c - cases.data());
         const KvPositions pos = c.compact ? KvPositions::kCompact : KvPositions::kOriginal;
         const KvConfig kv = c.policy == "full" ? Kv("full", 0, 0, rope)
                                                         : Kv(c.policy, size, keep, rope, pos);
         for (int step : {1, 7, 0}) {
-          if (!sweep.Next()) continue;
+          if (!sweep.Next({isa, case_index, static_cast<int>(rope), step})) continue;
           const double diff = MaxAbsDiff(c.ref, AllLogits(m, kv, prompt, step));
           EXPECT_LT(diff, 1e-4) << IsaName(static_cast<Isa>(isa)) << " " << c.policy
                                 << "/" << RopeKName(rope) << "/" << KvPositionsName(pos) << " step "
@@ -54,6 +55,7 @@ TEST_P(ArchModes, EveryKvModeMatchesReferenceOnEveryIsa) {
     }
   }
   SetIsa(saved);
+  EXPECT_TRUE(sweep.EveryValueRan());
 }
 
 // Sinks under original positions drift farther than the distance table

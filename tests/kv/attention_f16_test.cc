@@ -99,7 +99,8 @@ TEST(AttentionF16, EqualsF32CacheOfTheRoundedValuesOnEveryIsa) {
     for (const Shape& s : shapes)
       for (const Policy& p : policies)
         for (int threads : {1, 2}) {
-          if (!sweep.Next()) continue;
+          if (!sweep.Next({isa, static_cast<int>(&s - shapes), static_cast<int>(&p - policies), threads}))
+            continue;
           SCOPED_TRACE(::testing::Message()
                        << IsaName(static_cast<Isa>(isa)) << " heads " << s.n_head << "/"
                        << s.n_head_kv << " hd " << s.head_dim << " " << p.policy
@@ -109,6 +110,7 @@ TEST(AttentionF16, EqualsF32CacheOfTheRoundedValuesOnEveryIsa) {
                    static_cast<Isa>(isa), threads);
         }
   SetIsa(saved);
+  EXPECT_TRUE(sweep.EveryValueRan());
 }
 
 }  // namespace

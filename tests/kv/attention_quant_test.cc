@@ -119,7 +119,9 @@ TEST(AttentionQuant, NearF32CacheWithinEachTypesBoundOnEveryIsa) {
       for (const Policy& p : policies)
         for (const TypeCase& t : types)
           for (int threads : {2}) {  // (attention_f16_test runs 1 and 2)
-            if (!sweep.Next()) continue;
+            if (!sweep.Next({isa, static_cast<int>(&s - shapes), static_cast<int>(&p - policies),
+                             static_cast<int>(&t - types), threads}))
+              continue;
             const std::string name = KvTypesName(t.types);
             SCOPED_TRACE(::testing::Message()
                          << IsaName(static_cast<Isa>(isa)) << " heads " << s.n_head << "/"
@@ -136,6 +138,7 @@ TEST(AttentionQuant, NearF32CacheWithinEachTypesBoundOnEveryIsa) {
   for (const auto& [name, r] : seen)
     std::printf("%-10s relative error %.3g .. %.3g\n", name.c_str(), r.first, r.second);
   SetIsa(saved);
+  EXPECT_TRUE(sweep.EveryValueRan());
 }
 
 }  // namespace

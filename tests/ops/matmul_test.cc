@@ -145,14 +145,17 @@ class MatmulTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(MatmulTest, MatchesReferenceOnEveryIsa) {
   ThreadPool pool(GetParam());
-  Sweep sweep(5);  // under the sanitizers: every ISA, case and m, fewer combinations
+  const std::vector<Case> cases = Cases();
+  Sweep sweep(4);  // under the sanitizers: every ISA, case and m, fewer combinations
   for (Isa isa : testing::Isas())
-    for (const Case& c : Cases())
+    for (const Case& c : cases)
       for (int64_t m : {1, 2, 3, 7, 16, 33}) {
         if (c.n * c.k * m > 3'000'000 && m > 7) continue;  // the slow reference; m = 1..7 still run
-        if (!sweep.Next()) continue;
+        if (!sweep.Next({static_cast<int>(isa), static_cast<int>(&c - cases.data()), static_cast<int>(m)}))
+          continue;
         CheckCase(pool, c, m, isa);
       }
+  EXPECT_TRUE(sweep.EveryValueRan());
 }
 
 // Row-interleaved q8_0 / q4_0 (the AVX-512 kernel reads the packed copy; other ISAs
@@ -171,9 +174,11 @@ TEST_P(MatmulTest, PackedMatchesReferenceOnEveryIsa) {
     for (const Case& c : cases)
       for (int64_t m : {1, 2, 3, 7, 8, 9, 16, 33}) {
         if (c.n * c.k * m > 3'000'000 && m > 8) continue;
-        if (!sweep.Next()) continue;
+        if (!sweep.Next({static_cast<int>(isa), static_cast<int>(&c - cases.data()), static_cast<int>(m)}))
+          continue;
         CheckCase(pool, c, m, isa, /*packed=*/true);
       }
+  EXPECT_TRUE(sweep.EveryValueRan());
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, MatmulTest, ::testing::Values(1, 2, 3));
@@ -314,14 +319,16 @@ TEST(MatmulBlockTypesTest, EveryTypeIsaAndBatch) {
     cases.push_back({t, 768, 37});
     cases.push_back({t, 32, 4099});
   }
-  Sweep sweep(7);  // under the sanitizers: every ISA, case and m, fewer combinations
+  Sweep sweep(5);  // under the sanitizers: every ISA, case and m, fewer combinations
   for (Isa isa : testing::Isas())
     for (const Case& c : cases)
       for (int64_t m : {1, 3, 8, 17, 70}) {
         if (c.n > 1000 && m > 8) continue;  // the double reference; the kernels repeat per chunk
-        if (!sweep.Next()) continue;
+        if (!sweep.Next({static_cast<int>(isa), static_cast<int>(&c - cases.data()), static_cast<int>(m)}))
+          continue;
         CheckBlockCase(pool, c, m, isa);
       }
+  EXPECT_TRUE(sweep.EveryValueRan());
 }
 
 // Row-interleaved q4_K / q5_K / q6_K (PackWeight): the AVX-512 kernel reads
@@ -343,10 +350,13 @@ TEST(MatmulBlockTypesTest, PackedKQuantsEveryIsaAndBatch) {
         for (int64_t m : {1, 2, 3, 7, 8, 9, 17, 70}) {
           if (c.n * c.k * m > 3'000'000 && m > 8) continue;  // the double reference
           if (threads != 2 && (m == 70 || c.n > 1000)) continue;
-          if (!sweep.Next()) continue;
+          if (!sweep.Next({threads, static_cast<int>(isa), static_cast<int>(&c - cases.data()),
+                           static_cast<int>(m)}))
+            continue;
           CheckBlockCase(pool, c, m, isa, /*packed=*/true);
         }
   }
+  EXPECT_TRUE(sweep.EveryValueRan());
 }
 
 // The integer kernels' activation quantization is what the bound above

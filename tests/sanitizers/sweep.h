@@ -7,18 +7,22 @@
 // parameterized instances of one test run different combinations; in every
 // other build it runs all of them.
 //
-// Coverage: a value of one loop runs when the loops inside it make at least
-// `stride` combinations, or when the loops around it run at least `stride`
-// times and the stride divides no loop's size (then the kept combinations
-// step that loop's index through every residue). tests/base/sweep_test.cc
-// checks each sweep's loop sizes and stride with every offset. Sweeps over
-// ISAs keep the ISA loop outermost, so that each ISA runs.
+// Coverage is checked where the sweep runs, not argued: Next() takes the
+// index of each loop, and EveryValueRan() fails the test unless every value
+// that reached Next() in each loop position ran at least once (every ISA,
+// every case, every m). Whether a stride keeps that depends on the loops'
+// sizes, which depend on the machine's ISAs; the strides of the suite keep
+// it on machines with two ISAs (scalar, AVX2) and with three (AVX-512).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <set>
+#include <sstream>
 #include <string_view>
+#include <vector>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define ROTOR_TEST_SANITIZED 1
@@ -41,11 +45,39 @@ class Sweep {
   // stride: under the sanitizers, one combination in `stride` runs.
   explicit Sweep(int stride) : Sweep(kSanitized ? stride : 1, TestNameHash()) {}
   // One combination in `stride` from the offset's, in every build (the
-  // sweep's own test checks the strides above with every offset).
+  // sweep's own test uses it).
   Sweep(int stride, uint64_t offset)
       : stride_(stride > 1 ? stride : 1), counter_(offset % static_cast<uint64_t>(stride_)) {}
-  // Whether the next combination of the loops runs; call once per combination.
-  bool Next() { return counter_++ % static_cast<uint64_t>(stride_) == 0; }
+
+  // Whether the next combination of the loops runs; call once per
+  // combination that would run, with each loop's index (outermost first).
+  bool Next(std::initializer_list<int> at = {}) {
+    const bool run = counter_++ % static_cast<uint64_t>(stride_) == 0;
+    if (offered_.size() < at.size()) {
+      offered_.resize(at.size());
+      ran_.resize(at.size());
+    }
+    int d = 0;
+    for (int v : at) {
+      offered_[d].insert(v);
+      if (run) ran_[d].insert(v);
+      ++d;
+    }
+    return run;
+  }
+
+  // Every value that reached Next() in each loop position ran at least once.
+  ::testing::AssertionResult EveryValueRan() const {
+    for (size_t d = 0; d < offered_.size(); ++d)
+      for (int v : offered_[d])
+        if (!ran_[d].count(v)) {
+          std::ostringstream os;
+          os << "sweep (stride " << stride_ << "): value " << v << " of loop " << d
+             << " never ran";
+          return ::testing::AssertionFailure() << os.str();
+        }
+    return ::testing::AssertionSuccess();
+  }
   int stride() const { return stride_; }
 
  private:
@@ -61,6 +93,7 @@ class Sweep {
 
   int stride_;
   uint64_t counter_;
+  std::vector<std::set<int>> offered_, ran_;  // [loop] values that reached Next() / ran
 };
 
 }  // namespace rotor::testing
