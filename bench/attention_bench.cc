@@ -86,14 +86,14 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
     for (int depth : {512, 2048, 8192, 32768})  // 32768: past L3
-      b->Args({depth, threads, kKvBlockCells});
+      b->Args({depth, threads, kKvBlockCells, 1});  // every row has the 4 arguments the body reads
   b->UseRealTime();
 }
 
 // Paged against contiguous, and the block size: depth x threads x block cells.
 void BlockArgs(benchmark::internal::Benchmark* b) {
   for (int depth : {512, 8192})
-    for (int block : {0, 16, 64, 256}) b->Args({depth, 2, block});
+    for (int block : {0, 16, 64, 256}) b->Args({depth, 2, block, 1});
   b->UseRealTime();
 }
 // Paged against contiguous with the model's layers in each block (12: the
