@@ -9,6 +9,7 @@
 #include "attention/attention.h"
 #include "base/cpu.h"
 #include "kv/kv_cache.h"
+#include "attend_util.h"
 #include "kv_test_util.h"
 #include "sanitizers/sweep.h"
 #include "tensor/fp16.h"
@@ -51,21 +52,10 @@ void RunSteps(const Shape& s, KvConfig cfg, Isa isa, int threads) {
     ASSERT_TRUE(c16->Plan(m, &p16).ok());
     ASSERT_TRUE(c32->Prepare(p32).ok());
     ASSERT_TRUE(c16->Prepare(p16).ok());
-    auto attend = [&](KvCache& c, KvPlan& p, const float* kk, const float* vv, float* out) {
-      const KvLayerView view = c.View(0);
-      AttentionArgs a;
-      a.q = q.data(), a.k = kk, a.v = vv, a.out = out;
-      a.q_stride = a.out_stride = q_dim;
-      a.kv_stride = kv_dim;
-      a.n_head = s.n_head, a.n_head_kv = s.n_head_kv, a.head_dim = hd;
-      a.cache = &view, a.plan = &p, a.rope = &table;
-      SetIsa(isa);
-      Attend(pool, a, scratch);
-      c.Write(0, p, kk, vv, kv_dim);
-      c.Commit(p);
-    };
-    attend(*c32, p32, k_r.data(), v_r.data(), out32.data());
-    attend(*c16, p16, k.data(), v.data(), out16.data());
+    testing::AttendOneLayer(pool, scratch, table, *c32, p32, s.n_head, s.n_head_kv, hd, q.data(),
+                            k_r.data(), v_r.data(), out32.data(), isa);
+    testing::AttendOneLayer(pool, scratch, table, *c16, p16, s.n_head, s.n_head_kv, hd, q.data(),
+                            k.data(), v.data(), out16.data(), isa);
     for (size_t e = 0; e < out32.size(); ++e)
       ASSERT_EQ(out16[e], out32[e]) << "element " << e << " of a ubatch of " << m << " after "
                                     << c16->n_seen() - m << " tokens";

@@ -15,6 +15,7 @@
 #include "attention/attention.h"
 #include "base/cpu.h"
 #include "kv/kv_cache.h"
+#include "attend_util.h"
 #include "kv_test_util.h"
 #include "sanitizers/sweep.h"
 
@@ -54,21 +55,10 @@ double RelativeError(const Shape& s, KvConfig cfg, KvTypes types, Isa isa, int t
     EXPECT_TRUE(ct->Plan(m, &pt).ok());
     EXPECT_TRUE(c32->Prepare(p32).ok());
     EXPECT_TRUE(ct->Prepare(pt).ok());
-    auto attend = [&](KvCache& c, KvPlan& p, float* out) {
-      const KvLayerView view = c.View(0);
-      AttentionArgs a;
-      a.q = q.data(), a.k = k.data(), a.v = v.data(), a.out = out;
-      a.q_stride = a.out_stride = q_dim;
-      a.kv_stride = kv_dim;
-      a.n_head = s.n_head, a.n_head_kv = s.n_head_kv, a.head_dim = hd;
-      a.cache = &view, a.plan = &p, a.rope = &table;
-      SetIsa(isa);
-      Attend(pool, a, scratch);
-      c.Write(0, p, k.data(), v.data(), kv_dim);
-      c.Commit(p);
-    };
-    attend(*c32, p32, out32.data());
-    attend(*ct, pt, outt.data());
+    testing::AttendOneLayer(pool, scratch, table, *c32, p32, s.n_head, s.n_head_kv, hd, q.data(),
+                            k.data(), v.data(), out32.data(), isa);
+    testing::AttendOneLayer(pool, scratch, table, *ct, pt, s.n_head, s.n_head_kv, hd, q.data(),
+                            k.data(), v.data(), outt.data(), isa);
     double diff = 0, scale = 0;
     for (size_t e = 0; e < out32.size(); ++e) {
       EXPECT_TRUE(std::isfinite(outt[e]));
