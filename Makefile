@@ -16,7 +16,8 @@ SAN_CONFIG = -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE
 # harnesses (ROTOR_FUZZ). `make test` runs every test there (the fuzz tests
 # run each harness briefly and replay its regression corpus) but the labels in
 # ASAN_EXCLUDE. The numeric sweeps run fewer combinations there
-# (tests/sanitizers/sweep.h): every ISA, shape, policy and type still runs.
+# (tests/sanitizers/sweep.h); each checks that every ISA, shape, policy and
+# type it offers still runs.
 # Labels left out under ASan: install (packaging: it builds and installs a
 # second copy of the project with the normal flags), readme (the README's
 # commands, which install the library and link examples with the system cc;
