@@ -189,9 +189,7 @@ class TaskRunner {
 
   void Flush() {
     if (block_.n == 0) return;
-    if (cut_.avx512) attn::FoldAvx512(state_, block_);
-    else if (cut_.avx2) attn::FoldAvx2(state_, block_);
-    else attn::FoldScalar(state_, block_);
+    FoldWith(cut_, state_, block_);
     block_.n = 0;
     far_used_ = 0;
   }
@@ -211,31 +209,23 @@ namespace {
 
 using Cut = AttentionScratch::Cut;
 
-// The AVX-512 fold handles this ubatch (head size, and deferred RoPE only with
-// interleaved pairs).
-bool UseAvx512(const AttentionArgs& a) {
+// The fold of this ubatch: the active ISA's (AVX-512: head size a multiple of
+// 16; AVX2, on an AVX2 machine or with ROTOR_ISA=avx2: of 8; up to 256, and
+// deferred RoPE only with interleaved pairs), else the scalar one. AVX-512
+// keeps the scalar fold for the head sizes its folds do not take.
+void ChooseFold(const AttentionArgs& a, Cut& c) {
   const bool deferred = a.cache->rope_k == RopeK::kDeferred;
   const bool normal = a.rope->config().layout == ops::RopeLayout::kNormal;
-  return ActiveIsa() == Isa::kAvx512 && a.head_dim % 16 == 0 && a.head_dim <= 256 &&
-         (!deferred || normal);
-}
-
-// The AVX2 fold handles it: the AVX2 path (an AVX2 machine, or ROTOR_ISA=avx2)
-// with head size a multiple of 8, deferred RoPE only with interleaved pairs.
-// (AVX-512 keeps the scalar fold for the head sizes its folds do not take.)
-bool UseAvx2(const AttentionArgs& a) {
-  const bool deferred = a.cache->rope_k == RopeK::kDeferred;
-  const bool normal = a.rope->config().layout == ops::RopeLayout::kNormal;
-  return ActiveIsa() == Isa::kAvx2 && a.head_dim % 8 == 0 && a.head_dim <= 256 &&
-         (!deferred || normal);
+  const bool fits = a.head_dim <= 256 && (!deferred || normal);
+  c.avx512 = fits && ActiveIsa() == Isa::kAvx512 && a.head_dim % 16 == 0;
+  c.avx2 = fits && ActiveIsa() == Isa::kAvx2 && a.head_dim % 8 == 0;
 }
 
 Cut CutOf(const ThreadPool& pool, const AttentionArgs& a) {
   const int32_t n_cells = a.cache->n_cells;
   const int n_tokens = a.plan->n_tokens;
   Cut c;
-  c.avx512 = UseAvx512(a);
-  c.avx2 = UseAvx2(a);
+  ChooseFold(a, c);
   // Few tokens: split the cells so every thread has work (flash-decoding).
   if (n_tokens < 2 * pool.size() && n_cells >= 256)
     c.splits = std::min<int>((4 * pool.size() + n_tokens - 1) / n_tokens, n_cells / 128);
@@ -415,8 +405,7 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch_in,
   }
   for (size_t b = 0; b < batch.size(); ++b) {
     if (batch[b].plan->hooks == nullptr) continue;
-    cuts[b].avx512 = UseAvx512(batch[b]);
-    cuts[b].avx2 = UseAvx2(batch[b]);
+    ChooseFold(batch[b], cuts[b]);
     AttendLanes(pool, batch[b], *batch[b].plan, scratch, cuts[b]);
   }
   for (const AttentionArgs& a : batch) {

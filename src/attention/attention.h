@@ -82,7 +82,7 @@ class AttentionScratch {
     int64_t first_task = 0;     // in the batch's task numbering
     int64_t n_tasks = 0;
     int64_t first_partial = 0;  // in Partials(), when splits > 1
-    bool avx512 = false;  // FoldAvx512 (UseAvx512 in attention.cc)
+    bool avx512 = false;  // FoldAvx512 (ChooseFold in attention.cc)
     bool avx2 = false;    // else FoldAvx2; neither: FoldScalar
     // The ubatch's own K and V as attention reads them: args.k / args.v, or
     // their rounding (and rotation) to the cache's types: [n_tokens,

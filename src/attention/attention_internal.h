@@ -3,6 +3,7 @@
 
 #include "attention/attention.h"
 #include "attention/fold.h"
+#include "base/cpu.h"
 
 namespace rotor {
 
@@ -10,6 +11,23 @@ namespace rotor {
 // n_head_kv kv heads (q and the running state are set by the caller).
 attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Thread& th,
                               int n_head, int n_head_kv);
+
+// Folds a key block with the fold its cut chose (ChooseFold in attention.cc).
+inline void FoldWith(const AttentionScratch::Cut& cut, attn::FoldState& s,
+                     const attn::KeyBlock& b) {
+  if (cut.avx512) attn::FoldAvx512(s, b);
+  else if (cut.avx2) attn::FoldAvx2(s, b);
+  else attn::FoldScalar(s, b);
+}
+
+// The lane weights (attn::LaneWeightsScalar's contract) of the active ISA.
+using LaneWeightsFn = void (*)(const float* scores, size_t stride, int n_heads, int n_keys,
+                               const float* m, const float* l, float* out);
+inline LaneWeightsFn LaneWeightsOf(Isa isa) {
+  if (isa == Isa::kAvx512) return attn::LaneWeightsAvx512;
+  if (isa == Isa::kAvx2) return attn::LaneWeightsAvx2;
+  return attn::LaneWeightsScalar;
+}
 
 // A key block's element types and head sizes, from the layer's view.
 void SetBlockTypes(const KvLayerView& view, int head_dim, attn::KeyBlock& block);

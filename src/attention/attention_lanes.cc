@@ -37,8 +37,7 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
   const size_t k_head_bytes = KvHeadBytes(view.types.k, hd);
   const size_t v_head_bytes = KvHeadBytes(view.types.v, hd);
   const bool deferred = view.rope_k == RopeK::kDeferred;
-  const bool avx512_weights = ActiveIsa() == Isa::kAvx512;
-  const bool avx2_weights = ActiveIsa() == Isa::kAvx2;
+  const LaneWeightsFn lane_weights = LaneWeightsOf(ActiveIsa());
   const int n_pieces = std::min(pool.size(), view.lane_heads);
   // Piece p's buffers: its scores and weights; piece 0's key_cells hold the keys.
   std::vector<AttentionScratch::LaneBuffers*> bufs(n_pieces);
@@ -86,12 +85,7 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
             SetRotation(*a.rope, static_cast<int64_t>(plan.pos[i]) - pos[c], block, b, th.far,
                         &far_used);
         }
-        if (cut.avx512)
-          attn::FoldAvx512(st, block);
-        else if (cut.avx2)
-          attn::FoldAvx2(st, block);
-        else
-          attn::FoldScalar(st, block);
+        FoldWith(cut, st, block);
         for (int h = 0; h < q_heads; ++h)
           std::copy(st.scores + h * attn::kBlock, st.scores + h * attn::kBlock + block.n,
                     buf.scores.data() + h * buf.stride + first);
@@ -101,15 +95,7 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
         const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
         for (int d = 0; d < hd; ++d) out[d] = st.acc[h * hd + d] * inv;
       }
-      if (avx512_weights)
-        attn::LaneWeightsAvx512(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l,
-                                buf.weights.data());
-      else if (avx2_weights)
-        attn::LaneWeightsAvx2(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l,
-                              buf.weights.data());
-      else
-        attn::LaneWeightsScalar(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l,
-                                buf.weights.data());
+      lane_weights(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l, buf.weights.data());
     });
     float* weights = bufs[0]->weights.data();
     for (int p = 1; p < n_pieces; ++p)
@@ -140,8 +126,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
   const size_t k_head_bytes = KvHeadBytes(view.types.k, hd);
   const size_t v_head_bytes = KvHeadBytes(view.types.v, hd);
   const bool deferred = view.rope_k == RopeK::kDeferred;
-  const bool avx512_weights = ActiveIsa() == Isa::kAvx512;
-  const bool avx2_weights = ActiveIsa() == Isa::kAvx2;
+  const LaneWeightsFn lane_weights = LaneWeightsOf(ActiveIsa());
   const int n_ranges = std::min(pool.size(), view.n_lanes);
 
   pool.Run(n_ranges, [&](int r, int thread) {
@@ -212,12 +197,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
           }
           if (block.n == 0) continue;
           attn::FoldState& s = st[l];
-          if (cut.avx512)
-            attn::FoldAvx512(s, block);
-          else if (cut.avx2)
-            attn::FoldAvx2(s, block);
-          else
-            attn::FoldScalar(s, block);
+          FoldWith(cut, s, block);
           // The block's scores, kept for the weights: [q_heads, stride] of lane l.
           float* scores = buf.scores.data() + static_cast<size_t>(l) * q_heads * buf.stride;
           for (int h = 0; h < q_heads; ++h)
@@ -234,15 +214,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
           for (int d = 0; d < hd; ++d) out[d] = s.acc[h * hd + d] * inv;
         }
         const float* scores = buf.scores.data() + static_cast<size_t>(l) * q_heads * buf.stride;
-        if (avx512_weights)
-          attn::LaneWeightsAvx512(scores, buf.stride, q_heads, n_keys[l], s.m, s.l,
-                                  buf.weights.data());
-        else if (avx2_weights)
-          attn::LaneWeightsAvx2(scores, buf.stride, q_heads, n_keys[l], s.m, s.l,
-                                buf.weights.data());
-        else
-          attn::LaneWeightsScalar(scores, buf.stride, q_heads, n_keys[l], s.m, s.l,
-                                  buf.weights.data());
+        lane_weights(scores, buf.stride, q_heads, n_keys[l], s.m, s.l, buf.weights.data());
         hooks.AfterToken(cells, lane, i,
                          std::span<const int32_t>(buf.key_cells.data() + l * buf.stride, n_keys[l]),
                          std::span<const float>(buf.weights.data(), n_keys[l]), plan);

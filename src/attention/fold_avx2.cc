@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "attention/fold.h"
 #include "attention/fold_avx2_decode.h"
@@ -185,40 +186,23 @@ void Scores(FoldState& s, const KeyBlock& b) {
           static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
       for (int h0 = g * group; h0 < (g + 1) * group; h0 += kHeads) {
         const int n = std::min(kHeads, (g + 1) * group - h0);
-        if constexpr (IsBlockType(T)) {
-          if (cr == nullptr) {
-            if constexpr (B == 32) {
-              switch (n) {
-                case 1: DotInt32<T, 1>(s, head, h0, j); break;
-                case 2: DotInt32<T, 2>(s, head, h0, j); break;
-                case 3: DotInt32<T, 3>(s, head, h0, j); break;
-                default: DotInt32<T, 4>(s, head, h0, j); break;
-              }
-            } else {
-              switch (n) {
-                case 1: DotInt<T, B, 1>(s, head, h0, j); break;
-                case 2: DotInt<T, B, 2>(s, head, h0, j); break;
-                case 3: DotInt<T, B, 3>(s, head, h0, j); break;
-                default: DotInt<T, B, 4>(s, head, h0, j); break;
-              }
-            }
-            continue;
+        // The kernel for n heads at once, n a template argument.
+        auto run = [&](auto kernel) {
+          switch (n) {
+            case 1: return kernel(std::integral_constant<int, 1>{});
+            case 2: return kernel(std::integral_constant<int, 2>{});
+            case 3: return kernel(std::integral_constant<int, 3>{});
+            default: return kernel(std::integral_constant<int, 4>{});
           }
-        }
+        };
         if constexpr (IsBlockType(T) && B == 32) {
-          switch (n) {
-            case 1: DotFloat32<T, 1>(s, head, cr, sr, h0, j); break;
-            case 2: DotFloat32<T, 2>(s, head, cr, sr, h0, j); break;
-            case 3: DotFloat32<T, 3>(s, head, cr, sr, h0, j); break;
-            default: DotFloat32<T, 4>(s, head, cr, sr, h0, j); break;
-          }
+          if (cr == nullptr) run([&](auto g) { DotInt32<T, decltype(g)::value>(s, head, h0, j); });
+          else run([&](auto g) { DotFloat32<T, decltype(g)::value>(s, head, cr, sr, h0, j); });
+        } else if constexpr (IsBlockType(T)) {
+          if (cr == nullptr) run([&](auto g) { DotInt<T, B, decltype(g)::value>(s, head, h0, j); });
+          else run([&](auto g) { DotFloat<T, B, decltype(g)::value>(s, head, cr, sr, h0, j); });
         } else {
-          switch (n) {
-            case 1: DotFloat<T, B, 1>(s, head, cr, sr, h0, j); break;
-            case 2: DotFloat<T, B, 2>(s, head, cr, sr, h0, j); break;
-            case 3: DotFloat<T, B, 3>(s, head, cr, sr, h0, j); break;
-            default: DotFloat<T, B, 4>(s, head, cr, sr, h0, j); break;
-          }
+          run([&](auto g) { DotFloat<T, B, decltype(g)::value>(s, head, cr, sr, h0, j); });
         }
       }
     }
