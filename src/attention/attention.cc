@@ -148,12 +148,15 @@ class TaskRunner {
       const int64_t n = static_cast<int64_t>(nh) * hd;
       if (cache.rotate_k) KvHadamard(th_.q_sink, n, KvQuantBlock(hd));
       ops::RopeShift(a_.rope->config(), th_.q_sink, nh, -delta);
+      if (cache.k_offset != nullptr) SinkOffsetBias(q, th_.q_sink);
       if (cache.rotate_k) KvHadamard(th_.q_sink, n, KvQuantBlock(hd));
       q_sink = th_.q_sink;
     }
     const bool two_pass = shifted_sinks && !deferred_;
     for (int pass = 0; pass < (two_pass ? 2 : 1); ++pass) {
       const bool sink_pass = pass == 1;
+      if (sink_pass && cache.k_offset != nullptr)  // the pass-0 scores as the sinks' (below)
+        for (int h = 0; h < nh; ++h) state_.m[h] -= th_.far[h];
       state_.q = sink_pass ? q_sink : q;
       state_.q8_of = nullptr;
       auto add = [&](const void* k, const void* v, int32_t pos_k, TextIndex idx) {
@@ -178,6 +181,27 @@ class TaskRunner {
   const attn::FoldState& state() const { return state_; }
 
  private:
+  // Keys stored minus offsets m score q.k - q.m: a shift softmax ignores
+  // while one query scores them all. The sinks' pass scores with q_sink,
+  // shifted by q_sink.m instead; th_.far[h] = scale * (q_sink - q).m of head
+  // h, taken off the running max of the other keys' pass, puts both passes on
+  // the sinks' shift (exact: m, l and acc then describe scores lowered by it).
+  // q: as the keys (Hadamard-rotated or not); q_sink: not rotated.
+  void SinkOffsetBias(const float* q, const float* q_sink) {
+    const KvLayerView& cache = *a_.cache;
+    const int hd = a_.head_dim, group = a_.n_head / a_.n_head_kv;
+    for (int h = 0; h < a_.n_head; ++h) {
+      float* qh = th_.k_rot;  // [head_dim] head h of q, unrotated
+      std::memcpy(qh, q + static_cast<size_t>(h) * hd, sizeof(float) * hd);
+      if (cache.rotate_k) KvHadamard(qh, hd, KvQuantBlock(hd));
+      const float* m = cache.k_offset + static_cast<size_t>(h / group) * hd;
+      const float* qs = q_sink + static_cast<size_t>(h) * hd;
+      float dot = 0.f;
+      for (int d = 0; d < hd; ++d) dot += (qs[d] - qh[d]) * m[d];
+      th_.far[h] = state_.scale * dot;
+    }
+  }
+
   void Push(const void* k, const void* v, int64_t distance) {
     const int n = block_.n;
     block_.k[n] = k;
@@ -240,7 +264,8 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a) {
 void SetChunks(std::span<const AttentionArgs> batch, AttentionScratch& scratch,
                std::vector<Cut>& cuts) {
   auto in_place = [](const KvLayerView& v, bool is_v) {
-    return (is_v ? v.types.v : v.types.k) == KvType::kF32 && !(is_v ? v.rotate_v : v.rotate_k);
+    return (is_v ? v.types.v : v.types.k) == KvType::kF32 && !(is_v ? v.rotate_v : v.rotate_k) &&
+           (is_v || v.k_offset == nullptr);
   };
   size_t bytes = 0;
   for (const AttentionArgs& a : batch)
@@ -270,11 +295,16 @@ void SetChunks(std::span<const AttentionArgs> batch, AttentionScratch& scratch,
       const int64_t row = static_cast<int64_t>(a.n_head_kv) * a.head_dim;
       *row_bytes = a.n_head_kv * KvHeadBytes(t, a.head_dim);
       *chunk = buf;
-      if (rotate) rot.resize(row);
+      const float* offset = is_v ? nullptr : view.k_offset;  // [row], or none
+      if (rotate || offset != nullptr) rot.resize(row);
       for (int64_t j = 0; j < a.plan->n_tokens; ++j) {
         const float* x = src + j * a.kv_stride;
+        if (offset != nullptr) {  // as KvCache::Store: minus the offsets, then rotated
+          for (int64_t e = 0; e < row; ++e) rot[e] = x[e] - offset[e];
+          x = rot.data();
+        }
         if (rotate) {
-          std::copy(x, x + row, rot.data());
+          if (x != rot.data()) std::copy(x, x + row, rot.data());
           KvHadamard(rot.data(), row, KvQuantBlock(a.head_dim));
           x = rot.data();
         }

@@ -188,7 +188,7 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
                 c.prefill_step = step;
                 c.test = test;
                 ASSIGN_OR_RETURN(c.n_ctx, ResolveContext(ctx, test, kv.size));
-                Result<KvConfig> resolved = ResolveKvConfig(c.kv, mc.kv_shape(c.n_ctx));
+                Result<KvConfig> resolved = ResolveKvConfig(c.kv, models[mi].model->kv_shape(c.n_ctx));
                 if (!resolved.ok())
                   return resolved.status().WithContext(fmt::format(
                       "bench: {} {} (-c {})", models[mi].path, test.Name(), c.n_ctx));

@@ -76,7 +76,8 @@ class MarkdownWriter : public BenchWriter {
       cells.push_back(KvPolicyUses(kv.policy, KvOpt::kPositions)
                           ? std::string(KvPositionsName(kv.positions))
                           : "-");
-    if (cols_.kv_type) cells.push_back(KvTypesName(kv.types) + (kv.rotate ? "+rot" : ""));
+    if (cols_.kv_type)
+      cells.push_back(KvTypesName(kv.types) + (kv.rotate ? "+rot" : "") + (kv.k_offset ? "+koff" : ""));
     if (cols_.prefill_step)
       cells.push_back(c.prefill_step > 0 ? fmt::format("{}", c.prefill_step) : "whole");
     if (cols_.n_ctx) cells.push_back(fmt::format("{}", c.n_ctx));
@@ -245,6 +246,7 @@ Json BenchRowJson(const BenchRow& row) {
   j["type_k"] = std::string(KvTypeName(r.kv.types.k));  // llama-bench's fields
   j["type_v"] = std::string(KvTypeName(r.kv.types.v));
   j["kv_rotate"] = r.kv.rotate;
+  j["kv_k_offset"] = r.kv.k_offset;
   // K and V bytes one token takes in every layer.
   j["kv_bytes_per_token"] = r.kv_bytes_per_token;
   j["prefill_step"] = c.prefill_step;

@@ -103,11 +103,11 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
   ThreadPool pool(c.threads);
   const int n_seq = c.n_seq;
   // One block pool for the case's sequences, as a server's.
-  KvBlockPool kv_pool(mc.kv_shape(c.n_ctx), KvPoolOptions{.model_id = model.identity()});
+  KvBlockPool kv_pool(model.kv_shape(c.n_ctx), KvPoolOptions{.model_id = model.identity()});
   std::vector<std::unique_ptr<KvCache>> caches;
   for (int s = 0; s < n_seq; ++s) {
     ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
-                     KvCache::Create(mc.kv_shape(c.n_ctx), c.kv, &kv_pool));
+                     KvCache::Create(model.kv_shape(c.n_ctx), c.kv, &kv_pool));
     if (!c.shared_prefix) cache->DisablePublishing();
     caches.push_back(std::move(cache));
   }

@@ -172,7 +172,7 @@ rotor_status* rotor_seq_new(rotor_context* ctx, const rotor_kv_config* kv, int32
     rotor::Engine& e = *ctx->model->engine;
     const rotor::KvConfig config = kv ? kv->config : rotor::KvConfig{};
     rotor::Result<std::unique_ptr<rotor::KvCache>> cache = rotor::KvCache::Create(
-        e.model().config().kv_shape(e.n_ctx()), config, &e.kv_pool());
+        e.model().kv_shape(e.n_ctx()), config, &e.kv_pool());
     if (!cache.ok()) return rotor::capi::FromStatus(cache.status());
     if (!e.prefix_cache()) (*cache)->DisablePublishing();
     auto s = std::make_unique<Seq>();

@@ -62,7 +62,7 @@ rotor_status* rotor_generate(rotor_model* model, const rotor_generate_params* pa
     const size_t n_prompt =
         engine.tokenizer().Encode(o.prompt, o.add_bos, o.parse_special).size();
     if (rotor::Status fit = rotor::FitsNewCache(
-            *kv, engine.model().config().kv_shape(engine.n_ctx()), static_cast<int64_t>(n_prompt));
+            *kv, engine.model().kv_shape(engine.n_ctx()), static_cast<int64_t>(n_prompt));
         !fit.ok())
       return rotor::capi::FromStatus(fit, ROTOR_ERR_CONTEXT_FULL);
     std::lock_guard<std::mutex> lock(model->mu);

@@ -208,7 +208,7 @@ rotor_status* rotor_kv_config_describe(const rotor_kv_config* config, const roto
     ROTOR_CAPI_REQUIRE(config && model, "rotor_kv_config_describe: config or model is NULL");
     ROTOR_CAPI_REQUIRE(text || capacity == 0, "rotor_kv_config_describe: text is NULL");
     ROTOR_CAPI_REQUIRE_WEIGHTS(model, "rotor_kv_config_describe");
-    const rotor::KvShape shape = model->engine->model().config().kv_shape(model->engine->n_ctx());
+    const rotor::KvShape shape = model->engine->model().kv_shape(model->engine->n_ctx());
     rotor::Result<rotor::KvConfig> r =
         rotor::ResolveKvConfig(config->config, shape, rotor::KvSpelling::kField);
     if (!r.ok()) return rotor::capi::FromStatus(r.status());

@@ -66,7 +66,7 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Create(Engine& engine, ChatOpt
   RETURN_IF_ERROR(ValidateSamplingParams(options.sampling));
   RETURN_IF_ERROR(ValidateLogitBias(options.sampling, engine.model().config().n_vocab));
   RETURN_IF_ERROR(CheckChatTemplateTokens(options.chat_template, engine.tokenizer()));
-  const KvShape shape = engine.model().config().kv_shape(engine.n_ctx());
+  const KvShape shape = engine.model().kv_shape(engine.n_ctx());
   RETURN_IF_ERROR(ResolveKvConfig(options.kv, shape).status());
 
   std::unique_ptr<ChatSession> s(new ChatSession(engine, std::move(options), prefill_step));

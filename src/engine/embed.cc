@@ -58,7 +58,7 @@ Result<std::vector<float>> Embed(Engine& engine, std::span<const int32_t> tokens
   kv.types = options.kv_types;
   ASSIGN_OR_RETURN(
       std::unique_ptr<KvCache> cache,
-      KvCache::Create(model.config().kv_shape(static_cast<int>(n)), kv, /*pool=*/nullptr));
+      KvCache::Create(model.kv_shape(static_cast<int>(n)), kv, /*pool=*/nullptr));
   const int step = static_cast<int>(options.step > 0 ? std::min<int64_t>(options.step, n) : n);
   Forward forward(model, engine.pool(), step, static_cast<int>(n));
   // [n, n_embd] every token's normed hidden state.

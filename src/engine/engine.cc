@@ -63,7 +63,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (options.kv_memory_bytes < 0)
     return Errorf("engine: --kv-memory {} must not be negative", options.kv_memory_bytes);
   if (options.max_seqs <= 0) return Errorf("engine: {} sequences at once", options.max_seqs);
-  const KvShape shape = e->model_->config().kv_shape(e->n_ctx_);
+  const KvShape shape = e->model_->kv_shape(e->n_ctx_);
   e->kv_memory_default_ = options.kv_memory_bytes == 0;
   e->prefix_cache_ = options.prefix_cache;
   const int64_t budget =
@@ -158,7 +158,7 @@ Result<KvConfig> Engine::Validate(const GenerateOptions& o, KvSpelling spelling)
   RETURN_IF_ERROR(ValidateLogitBias(o.sampling, model_->config().n_vocab));
   if (o.logprobs < -1 || o.logprobs > kMaxTopLogprobs)
     return Errorf("generate: logprobs {} out of range [-1, {}]", o.logprobs, kMaxTopLogprobs);
-  return ResolveKvConfig(o.kv, model_->config().kv_shape(n_ctx_), spelling);
+  return ResolveKvConfig(o.kv, model_->kv_shape(n_ctx_), spelling);
 }
 
 // A single sequence runs through the same scheduler as a batch: one code path,

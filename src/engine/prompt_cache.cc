@@ -14,10 +14,11 @@ Result<std::unique_ptr<KvCache>> Vehicle(Engine& engine, const KvConfig& kv) {
   KvConfig c;
   c.types = kv.types;
   c.rotate = kv.rotate;
-  c.given |= KvOptBit(KvOpt::kRotate);
+  c.k_offset = kv.k_offset;
+  c.given |= KvOptBit(KvOpt::kRotate) | KvOptBit(KvOpt::kKeyOffset);
   c.rope_k = kv.rope_k;
   c.positions = kv.positions;  // the full policy ignores it; the file records it
-  return KvCache::Create(engine.model().config().kv_shape(engine.n_ctx()), c, &engine.kv_pool());
+  return KvCache::Create(engine.model().kv_shape(engine.n_ctx()), c, &engine.kv_pool());
 }
 
 }  // namespace
@@ -26,7 +27,7 @@ Status CheckPromptCache(const Engine& engine, const KvConfig& kv) {
   if (!engine.prefix_cache())
     return Status::Error("prompt cache: the prefix cache is off (--no-prefix-cache)");
   ASSIGN_OR_RETURN(std::unique_ptr<KvCache> probe,
-                   KvCache::Create(engine.model().config().kv_shape(engine.n_ctx()), kv));
+                   KvCache::Create(engine.model().kv_shape(engine.n_ctx()), kv));
   if (!probe->SharesPrefix())
     return Errorf(
         "prompt cache: the {} cache does not share prefixes (what it keeps depends on "
@@ -67,7 +68,7 @@ Result<PromptCacheFile> SavePromptCache(Engine& engine, const std::string& path,
 
 int64_t DropPromptCache(Engine& engine, const KvConfig& kv, std::span<const int32_t> text) {
   KvBlockPool& pool = engine.kv_pool();
-  return pool.DropCachedChain(PrefixRoot(PrefixSeed{pool.model_id(), kv.types, kv.rotate, kv.rope_k}), text);
+  return pool.DropCachedChain(PrefixRoot(PrefixSeed{pool.model_id(), kv.types, kv.rotate, kv.rope_k, kv.k_offset}), text);
 }
 
 Result<KvConfig> PromptCacheConfig(const Engine& engine, const std::string& path) {
@@ -75,10 +76,11 @@ Result<KvConfig> PromptCacheConfig(const Engine& engine, const std::string& path
   KvConfig c;
   c.types = info.types;
   c.rotate = info.rotate;
-  c.given |= KvOptBit(KvOpt::kRotate);
+  c.k_offset = info.k_offset;
+  c.given |= KvOptBit(KvOpt::kRotate) | KvOptBit(KvOpt::kKeyOffset);
   c.rope_k = info.rope_k;
   c.positions = info.positions;
-  return ResolveKvConfig(c, engine.model().config().kv_shape(engine.n_ctx()));
+  return ResolveKvConfig(c, engine.model().kv_shape(engine.n_ctx()));
 }
 
 }  // namespace rotor

@@ -65,7 +65,7 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
   for (int32_t t : s->result.prompt_tokens)
     if (t < 0 || t >= n_vocab)
       return Errorf("generate: token id {} out of range [0, {})", t, n_vocab);
-  const KvShape shape = engine_.model().config().kv_shape(engine_.n_ctx());
+  const KvShape shape = engine_.model().kv_shape(engine_.n_ctx());
   RETURN_IF_ERROR(FitsNewCache(kv, shape, n_prompt).WithContext("generate"));
   // A sequence the whole K/V budget cannot hold is refused now, not queued forever.
   KvBlockPool& pool = engine_.kv_pool();
@@ -179,7 +179,7 @@ bool Scheduler::Start(Seq& s) {
       const int64_t done = r->attached + r->feed.n_run;
       if (common / pool.block_cells() > done / pool.block_cells()) return false;
     }
-  auto created = KvCache::Create(engine_.model().config().kv_shape(engine_.n_ctx()), s.kv, &pool);
+  auto created = KvCache::Create(engine_.model().kv_shape(engine_.n_ctx()), s.kv, &pool);
   CHECK(created.ok());  // the config was resolved by Add
   std::unique_ptr<KvCache> cache = std::move(*created);
   const int64_t n = static_cast<int64_t>(s.text.size());
@@ -193,7 +193,7 @@ bool Scheduler::Start(Seq& s) {
     // the cached prefix it may fit.
     if (cached == 0) return false;
     cache = std::move(
-        KvCache::Create(engine_.model().config().kv_shape(engine_.n_ctx()), s.kv, &pool).value());
+        KvCache::Create(engine_.model().kv_shape(engine_.n_ctx()), s.kv, &pool).value());
     cached = 0;
     if (!cache->ReserveAll()) return false;
   } else if (!s.bounded) {

@@ -29,7 +29,7 @@ Result<std::unique_ptr<PromptScorer>> PromptScorer::Create(Engine& engine,
   std::unique_ptr<PromptScorer> s(new PromptScorer(engine, std::move(tokens), options));
   KvConfig kv;  // full
   kv.types = options.kv_types;
-  ASSIGN_OR_RETURN(s->cache_, KvCache::Create(model.config().kv_shape(static_cast<int>(n)), kv,
+  ASSIGN_OR_RETURN(s->cache_, KvCache::Create(model.kv_shape(static_cast<int>(n)), kv,
                                               /*pool=*/nullptr));
   const int64_t max_rows =
       std::max<int64_t>(1, kScoreLogitsBytes / (n_vocab * static_cast<int64_t>(sizeof(float))));

@@ -362,7 +362,7 @@ Result<PerplexityResult> ChunkedPerplexity(Runner& runner, int32_t bos,
   ASSIGN_OR_RETURN(const int n_chunks,
                    CountChunks(static_cast<int64_t>(tokens.size()), n_ctx, o.n_chunks));
   ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
-                   KvCache::Create(model.config().kv_shape(n_ctx), o.kv));
+                   KvCache::Create(model.kv_shape(n_ctx), o.kv));
   if (hooks.compare_base != nullptr) {
     Status s = CheckBase(hooks.compare_base->info(), n_vocab, n_ctx, n_chunks, tokens);
     if (!s.ok()) return s.WithContext("perplexity");
@@ -414,7 +414,7 @@ Result<std::vector<float>> StreamNll(Runner& runner, std::span<const int32_t> to
   if (n < 2) return Errorf("stream: {} tokens: at least 2 are needed to predict one", n);
   const Model& model = runner.model();
   ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
-                   KvCache::Create(model.config().kv_shape(o.n_ctx), o.kv));
+                   KvCache::Create(model.kv_shape(o.n_ctx), o.kv));
   if (!FitsCache(*cache, n).ok())
     return Errorf(
         "stream: the {} cache has room for {} tokens: a stream of {} needs -c {} or more "

@@ -17,7 +17,7 @@ Result<std::vector<PerplexityRun>> ExpandPerplexityRuns(const PerplexityArgs& a,
   if (!kvs.ok()) return kvs.status().WithContext("perplexity");
   std::vector<PerplexityRun> runs;
   for (const KvConfig& kv : *kvs) {
-    Result<KvConfig> resolved = ResolveKvConfig(kv, model.config().kv_shape(n_ctx));
+    Result<KvConfig> resolved = ResolveKvConfig(kv, model.kv_shape(n_ctx));
     if (!resolved.ok()) return resolved.status().WithContext(fmt::format("perplexity (-c {})", n_ctx));
     PerplexityRun run;
     run.kv = kv;
@@ -34,6 +34,7 @@ Result<std::vector<PerplexityRun>> ExpandPerplexityRuns(const PerplexityArgs& a,
         a.kv[KvOpt::kTypeV].size() > 1)
       run.label += fmt::format("-{}", KvTypesName(kv.types));
     if (a.kv[KvOpt::kRotate].size() > 1) run.label += kv.rotate ? "-rot" : "-norot";
+    if (a.kv[KvOpt::kKeyOffset].size() > 1) run.label += resolved->k_offset ? "-koff" : "-nokoff";
     const bool seen = std::any_of(runs.begin(), runs.end(),
                                   [&](const PerplexityRun& r) { return r.label == run.label; });
     if (!seen) runs.push_back(run);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "kv/kv_key_offsets.h"
 #include "kv/kv_quant.h"
 #include "ops/quant.h"
 #include "ops/rope.h"
@@ -28,6 +29,7 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape, const KvC
                   ps.n_layer, ps.n_head_kv, ps.head_dim, shape.n_layer, shape.n_head_kv,
                   shape.head_dim);
   std::unique_ptr<KvPolicy> policy = FindKvPolicy(resolved.policy)->create(shape, resolved);
+  if (resolved.k_offset) shape.k_offsets->Layer(0);  // the model's calibration, once, now
   return std::unique_ptr<KvCache>(
       new KvCache(shape, resolved, std::move(policy), pool, std::move(own)));
 }
@@ -75,7 +77,8 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<K
               ? KvCells::Rotate([this](int lane, int32_t c, int32_t d) { RotateLane(lane, c, d); })
               : KvCells::Rotate()),
       publish_(policy_->SharesPrefix()),
-      root_(PrefixRoot(PrefixSeed{pool->model_id(), config.types, config.rotate, config.rope_k})) {
+      root_(PrefixRoot(PrefixSeed{pool->model_id(), config.types, config.rotate, config.rope_k,
+                                  config.k_offset})) {
   shift_row_.resize(RowFloats());
   store_row_.resize(RowFloats());
 }
@@ -85,12 +88,22 @@ KvCache::~KvCache() {
   if (reserved_ > 0) pool_->Unreserve(config_.types, reserved_);
 }
 
-void KvCache::Store(bool is_v, uint8_t* dst, const float* src, int n_heads) {
+const float* KvCache::KeyOffset(int layer, int head) const {
+  if (!config_.k_offset) return nullptr;
+  return shape_.k_offsets->Layer(layer) + static_cast<size_t>(head) * shape_.head_dim;
+}
+
+void KvCache::Store(bool is_v, int layer, int head, uint8_t* dst, const float* src, int n_heads) {
   const KvType t = is_v ? config_.types.v : config_.types.k;
   const int hd = shape_.head_dim;
+  const int64_t n = static_cast<int64_t>(n_heads) * hd;
+  const float* m = is_v ? nullptr : KeyOffset(layer, head);
+  if (m != nullptr) {
+    for (int64_t i = 0; i < n; ++i) store_row_[i] = src[i] - m[i];
+    src = store_row_.data();
+  }
   if (is_v ? config_.rotate : RotateK()) {
-    const int64_t n = static_cast<int64_t>(n_heads) * hd;
-    std::copy(src, src + n, store_row_.data());
+    if (src != store_row_.data()) std::copy(src, src + n, store_row_.data());
     KvHadamard(store_row_.data(), n, KvQuantBlock(hd));
     src = store_row_.data();
   }
@@ -100,24 +113,27 @@ void KvCache::Store(bool is_v, uint8_t* dst, const float* src, int n_heads) {
     KvQuantizeHeads(t, hd, n_heads, src, dst);
 }
 
-void KvCache::Load(bool is_v, const uint8_t* src, float* dst, int n_heads) const {
+void KvCache::Load(bool is_v, int layer, int head, const uint8_t* src, float* dst,
+                   int n_heads) const {
   const int hd = shape_.head_dim;
+  const int64_t n = static_cast<int64_t>(n_heads) * hd;
   KvDequantizeHeads(is_v ? config_.types.v : config_.types.k, hd, n_heads, src, dst);
-  if (is_v ? config_.rotate : RotateK())
-    KvHadamard(dst, static_cast<int64_t>(n_heads) * hd, KvQuantBlock(hd));
+  if (is_v ? config_.rotate : RotateK()) KvHadamard(dst, n, KvQuantBlock(hd));
+  if (const float* m = is_v ? nullptr : KeyOffset(layer, head))
+    for (int64_t i = 0; i < n; ++i) dst[i] += m[i];
 }
 
-void KvCache::ShiftKey(uint8_t* at, int n_heads, int32_t delta) {
+void KvCache::ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t delta) {
   const ops::RopeConfig& rope = shape_.rope;
-  if (config_.types.k == KvType::kF32 && !RotateK()) {
+  if (config_.types.k == KvType::kF32 && !RotateK() && !config_.k_offset) {
     ops::RopeShift(rope, reinterpret_cast<float*>(at), n_heads, delta);
     return;
   }
   // Another type: back to f32 (and unrotated), RoPE-shifted, stored again
   // (rounded or requantized once more, as llama.cpp's K-shift does).
-  Load(false, at, shift_row_.data(), n_heads);
+  Load(false, layer, head, at, shift_row_.data(), n_heads);
   ops::RopeShift(rope, shift_row_.data(), n_heads, delta);
-  Store(false, at, shift_row_.data(), n_heads);
+  Store(false, layer, head, at, shift_row_.data(), n_heads);
 }
 
 void KvCache::LaneHeads(int lane, int* layer_begin, int* layer_end, int* head, int* n_heads) const {
@@ -141,18 +157,18 @@ void KvCache::RotateLane(int lane, int32_t cell, int32_t delta) {
   const BlockId b = table_[cell >> block_shift_];
   CHECK(b >= 0 && pool_->refs(b) == 1 && !pool_->published(b));  // MakeWritable first
   for (int l = l0; l < l1; ++l)
-    ShiftKey(KRow(l, cell) + static_cast<size_t>(head) * k_head_bytes_, n_heads, delta);
+    ShiftKey(l, head, KRow(l, cell) + static_cast<size_t>(head) * k_head_bytes_, n_heads, delta);
 }
 
 std::vector<float> KvCache::CellK(int layer, int32_t cell) const {
   std::vector<float> out(RowFloats());
-  Load(false, KRow(layer, cell), out.data(), shape_.n_head_kv);
+  Load(false, layer, 0, KRow(layer, cell), out.data(), shape_.n_head_kv);
   return out;
 }
 
 std::vector<float> KvCache::CellV(int layer, int32_t cell) const {
   std::vector<float> out(RowFloats());
-  Load(true, VRow(layer, cell), out.data(), shape_.n_head_kv);
+  Load(true, layer, 0, VRow(layer, cell), out.data(), shape_.n_head_kv);
   return out;
 }
 
@@ -389,6 +405,7 @@ KvLayerView KvCache::View(int layer) {
   view.types = config_.types;
   view.rotate_k = RotateK();
   view.rotate_v = config_.rotate;
+  view.k_offset = KeyOffset(layer, 0);
   view.k_row_bytes = KRowBytes();
   view.v_row_bytes = VRowBytes();
   view.layer = layer;
@@ -419,8 +436,8 @@ void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* 
     for (int32_t i = 0; i < plan.n_tokens; ++i) {
       const Slot s = plan.slot[i];
       if (!s.valid()) continue;
-      Store(false, KRow(layer, s.v), k + i * row_stride, shape_.n_head_kv);
-      Store(true, VRow(layer, s.v), v + i * row_stride, shape_.n_head_kv);
+      Store(false, layer, 0, KRow(layer, s.v), k + i * row_stride, shape_.n_head_kv);
+      Store(true, layer, 0, VRow(layer, s.v), v + i * row_stride, shape_.n_head_kv);
     }
     return;
   }
@@ -433,10 +450,11 @@ void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* 
     for (int32_t i = 0; i < plan.n_tokens; ++i) {
       if (slots[i] < 0) continue;
       const size_t head = static_cast<size_t>(g) * view.lane_heads;
-      Store(false, KRow(layer, slots[i]) + head * k_head_bytes_, k + i * row_stride + col,
-            view.lane_heads);
-      Store(true, VRow(layer, slots[i]) + head * v_head_bytes_, v + i * row_stride + col,
-            view.lane_heads);
+      const int h = static_cast<int>(head);
+      Store(false, layer, h, KRow(layer, slots[i]) + head * k_head_bytes_,
+            k + i * row_stride + col, view.lane_heads);
+      Store(true, layer, h, VRow(layer, slots[i]) + head * v_head_bytes_,
+            v + i * row_stride + col, view.lane_heads);
     }
   }
 }

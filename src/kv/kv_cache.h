@@ -65,6 +65,8 @@ struct KvLayerView {
   int first_lane = 0;
   int n_lanes = 1;
   int lane_heads = 0;
+  // [n_head_kv, head_dim] what stored keys have subtracted (kv_key_offsets.h), or null.
+  const float* k_offset = nullptr;
   const void* KRow(int32_t cell) const {
     return blocks[cell >> block_shift] + k_off + (cell & ((1 << block_shift) - 1)) * k_row_bytes;
   }
@@ -205,15 +207,18 @@ class KvCache {
     return block_data_[cell >> block_shift_] + (shape_.n_layer + layer) * section_bytes_ +
            (cell & block_mask_) * VRowBytes();
   }
-  // Stores n_heads heads of f32 values at dst as K (is_v false) or V:
+  // Stores n_heads heads (kv heads head.. of layer `layer`) of f32 values at
+  // dst as K (is_v false) or V: minus the key offsets if the cache has them,
   // rotated if the cache rotates them, in the cache's K (V) type.
-  void Store(bool is_v, uint8_t* dst, const float* src, int n_heads);
-  // n_heads stored heads at src as f32 values, rotated back.
-  void Load(bool is_v, const uint8_t* src, float* dst, int n_heads) const;
+  void Store(bool is_v, int layer, int head, uint8_t* dst, const float* src, int n_heads);
+  // n_heads stored heads at src as f32 values, rotated back, offsets added back.
+  void Load(bool is_v, int layer, int head, const uint8_t* src, float* dst, int n_heads) const;
+  // Layer `layer`'s key offsets from kv head `head` on, or null (none).
+  const float* KeyOffset(int layer, int head) const;
   bool RotateK() const { return config_.rotate && config_.rope_k == RopeK::kCached; }
   // Re-rotates the stored keys a lane keeps in a cell by delta positions.
   void RotateLane(int lane, int32_t cell, int32_t delta);
-  void ShiftKey(uint8_t* at, int n_heads, int32_t delta);
+  void ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t delta);
   // Blocks: table entry b needs a new block (none, or shared: copy-on-write).
   bool NeedsBlock(int32_t b) const;
   // Makes table entry b a block this cache alone holds and may write;

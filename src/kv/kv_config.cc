@@ -55,7 +55,8 @@ constexpr int kMaxCells = 1 << 24;
 // Options every policy uses.
 constexpr uint32_t KvCommonOptions() {
   return KvOptBit(KvOpt::kPolicy) | KvOptBit(KvOpt::kRopeK) | KvOptBit(KvOpt::kType) |
-         KvOptBit(KvOpt::kTypeK) | KvOptBit(KvOpt::kTypeV) | KvOptBit(KvOpt::kRotate);
+         KvOptBit(KvOpt::kTypeK) | KvOptBit(KvOpt::kTypeV) | KvOptBit(KvOpt::kRotate) |
+         KvOptBit(KvOpt::kKeyOffset);
 }
 
 // The option table: one row per option, in display order.
@@ -85,6 +86,10 @@ constexpr KvOptionSpec kTable[] = {
      "on for q8_0 / q4_0 / q5_0 K or V, else off",
      "Hadamard rotation of the stored heads (V, and K under cached RoPE): spreads outliers "
      "before quantization"},
+    {KvOpt::kKeyOffset, "--kv-k-offset", "", "kv_k_offset", false, 0, 0,
+     "on for q8_0 / q4_0 / q5_0 K under cached RoPE, else off",
+     "store keys minus the model's mean key per channel (cached RoPE; exact: softmax ignores "
+     "the shift): the large constant channels of post-RoPE keys stop setting the block scales"},
 };
 static_assert(std::size(kTable) == kKvOptCount);
 
@@ -121,6 +126,7 @@ std::vector<std::string> KvChoices(KvOpt id) {
       return v;
     }
     case KvOpt::kRotate:
+    case KvOpt::kKeyOffset:
       return {"off", "on"};
     default:
       return {};
@@ -178,9 +184,10 @@ Status KvConfig::Set(KvOpt o, std::string_view text, KvSpelling spelling) {
       fresh.rope_k = rope_k;
       fresh.types = types;
       fresh.rotate = rotate;
+      fresh.k_offset = k_offset;
       fresh.given = given & (KvOptBit(KvOpt::kRopeK) | KvOptBit(KvOpt::kType) |
                              KvOptBit(KvOpt::kTypeK) | KvOptBit(KvOpt::kTypeV) |
-                             KvOptBit(KvOpt::kRotate));
+                             KvOptBit(KvOpt::kRotate) | KvOptBit(KvOpt::kKeyOffset));
       if (text != policy) *this = fresh;
       policy = std::string(text);
       break;
@@ -209,6 +216,10 @@ Status KvConfig::Set(KvOpt o, std::string_view text, KvSpelling spelling) {
     case KvOpt::kRotate:
       if (text != "on" && text != "off") return bad();
       rotate = text == "on";
+      break;
+    case KvOpt::kKeyOffset:
+      if (text != "on" && text != "off") return bad();
+      k_offset = text == "on";
       break;
     default:
       return bad();
@@ -241,6 +252,8 @@ std::string KvConfig::Get(KvOpt o) const {
       return std::string(KvTypeName(types.v));
     case KvOpt::kRotate:
       return rotate ? "on" : "off";
+    case KvOpt::kKeyOffset:
+      return k_offset ? "on" : "off";
   }
   return "";
 }
@@ -282,6 +295,19 @@ Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape,
   if (c.rotate && KvQuantBlock(shape.head_dim) == 0)
     return Errorf("kv: {} on needs a head size that is a multiple of 8; this model's is {}",
                   KvOption(KvOpt::kRotate).Name(spelling), shape.head_dim);
+  // Key offsets: on by default for block-type keys under cached RoPE (they
+  // lower the 4- and 5-bit types' KL divergence several fold:
+  // docs/EVALUATION.md) when the model has them. Under deferred RoPE a
+  // constant offset of the unrotated keys is not one of the rotated keys, so
+  // softmax would not ignore it.
+  const std::string_view offset = KvOption(KvOpt::kKeyOffset).Name(spelling);
+  if (!c.Given(KvOpt::kKeyOffset))
+    c.k_offset = KvTypeQuantized(c.types.k) && c.rope_k == RopeK::kCached && shape.k_offsets;
+  if (c.k_offset && c.rope_k != RopeK::kCached)
+    return Errorf("kv: {} on needs keys stored after RoPE ({} cached)", offset,
+                  KvOption(KvOpt::kRopeK).Name(spelling));
+  if (c.k_offset && shape.k_offsets == nullptr)
+    return Errorf("kv: {} on: this cache's model has no key offsets", offset);
   return c;
 }
 
@@ -316,6 +342,7 @@ std::string DescribeKvConfig(const KvConfig& c) {
     s += fmt::format(", {} positions", KvPositionsName(c.positions));
   s += fmt::format(", {} keys, {} K/V", RopeKName(c.rope_k), KvTypesName(c.types));
   if (c.rotate) s += " (rotated)";
+  if (c.k_offset) s += " (key offsets)";
   return s;
 }
 

@@ -28,6 +28,8 @@
 
 namespace rotor {
 
+class KvKeyOffsets;
+
 enum class RopeK { kCached, kDeferred };  // K stored after RoPE / before RoPE
 enum class KvPositions { kOriginal, kCompact };
 // Element type of the stored K (or V). f16 halves the cache and the bytes
@@ -65,6 +67,10 @@ struct KvShape {
   // How keys are rotated (re-rotation of cached K). Its freq_factors, if any,
   // point into the model's config, which outlives every cache of the model.
   ops::RopeConfig rope{};
+  // The model's per-channel key offsets (kv_key_offsets.h), computed on first
+  // use; null when the model has none (then --kv-k-offset on is an error).
+  // Owned by the model, which outlives every cache of it.
+  const KvKeyOffsets* k_offsets = nullptr;
 };
 
 // The rows of the option table.
@@ -74,8 +80,9 @@ enum class KvOpt : int {
   kTypeK,   // K only (after kType: `--kv-type q8_0 --kv-type-v q4_0`)
   kTypeV,   // V only
   kRotate,  // Hadamard rotation of the heads (kv_quant.h)
+  kKeyOffset,  // per-channel key offsets subtracted before storing (kv_key_offsets.h)
 };
-inline constexpr int kKvOptCount = 11;
+inline constexpr int kKvOptCount = 12;
 constexpr uint32_t KvOptBit(KvOpt o) { return 1u << static_cast<int>(o); }
 
 // How the caller spells option names: errors use the caller's spelling.
@@ -111,6 +118,7 @@ struct KvConfig {
   KvPositions positions = KvPositions::kOriginal;  // the evicting policies' resolve: compact
   KvTypes types;        // element types of K and V (default f16)
   bool rotate = false;  // Hadamard-rotated K (cached RoPE) and V heads
+  bool k_offset = false;  // keys stored minus the model's key offsets (cached RoPE)
   uint32_t given = 0;  // KvOptBit of every option set explicitly
 
   bool Given(KvOpt o) const { return (given & KvOptBit(o)) != 0; }

@@ -138,7 +138,7 @@ Status ReadHeader(InFile& f, Header* h) {
   if (h->type > max_type)
     return Errorf("kv file {}: K type {} is not a KV type (0 to {})", f.path(), h->type, max_type);
   if (h->version == 1 ? h->v_type_rotate != 0
-                      : (h->v_type_rotate & 0xff) > max_type || (h->v_type_rotate >> 9) != 0)
+                      : (h->v_type_rotate & 0xff) > max_type || (h->v_type_rotate >> 10) != 0)
     return Errorf("kv file {}: V type and rotation field {:#x} is invalid", f.path(),
                   h->v_type_rotate);
   if (h->rope_k > 1)
@@ -151,7 +151,7 @@ Status ReadHeader(InFile& f, Header* h) {
     return Errorf("kv file {}: shape {} layers x {} kv heads x {} dims is out of range", f.path(),
                   h->n_layer, h->n_head_kv, h->head_dim);
   const KvTypes t = TypesOf(*h);
-  if ((KvTypeQuantized(t.k) || KvTypeQuantized(t.v) || (h->v_type_rotate >> 8) != 0) &&
+  if ((KvTypeQuantized(t.k) || KvTypeQuantized(t.v) || ((h->v_type_rotate >> 8) & 1) != 0) &&
       KvQuantBlock(static_cast<int>(h->head_dim)) == 0)
     return Errorf("kv file {}: head size {} cannot hold {} K/V", f.path(), h->head_dim,
                   KvTypesName(t));
@@ -180,7 +180,8 @@ KvFileInfo InfoOf(const Header& h, int64_t bytes) {
   info.n_head_kv = static_cast<int>(h.n_head_kv);
   info.head_dim = static_cast<int>(h.head_dim);
   info.types = TypesOf(h);
-  info.rotate = h.version > 1 && (h.v_type_rotate >> 8) != 0;
+  info.rotate = h.version > 1 && ((h.v_type_rotate >> 8) & 1) != 0;
+  info.k_offset = h.version > 1 && ((h.v_type_rotate >> 9) & 1) != 0;
   info.rope_k = static_cast<RopeK>(h.rope_k);
   info.positions = static_cast<KvPositions>(h.positions);
   info.bytes = bytes;
@@ -206,6 +207,9 @@ Status CheckMatch(const std::string& path, const KvFileInfo& file, const KvCache
   if (file.rotate != c.rotate)
     return Errorf("kv file {}: rotation (kv_rotate) {}; the cache's is {}", path,
                   file.rotate ? "on" : "off", c.rotate ? "on" : "off");
+  if (file.k_offset != c.k_offset)
+    return Errorf("kv file {}: key offsets (kv_k_offset) {}; the cache's are {}", path,
+                  file.k_offset ? "on" : "off", c.k_offset ? "on" : "off");
   if (file.rope_k != c.rope_k)
     return Errorf("kv file {}: RoPE mode (rope_k) {}; the cache's is {}", path,
                   RopeKName(file.rope_k), RopeKName(c.rope_k));
@@ -247,7 +251,8 @@ Result<int64_t> SaveKvFile(const std::string& path, const KvCache& cache,
   h.n_head_kv = static_cast<uint32_t>(s.n_head_kv);
   h.head_dim = static_cast<uint32_t>(s.head_dim);
   h.type = static_cast<uint32_t>(c.types.k);
-  h.v_type_rotate = static_cast<uint32_t>(c.types.v) | (c.rotate ? 1u << 8 : 0u);
+  h.v_type_rotate = static_cast<uint32_t>(c.types.v) | (c.rotate ? 1u << 8 : 0u) |
+                    (c.k_offset ? 1u << 9 : 0u);
   h.rope_k = static_cast<uint32_t>(c.rope_k);
   h.positions = static_cast<uint32_t>(c.positions);
   h.model = cache.pool().model_id();

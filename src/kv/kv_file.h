@@ -16,7 +16,8 @@
 //   u32      K type (KvType: 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q5_0),
 //            rope_k (0 cached, 1 deferred), positions (0 original, 1 compact)
 //   u32      V type (bits 0-7; version 1: 0, the K type is both's) and
-//            rotation (bit 8: heads stored Hadamard-rotated)
+//            rotation (bit 8: heads stored Hadamard-rotated), key offsets
+//            (bit 9: keys stored minus the model's key offsets, kv_key_offsets.h)
 //   u64      model identity (Model::identity())
 //   u64      n: tokens
 //   i32[n]   token ids
@@ -49,6 +50,7 @@ struct KvFileInfo {
   int n_layer = 0, n_head_kv = 0, head_dim = 0;
   KvTypes types;
   bool rotate = false;
+  bool k_offset = false;  // keys stored minus the model's key offsets
   RopeK rope_k = RopeK::kCached;
   KvPositions positions = KvPositions::kOriginal;
   std::vector<int32_t> tokens;

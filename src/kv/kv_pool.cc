@@ -34,7 +34,9 @@ uint64_t PrefixRoot(const PrefixSeed& seed) {
   h = Mix(h, static_cast<uint64_t>(seed.types.k));
   h = Mix(h, static_cast<uint64_t>(seed.types.v));
   h = Mix(h, static_cast<uint64_t>(seed.rotate));
-  return Mix(h, static_cast<uint64_t>(seed.rope_k));
+  h = Mix(h, static_cast<uint64_t>(seed.rope_k));
+  // Keys without offsets hash as before the option existed.
+  return seed.k_offset ? Mix(h, 0x6b2d6f6666736574ull) : h;  // "k-offset"
 }
 
 uint64_t PrefixHash(uint64_t parent, std::span<const int32_t> tokens) {

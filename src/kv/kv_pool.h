@@ -54,6 +54,7 @@ struct PrefixSeed {
   KvTypes types;
   bool rotate = false;
   RopeK rope_k = RopeK::kCached;
+  bool k_offset = false;
 };
 uint64_t PrefixRoot(const PrefixSeed& seed);
 // The hash of a block: its parent's hash (PrefixRoot for the first) and tokens.

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
+
+#include "model/key_offsets.h"
 
 namespace rotor {
 
@@ -28,8 +31,22 @@ Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> file, b
     for (uint64_t i = 1; i <= 64; ++i) add(size / 65 * i, 256);
     model->identity_ = h;
   }
+  {
+    const ModelConfig& c = model->config_;
+    // The calibration's pool: a few threads (its result does not depend on how many).
+    const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+    model->key_offsets_ = std::make_unique<KvKeyOffsets>(
+        [m = model.get(), threads] { return ComputeKeyOffsets(*m, threads); }, c.n_layer,
+        c.n_head_kv * c.head_dim);
+  }
   if (pack_matrices) model->PackMatrices();
   return model;
+}
+
+KvShape Model::kv_shape(int n_ctx) const {
+  KvShape s = config_.kv_shape(n_ctx);
+  s.k_offsets = key_offsets_.get();
+  return s;
 }
 
 Result<ops::Weight> Model::Matrix(const std::string& name, int64_t k, int64_t n) {

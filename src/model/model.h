@@ -11,6 +11,7 @@
 #include "base/memory.h"
 #include "base/status.h"
 #include "gguf/gguf.h"
+#include "kv/kv_key_offsets.h"
 #include "model/model_config.h"
 #include "ops/ops.h"
 
@@ -43,6 +44,10 @@ class Model {
                                                  bool pack_matrices = true);
 
   const ModelConfig& config() const { return config_; }
+  // The KV cache shape of caches of n_ctx tokens: config().kv_shape with the
+  // model's key offsets (kv/kv_key_offsets.h), computed on first use by a
+  // short calibration run (model/key_offsets.h).
+  KvShape kv_shape(int n_ctx) const;
   const GgufFile& file() const { return *file_; }
   const ops::Weight& token_embd() const { return token_embd_; }  // [n_vocab rows of n_embd]
   const float* output_norm() const { return output_norm_; }      // [n_embd]
@@ -84,6 +89,7 @@ class Model {
   int64_t weight_bytes_ = 0;
   int64_t n_params_ = 0;
   std::string type_name_;
+  std::unique_ptr<KvKeyOffsets> key_offsets_;
 };
 
 }  // namespace rotor

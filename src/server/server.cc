@@ -393,7 +393,7 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
                     "(--parallel {} + --max-queue {})",
                     prompts.size(), api.n, n_choices, options_.parallel, options_.max_queue),
         api.n > 1 ? "n" : "prompt");
-  const KvShape shape = engine_->model().config().kv_shape(engine_->n_ctx());
+  const KvShape shape = engine_->model().kv_shape(engine_->n_ctx());
   Result<KvConfig> kv = engine_->Validate(seq.options, KvSpelling::kField);
   if (!kv.ok()) return BadRequest(kv.message(), "kv");
   for (std::vector<int32_t>& tokens : prompts) {

@@ -312,7 +312,13 @@ TEST(BenchCliTest, KvTypeSweep) {
                  "-r", "1", "-t", "1"});
   ASSERT_EQ(md.exit_code, 0) << md.err;
   EXPECT_THAT(md.out, HasSubstr("type_kv"));
-  EXPECT_THAT(md.out, HasSubstr("| q8_0/q4_0+rot |"));  // rotated by default
+  // Rotated and with key offsets by default.
+  EXPECT_THAT(md.out, HasSubstr("| q8_0/q4_0+rot+koff |"));
+  EXPECT_EQ(q8["kv_k_offset"], true);
+  md = RunRotor({"bench", "-m", BundledModel(), "-ctk", "f16", "-ctv", "q4_0", "-p", "0", "-n", "4",
+                 "-r", "1", "-t", "1"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_THAT(md.out, HasSubstr("| f16/q4_0+rot |"));  // offsets are the keys' alone
 }
 
 struct BenchError {

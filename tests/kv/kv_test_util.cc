@@ -138,7 +138,7 @@ KvConfig Kv(std::string_view policy, int size, int keep, RopeK rope, KvPositions
 std::vector<float> AllLogits(const Model& model, const KvConfig& kv,
                              const std::vector<int32_t>& tokens, int step, int n_ctx,
                              std::unique_ptr<KvCache>* keep_cache, int64_t prompt) {
-  auto cache = KvCache::Create(model.config().kv_shape(n_ctx), kv);
+  auto cache = KvCache::Create(model.kv_shape(n_ctx), kv);  // with the key offsets
   EXPECT_TRUE(cache.ok()) << cache.message();
   if (!cache.ok()) return {};
   if (prompt > 0) {

@@ -1,0 +1,44 @@
+// Per-channel key offsets: a constant vector per layer and kv head that keys
+// stored after RoPE have subtracted before they are rounded to the cache's K
+// type (--kv-k-offset).
+//
+// Post-RoPE keys carry large constant components in their slowly rotating
+// channels (stories260K: channel means up to 19 against a spread of 4), and
+// a block type's one scale per block is set by them, so the other channels
+// round coarsely. Storing k - m instead is exact for attention: every score
+// of a query moves by the same q.m, which softmax ignores. The one place two
+// queries score the same keys in one softmax (sinks seen at a shifted
+// distance: the query rotated back for them) adds the difference of the two
+// shifts (attention.cc). Readers of stored keys in f32 (re-rotation, CellK)
+// add m back.
+//
+// m is a property of the model, not of a sequence: every cache of a model
+// stores keys with the same m, so blocks are shared across sequences (prefix
+// caching) and KV files move between processes. The model computes it once,
+// on first use, from a fixed calibration run (model/key_offsets.cc).
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <vector>
+
+namespace rotor {
+
+class KvKeyOffsets {
+ public:
+  // compute: [n_layer, n_head_kv, head_dim] floats; called once, on the first Layer().
+  using Compute = std::function<std::vector<float>()>;
+  KvKeyOffsets(Compute compute, int n_layer, int row_floats);
+
+  // Layer `layer`'s offsets: [n_head_kv, head_dim].
+  const float* Layer(int layer) const;
+
+ private:
+  Compute compute_;
+  int n_layer_ = 0;
+  int row_floats_ = 0;  // n_head_kv * head_dim
+  mutable std::once_flag once_;
+  mutable std::vector<float> values_;
+};
+
+}  // namespace rotor

@@ -1,0 +1,26 @@
+// The model's key offsets (kv/kv_key_offsets.h): the mean post-RoPE key of
+// every layer, kv head and channel over a fixed calibration run.
+#pragma once
+
+#include <vector>
+
+#include "model/model.h"
+
+namespace rotor {
+
+// Tokens of the calibration run, and the first of them left out of the mean
+// (the first tokens' keys are the model's attention sinks, unlike the rest).
+inline constexpr int kKeyOffsetTokens = 128;
+inline constexpr int kKeyOffsetSkip = 4;
+// Positions the offsets are fitted over: the trained context, at most this.
+inline constexpr int kKeyOffsetSpan = 32768;
+
+// Runs the model over kKeyOffsetTokens tokens of a fixed English paragraph
+// (BOS first; key_offsets.cc) through an f32 cache on a pool of
+// n_threads, and returns the mean key of tokens kKeyOffsetSkip.. of every
+// layer: [n_layer, n_head_kv, head_dim]. The same model gives the same
+// values whatever n_threads (the forward pass does not split a reduction by
+// thread count at this length): every process agrees on them.
+std::vector<float> ComputeKeyOffsets(const Model& model, int n_threads);
+
+}  // namespace rotor
