@@ -152,7 +152,8 @@ typedef struct rotor_kv_config rotor_kv_config;
 ROTOR_API rotor_status *rotor_kv_config_new(rotor_kv_config **out);
 ROTOR_API void rotor_kv_config_free(rotor_kv_config *config);
 /* option: a JSON field ("kv", "kv_size", "kv_keep", "kv_recent", "kv_window",
- * "rope_k", "kv_positions", "kv_type", "kv_type_k", "kv_type_v", "kv_rotate")
+ * "rope_k", "kv_positions", "kv_type", "kv_type_k", "kv_type_v", "kv_rotate",
+ * "kv_k_offset")
  * or a flag ("--kv-size", "--cache-type-k"); value as the CLI takes it
  * ("sink", "256", "deferred", "q8_0", "on"). Errors name both. */
 ROTOR_API rotor_status *rotor_kv_config_set(rotor_kv_config *config, const char *option,
