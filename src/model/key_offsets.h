@@ -10,7 +10,7 @@ namespace rotor {
 
 // Tokens of the calibration run, and the first of them left out of the mean
 // (the first tokens' keys are the model's attention sinks, unlike the rest).
-inline constexpr int kKeyOffsetTokens = 128;
+inline constexpr int kKeyOffsetTokens = 64;
 inline constexpr int kKeyOffsetSkip = 4;
 // Positions the offsets are fitted over: the trained context, at most this.
 inline constexpr int kKeyOffsetSpan = 32768;
