@@ -147,8 +147,9 @@ class TaskRunner {
       std::memcpy(th_.q_sink, q, sizeof(float) * nh * hd);
       const int64_t n = static_cast<int64_t>(nh) * hd;
       if (cache.rotate_k) KvHadamard(th_.q_sink, n, KvQuantBlock(hd));
+      if (cache.k_offset != nullptr) OffsetDots(th_.q_sink, -1.f);  // before the shift: q
       ops::RopeShift(a_.rope->config(), th_.q_sink, nh, -delta);
-      if (cache.k_offset != nullptr) SinkOffsetBias(q, th_.q_sink);
+      if (cache.k_offset != nullptr) OffsetDots(th_.q_sink, 1.f);  // after it: q_sink
       if (cache.rotate_k) KvHadamard(th_.q_sink, n, KvQuantBlock(hd));
       q_sink = th_.q_sink;
     }
@@ -186,19 +187,16 @@ class TaskRunner {
   // shifted by q_sink.m instead; th_.far[h] = scale * (q_sink - q).m of head
   // h, taken off the running max of the other keys' pass, puts both passes on
   // the sinks' shift (exact: m, l and acc then describe scores lowered by it).
-  // q: as the keys (Hadamard-rotated or not); q_sink: not rotated.
-  void SinkOffsetBias(const float* q, const float* q_sink) {
-    const KvLayerView& cache = *a_.cache;
+  // Called with the unrotated q (sign -1, which starts the sums) and then
+  // with q_sink (sign +1): [n_head, head_dim] each.
+  void OffsetDots(const float* x, float sign) {
     const int hd = a_.head_dim, group = a_.n_head / a_.n_head_kv;
     for (int h = 0; h < a_.n_head; ++h) {
-      float* qh = th_.k_rot;  // [head_dim] head h of q, unrotated
-      std::memcpy(qh, q + static_cast<size_t>(h) * hd, sizeof(float) * hd);
-      if (cache.rotate_k) KvHadamard(qh, hd, KvQuantBlock(hd));
-      const float* m = cache.k_offset + static_cast<size_t>(h / group) * hd;
-      const float* qs = q_sink + static_cast<size_t>(h) * hd;
+      const float* m = a_.cache->k_offset + static_cast<size_t>(h / group) * hd;
+      const float* xh = x + static_cast<size_t>(h) * hd;
       float dot = 0.f;
-      for (int d = 0; d < hd; ++d) dot += (qs[d] - qh[d]) * m[d];
-      th_.far[h] = state_.scale * dot;
+      for (int d = 0; d < hd; ++d) dot += xh[d] * m[d];
+      th_.far[h] = (sign < 0 ? 0.f : th_.far[h]) + sign * state_.scale * dot;
     }
   }
 

@@ -20,9 +20,8 @@ namespace {
 
 // A short plain-English paragraph (written for this purpose, not taken from
 // any evaluation text): keys of ordinary text, whose channel means are the
-// ones a cache sees. Pseudo-random token ids give means far from them (the
-// 4-bit keys' KL divergence on stories260K fell by 15% with those, and by
-// several fold with these: docs/EVALUATION.md).
+// ones a cache sees. Pseudo-random token ids give means far from them
+// (docs/EVALUATION.md, "Key offsets": they are the fallback below only).
 constexpr std::string_view kCalibrationText =
     "The old lighthouse stood at the edge of the harbor, and every evening its keeper climbed "
     "the narrow stairs to light the lamp. Ships passing in the night followed the steady beam "
@@ -33,8 +32,8 @@ constexpr std::string_view kCalibrationText =
     "the dark water, and they felt that the harbor was safe once more.";
 
 // The paragraph's tokens (BOS first) up to kKeyOffsetTokens and the model's
-// context (any vocabulary gives it more than 20); a fixed pseudo-random sequence of ids after BOS when the file's
-// vocabulary cannot be read or gives too few.
+// context (any vocabulary gives it more than 20); a fixed pseudo-random
+// sequence of ids after BOS when the file's vocabulary cannot be read.
 std::vector<int32_t> CalibrationTokens(const Model& model) {
   const ModelConfig& mc = model.config();
   const int n = mc.n_ctx_train > 0 ? std::min(kKeyOffsetTokens, mc.n_ctx_train) : kKeyOffsetTokens;
@@ -122,8 +121,8 @@ std::vector<float> ComputeKeyOffsets(const Model& model, int n_threads) {
       }
     }
   }
-  // A one-time pause before the first cache with key offsets (1-3 s for the
-  // 1B shape on 2 cores): said at info level (ROTOR_LOG=info).
+  // A one-time pause before the first cache with key offsets (measured 3.8 s
+  // for the 1B shape on 2 busy cores): said at info level (ROTOR_LOG=info).
   Log(LogLevel::kInfo, "model: key offsets from {} calibration tokens in {:.2f} s", n,
       timer.ElapsedSeconds());
   return out;

@@ -1,5 +1,6 @@
-// The model's key offsets (kv/kv_key_offsets.h): the mean post-RoPE key of
-// every layer, kv head and channel over a fixed calibration run.
+// The model's key offsets (kv/kv_key_offsets.h): per layer, kv head and
+// channel, the constant that best fits the post-RoPE keys of the trained
+// context, from a fixed calibration run.
 #pragma once
 
 #include <vector>
@@ -16,9 +17,11 @@ inline constexpr int kKeyOffsetSkip = 4;
 inline constexpr int kKeyOffsetSpan = 32768;
 
 // Runs the model over kKeyOffsetTokens tokens of a fixed English paragraph
-// (BOS first; key_offsets.cc) through an f32 cache on a pool of
-// n_threads, and returns the mean key of tokens kKeyOffsetSkip.. of every
-// layer: [n_layer, n_head_kv, head_dim]. The same model gives the same
+// (BOS first; key_offsets.cc) through a deferred (pre-RoPE) f32 cache on a
+// pool of n_threads, takes the mean pre-RoPE key c of tokens kKeyOffsetSkip..
+// and returns c rotated by every position of the trained context (at most
+// kKeyOffsetSpan) and averaged, per layer: [n_layer, n_head_kv, head_dim].
+// The same model gives the same
 // values whatever n_threads (the forward pass does not split a reduction by
 // thread count at this length): every process agrees on them.
 std::vector<float> ComputeKeyOffsets(const Model& model, int n_threads);
