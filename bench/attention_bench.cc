@@ -24,7 +24,10 @@ struct Shape {
 constexpr Shape kStories110M{12, 12, 64};
 constexpr Shape kLlama1B{32, 8, 64};
 
-void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType type) {
+// `tokens` query tokens (a ubatch: causal among themselves) at depth d,
+// in tiles of at most max_tile tokens.
+void RunAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType type, int tokens,
+                  int max_tile) {
   const int depth = static_cast<int>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
   int block = static_cast<int>(state.range(2));
@@ -32,9 +35,9 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
   // so a layer's K and V are read in strides of the whole block.
   const int n_layer = state.range(3) > 0 ? static_cast<int>(state.range(3)) : 1;
   ops::RopeConfig rope{s.head_dim, s.head_dim, 10000.f};
-  KvShape shape{n_layer, s.n_head_kv, s.head_dim, depth + 1, rope};
+  KvShape shape{n_layer, s.n_head_kv, s.head_dim, depth + tokens, rope};
   if (block == 0)
-    for (block = 1; block < depth + 1;) block *= 2;
+    for (block = 1; block < depth + tokens;) block *= 2;
   KvBlockPool blocks(shape, KvPoolOptions{.block_cells = block});
   KvConfig cfg;
   cfg.rope_k = rope_k;
@@ -53,20 +56,23 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
     for (int l = 0; l < n_layer; ++l) cache->Write(l, plan, k.data(), v.data(), row);
     cache->Commit(plan);
   }
-  std::vector<float> q(static_cast<size_t>(s.n_head) * s.head_dim), k(row), v(row), out(q.size());
+  // [tokens, n_head, head_dim] queries and outputs; [tokens, n_head_kv, head_dim] K and V.
+  std::vector<float> q(static_cast<size_t>(tokens) * s.n_head * s.head_dim),
+      k(static_cast<size_t>(tokens) * row), v(k.size()), out(q.size());
   for (auto& x : q) x = dist(rng);
   for (auto& x : k) x = dist(rng);
   for (auto& x : v) x = dist(rng);
   ThreadPool pool(threads);
   AttentionScratch scratch(threads, s.n_head, s.n_head_kv, s.head_dim);
-  RopeDistanceTable table(rope, depth + 64);
+  scratch.set_max_tile(max_tile);
+  RopeDistanceTable table(rope, depth + tokens + 64);
   KvPlan plan;
-  (void)cache->Plan(1, &plan);
+  (void)cache->Plan(tokens, &plan);
   (void)cache->Prepare(plan);
   KvLayerView view = cache->View(n_layer / 2);
   AttentionArgs a;
   a.q = q.data(), a.k = k.data(), a.v = v.data();
-  a.q_stride = static_cast<int64_t>(q.size());
+  a.q_stride = static_cast<int64_t>(s.n_head) * s.head_dim;
   a.kv_stride = row;
   a.n_head = s.n_head, a.n_head_kv = s.n_head_kv, a.head_dim = s.head_dim;
   a.cache = &view;
@@ -81,7 +87,32 @@ void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType t
   const double bytes = 2.0 * depth * s.n_head_kv * static_cast<double>(KvHeadBytes(type, s.head_dim));
   state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1000);
+  state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType type) {
+  RunAttention(state, s, rope_k, type, 1, AttentionScratch::kTileTokens);
+}
+
+// Prefill at depth: 256 query tokens over depth cells, one layer, in tiles
+// of range(4) tokens (0: no tiles, each token by the one-token folds, as
+// before tiles). The tok/s of the tiled rows against 0 in the same run is
+// the tiles' gain.
+void BM_PrefillAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType type) {
+  RunAttention(state, s, rope_k, type, 256, static_cast<int>(state.range(4)));
+}
+void PrefillArgs(benchmark::internal::Benchmark* b) {
+  for (int tile : {0, 8, 16, 32}) b->Args({8192, 2, kKvBlockCells, 1, tile});
+  b->UseRealTime();
+}
+#define PREFILL_CASES(name, shape, T)                                                          \
+  BENCHMARK_CAPTURE(BM_PrefillAttention, prefill_##name, shape, RopeK::kCached, KvType::T) \
+      ->Apply(PrefillArgs);
+PREFILL_CASES(stories110m_f16, kStories110M, kF16)
+PREFILL_CASES(stories110m_q8_0, kStories110M, kQ8_0)
+PREFILL_CASES(stories110m_q4_0, kStories110M, kQ4_0)
+PREFILL_CASES(llama1b_f16, kLlama1B, kF16)
+PREFILL_CASES(llama1b_q8_0, kLlama1B, kQ8_0)
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})

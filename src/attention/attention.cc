@@ -15,29 +15,41 @@
 namespace rotor {
 
 using attn::kBlock;
+static_assert(AttentionScratch::kTileTokens <= attn::kTileMax);
 
 AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int head_dim)
     : n_threads_(n_threads), n_head_(n_head), head_dim_(head_dim) {
-  per_thread_ = static_cast<size_t>(n_head) * kBlock + 3 * head_dim + n_head * head_dim +
-                kBlock * 2 * head_dim + 2 * n_head + n_head * head_dim +
-                (n_head * head_dim + 3) / 4 + n_head * head_dim;
-  per_thread_ = (per_thread_ + 15) / 16 * 16;
+  // Slot 0 of a thread: every buffer of Thread; slots 1 and up (the other
+  // tokens of a tile, which only the tile fold reads): the softmax state,
+  // the scores, q_sink and far's first n_head floats (OffsetDots).
+  slot_ = static_cast<size_t>(n_head) * kBlock + 3 * static_cast<size_t>(n_head) +
+          2 * static_cast<size_t>(n_head) * head_dim;
+  slot_ = (slot_ + 15) / 16 * 16;
+  per_thread_ = slot_ + 3 * head_dim + kBlock * 2 * head_dim + n_head * head_dim +
+                (n_head * head_dim + 3) / 4 + 2 * kBlock * head_dim;
+  per_thread_ = (per_thread_ + 15) / 16 * 16 + slot_ * (kTileTokens - 1);
   buf_.Resize(per_thread_ * n_threads);
   lanes_.resize(n_threads);
 }
 
-AttentionScratch::Thread AttentionScratch::thread(int t) {
+AttentionScratch::Thread AttentionScratch::thread(int t, int slot) {
+  CHECK(slot >= 0 && slot < kTileTokens);
   float* p = buf_.data() + per_thread_ * t;
   Thread th;
+  if (slot > 0) p += per_thread_ - slot_ * (kTileTokens - slot);
   th.scores = p, p += static_cast<size_t>(n_head_) * kBlock;
-  th.k_rot = p, p += head_dim_;
-  th.cs = p, p += 2 * head_dim_;
-  th.q_sink = p, p += static_cast<size_t>(n_head_) * head_dim_;
-  th.far = p, p += static_cast<size_t>(kBlock) * 2 * head_dim_;
   th.m = p, p += n_head_;
   th.l = p, p += n_head_;
   th.acc = p, p += static_cast<size_t>(n_head_) * head_dim_;
+  th.q_sink = p, p += static_cast<size_t>(n_head_) * head_dim_;
+  th.far = p, p += n_head_;
+  if (slot > 0) return th;  // the rest stays null
+  th.far = p, p += static_cast<size_t>(kBlock) * 2 * head_dim_;  // [kBlock, 2, head_dim]
+  th.k_rot = p, p += head_dim_;
+  th.cs = p, p += 2 * head_dim_;
   th.q8d = p, p += static_cast<size_t>(n_head_) * head_dim_;
+  th.tile_k = p, p += static_cast<size_t>(kBlock) * head_dim_;
+  th.tile_v = p, p += static_cast<size_t>(kBlock) * head_dim_;
   th.q8 = reinterpret_cast<int8_t*>(p);
   return th;
 }
@@ -114,115 +126,233 @@ void SetBlockTypes(const KvLayerView& view, int head_dim, attn::KeyBlock& block)
 
 namespace {
 
-// Builds key blocks for one (token, cell range) task and folds them.
+// Builds key blocks for one (tile of tokens, cell range) task and folds them.
+// Each token fills blocks of its own visible keys, folded whenever kBlock
+// have gathered and at its end, as a token alone would. The tile's tokens
+// walk the keys in step: tokens that see the same keys (every cell of the
+// cache, and the ubatch's own keys causally) fill the same blocks at the
+// same time, folded together by one tile fold (FoldTileAvx2) that decodes
+// each K/V head once for all of them; a token whose keys differ is folded on
+// its own by the same kernel. That kernel computes each token's row the same
+// whatever else is in the tile, so a token's result depends on neither its
+// tile nor how its sequence was cut into ubatches (prefix caching, chunked
+// prefill, echo scoring agree with generation, bit for bit).
 class TaskRunner {
  public:
-  TaskRunner(const AttentionArgs& a, const AttentionScratch::Cut& cut, AttentionScratch::Thread th)
-      : a_(a),
-        cut_(cut),
-        th_(th),
-        deferred_(a.cache->rope_k == RopeK::kDeferred),
-        state_(MakeFoldState(a, th, a.n_head, a.n_head_kv)) {
-    SetBlockTypes(*a.cache, a.head_dim, block_);
+  TaskRunner(const AttentionArgs& a, const AttentionScratch::Cut& cut, AttentionScratch& scratch,
+             int thread, int n)
+      : a_(a), cut_(cut), deferred_(a.cache->rope_k == RopeK::kDeferred), n_(n) {
+    CHECK(n >= 1 && n <= AttentionScratch::kTileTokens);
+    CHECK(n == 1 || cut.tiled);  // slots 1 and up hold only what tiles read
+    for (int u = 0; u < n; ++u) {
+      Token& tk = tokens_[u];
+      tk.th = scratch.thread(thread, u);
+      tk.state = MakeFoldState(a, tk.th, a.n_head, a.n_head_kv);
+      SetBlockTypes(*a.cache, a.head_dim, tk.block);
+    }
   }
 
-  // Processes cells [c0, c1) (and the ubatch's own keys if `chunk`) for token i.
-  void Run(int i, int32_t c0, int32_t c1, bool chunk) {
-    const KvPlan& plan = *a_.plan;
-    const KvLayerView& cache = *a_.cache;
-    const TextIndex t = plan.first + i;
-    const int32_t pos_q = plan.pos[i];
-    const int32_t delta = plan.sink_delta[i];
-    const int hd = a_.head_dim, nh = a_.n_head;
-    const float* q = a_.q + i * a_.q_stride;
-    std::fill(state_.m, state_.m + nh, -std::numeric_limits<float>::infinity());
-    std::fill(state_.l, state_.l + nh, 0.f);
-    std::fill(state_.acc, state_.acc + static_cast<size_t>(nh) * hd, 0.f);
-    // Sinks seen at a shifted distance form their own blocks: with cached keys
-    // they need the query rotated back by the shift.
-    const bool shifted_sinks = delta != 0 && cache.keep > 0;
-    const float* q_sink = q;
-    if (shifted_sinks && !deferred_) {
-      // q is rotated (Hadamard) when the keys are: back, RoPE-shifted, again.
-      std::memcpy(th_.q_sink, q, sizeof(float) * nh * hd);
-      const int64_t n = static_cast<int64_t>(nh) * hd;
-      if (cache.rotate_k) KvHadamard(th_.q_sink, n, KvQuantBlock(hd));
-      if (cache.k_offset != nullptr) OffsetDots(th_.q_sink, -1.f);  // before the shift: q
-      ops::RopeShift(a_.rope->config(), th_.q_sink, nh, -delta);
-      if (cache.k_offset != nullptr) OffsetDots(th_.q_sink, 1.f);  // after it: q_sink
-      if (cache.rotate_k) KvHadamard(th_.q_sink, n, KvQuantBlock(hd));
-      q_sink = th_.q_sink;
+  // Processes cells [c0, c1) (and the ubatch's own keys if `chunk`) for
+  // tokens [i0, i0 + n).
+  void Run(int i0, int32_t c0, int32_t c1, bool chunk) {
+    bool any_two_pass = false;
+    for (int u = 0; u < n_; ++u) {
+      Begin(tokens_[u], i0 + u);
+      any_two_pass |= tokens_[u].two_pass;
     }
-    const bool two_pass = shifted_sinks && !deferred_;
-    for (int pass = 0; pass < (two_pass ? 2 : 1); ++pass) {
-      const bool sink_pass = pass == 1;
-      if (sink_pass && cache.k_offset != nullptr)  // the pass-0 scores as the sinks' (below)
-        for (int h = 0; h < nh; ++h) state_.m[h] -= th_.far[h];
-      state_.q = sink_pass ? q_sink : q;
-      state_.q8_of = nullptr;
-      auto add = [&](const void* k, const void* v, int32_t pos_k, TextIndex idx) {
-        if (!plan.visibility.Visible(t, idx)) return;
-        const bool sink = idx < cache.keep;
-        if (two_pass && sink != sink_pass) return;
-        const int64_t shift = shifted_sinks && sink && deferred_ ? delta : 0;
-        Push(k, v, static_cast<int64_t>(pos_q) - pos_k - shift);
-      };
+    const KvLayerView& cache = *a_.cache;
+    for (int pass = 0; pass < (any_two_pass ? 2 : 1); ++pass) {
+      for (int u = 0; u < n_; ++u) BeginPass(tokens_[u], pass);
       for (int32_t c = c0; c < c1; ++c) {
         const TextIndex idx = cache.index[c];
-        if (idx >= 0) add(cache.KRow(c), cache.VRow(c), cache.pos[c], idx);
+        if (idx < 0) continue;
+        const void* k = cache.KRow(c);
+        const void* v = cache.VRow(c);
+        for (int u = 0; u < n_; ++u)
+          if (tokens_[u].active) Add(tokens_[u], k, v, cache.pos[c], idx);
+        if (full_) FlushFull();
       }
-      if (chunk)
-        for (int j = 0; j <= i; ++j)
-          add(cut_.chunk_k + j * cut_.chunk_k_row_bytes, cut_.chunk_v + j * cut_.chunk_v_row_bytes,
-              plan.pos[j], plan.first + j);
-      Flush();
+      // The ubatch's own keys, j <= i for token i.
+      const int last = chunk ? tokens_[n_ - 1].i : -1;
+      for (int j = 0; j <= last; ++j) {
+        const void* k = cut_.chunk_k + j * cut_.chunk_k_row_bytes;
+        const void* v = cut_.chunk_v + j * cut_.chunk_v_row_bytes;
+        for (int u = 0; u < n_; ++u) {
+          Token& tk = tokens_[u];
+          if (!tk.active || tk.i < j) continue;
+          Add(tk, k, v, a_.plan->pos[j], a_.plan->first + j);
+          tk.done = tk.i == j;
+        }
+        if (full_) FlushFull();
+      }
+      FlushRest();
     }
   }
 
-  const attn::FoldState& state() const { return state_; }
+  // Token u's final softmax state.
+  const attn::FoldState& state(int u) const { return tokens_[u].state; }
 
  private:
+  struct Token {
+    AttentionScratch::Thread th;
+    attn::FoldState state;
+    attn::KeyBlock block;
+    int far_used = 0;
+    int i = 0;  // in the ubatch
+    TextIndex t = 0;
+    int32_t pos_q = 0, delta = 0;
+    bool shifted_sinks = false, two_pass = false;
+    const float* q = nullptr;       // [n_head, head_dim]
+    const float* q_sink = nullptr;  // [n_head, head_dim]
+    // This pass: whether the token takes part, whether it is the sinks',
+    // and whether its last key has been pushed.
+    bool active = false, sink_pass = false, done = false;
+  };
+
+  void Begin(Token& tk, int i) {
+    const KvPlan& plan = *a_.plan;
+    const KvLayerView& cache = *a_.cache;
+    const int hd = a_.head_dim, nh = a_.n_head;
+    attn::FoldState& st = tk.state;
+    tk.i = i;
+    tk.t = plan.first + i;
+    tk.pos_q = plan.pos[i];
+    tk.delta = plan.sink_delta[i];
+    tk.q = a_.q + i * a_.q_stride;
+    std::fill(st.m, st.m + nh, -std::numeric_limits<float>::infinity());
+    std::fill(st.l, st.l + nh, 0.f);
+    std::fill(st.acc, st.acc + static_cast<size_t>(nh) * hd, 0.f);
+    // Sinks seen at a shifted distance form their own blocks: with cached keys
+    // they need the query rotated back by the shift.
+    tk.shifted_sinks = tk.delta != 0 && cache.keep > 0;
+    tk.q_sink = tk.q;
+    if (tk.shifted_sinks && !deferred_) {
+      // q is rotated (Hadamard) when the keys are: back, RoPE-shifted, again.
+      std::memcpy(tk.th.q_sink, tk.q, sizeof(float) * nh * hd);
+      const int64_t n = static_cast<int64_t>(nh) * hd;
+      if (cache.rotate_k) KvHadamard(tk.th.q_sink, n, KvQuantBlock(hd));
+      if (cache.k_offset != nullptr) OffsetDots(tk, tk.th.q_sink, -1.f);  // before the shift: q
+      ops::RopeShift(a_.rope->config(), tk.th.q_sink, nh, -tk.delta);
+      if (cache.k_offset != nullptr) OffsetDots(tk, tk.th.q_sink, 1.f);  // after it: q_sink
+      if (cache.rotate_k) KvHadamard(tk.th.q_sink, n, KvQuantBlock(hd));
+      tk.q_sink = tk.th.q_sink;
+    }
+    tk.two_pass = tk.shifted_sinks && !deferred_;
+  }
+
+  void BeginPass(Token& tk, int pass) {
+    tk.sink_pass = pass == 1;
+    tk.active = pass == 0 || tk.two_pass;
+    tk.done = false;
+    if (!tk.active) return;
+    if (tk.sink_pass && a_.cache->k_offset != nullptr)  // the pass-0 scores as the sinks' (below)
+      for (int h = 0; h < a_.n_head; ++h) tk.state.m[h] -= tk.th.far[h];
+    tk.state.q = tk.sink_pass ? tk.q_sink : tk.q;
+    tk.state.q8_of = nullptr;
+  }
+
+  void Add(Token& tk, const void* k, const void* v, int32_t pos_k, TextIndex idx) {
+    if (!a_.plan->visibility.Visible(tk.t, idx)) return;
+    const bool sink = idx < a_.cache->keep;
+    if (tk.two_pass && sink != tk.sink_pass) return;
+    const int64_t shift = tk.shifted_sinks && sink && deferred_ ? tk.delta : 0;
+    Push(tk, k, v, static_cast<int64_t>(tk.pos_q) - pos_k - shift);
+  }
+
   // Keys stored minus offsets m score q.k - q.m: a shift softmax ignores
   // while one query scores them all. The sinks' pass scores with q_sink,
-  // shifted by q_sink.m instead; th_.far[h] = scale * (q_sink - q).m of head
+  // shifted by q_sink.m instead; th.far[h] = scale * (q_sink - q).m of head
   // h, taken off the running max of the other keys' pass, puts both passes on
   // the sinks' shift (exact: m, l and acc then describe scores lowered by it).
   // Called with the unrotated q (sign -1, which starts the sums) and then
   // with q_sink (sign +1): [n_head, head_dim] each.
-  void OffsetDots(const float* x, float sign) {
+  void OffsetDots(Token& tk, const float* x, float sign) {
     const int hd = a_.head_dim, group = a_.n_head / a_.n_head_kv;
     for (int h = 0; h < a_.n_head; ++h) {
       const float* m = a_.cache->k_offset + static_cast<size_t>(h / group) * hd;
       const float* xh = x + static_cast<size_t>(h) * hd;
       float dot = 0.f;
       for (int d = 0; d < hd; ++d) dot += xh[d] * m[d];
-      th_.far[h] = (sign < 0 ? 0.f : th_.far[h]) + sign * state_.scale * dot;
+      tk.th.far[h] = (sign < 0 ? 0.f : tk.th.far[h]) + sign * tk.state.scale * dot;
     }
   }
 
-  void Push(const void* k, const void* v, int64_t distance) {
-    const int n = block_.n;
-    block_.k[n] = k;
-    block_.v[n] = v;
-    block_.cos[n] = block_.sin[n] = block_.cos2[n] = block_.sin2[n] = nullptr;
-    if (deferred_) SetRotation(*a_.rope, distance, block_, n, th_.far, &far_used_);
-    if (++block_.n == kBlock) Flush();
+  void Push(Token& tk, const void* k, const void* v, int64_t distance) {
+    attn::KeyBlock& b = tk.block;
+    const int n = b.n;
+    b.k[n] = k;
+    b.v[n] = v;
+    b.cos[n] = b.sin[n] = b.cos2[n] = b.sin2[n] = nullptr;
+    if (deferred_) SetRotation(*a_.rope, distance, b, n, tk.th.far, &tk.far_used);
+    if (++b.n < kBlock) return;
+    if (cut_.tiled) full_ = true;  // folded with the tokens that share its keys
+    else Flush(tk);
   }
 
-  void Flush() {
-    if (block_.n == 0) return;
-    FoldWith(cut_, state_, block_);
-    block_.n = 0;
-    far_used_ = 0;
+  // Tiled: folds every full block, each with the blocks of the other tokens
+  // that hold the same keys (full, or a prefix of a token that has no more).
+  void FlushFull() {
+    full_ = false;
+    for (int u = 0; u < n_; ++u)
+      if (tokens_[u].active && tokens_[u].block.n == kBlock) FoldGroup(tokens_[u], true);
+  }
+
+  // The blocks left at the end of the pass, the longest first, each with
+  // those that are its prefixes.
+  void FlushRest() {
+    for (;;) {
+      Token* longest = nullptr;
+      for (int u = 0; u < n_; ++u)
+        if (tokens_[u].active && tokens_[u].block.n > 0 &&
+            (longest == nullptr || tokens_[u].block.n > longest->block.n))
+          longest = &tokens_[u];
+      if (longest == nullptr) return;
+      if (!cut_.tiled) {
+        Flush(*longest);
+        continue;
+      }
+      FoldGroup(*longest, false);
+    }
+  }
+
+  // One tile fold of ref's block into ref and every token whose block is a
+  // prefix of it (when `ready_only`: only those that are full or done).
+  void FoldGroup(Token& ref, bool ready_only) {
+    const attn::KeyBlock& rb = ref.block;
+    attn::Tile tile;
+    tile.kt = tokens_[0].th.tile_k;
+    tile.vf = tokens_[0].th.tile_v;
+    Token* members[AttentionScratch::kTileTokens];
+    for (int u = 0; u < n_; ++u) {
+      Token& tk = tokens_[u];
+      const attn::KeyBlock& b = tk.block;
+      if (!tk.active || b.n == 0 || b.n > rb.n) continue;
+      if (ready_only && b.n < kBlock && !tk.done) continue;
+      bool prefix = true;
+      for (int j = 0; j < b.n && prefix; ++j) prefix = b.k[j] == rb.k[j] && b.v[j] == rb.v[j];
+      if (!prefix) continue;
+      members[tile.n] = &tk;
+      tile.s[tile.n] = &tk.state;
+      tile.n_keys[tile.n++] = b.n;
+    }
+    if (cut_.avx2 || cut_.avx512) attn::FoldTileAvx2(tile, rb);
+    else attn::FoldTileScalar(tile, rb);
+    for (int m = 0; m < tile.n; ++m) members[m]->block.n = 0;
+  }
+
+  void Flush(Token& tk) {
+    if (tk.block.n == 0) return;
+    FoldWith(cut_, tk.state, tk.block);
+    tk.block.n = 0;
+    tk.far_used = 0;
   }
 
   const AttentionArgs& a_;
   const AttentionScratch::Cut& cut_;
-  AttentionScratch::Thread th_;
   bool deferred_;
-  attn::FoldState state_;
-  attn::KeyBlock block_;
-  int far_used_ = 0;
+  int n_;
+  bool full_ = false;  // tiled: some token's block is full
+  Token tokens_[AttentionScratch::kTileTokens];
 };
 
 }  // namespace
@@ -243,7 +373,7 @@ void ChooseFold(const AttentionArgs& a, Cut& c) {
   c.avx2 = fits && ActiveIsa() == Isa::kAvx2 && a.head_dim % 8 == 0;
 }
 
-Cut CutOf(const ThreadPool& pool, const AttentionArgs& a) {
+Cut CutOf(const ThreadPool& pool, const AttentionArgs& a, int max_tile) {
   const int32_t n_cells = a.cache->n_cells;
   const int n_tokens = a.plan->n_tokens;
   Cut c;
@@ -252,7 +382,16 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a) {
   if (n_tokens < 2 * pool.size() && n_cells >= 256)
     c.splits = std::min<int>((4 * pool.size() + n_tokens - 1) / n_tokens, n_cells / 128);
   c.per_split = (n_cells + c.splits - 1) / c.splits;
-  c.n_tasks = static_cast<int64_t>(n_tokens) * c.splits;
+  // Many tokens: tiles of tokens share each key's read, still two tasks or
+  // more per thread.
+  // Tiles need rotated keys (cached RoPE: every token reads the same rows)
+  // and a fast fold (FoldTileAvx2, also on AVX-512 machines).
+  const bool deferred = a.cache->rope_k == RopeK::kDeferred;
+  c.tiled = c.splits == 1 && !deferred && (c.avx2 || c.avx512) && max_tile > 0;
+  if (c.tiled)
+    c.tile = std::clamp(n_tokens / (2 * pool.size()), 1,
+                        std::min(max_tile, AttentionScratch::kTileTokens));
+  c.n_tasks = static_cast<int64_t>((n_tokens + c.tile - 1) / c.tile) * c.splits;
   return c;
 }
 
@@ -317,26 +456,31 @@ void SetChunks(std::span<const AttentionArgs> batch, AttentionScratch& scratch,
   }
 }
 
-// Task `task` of ubatch a: token task / splits over split task % splits.
-void RunTask(const AttentionArgs& a, const Cut& c, int64_t task, AttentionScratch::Thread th,
-             float* partial) {
+// Task `task` of ubatch a: tile task / splits of its tokens over split
+// task % splits of its cells.
+void RunTask(const AttentionArgs& a, const Cut& c, int64_t task, AttentionScratch& scratch,
+             int thread, float* partial) {
   const int nh = a.n_head, hd = a.head_dim;
   const int32_t n_cells = a.cache->n_cells;
-  const int i = static_cast<int>(task / c.splits), s = static_cast<int>(task % c.splits);
-  TaskRunner runner(a, c, th);
+  const int tile = static_cast<int>(task / c.splits), s = static_cast<int>(task % c.splits);
+  const int i0 = tile * c.tile, n = std::min(c.tile, a.plan->n_tokens - i0);
+  TaskRunner runner(a, c, scratch, thread, n);
   const int32_t c0 = std::min(n_cells, s * c.per_split), c1 = std::min(n_cells, c0 + c.per_split);
-  runner.Run(i, c0, c1, /*chunk=*/s == c.splits - 1);
-  const attn::FoldState& st = runner.state();
-  if (c.splits == 1) {
-    for (int h = 0; h < nh; ++h) {
-      float* out = a.out + i * a.out_stride + static_cast<int64_t>(h) * hd;
-      const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
-      for (int d = 0; d < hd; ++d) out[d] = st.acc[h * hd + d] * inv;
-    }
-  } else {
+  runner.Run(i0, c0, c1, /*chunk=*/s == c.splits - 1);
+  if (c.splits > 1) {  // one token
+    const attn::FoldState& st = runner.state(0);
     std::memcpy(partial, st.m, sizeof(float) * nh);
     std::memcpy(partial + nh, st.l, sizeof(float) * nh);
     std::memcpy(partial + 2 * nh, st.acc, sizeof(float) * nh * hd);
+    return;
+  }
+  for (int u = 0; u < n; ++u) {
+    const attn::FoldState& st = runner.state(u);
+    for (int h = 0; h < nh; ++h) {
+      float* out = a.out + (i0 + u) * a.out_stride + static_cast<int64_t>(h) * hd;
+      const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
+      for (int d = 0; d < hd; ++d) out[d] = st.acc[h * hd + d] * inv;
+    }
   }
 }
 
@@ -404,7 +548,7 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch_in,
     CHECK(a.rope != nullptr);
     CHECK(a.n_head == batch[0].n_head && a.head_dim == batch[0].head_dim);
     if (a.plan->hooks != nullptr) continue;  // per-lane policies: below, one ubatch at a time
-    cuts[b] = CutOf(pool, a);
+    cuts[b] = CutOf(pool, a, scratch.max_tile());
     cuts[b].first_task = n_tasks;
     n_tasks += cuts[b].n_tasks;
     if (cuts[b].splits > 1) {
@@ -424,7 +568,7 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch_in,
       while (cuts[b].n_tasks == 0 || task >= cuts[b].first_task + cuts[b].n_tasks) ++b;
       const Cut& c = cuts[b];
       const int64_t t = task - c.first_task;
-      RunTask(batch[b], c, t, scratch.thread(thread),
+      RunTask(batch[b], c, t, scratch, thread,
               c.splits > 1 ? partials + (c.first_partial + t) * part_stride : nullptr);
     });
     for (size_t b = 0; b < batch.size(); ++b)

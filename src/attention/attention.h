@@ -48,19 +48,30 @@ class AttentionScratch {
   AttentionScratch(int n_threads, int n_head, int n_head_kv, int head_dim);
   int n_threads() const { return n_threads_; }
 
+  // Slot 0 has every buffer; slots 1 and up (tiles' other tokens) only
+  // scores, m, l, acc, q_sink and far's first n_head floats, the rest null.
   struct Thread {
-    float* scores;    // [n_head, kBlock]
-    float* k_rot;     // [head_dim]
-    float* cs;        // [2, head_dim]
-    float* q_sink;    // [n_head, head_dim]
-    float* far;       // [kBlock, 2, head_dim] rotation rows computed on the fly
-    float* m;         // [n_head]
-    float* l;         // [n_head]
-    float* acc;       // [n_head, head_dim]
-    int8_t* q8;       // [n_head, head_dim] the query quantized (block-type keys)
-    float* q8d;       // [n_head, head_dim] its blocks' scales (FoldState::q8d)
+    float* scores = nullptr;  // [n_head, kBlock]
+    float* k_rot = nullptr;   // [head_dim]
+    float* cs = nullptr;      // [2, head_dim]
+    float* q_sink = nullptr;  // [n_head, head_dim]
+    float* far = nullptr;     // [kBlock, 2, head_dim] rotation rows computed on the fly
+    float* m = nullptr;       // [n_head]
+    float* l = nullptr;       // [n_head]
+    float* acc = nullptr;     // [n_head, head_dim]
+    int8_t* q8 = nullptr;     // [n_head, head_dim] the query quantized (block-type keys)
+    float* q8d = nullptr;     // [n_head, head_dim] its blocks' scales (FoldState::q8d)
+    float* tile_k = nullptr;  // [head_dim, kBlock] a K head of a key block, decoded (attn::Tile)
+    float* tile_v = nullptr;  // [kBlock, head_dim] a V head of a key block, decoded
   };
-  Thread thread(int t);
+  // Slot `slot` (< kTileTokens) of thread t: one query token of a tile.
+  Thread thread(int t, int slot = 0);
+  static constexpr int kTileTokens = 32;  // query tokens folded over the same keys
+  // At most n (1 to kTileTokens) tokens per tile; 0: no tiles, every token
+  // folded alone by the one-token folds, as split decode (benchmarks compare
+  // the two).
+  void set_max_tile(int n) { max_tile_ = n; }
+  int max_tile() const { return max_tile_; }
   // Partial softmax states of split tasks: [n_tasks, n_head, head_dim + 2].
   float* Partials(int64_t n_tasks);
   // Per-lane working memory of a thread (attention_lanes.cc), grown to the
@@ -73,17 +84,19 @@ class AttentionScratch {
   };
   // For n_lanes lanes of q_heads query heads each, up to max_keys keys.
   LaneBuffers& lanes(int thread, size_t max_keys, int n_lanes, int q_heads);
-  // How AttendBatch cut each ubatch into tasks: its tokens x splits of the
-  // cells. Depends only on that ubatch, never on the others in the batch, so a
+  // How AttendBatch cut each ubatch into tasks: tiles of its tokens x
+  // splits of the cells. Depends only on that ubatch, never on the others in the batch, so a
   // sequence's result is the same alone and batched.
   struct Cut {
     int splits = 1;
+    int tile = 1;  // query tokens per task (splits == 1)
     int32_t per_split = 0;
     int64_t first_task = 0;     // in the batch's task numbering
     int64_t n_tasks = 0;
     int64_t first_partial = 0;  // in Partials(), when splits > 1
     bool avx512 = false;  // FoldAvx512 (ChooseFold in attention.cc)
     bool avx2 = false;    // else FoldAvx2; neither: FoldScalar
+    bool tiled = false;   // tiles of tokens fold shared key blocks (FoldTileAvx2)
     // The ubatch's own K and V as attention reads them: args.k / args.v, or
     // their rounding (and rotation) to the cache's types: [n_tokens,
     // n_head_kv] heads of the K (V) type, rows chunk_{k,v}_row_bytes apart.
@@ -101,7 +114,9 @@ class AttentionScratch {
 
  private:
   int n_threads_, n_head_, head_dim_;
-  size_t per_thread_;
+  int max_tile_ = kTileTokens;
+  size_t per_thread_;  // floats of a thread: slot 0, then kTileTokens - 1 slots of slot_
+  size_t slot_;
   AlignedBuffer<float> buf_;
   AlignedBuffer<float> partials_;
   AlignedBuffer<uint8_t> chunk_bytes_;

@@ -55,6 +55,29 @@ struct KeyBlock {
   const float* sin2[kBlock];
 };
 
+// A tile: one block of keys folded into the states of n query tokens at once
+// (prefill: a token's keys are mostly the same as its neighbours'). Token u
+// takes the block's first n_keys[u] keys (0 to b.n: the ubatch's own keys
+// are a causal prefix). The keys carry no rotation rows (cached RoPE). Each
+// K and V head of the block is decoded to f32 once per tile into the
+// scratch, then scored against every query row of the tile as a small
+// matrix product; block-type keys are scored in f32 (not by the quantized
+// query's integer dot products of the one-token folds).
+inline constexpr int kTileMax = 32;
+struct Tile {
+  int n = 0;
+  FoldState* s[kTileMax];
+  int n_keys[kTileMax];
+  float* kt = nullptr;  // scratch [head_dim, kBlock]: one K head of the block, transposed
+  float* vf = nullptr;  // scratch [kBlock, head_dim]: one V head of the block
+};
+// Scalar reference of the tile fold: any types and head size.
+void FoldTileScalar(Tile& t, const KeyBlock& b);
+// head_dim % 8 == 0 up to 256 and qblock 8, 16 or 32 (else FoldTileScalar):
+// the query rows in chunks of 4 against 16 keys in registers
+// (fold_tile_avx2.cc). Runs on AVX-512 machines too.
+void FoldTileAvx2(Tile& t, const KeyBlock& b);
+
 // Scalar reference, any types and head size. Block-type keys without a
 // rotation row (cached RoPE) are scored by integer dot products with the
 // quantized query (as the fast paths); rotated ones (deferred RoPE) and every

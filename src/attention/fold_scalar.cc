@@ -114,6 +114,47 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
   }
 }
 
+void FoldTileScalar(Tile& t, const KeyBlock& b) {
+  for (int u = 0; u < t.n; ++u) {
+    FoldState& s = *t.s[u];
+    const int hd = s.head_dim, group = s.n_head / s.n_head_kv, n = t.n_keys[u];
+    if (n == 0) continue;
+    std::vector<float> k(static_cast<size_t>(n) * s.n_head_kv * hd);  // [n, n_head_kv, head_dim]
+    std::vector<float> v(k.size());                                    // [n, n_head_kv, head_dim]
+    for (int j = 0; j < n; ++j)
+      for (int g = 0; g < s.n_head_kv; ++g) {
+        const size_t at = (static_cast<size_t>(j) * s.n_head_kv + g) * hd;
+        DecodeHead(b.tk, b.k_head_bytes, hd, b.k[j], g, k.data() + at);
+        DecodeHead(b.tv, b.v_head_bytes, hd, b.v[j], g, v.data() + at);
+      }
+    for (int h = 0; h < s.n_head; ++h) {
+      const int g = h / group;
+      float* sc = s.scores + h * kBlock;
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < n; ++j) {
+        const float* kj = k.data() + (static_cast<size_t>(j) * s.n_head_kv + g) * hd;
+        float dot = 0.f;
+        for (int d = 0; d < hd; ++d) dot += s.q[h * hd + d] * kj[d];
+        sc[j] = dot * s.scale;
+        block_max = std::max(block_max, sc[j]);
+      }
+      const float new_max = std::max(s.m[h], block_max);
+      const float corr = std::exp(s.m[h] - new_max);
+      float* acc = s.acc + h * hd;
+      for (int d = 0; d < hd; ++d) acc[d] *= corr;
+      float sum = s.l[h] * corr;
+      for (int j = 0; j < n; ++j) {
+        const float p = std::exp(sc[j] - new_max);
+        sum += p;
+        const float* vj = v.data() + (static_cast<size_t>(j) * s.n_head_kv + g) * hd;
+        for (int d = 0; d < hd; ++d) acc[d] += p * vj[d];
+      }
+      s.l[h] = sum;
+      s.m[h] = new_max;
+    }
+  }
+}
+
 void LaneWeightsScalar(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
                        const float* l, float* out) {
   for (int k = 0; k < n_keys; ++k) {

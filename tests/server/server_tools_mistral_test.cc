@@ -162,7 +162,7 @@ TEST_F(MistralToolServerTest, HistoryRoundTrip) {
 // "auto": a call the model starts with [TOOL_CALLS] is held to the grammar.
 TEST_F(MistralToolServerTest, AutoCallsThatStartAreWellFormed) {
   ASSERT_TRUE(mistral_->ok()) << mistral_->error();
-  const AutoCalls a = PostAutoCalls(*mistral_, kMistralToolCallsToken, 16, 12, "[TOOL_CALLS]");
+  const AutoCalls a = PostAutoCalls(*mistral_, kMistralToolCallsToken, 16, 20, "[TOOL_CALLS]");
   EXPECT_GE(a.with_calls, 3);
 }
 

@@ -1,0 +1,289 @@
+// AVX2 tile fold (fold.h, Tile): one key block folded into the online
+// softmax of several query tokens at once. Per KV head, the block's K head is
+// decoded to f32 and transposed into t.kt, its V head decoded into t.vf, both
+// once for the whole tile; the query rows of the tile (tokens x the query
+// heads sharing the KV head) are then scored four at a time against 16 keys
+// held in registers (q broadcast, keys as vectors: no horizontal sums), and
+// their probabilities accumulated against V the same way. A prefill at depth
+// thus reads and decodes each K/V row once per tile, not once per token.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention/fold.h"
+#include "attention/fold_avx2_decode.h"
+
+namespace rotor::attn {
+namespace {
+
+constexpr int kRows = 4;  // query rows per register block
+
+// One query row of the tile: a token's query head and its softmax state.
+struct Row {
+  const float* q;  // [head_dim]
+  float* sc;       // [kBlock] scaled scores, then exp(score - max)
+  float* acc;      // [head_dim]
+  float* m;
+  float* l;
+  int n;           // keys this row takes (a prefix of the block)
+  float corr;      // exp(old max - new max)
+};
+
+// Transposes the 8 x 8 floats of r in place.
+inline void Transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// K head g of keys [0, n) into kt ([head_dim, kBlock]), keys [n, n8) zero.
+template <Elem T, int B>
+void DecodeK(const KeyBlock& b, int g, int n, int n8, int hd, float* kt) {
+  for (int j0 = 0; j0 < n8; j0 += 8) {
+    const uint8_t* head[8];
+    for (int i = 0; i < 8; ++i)
+      head[i] = j0 + i < n ? static_cast<const uint8_t*>(b.k[j0 + i]) +
+                                 static_cast<size_t>(g) * b.k_head_bytes
+                           : nullptr;
+    for (int e = 0; e < hd; e += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] = head[i] != nullptr ? Load8<T, B>(head[i], e) : _mm256_setzero_ps();
+      Transpose8(r);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (e + i) * kBlock + j0, r[i]);
+    }
+  }
+}
+
+// V head g of keys [0, n) into vf ([kBlock, head_dim]).
+template <Elem T, int B>
+void DecodeV(const KeyBlock& b, int g, int n, int hd, float* vf) {
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* head =
+        static_cast<const uint8_t*>(b.v[j]) + static_cast<size_t>(g) * b.v_head_bytes;
+    for (int e = 0; e < hd; e += 8) _mm256_storeu_ps(vf + j * hd + e, Load8<T, B>(head, e));
+  }
+}
+
+// Fetches K and V head g of keys [0, n) ahead of their decoding: the heads
+// of a block are a row apart, a stride the hardware prefetchers miss.
+void Prefetch(const KeyBlock& b, int g, int n) {
+  for (int j = 0; j < n; ++j) {
+    const char* k = static_cast<const char*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
+    const char* v = static_cast<const char*>(b.v[j]) + static_cast<size_t>(g) * b.v_head_bytes;
+    for (int o = 0; o < b.k_head_bytes; o += 64) _mm_prefetch(k + o, _MM_HINT_T1);
+    for (int o = 0; o < b.v_head_bytes; o += 64) _mm_prefetch(v + o, _MM_HINT_T1);
+  }
+}
+
+using DecodeKFn = void (*)(const KeyBlock&, int, int, int, int, float*);
+using DecodeVFn = void (*)(const KeyBlock&, int, int, int, float*);
+
+template <Elem T>
+void PickDecoders(int qblock, bool is_v, DecodeKFn* k, DecodeVFn* v) {
+  auto set = [&]<int B>() {
+    if (is_v) *v = DecodeV<T, B>;
+    else *k = DecodeK<T, B>;
+  };
+  if (!IsBlockType(T) || qblock == 32) set.template operator()<32>();
+  else if (qblock == 16) set.template operator()<16>();
+  else set.template operator()<8>();
+}
+
+void Pick(Elem t, int qblock, bool is_v, DecodeKFn* k, DecodeVFn* v) {
+  switch (t) {
+    case Elem::kF32: return PickDecoders<Elem::kF32>(qblock, is_v, k, v);
+    case Elem::kF16: return PickDecoders<Elem::kF16>(qblock, is_v, k, v);
+    case Elem::kBF16: return PickDecoders<Elem::kBF16>(qblock, is_v, k, v);
+    case Elem::kQ8_0: return PickDecoders<Elem::kQ8_0>(qblock, is_v, k, v);
+    case Elem::kQ4_0: return PickDecoders<Elem::kQ4_0>(qblock, is_v, k, v);
+    case Elem::kQ5_0: return PickDecoders<Elem::kQ5_0>(qblock, is_v, k, v);
+  }
+}
+
+// Scaled scores of R rows against keys [0, n8) of kt.
+template <int R>
+void ScoreRows(Row* rows, const float* kt, int hd, int n8, float scale) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  int j = 0;
+  for (; j + 16 <= n8; j += 16) {
+    __m256 a0[R], a1[R];
+    for (int r = 0; r < R; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; ++d) {
+      const __m256 k0 = _mm256_loadu_ps(kt + d * kBlock + j);
+      const __m256 k1 = _mm256_loadu_ps(kt + d * kBlock + j + 8);
+      for (int r = 0; r < R; ++r) {
+        const __m256 q = _mm256_broadcast_ss(rows[r].q + d);
+        a0[r] = _mm256_fmadd_ps(q, k0, a0[r]);
+        a1[r] = _mm256_fmadd_ps(q, k1, a1[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_ps(rows[r].sc + j, _mm256_mul_ps(a0[r], vs));
+      _mm256_storeu_ps(rows[r].sc + j + 8, _mm256_mul_ps(a1[r], vs));
+    }
+  }
+  if (j < n8) {  // the last 8
+    __m256 a[R];
+    for (int r = 0; r < R; ++r) a[r] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; ++d) {
+      const __m256 k0 = _mm256_loadu_ps(kt + d * kBlock + j);
+      for (int r = 0; r < R; ++r)
+        a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(rows[r].q + d), k0, a[r]);
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(rows[r].sc + j, _mm256_mul_ps(a[r], vs));
+  }
+}
+
+// The row's online-softmax step: its scores [0, n) become exp(score - max)
+// and [n, n8) zero; m and l move on, corr is what acc must be scaled by.
+void SoftmaxRow(Row& row, int n8) {
+  if (row.n == 0) {  // no key: the state stays
+    std::fill(row.sc, row.sc + n8, 0.f);
+    row.corr = 1.f;
+    return;
+  }
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 vmax = neg_inf;
+  for (int c = 0; c < row.n; c += 8) {
+    const __m256 valid = _mm256_castsi256_ps(FirstLanes(row.n - c));
+    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(row.sc + c), valid));
+  }
+  const float new_max = std::max(*row.m, Hmax(vmax));
+  row.corr = std::exp(*row.m - new_max);  // 0 on the first block (m = -inf)
+  const __m256 vm = _mm256_set1_ps(new_max);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int c = 0; c < n8; c += 8) {
+    const __m256 valid = _mm256_castsi256_ps(FirstLanes(row.n - c));
+    const __m256 e = _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_loadu_ps(row.sc + c), vm)), valid);
+    _mm256_storeu_ps(row.sc + c, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  *row.l = *row.l * row.corr + Hsum(vsum);
+  *row.m = new_max;
+}
+
+// acc = acc * corr + sum over keys [0, n) of p * v, for R rows.
+template <int R>
+void AccumulateRows(Row* rows, const float* vf, int hd, int n) {
+  int e = 0;
+  for (; e + 16 <= hd; e += 16) {
+    __m256 a0[R], a1[R];
+    for (int r = 0; r < R; ++r) {
+      const __m256 c = _mm256_set1_ps(rows[r].corr);
+      a0[r] = _mm256_mul_ps(_mm256_loadu_ps(rows[r].acc + e), c);
+      a1[r] = _mm256_mul_ps(_mm256_loadu_ps(rows[r].acc + e + 8), c);
+    }
+    for (int j = 0; j < n; ++j) {
+      const __m256 v0 = _mm256_loadu_ps(vf + j * hd + e);
+      const __m256 v1 = _mm256_loadu_ps(vf + j * hd + e + 8);
+      for (int r = 0; r < R; ++r) {
+        const __m256 p = _mm256_broadcast_ss(rows[r].sc + j);
+        a0[r] = _mm256_fmadd_ps(p, v0, a0[r]);
+        a1[r] = _mm256_fmadd_ps(p, v1, a1[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_ps(rows[r].acc + e, a0[r]);
+      _mm256_storeu_ps(rows[r].acc + e + 8, a1[r]);
+    }
+  }
+  if (e < hd) {  // the last 8
+    __m256 a[R];
+    for (int r = 0; r < R; ++r)
+      a[r] = _mm256_mul_ps(_mm256_loadu_ps(rows[r].acc + e), _mm256_set1_ps(rows[r].corr));
+    for (int j = 0; j < n; ++j) {
+      const __m256 v0 = _mm256_loadu_ps(vf + j * hd + e);
+      for (int r = 0; r < R; ++r)
+        a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(rows[r].sc + j), v0, a[r]);
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(rows[r].acc + e, a[r]);
+  }
+}
+
+// Runs F<R> over rows [0, n) in blocks of kRows (the last one smaller).
+template <template <int> class F, typename... Args>
+void ByRows(Row* rows, int n, Args... args) {
+  int r = 0;
+  for (; r + kRows <= n; r += kRows) F<kRows>::Run(rows + r, args...);
+  switch (n - r) {
+    case 1: return F<1>::Run(rows + r, args...);
+    case 2: return F<2>::Run(rows + r, args...);
+    case 3: return F<3>::Run(rows + r, args...);
+    default: return;
+  }
+}
+template <int R>
+struct ScoreFn {
+  static void Run(Row* rows, const float* kt, int hd, int n8, float scale) {
+    ScoreRows<R>(rows, kt, hd, n8, scale);
+  }
+};
+template <int R>
+struct AccumulateFn {
+  static void Run(Row* rows, const float* vf, int hd, int n) {
+    int longest = 0;  // the rows' p are zero past their own n
+    for (int r = 0; r < R; ++r) longest = std::max(longest, rows[r].n);
+    AccumulateRows<R>(rows, vf, hd, std::min(longest, n));
+  }
+};
+
+}  // namespace
+
+void FoldTileAvx2(Tile& t, const KeyBlock& b) {
+  const FoldState& s0 = *t.s[0];
+  const int hd = s0.head_dim, group = s0.n_head / s0.n_head_kv;
+  const bool blocks = IsBlockType(b.tk) || IsBlockType(b.tv);
+  const bool block_ok = b.qblock == 8 || b.qblock == 16 || b.qblock == 32;
+  if (hd % 8 != 0 || hd > 256 || (blocks && !block_ok)) return FoldTileScalar(t, b);
+  int n = 0;
+  for (int u = 0; u < t.n; ++u) n = std::max(n, t.n_keys[u]);
+  if (n == 0) return;
+  const int n8 = (n + 7) / 8 * 8;
+  DecodeKFn decode_k = nullptr;
+  DecodeVFn decode_v = nullptr;
+  Pick(b.tk, b.qblock, /*is_v=*/false, &decode_k, &decode_v);
+  Pick(b.tv, b.qblock, /*is_v=*/true, &decode_k, &decode_v);
+  thread_local std::vector<Row> rows;  // [t.n * group] token-major
+  rows.resize(static_cast<size_t>(t.n) * group);
+  for (int g = 0; g < s0.n_head_kv; ++g) {
+    if (g + 1 < s0.n_head_kv) Prefetch(b, g + 1, n);
+    decode_k(b, g, n, n8, hd, t.kt);
+    decode_v(b, g, n, hd, t.vf);
+    for (int u = 0; u < t.n; ++u) {
+      FoldState& s = *t.s[u];
+      for (int i = 0; i < group; ++i) {
+        const int h = g * group + i;
+        rows[u * group + i] = Row{s.q + static_cast<size_t>(h) * hd, s.scores + h * kBlock,
+                                  s.acc + static_cast<size_t>(h) * hd, s.m + h, s.l + h,
+                                  t.n_keys[u], 1.f};
+      }
+    }
+    const int n_rows = static_cast<int>(rows.size());
+    ByRows<ScoreFn>(rows.data(), n_rows, static_cast<const float*>(t.kt), hd, n8, s0.scale);
+    for (Row& r : rows) SoftmaxRow(r, n8);
+    ByRows<AccumulateFn>(rows.data(), n_rows, static_cast<const float*>(t.vf), hd, n);
+  }
+}
+
+}  // namespace rotor::attn
