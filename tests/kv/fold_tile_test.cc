@@ -13,21 +13,13 @@
 #include "attention/fold.h"
 #include "base/cpu.h"
 #include "kv/kv_quant.h"
+#include "kv_quant_test_util.h"
 #include "sanitizers/sweep.h"
 
 namespace rotor {
 namespace {
 
-constexpr KvType kAllTypes[] = {KvType::kF32,  KvType::kF16,  KvType::kBF16,
-                                KvType::kQ8_0, KvType::kQ4_0, KvType::kQ5_0};
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 struct TileCase {
   int n_head, n_head_kv, head_dim, n_tokens, n_keys;
@@ -48,7 +40,7 @@ struct TokenState {
   attn::FoldState s;
   TokenState(const TileCase& c, uint32_t seed) {
     const size_t n = static_cast<size_t>(c.n_head) * c.head_dim;
-    q = Random(n, seed);
+    q = testing::RandomNormal(n, seed);
     scores.resize(static_cast<size_t>(c.n_head) * attn::kBlock);
     k_rot.resize(c.head_dim), cs.resize(2 * c.head_dim);
     m.assign(c.n_head, -std::numeric_limits<float>::infinity());
@@ -67,8 +59,8 @@ enum class How { kTileAvx2, kTileScalar, kOneByOne };
 std::vector<float> RunTile(How how, const TileCase& c, KvType tk, KvType tv, uint32_t seed) {
   const int hd = c.head_dim;
   const size_t kb = KvHeadBytes(tk, hd) * c.n_head_kv, vb = KvHeadBytes(tv, hd) * c.n_head_kv;
-  const std::vector<float> kf = Random(static_cast<size_t>(c.n_keys) * c.n_head_kv * hd, seed + 1, 2.f);
-  const std::vector<float> vf = Random(kf.size(), seed + 2);
+  const std::vector<float> kf = testing::RandomNormal(static_cast<size_t>(c.n_keys) * c.n_head_kv * hd, seed + 1, 2.f);
+  const std::vector<float> vf = testing::RandomNormal(kf.size(), seed + 2);
   std::vector<uint8_t> k(kb * c.n_keys), v(vb * c.n_keys);  // [n_keys] rows of K (V)
   for (int j = 0; j < c.n_keys; ++j) {
     const size_t at = static_cast<size_t>(j) * c.n_head_kv * hd;
@@ -142,8 +134,8 @@ TEST(FoldTile, Avx2EqualsScalarReference) {
   testing::Sweep sweep(5);  // under the sanitizers: every case and type, fewer pairs
   double worst = 0;
   for (const TileCase& c : kCases)
-    for (KvType tk : kAllTypes)
-      for (KvType tv : kAllTypes) {
+    for (KvType tk : testing::kAllKvTypes)
+      for (KvType tv : testing::kAllKvTypes) {
         if (!sweep.Next({static_cast<int>(&c - kCases), static_cast<int>(tk), static_cast<int>(tv)}))
           continue;
         SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads "
@@ -164,12 +156,12 @@ TEST(FoldTile, Avx2EqualsScalarReference) {
 // The tile fold against folding each token alone (what decode and the
 // tokens of an untiled ubatch do): float keys give the same scores; block-type
 // keys differ by the one-token fold's quantized query (q8_0 blocks: integer
-// dot products), which the tile does not quantize: the tile is the closer of
-// the two to the keys' exact scores.
+// dot products), which the tile does not quantize: it scores the decoded
+// keys with the f32 query.
 TEST(FoldTile, ScalarEqualsOneTokenFolds) {
   double worst_float = 0, worst_int = 0;
   for (const TileCase& c : kCases)
-    for (KvType tk : kAllTypes) {
+    for (KvType tk : testing::kAllKvTypes) {
       const KvType tv = tk == KvType::kF32 ? KvType::kQ4_0 : KvType::kF16;
       SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << "/" << KvTypeName(tv) << " hd "
                                         << c.head_dim << " tokens " << c.n_tokens);

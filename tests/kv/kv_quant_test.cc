@@ -15,6 +15,7 @@
 #include "base/cpu.h"
 #include "gguf/gguf.h"
 #include "kv/kv_quant.h"
+#include "kv_quant_test_util.h"
 #include "ops/quant.h"
 #include "sanitizers/sweep.h"
 #include "tensor/fp16.h"
@@ -23,8 +24,6 @@ namespace rotor {
 namespace {
 
 constexpr KvType kBlockTypes[] = {KvType::kQ8_0, KvType::kQ4_0, KvType::kQ5_0};
-constexpr KvType kAllTypes[] = {KvType::kF32,  KvType::kF16,  KvType::kBF16,
-                                KvType::kQ8_0, KvType::kQ4_0, KvType::kQ5_0};
 
 DType GgmlType(KvType t) {
   switch (t) {
@@ -37,13 +36,6 @@ DType GgmlType(KvType t) {
   }
 }
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 TEST(KvQuant, SizesAndBlocks) {
   EXPECT_EQ(KvQuantBlock(64), 32);
@@ -63,11 +55,11 @@ TEST(KvQuant, SizesAndBlocks) {
 // Heads of a multiple of 32 are GGML rows: the same bytes as ops' quantizer
 // (itself checked against llama-quantize), and the same values back.
 TEST(KvQuant, Head32IsTheGgmlRow) {
-  for (KvType t : kAllTypes) {
+  for (KvType t : testing::kAllKvTypes) {
     if (t == KvType::kF32) continue;
     for (int hd : {32, 64, 96, 128}) {
       const int heads = 3;
-      const std::vector<float> x = Random(heads * hd, hd + static_cast<int>(t), 3.f);
+      const std::vector<float> x = testing::RandomNormal(heads * hd, hd + static_cast<int>(t), 3.f);
       std::vector<uint8_t> mine(heads * KvHeadBytes(t, hd)), ggml(mine.size());
       KvQuantizeHeads(t, hd, heads, x.data(), mine.data());
       ops::QuantizeRow(GgmlType(t), x.data(), ggml.data(), heads * hd);
@@ -117,7 +109,7 @@ TEST(KvQuant, SmallBlocksRoundTripWithinTheirStep) {
   for (KvType t : kBlockTypes)
     for (int hd : {8, 24, 40, 80}) {
       const int B = KvQuantBlock(hd), heads = 5;
-      const std::vector<float> x = Random(heads * hd, hd * 7 + static_cast<int>(t), 2.f);
+      const std::vector<float> x = testing::RandomNormal(heads * hd, hd * 7 + static_cast<int>(t), 2.f);
       std::vector<uint8_t> q(heads * KvHeadBytes(t, hd));
       std::vector<float> y(x.size());
       KvQuantizeHeads(t, hd, heads, x.data(), q.data());
@@ -144,7 +136,7 @@ TEST(KvQuant, SmallBlocksRoundTripWithinTheirStep) {
 
 TEST(KvQuant, HadamardIsOrthogonalAndItsOwnInverse) {
   for (int block : {8, 16, 32}) {
-    const std::vector<float> x = Random(3 * block * 2, block);
+    const std::vector<float> x = testing::RandomNormal(3 * block * 2, block);
     std::vector<float> y = x;
     KvHadamard(y.data(), static_cast<int64_t>(y.size()), block);
     double nx = 0, ny = 0;
@@ -170,9 +162,9 @@ struct FoldCase {
 std::vector<float> RunFold(void (*fold)(attn::FoldState&, const attn::KeyBlock&),
                            const FoldCase& c, KvType tk, KvType tv, uint32_t seed) {
   const int hd = c.head_dim;
-  const std::vector<float> q = Random(static_cast<size_t>(c.n_head) * hd, seed);
-  const std::vector<float> kf = Random(static_cast<size_t>(c.n_keys) * c.n_head_kv * hd, seed + 1, 2.f);
-  const std::vector<float> vf = Random(kf.size(), seed + 2);
+  const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(c.n_head) * hd, seed);
+  const std::vector<float> kf = testing::RandomNormal(static_cast<size_t>(c.n_keys) * c.n_head_kv * hd, seed + 1, 2.f);
+  const std::vector<float> vf = testing::RandomNormal(kf.size(), seed + 2);
   const size_t kb = KvHeadBytes(tk, hd) * c.n_head_kv, vb = KvHeadBytes(tv, hd) * c.n_head_kv;
   std::vector<uint8_t> k(kb * c.n_keys), v(vb * c.n_keys);
   for (int j = 0; j < c.n_keys; ++j) {
@@ -180,7 +172,7 @@ std::vector<float> RunFold(void (*fold)(attn::FoldState&, const attn::KeyBlock&)
     KvQuantizeHeads(tv, hd, c.n_head_kv, vf.data() + static_cast<size_t>(j) * c.n_head_kv * hd, v.data() + j * vb);
   }
   // Rotation rows of a deferred key (any angles: the kernels only combine them).
-  const std::vector<float> angles = Random(static_cast<size_t>(c.n_keys) * hd, seed + 3);
+  const std::vector<float> angles = testing::RandomNormal(static_cast<size_t>(c.n_keys) * hd, seed + 3);
   std::vector<float> cs(angles.size()), sn(angles.size());
   for (size_t i = 0; i < angles.size(); ++i) {
     const float a = angles[i - i % 2];  // one angle per pair
@@ -188,7 +180,7 @@ std::vector<float> RunFold(void (*fold)(attn::FoldState&, const attn::KeyBlock&)
     sn[i] = (i % 2 == 0 ? -1.f : 1.f) * std::sin(a);
   }
   // The fine level of a two-level rotation: cos2 / sin2 rows of other angles.
-  const std::vector<float> fine = Random(static_cast<size_t>(c.n_keys) * hd, seed + 4);
+  const std::vector<float> fine = testing::RandomNormal(static_cast<size_t>(c.n_keys) * hd, seed + 4);
   std::vector<float> cs2(fine.size()), sn2(fine.size());
   for (size_t i = 0; i < fine.size(); ++i) {
     const float a = fine[i - i % 2];
@@ -239,8 +231,8 @@ TEST(KvQuantFold, Avx512EqualsScalarReference) {
                             {8, 2, 96, 65, false}, {2, 1, 128, 29, true}, {6, 3, 64, 130, true},
                             {2, 2, 256, 17, false}, {4, 4, 32, 7, true}};
   for (const FoldCase& c : cases)
-    for (KvType tk : kAllTypes)
-      for (KvType tv : kAllTypes) {
+    for (KvType tk : testing::kAllKvTypes)
+      for (KvType tv : testing::kAllKvTypes) {
         SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads "
                                           << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim
                                           << " keys " << c.n_keys << (c.deferred ? " deferred" : ""));
@@ -271,8 +263,8 @@ TEST(KvQuantFold, Avx2EqualsScalarReference) {
   testing::Sweep sweep(5);  // under the sanitizers: every case and type, fewer pairs
   double worst_float = 0, worst_int = 0;
   for (const FoldCase& c : cases)
-    for (KvType tk : kAllTypes)
-      for (KvType tv : kAllTypes) {
+    for (KvType tk : testing::kAllKvTypes)
+      for (KvType tv : testing::kAllKvTypes) {
         if (!sweep.Next({static_cast<int>(&c - cases), static_cast<int>(tk), static_cast<int>(tv)}))
           continue;
         SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads "
