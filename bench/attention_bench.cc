@@ -69,18 +69,24 @@ void RunAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType type, i
   KvPlan plan;
   (void)cache->Plan(tokens, &plan);
   (void)cache->Prepare(plan);
-  KvLayerView view = cache->View(n_layer / 2);
+  // Each call reads the next layer, as a model's decode does: with 12
+  // layers the K/V read comes from memory, not from the L3 cache.
+  std::vector<KvLayerView> views;
+  for (int l = 0; l < n_layer; ++l) views.push_back(cache->View(l));
   AttentionArgs a;
   a.q = q.data(), a.k = k.data(), a.v = v.data();
   a.q_stride = static_cast<int64_t>(s.n_head) * s.head_dim;
   a.kv_stride = row;
   a.n_head = s.n_head, a.n_head_kv = s.n_head_kv, a.head_dim = s.head_dim;
-  a.cache = &view;
+  a.cache = &views[0];
   a.plan = &plan;
   a.rope = &table;
   a.out = out.data();
   a.out_stride = a.q_stride;
+  int layer = 0;
   for (auto _ : state) {
+    a.cache = &views[layer];
+    layer = layer + 1 == n_layer ? 0 : layer + 1;
     Attend(pool, a, scratch);
     benchmark::DoNotOptimize(out.data());
   }
@@ -137,6 +143,23 @@ void LayerArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(BM_DecodeAttention, layers_stories110m_cached_f16, kStories110M, RopeK::kCached,
                   KvType::kF16)
     ->Apply(LayerArgs);
+// The types at depth 8192 with the 12 layers in each block of 16 cells, one
+// layer per call in turn: the K/V come from memory, as in the model's decode
+// (the rows above with 1 layer fit in the L3 cache at depth 8192).
+void DramArgs(benchmark::internal::Benchmark* b) {
+  b->Args({8192, 2, kKvBlockCells, 12});
+  b->UseRealTime();
+}
+#define DRAM_CASES(name, T)                                                                \
+  BENCHMARK_CAPTURE(BM_DecodeAttention, dram_stories110m_cached_##name, kStories110M,    \
+                    RopeK::kCached, KvType::T)                                             \
+      ->Apply(DramArgs);                                                                   \
+  BENCHMARK_CAPTURE(BM_DecodeAttention, dram_llama1b_cached_##name, kLlama1B, RopeK::kCached, \
+                    KvType::T)                                                             \
+      ->Apply(DramArgs);
+DRAM_CASES(f16, kF16)
+DRAM_CASES(q8_0, kQ8_0)
+DRAM_CASES(q4_0, kQ4_0)
 BENCHMARK_CAPTURE(BM_DecodeAttention, blocks_llama1b_cached_f16, kLlama1B, RopeK::kCached,
                   KvType::kF16)
     ->Apply(BlockArgs);

@@ -106,5 +106,10 @@ void LaneWeightsAvx2(const float* scores, size_t stride, int n_heads, int n_keys
 // integer dot products (vpmaddubsw / vpmaddwd) with the quantized query, in
 // blocks of 8, 16 or 32; V decoded in registers (fold_avx2.cc).
 void FoldAvx2(FoldState& s, const KeyBlock& b);
+// FoldAvx2's scores (raw q.k into s.scores) of block-type keys in blocks
+// of 32 stored rotated (every b.cos null), eight keys at a time
+// (fold_avx2_cached.cc); false (nothing done) for the others. (The float
+// types keep fold_avx2.cc's key-by-key scores: measured faster end to end.)
+bool ScoresCachedAvx2(FoldState& s, const KeyBlock& b);
 
 }  // namespace rotor::attn

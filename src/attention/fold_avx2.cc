@@ -7,7 +7,10 @@
 // sign-extended to int16; each block's sum scaled by its d_k * d_q. Keys to rotate
 // (deferred RoPE, adjacent pairs) and the float types are decoded into f32
 // registers and rotated there; V heads are decoded in registers into the
-// accumulators. No decoded copy of a K or V row is ever written.
+// accumulators (the nibble types by their unsigned quants, the offset taken
+// off once per block of keys). No decoded copy of a K or V row is ever
+// written. Block-type keys stored rotated (cached RoPE) in blocks of 32 are
+// scored by fold_avx2_cached.cc, eight keys at a time.
 //
 // The loops run over the head size at run time (eight values per vector),
 // not unrolled per head size as the AVX-512 folds: AVX2 has 16 registers,
@@ -225,30 +228,74 @@ void AccumulateV(const KeyBlock& b, const float* p, size_t v0, int e0, __m256 co
 }
 
 // AccumulateV for blocks of 32 (C a multiple of 4): each block's integers
-// decoded once, its scale folded into the key's weight.
+// decoded once; w [hd / 32, kBlock]: key j's weight p[j] times its block's
+// scale, at [block * kBlock + j]; wsum [hd / 32]: their sums. The nibble
+// types accumulate their unsigned quants n (q = n - offset), and
+// offset * wsum comes off once at the end.
 template <Elem T, int C>
-void AccumulateV32(const KeyBlock& b, const float* p, size_t v0, int e0, __m256 corr, float* acc) {
+void AccumulateV32(const KeyBlock& b, const float* w, const float* wsum, size_t v0, int e0,
+                   __m256 corr, float* acc) {
   __m256 a[C];
   for (int i = 0; i < C; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + e0 + 8 * i), corr);
   for (int j = 0; j < b.n; ++j) {
     const uint8_t* head = static_cast<const uint8_t*>(b.v[j]) + v0;
     for (int k = 0; k < C / 4; ++k) {
       const uint8_t* blk = head + (e0 / 32 + k) * BlockBytes<T, 32>();
-      const __m256 w = _mm256_set1_ps(p[j] * Scale<T, 32>(blk, 0));
-      const __m256i x = Ints32<T>(blk);
-      const __m128i lo = _mm256_castsi256_si128(x), hi = _mm256_extracti128_si256(x, 1);
-      const __m128i quarter[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+      const __m256 wj = _mm256_broadcast_ss(w + (e0 / 32 + k) * kBlock + j);
+      __m256i x[4];  // elements [8 r, 8 r + 8) as int32
+      if constexpr (T == Elem::kQ8_0) {  // sign-extended straight from memory
+        for (int r = 0; r < 4; ++r)
+          x[r] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * r)));
+      } else if constexpr (T == Elem::kQ4_0) {  // byte i: n of element i (low), i + 16 (high)
+        const __m256i z0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2)));
+        const __m256i z1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 10)));
+        const __m256i low = _mm256_set1_epi32(15);
+        x[0] = _mm256_and_si256(z0, low), x[1] = _mm256_and_si256(z1, low);
+        x[2] = _mm256_srli_epi32(z0, 4), x[3] = _mm256_srli_epi32(z1, 4);
+      } else {
+        const __m256i n = Unsigned32<T>(blk);
+        const __m128i lo = _mm256_castsi256_si128(n), hi = _mm256_extracti128_si256(n, 1);
+        x[0] = _mm256_cvtepu8_epi32(lo), x[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8));
+        x[2] = _mm256_cvtepu8_epi32(hi), x[3] = _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8));
+      }
       for (int r = 0; r < 4; ++r)
-        a[4 * k + r] =
-            _mm256_fmadd_ps(w, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(quarter[r])), a[4 * k + r]);
+        a[4 * k + r] = _mm256_fmadd_ps(wj, _mm256_cvtepi32_ps(x[r]), a[4 * k + r]);
     }
   }
+  if constexpr (QuantOffset<T>() != 0)
+    for (int k = 0; k < C / 4; ++k) {
+      const __m256 off = _mm256_set1_ps(QuantOffset<T>() * wsum[e0 / 32 + k]);
+      for (int r = 0; r < 4; ++r) a[4 * k + r] = _mm256_sub_ps(a[4 * k + r], off);
+    }
   for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc + e0 + 8 * i, a[i]);
+}
+
+// w [hd / 32, kBlock] of AccumulateV32 for V head g: p[j] times the scale of
+// key j's block k, eight keys at a time (past b.n: p is 0); wsum [hd / 32]:
+// the sums of w's rows.
+template <Elem T>
+void BlockWeights(const KeyBlock& b, const float* p, int g, int hd, float* w, float* wsum) {
+  for (int k = 0; k < hd / 32; ++k) {
+    __m256 sum = _mm256_setzero_ps();
+    for (int c = 0; c < b.n; c += 8) {
+      const uint8_t* blk[8];  // block k of V head g of the eight keys (its d first)
+      for (int i = 0; i < 8; ++i)
+        blk[i] = static_cast<const uint8_t*>(b.v[std::min(c + i, b.n - 1)]) +
+                 static_cast<size_t>(g) * b.v_head_bytes + k * BlockBytes<T, 32>();
+      const __m256 dv = F16x8(blk);
+      const __m256 wv = _mm256_mul_ps(dv, _mm256_load_ps(p + c));
+      _mm256_storeu_ps(w + k * kBlock + c, wv);
+      sum = _mm256_add_ps(sum, wv);
+    }
+    wsum[k] = Hsum(sum);
+  }
 }
 
 // The softmax of the block's scores and the V rows into the accumulators.
 template <Elem T, int B>
 void Values(FoldState& s, const KeyBlock& b) {
+  alignas(32) float w[256 / 32 * kBlock];  // [hd / 32, kBlock] AccumulateV32's weights
+  float wsum[256 / 32];                     // [hd / 32] their sums
   const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
   const __m256 scale = _mm256_set1_ps(s.scale);
   const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
@@ -283,8 +330,9 @@ void Values(FoldState& s, const KeyBlock& b) {
     const size_t v0 = static_cast<size_t>(h / group) * b.v_head_bytes;
     int e0 = 0;
     if constexpr (IsBlockType(T) && B == 32) {  // hd % 32 == 0
-      for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, p, v0, e0, vcorr, acc);
-      if (e0 < hd) AccumulateV32<T, 4>(b, p, v0, e0, vcorr, acc);
+      BlockWeights<T>(b, p, h / group, hd, w, wsum);
+      for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, w, wsum, v0, e0, vcorr, acc);
+      if (e0 < hd) AccumulateV32<T, 4>(b, w, wsum, v0, e0, vcorr, acc);
       continue;
     }
     for (; e0 + 64 <= hd; e0 += 64) AccumulateV<T, B, 8>(b, p, v0, e0, vcorr, acc);
@@ -337,7 +385,7 @@ void FoldAvx2(FoldState& s, const KeyBlock& b) {
   const bool block_ok = b.qblock == 8 || b.qblock == 16 || b.qblock == 32;
   if (s.head_dim % 8 != 0 || s.head_dim > 256 || (blocks && !block_ok) || b.n == 0)
     return FoldScalar(s, b);
-  WithType<ScoresFn>(b.tk, s, b);
+  if (!ScoresCachedAvx2(s, b)) WithType<ScoresFn>(b.tk, s, b);
   WithType<ValuesFn>(b.tv, s, b);
 }
 

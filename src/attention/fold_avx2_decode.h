@@ -66,34 +66,45 @@ inline uint64_t Ints8(const uint8_t* head, int e) {
   }
 }
 
+// The offset of the nibble types' stored (unsigned) quants: q = n - offset.
+template <Elem T>
+constexpr int QuantOffset() {
+  return T == Elem::kQ4_0 ? 8 : T == Elem::kQ5_0 ? 16 : 0;
+}
+
+// The 32 unsigned quants n of a 32-element block of a nibble type (q4_0:
+// 0..15, q5_0: 0..31), in element order: the integers are n - QuantOffset.
+template <Elem T>
+inline __m256i Unsigned32(const uint8_t* blk) {
+  static_assert(T == Elem::kQ4_0 || T == Elem::kQ5_0);
+  constexpr int qs = T == Elem::kQ5_0 ? 6 : 2;
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qs));
+  const __m128i low = _mm_set1_epi8(15);
+  __m256i x = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
+  if constexpr (T == Elem::kQ5_0) {
+    uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    // Byte i of the block gets byte i / 8 of qh, then 0x10 where its bit
+    // i % 8 is set (the shuffle is per 128-bit lane; each holds all of qh).
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+                         3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    const __m256i high = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    x = _mm256_or_si256(x, _mm256_and_si256(high, _mm256_set1_epi8(16)));
+  }
+  return x;
+}
+
 // The 32 signed integers of a 32-element block of block type T, in element
 // order (the same as Ints8 four times).
 template <Elem T>
 inline __m256i Ints32(const uint8_t* blk) {
-  if constexpr (T == Elem::kQ8_0) {
+  if constexpr (T == Elem::kQ8_0)
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-  } else {
-    constexpr int qs = T == Elem::kQ5_0 ? 6 : 2;
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qs));
-    const __m128i low = _mm_set1_epi8(15);
-    __m256i x = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
-    if constexpr (T == Elem::kQ5_0) {
-      uint32_t qh;
-      std::memcpy(&qh, blk + 2, 4);
-      // Byte i of the block gets byte i / 8 of qh, then 0x10 where its bit
-      // i % 8 is set (the shuffle is per 128-bit lane; each holds all of qh).
-      const __m256i spread = _mm256_shuffle_epi8(
-          _mm256_set1_epi32(static_cast<int>(qh)),
-          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
-                           3, 3, 3, 3, 3, 3, 3, 3));
-      const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-      const __m256i high = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-      x = _mm256_or_si256(x, _mm256_and_si256(high, _mm256_set1_epi8(16)));
-      return _mm256_sub_epi8(x, _mm256_set1_epi8(16));
-    } else {
-      return _mm256_sub_epi8(x, _mm256_set1_epi8(8));
-    }
-  }
+  else
+    return _mm256_sub_epi8(Unsigned32<T>(blk), _mm256_set1_epi8(QuantOffset<T>()));
 }
 
 // Elements [e, e + 8) of a head of type T as f32 (the block types: d * q,
@@ -112,6 +123,17 @@ inline __m256 Load8(const uint8_t* head, int e) {
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
                          _mm256_set1_ps(Scale<T, B>(head, e)));
   }
+}
+
+// The f16 values at p[0..8) as f32, gathered into lanes by vpinsrw (eight
+// 2-byte stores read back as one vector would stall store forwarding).
+inline __m256 F16x8(const uint8_t* const p[8]) {
+  auto at = [&](int i) {
+    uint16_t h;
+    std::memcpy(&h, p[i], 2);
+    return static_cast<short>(h);
+  };
+  return _mm256_cvtph_ps(_mm_setr_epi16(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7)));
 }
 
 inline float Hsum(__m256 v) {
