@@ -114,7 +114,6 @@ uint8_t* KvBlockPool::NewMemory(KvTypes t, int32_t* slab, int32_t* slot) {
   s.bytes = 2 * static_cast<size_t>(shape_.n_layer) * SectionBytes(t);
   s.base = static_cast<uint8_t*>(MapZeroed(s.bytes));
   if (s.base == nullptr) return nullptr;
-  AdviseHugePages(s.base, s.bytes);
   s.type = t;
   s.used = 1;
   s.taken.assign(n, 0);
