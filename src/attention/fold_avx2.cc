@@ -227,6 +227,11 @@ void AccumulateV(const KeyBlock& b, const float* p, size_t v0, int e0, __m256 co
   for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc + e0 + 8 * i, a[i]);
 }
 
+// The 8 bytes at p in the low half of a vector.
+inline __m128i Load64(const uint8_t* p) {
+  return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+}
+
 // AccumulateV for blocks of 32 (C a multiple of 4): each block's integers
 // decoded once; w [hd / 32, kBlock]: key j's weight p[j] times its block's
 // scale, at [block * kBlock + j]; wsum [hd / 32]: their sums. The nibble
@@ -245,10 +250,10 @@ void AccumulateV32(const KeyBlock& b, const float* w, const float* wsum, size_t 
       __m256i x[4];  // elements [8 r, 8 r + 8) as int32
       if constexpr (T == Elem::kQ8_0) {  // sign-extended straight from memory
         for (int r = 0; r < 4; ++r)
-          x[r] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * r)));
+          x[r] = _mm256_cvtepi8_epi32(Load64(blk + 2 + 8 * r));
       } else if constexpr (T == Elem::kQ4_0) {  // byte i: n of element i (low), i + 16 (high)
-        const __m256i z0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2)));
-        const __m256i z1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 10)));
+        const __m256i z0 = _mm256_cvtepu8_epi32(Load64(blk + 2));
+        const __m256i z1 = _mm256_cvtepu8_epi32(Load64(blk + 10));
         const __m256i low = _mm256_set1_epi32(15);
         x[0] = _mm256_and_si256(z0, low), x[1] = _mm256_and_si256(z1, low);
         x[2] = _mm256_srli_epi32(z0, 4), x[3] = _mm256_srli_epi32(z1, 4);

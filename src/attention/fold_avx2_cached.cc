@@ -32,8 +32,9 @@ inline __m256i Sum8(const __m256i a[8]) {
 // _mm_prefetch in these loops (nothing else in them has an effect).
 inline void PrefetchLine(const char* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
 
-// Part g of parts of the whole rows [c, c + 8) (fewer past n) of `bytes`
-// each: row c + i in part 8 i / parts, each row's lines in order.
+// Part g of `parts` of the whole rows [c, c + 8) (fewer past n) of `bytes`
+// each: the rows c + i with ceil(8 g / parts) <= i < ceil(8 (g + 1) / parts),
+// each row's lines in order.
 inline void PrefetchRowsPart(const void* const* rows, int c, int n, int g, int parts, int bytes) {
   const int end = std::min(c + (8 * (g + 1) + parts - 1) / parts, n);
   for (int j = c + (8 * g + parts - 1) / parts; j < end; ++j) {
@@ -96,8 +97,8 @@ inline void QuerySums(const FoldState& s, int32_t* out) {
 // (the hardware prefetchers follow). While the chunk is scored, its V rows
 // and the next chunk's K rows are fetched, a part per head, in address
 // order: spread over the pass, and the V pass (head by head, a row's stride
-// between keys) finds its rows in cache. Past b.n the last key is scored again into
-// unused lanes.
+// between keys) finds its rows in cache. Past b.n the last key is scored
+// again into unused lanes.
 template <Elem T>
 void Scores(FoldState& s, const KeyBlock& b) {
   thread_local std::vector<int32_t> qsum;  // [n_head, hd / 32] QuerySums
@@ -117,7 +118,9 @@ void Scores(FoldState& s, const KeyBlock& b) {
       PrefetchRowsPart(b.v, c, b.n, g, s.n_head_kv, v_bytes);
       PrefetchRowsPart(b.k, c + 16, b.n, g, s.n_head_kv, k_bytes);
       for (int h = g * group; h < (g + 1) * group; ++h) {
-        Scores8Int<T>(s, kp, h, c, qsum.data() + static_cast<size_t>(h) * (s.head_dim / 32));
+        const int32_t* sums =  // (q8_0 takes none)
+            T == Elem::kQ8_0 ? nullptr : qsum.data() + static_cast<size_t>(h) * (s.head_dim / 32);
+        Scores8Int<T>(s, kp, h, c, sums);
       }
       for (int i = 0; i < 8; ++i) kp[i] += b.k_head_bytes;
     }
