@@ -78,7 +78,6 @@ void RunAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType type, i
   a.q_stride = static_cast<int64_t>(s.n_head) * s.head_dim;
   a.kv_stride = row;
   a.n_head = s.n_head, a.n_head_kv = s.n_head_kv, a.head_dim = s.head_dim;
-  a.cache = &views[0];
   a.plan = &plan;
   a.rope = &table;
   a.out = out.data();

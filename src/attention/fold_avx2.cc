@@ -2,8 +2,8 @@
 // q8_0, q4_0, q5_0 in blocks of 8, 16 or 32) and head sizes a multiple of 8
 // up to 256. Block-type keys under cached RoPE are scored by integer dot
 // products with the query quantized once per head (QuantizeQuery), exact in
-// int32 (no VNNI in AVX2): blocks of 32 by vpmaddubsw on |k| and q with k's
-// sign, then vpmaddwd; blocks of 8 and 16 by vpmaddwd on 16 int8 of q and k
+// int32 (no VNNI in AVX2): blocks of 32 eight keys at a time by
+// fold_avx2_cached.cc; blocks of 8 and 16 by vpmaddwd on 16 int8 of q and k
 // sign-extended to int16; each block's sum scaled by its d_k * d_q. Keys to rotate
 // (deferred RoPE, adjacent pairs) and the float types are decoded into f32
 // registers and rotated there; V heads are decoded in registers into the
@@ -133,32 +133,6 @@ void DotInt(FoldState& s, const uint8_t* head, int h0, int j) {
   for (int u = 0; u < G; ++u) s.scores[(h0 + u) * kBlock + j] = Hsum(acc[u]);
 }
 
-// DotInt for blocks of 32: a block's 32 integers at a time, |k| (u8) times q
-// with k's sign (s8) by vpmaddubsw into 16 exact int16 pair sums (at most
-// 2 * 128 * 127 < 2^15), summed in pairs to 8 int32 by vpmaddwd.
-template <Elem T, int G>
-void DotInt32(FoldState& s, const uint8_t* head, int h0, int j) {
-  const int hd = s.head_dim, nb = hd / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[G];
-  for (int u = 0; u < G; ++u) acc[u] = _mm256_setzero_ps();
-  for (int k = 0; k < nb; ++k) {
-    const uint8_t* blk = head + k * BlockBytes<T, 32>();
-    const __m256i x = Ints32<T>(blk);
-    const __m256i ax = _mm256_abs_epi8(x);
-    const float dk = Scale<T, 32>(blk, 0);
-    for (int u = 0; u < G; ++u) {
-      const __m256i q = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k));
-      const __m256i dot =
-          _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(q, x)), ones);
-      const float dq = s.q8d[static_cast<size_t>(h0 + u) * nb * 8 + k * 8];
-      acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dk * dq), acc[u]);
-    }
-  }
-  for (int u = 0; u < G; ++u) s.scores[(h0 + u) * kBlock + j] = Hsum(acc[u]);
-}
-
 // Raw q.k of every key and query head into s.scores (unscaled).
 template <Elem T, int B>
 void Scores(FoldState& s, const KeyBlock& b) {
@@ -199,7 +173,9 @@ void Scores(FoldState& s, const KeyBlock& b) {
           }
         };
         if constexpr (IsBlockType(T) && B == 32) {
-          if (cr == nullptr) run([&](auto g) { DotInt32<T, decltype(g)::value>(s, head, h0, j); });
+          // (Keys stored rotated in blocks of 32 are scored by ScoresCachedAvx2.)
+          if (cr == nullptr)
+            run([&](auto g) { DotInt<T, 32, decltype(g)::value>(s, head, h0, j); });
           else run([&](auto g) { DotFloat32<T, decltype(g)::value>(s, head, cr, sr, h0, j); });
         } else if constexpr (IsBlockType(T)) {
           if (cr == nullptr) run([&](auto g) { DotInt<T, B, decltype(g)::value>(s, head, h0, j); });

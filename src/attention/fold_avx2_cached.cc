@@ -2,11 +2,11 @@
 // the decode path: per query head, eight keys at a time, each key's
 // products summed across lanes for the eight at once (a transposed
 // horizontal sum: 9 instructions for 8 keys, not 6 per key), by the
-// exact integer dot products of fold_avx2.cc's DotInt32 (the nibble types
-// by their unsigned quants, the offset taken off after the sum), each
-// block's eight int32 sums scaled by the eight keys' d_k (gathered) and the
-// query's d_q.
-// The keys' rows are read in order, and the V rows fetched ahead of the V pass.
+// exact integer dot products (q8_0: vpmaddubsw on |k| and q with k's sign,
+// then vpmaddwd; the nibble types by their unsigned quants, the offset
+// taken off after the sum), each block's eight int32 sums scaled by the
+// eight keys' d_k (gathered) and the query's d_q. The keys' rows are read
+// in order, and the V rows fetched ahead of the V pass.
 #include <immintrin.h>
 
 #include <algorithm>
