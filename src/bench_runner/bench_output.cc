@@ -195,15 +195,22 @@ BenchRow MakeBenchRow(const BenchModel& model, const BenchCase& c, const BenchRe
     row.gflops = result.work.flops / seconds / 1e9;
   }
   if (roofline != nullptr) {
-    double peak = roofline->read_gbps, got = row.gbps;
-    row.roofline_bound = "memory";
+    // Prompt processing against the arithmetic peak of the model's matmuls;
+    // generation against whichever roof binds: memory read, or the
+    // arithmetic peak when a step's work outweighs its bytes (batches).
+    const bool int8 = model.int8_matmul && roofline->int8_gops > 0;
+    const double compute_peak = int8 ? roofline->int8_gops : roofline->fma_gflops;
+    const char* compute = int8 ? "int8" : "f32";
+    const double compute_pct = compute_peak > 0 ? 100.0 * row.gflops / compute_peak : 0;
     if (c.test.n_prompt > 0) {
-      const bool int8 = model.int8_matmul && roofline->int8_gops > 0;
-      peak = int8 ? roofline->int8_gops : roofline->fma_gflops;
-      got = row.gflops;
-      row.roofline_bound = int8 ? "int8" : "f32";
+      row.roofline_bound = compute;
+      if (compute_peak > 0) row.roofline_pct = compute_pct;
+    } else if (roofline->read_gbps > 0) {
+      const double memory_pct = 100.0 * row.gbps / roofline->read_gbps;
+      const bool memory = memory_pct >= compute_pct;
+      row.roofline_bound = memory ? "memory" : compute;
+      row.roofline_pct = memory ? memory_pct : compute_pct;
     }
-    if (peak > 0) row.roofline_pct = 100.0 * got / peak;
   }
   return row;
 }

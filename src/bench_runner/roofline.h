@@ -29,9 +29,11 @@ struct Roofline {
   // A register-blocked FMA loop on every thread (no memory traffic): the f32 peak.
   double fma_gflops = 0;
   std::string fma_isa;  // "avx512", "avx2" or "scalar": the widest vectors the loop used
-  // The same with 512-bit VNNI int8 dot products (u8 x s8, 2 ops per product),
-  // the arithmetic of rotor's q8_0/q4_0 matmuls; 0 where the active ISA lacks it.
+  // The same with int8 dot products (u8 x s8, 2 ops per product), the
+  // arithmetic of rotor's q8_0/q4_0 matmuls: 512-bit VNNI on AVX-512,
+  // vpmaddubsw + vpmaddwd on AVX2; 0 on the scalar ISA.
   double int8_gops = 0;
+  std::string int8_isa;  // "avx512 vnni" or "avx2 maddubs"; empty when not measured
   // ops::Matmul on an f32 problem of matmul_m x matmul_k x matmul_n (rotor's own kernel).
   double matmul_gflops = 0;
   int64_t matmul_m = 0, matmul_k = 0, matmul_n = 0;

@@ -95,7 +95,10 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
 // end, split among the threads. Up to 8 tokens one pass over the weights; more,
 // tasks of 4 groups (64 rows, in L2) each run every tile of 8 tokens.
 void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x, int64_t m,
-                    MatmulScratch& scratch) {
+                    MatmulScratch& scratch, Isa isa) {
+  const bool avx2 = isa == Isa::kAvx2;
+  auto pack_acts = avx2 ? &internal::avx2::PackActivations : &internal::avx512::PackActivations;
+  auto packed_matmul = avx2 ? &internal::avx2::PackedMatmul : &internal::avx512::PackedMatmul;
   constexpr int64_t kRows = internal::kPackedRows;
   const int64_t k = outs[0].w->k;
   uint8_t* acts = scratch.acts();  // [m, k / 32, kPackedActBytes] in tiles
@@ -104,7 +107,7 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
   const int64_t qs = internal::PackedQxStride(k), ds = internal::PackedDxStride(k);
   auto pack = [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t)
-      internal::avx512::PackActivations(x + t * k, t, m, k, qx + t * qs, dx + t * ds, acts);
+      pack_acts(x + t * k, t, m, k, qx + t * qs, dx + t * ds, acts);
   };
   if (m == 1)
     pack(0, 1, 0);
@@ -118,7 +121,7 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
       const int64_t ng = (o.w->n + kRows - 1) / kRows;
       const int64_t a = std::max(g0, base) - base, b = std::min(g1, base + ng) - base;
       base += ng;
-      if (a < b) internal::avx512::PackedMatmul(*o.w, acts, m, a, b, o.y, o.ldy);
+      if (a < b) packed_matmul(*o.w, acts, m, a, b, o.y, o.ldy);
     }
   };
   if (m <= internal::kPackedTileTokens) {
@@ -132,9 +135,15 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
            [&](int task, int) { run(task * kChunk, std::min(groups, (task + 1) * kChunk)); });
 }
 
-bool AllPacked(std::span<const MatmulOut> outs) {
+// The packed kernels of the ISA read w: AVX-512 every packed type, AVX2 q8_0 / q4_0.
+bool RunsPacked(const Weight& w, Isa isa) {
+  return w.packed != nullptr &&
+         (isa == Isa::kAvx512 || (isa == Isa::kAvx2 && internal::HasPackedAvx2(w.type)));
+}
+
+bool AllPacked(std::span<const MatmulOut> outs, Isa isa) {
   for (const MatmulOut& o : outs)
-    if (o.w->packed == nullptr || o.w->k != outs[0].w->k) return false;
+    if (!RunsPacked(*o.w, isa) || o.w->k != outs[0].w->k) return false;
   return true;
 }
 
@@ -185,11 +194,11 @@ void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float*
   scratch.EnsureThreads(pool.size());
 
   const Isa isa = ActiveIsa();
-  if (isa == Isa::kAvx512 && w.packed != nullptr) {
+  if (RunsPacked(w, isa)) {
     CHECK_MSG(w.type == DType::kQ8_0 || w.type == DType::kQ4_0 || internal::IsPackedK(w.type),
               "ops: Matmul: packed weights must be q8_0, q4_0, q4_K, q5_K or q6_K");
     const MatmulOut out{&w, y, ldy};
-    return PackedProducts(pool, std::span<const MatmulOut>(&out, 1), x, m, scratch);
+    return PackedProducts(pool, std::span<const MatmulOut>(&out, 1), x, m, scratch, isa);
   }
   if (ref::IsExtraBlockType(w.type) && isa != Isa::kScalar)
     return MatmulBlocks(pool, w, x, m, y, ldy, scratch, isa);
@@ -263,12 +272,12 @@ void MatmulGroup(ThreadPool& pool, std::span<const MatmulOut> outs, const float*
   if (outs.empty() || m <= 0) return;
   const Weight& w0 = *outs[0].w;
   const Isa isa = ActiveIsa();
-  if (isa == Isa::kAvx512 && AllPacked(outs)) {
+  if (AllPacked(outs, isa)) {
     CHECK_MSG(m <= scratch.max_m() && w0.k <= scratch.max_k(),
               "ops: MatmulGroup: scratch too small");
     for (const MatmulOut& o : outs) CHECK_GE(o.ldy, o.w->n);
     scratch.EnsureThreads(pool.size());
-    return PackedProducts(pool, outs, x, m, scratch);
+    return PackedProducts(pool, outs, x, m, scratch, isa);
   }
   const bool quant = IsQuant(w0.type);
   bool fused = !ref::IsExtraBlockType(w0.type) &&

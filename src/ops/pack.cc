@@ -1,6 +1,6 @@
 // PackWeight: q8_0 / q4_0 / q4_K / q5_K / q6_K rows -> the row-interleaved
-// layout of the AVX-512 kernels (kernels.h: kPackedRows, PackedBlockBytes,
-// PackedK, PackedGroupBytes).
+// layout of the AVX-512 kernels and of the AVX2 q8_0 / q4_0 ones (kernels.h:
+// kPackedRows, PackedBlockBytes, PackedK, PackedGroupBytes).
 #include <algorithm>
 #include <cstring>
 
@@ -107,7 +107,10 @@ void PackK(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-bool PackingHelps(DType type) { return Packable(type) && ActiveIsa() == Isa::kAvx512; }
+bool PackingHelps(DType type) {
+  const Isa isa = ActiveIsa();
+  return Packable(type) && (isa == Isa::kAvx512 || (isa == Isa::kAvx2 && internal::HasPackedAvx2(type)));
+}
 
 int64_t PackedWeightBytes(const Weight& w) {
   CHECK(Packable(w.type) && w.k % Traits(w.type).block_size == 0);

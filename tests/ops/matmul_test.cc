@@ -158,8 +158,8 @@ TEST_P(MatmulTest, MatchesReferenceOnEveryIsa) {
   EXPECT_TRUE(sweep.EveryValueRan());
 }
 
-// Row-interleaved q8_0 / q4_0 (the AVX-512 kernel reads the packed copy; other ISAs
-// the rows): the same bounds. The packed kernel accumulates the scaled block
+// Row-interleaved q8_0 / q4_0 (the AVX-512 and AVX2 kernels read the packed
+// copy; the scalar ISA the rows): the same bounds. The packed kernel accumulates the scaled block
 // sums of a row one block after the other, nb roundings.
 TEST_P(MatmulTest, PackedMatchesReferenceOnEveryIsa) {
   ThreadPool pool(GetParam());
@@ -185,31 +185,61 @@ INSTANTIATE_TEST_SUITE_P(Threads, MatmulTest, ::testing::Values(1, 2, 3));
 
 // A token's outputs from packed weights do not depend on the other tokens of
 // the call (tile position, tile size, thread split): bit for bit.
+// AVX-512 for every packed type, AVX2 for q8_0 / q4_0 (its K-quants read the rows).
 TEST(MatmulPackedTest, EachTokenAloneEqualsInABatch) {
-  if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "the packed kernel is AVX-512";
-  testing::ScopedIsa scoped(Isa::kAvx512);
-  for (int threads : {1, 2}) {
-    ThreadPool pool(threads);
-    for (const Case& c : {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 4096 + 32, 33},
-                          Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 4096 + 32, 17},
-                          Case{DType::kQ4_K, 512, 37}, Case{DType::kQ5_K, 768, 19},
-                          Case{DType::kQ6_K, 512, 45}, Case{DType::kQ6_K, 4096, 17}}) {
-      TestWeight w = MakeWeight(c.type, c.k, c.n, 3);
-      w.Pack();
-      const int64_t m_max = 300;
-      const std::vector<float> x = testing::RandomVector(m_max * c.k, 9, 2.f);  // [m_max, k]
-      MatmulScratch scratch(m_max, c.k, threads);
-      std::vector<float> alone(m_max * c.n);  // [m_max, n]
-      for (int64_t t = 0; t < m_max; ++t)
-        Matmul(pool, w.view, x.data() + t * c.k, 1, alone.data() + t * c.n, c.n, scratch);
-      for (int64_t m : {2, 3, 8, 9, 17, 300}) {
-        if (c.k > 1000 && m == 300) continue;
-        std::vector<float> y(m * c.n);  // [m, n]
-        Matmul(pool, w.view, x.data(), m, y.data(), c.n, scratch);
-        for (int64_t i = 0; i < m * c.n; ++i)
-          ASSERT_EQ(y[i], alone[i]) << "k " << c.k << " m " << m << " token " << i / c.n << " row "
-                                    << i % c.n << " threads " << threads;
+  std::vector<Isa> isas;
+  for (Isa isa : testing::Isas())
+    if (isa != Isa::kScalar) isas.push_back(isa);
+  if (isas.empty()) GTEST_SKIP() << "the packed kernels are AVX2 and AVX-512";
+  for (Isa isa : isas) {
+    for (int threads : {1, 2}) {
+      testing::ScopedIsa scoped(isa);
+      ThreadPool pool(threads);
+      for (const Case& c : {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 4096 + 32, 33},
+                            Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 4096 + 32, 17},
+                            Case{DType::kQ4_K, 512, 37}, Case{DType::kQ5_K, 768, 19},
+                            Case{DType::kQ6_K, 512, 45}, Case{DType::kQ6_K, 4096, 17}}) {
+        if (isa == Isa::kAvx2 && !internal::HasPackedAvx2(c.type)) continue;
+        TestWeight w = MakeWeight(c.type, c.k, c.n, 3);
+        w.Pack();
+        const int64_t m_max = 300;
+        const std::vector<float> x = testing::RandomVector(m_max * c.k, 9, 2.f);  // [m_max, k]
+        MatmulScratch scratch(m_max, c.k, threads);
+        std::vector<float> alone(m_max * c.n);  // [m_max, n]
+        for (int64_t t = 0; t < m_max; ++t)
+          Matmul(pool, w.view, x.data() + t * c.k, 1, alone.data() + t * c.n, c.n, scratch);
+        for (int64_t m : {2, 3, 8, 9, 17, 300}) {
+          if (c.k > 1000 && m == 300) continue;
+          std::vector<float> y(m * c.n);  // [m, n]
+          Matmul(pool, w.view, x.data(), m, y.data(), c.n, scratch);
+          for (int64_t i = 0; i < m * c.n; ++i)
+            ASSERT_EQ(y[i], alone[i]) << IsaName(isa) << " k " << c.k << " m " << m << " token "
+                                      << i / c.n << " row " << i % c.n << " threads " << threads;
+        }
       }
+    }
+  }
+}
+
+// The AVX2 packed kernels run the AVX-512 ones' integer block sums and f32
+// steps: the same outputs, bit for bit (only where both ISAs run).
+TEST(MatmulPackedTest, Avx2EqualsAvx512BitForBit) {
+  if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "needs AVX-512 beside AVX2";
+  ThreadPool pool(2);
+  for (const Case& c : {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 2048, 33},
+                        Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 2048, 17}}) {
+    TestWeight w = MakeWeight(c.type, c.k, c.n, 5);
+    w.Pack();
+    for (int64_t m : {1, 2, 5, 8, 13}) {
+      const std::vector<float> x = testing::RandomVector(m * c.k, 17, 2.f);  // [m, k]
+      MatmulScratch scratch(m, c.k, 2);
+      std::vector<float> y2(m * c.n), y5(m * c.n);  // [m, n]
+      {
+        testing::ScopedIsa scoped(Isa::kAvx2);
+        Matmul(pool, w.view, x.data(), m, y2.data(), c.n, scratch);
+      }
+      Matmul(pool, w.view, x.data(), m, y5.data(), c.n, scratch);
+      ASSERT_EQ(y2, y5) << DTypeName(c.type) << " k " << c.k << " m " << m;
     }
   }
 }

@@ -265,7 +265,17 @@ TEST_P(QuantizeModelTest, Stories260KPerplexityNearF32) {
   // Weight errors of relative size e (measured above, bounded there by the
   // bits) move the mean NLL by about C * e^2; C = 60 covers the sensitivity of
   // this 260K model (measured 18-40), plus 5e-4 for the text sample's noise.
-  const double margin = 60 * MeanE2() + 5e-4;
+  // Integer matrices also quantize the activations they multiply to q8_0
+  // (ops/matmul.h): a second error of the size of q8_0 weights' (e^2 = 2.37e-5
+  // on this model), whose realization moves with the kernel's f32 rounding
+  // (an ulp carries an activation across a rounding boundary). The same q8_0
+  // file scores log-ratio 0.00176 with the scalar kernels and 0.00229 with
+  // AVX2's row-interleaved ones (KLD 2e-4 between them; the natural-layout
+  // AVX2 kernels, 2.6e-4 from the scalar ones).
+  constexpr double kQ8ActivationE2 = 2.37e-5;
+  bool integer_matrices = false;
+  for (const QuantizedTensor& t : plan) integer_matrices |= t.convert && Bits(t.out_type) <= 8;
+  const double margin = 60 * (MeanE2() + (integer_matrices ? kQ8ActivationE2 : 0)) + 5e-4;
   std::printf(
       "[ %s ] stories260K ppl %.4f (f32 %.4f), ratio %.4f, log-ratio %.5f, |.| <= %.5f "
       "(mean e^2 %.3g)\n",

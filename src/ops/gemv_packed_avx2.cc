@@ -1,0 +1,217 @@
+// AVX2 q8_0 / q4_0 products over row-interleaved weights (PackWeight's
+// layout, kernels.h), one kernel for every number of tokens.
+//
+// A ymm holds 4 weights of each of 8 rows (half of a 64-byte vector of the
+// 16-row group); the 4 activation bytes of one token are broadcast to every
+// lane, so each int32 lane sums a whole block of one row and the f32 scaling
+// runs once per block for 8 rows. The natural-layout kernels (matmul_avx2.cc)
+// instead reduce 8 lanes of one row and scale every row and block apart:
+// about 7 instructions per 32 products against 4 here.
+//
+// AVX2 has no u8 x s8 -> s32 dot product (vpdpbusd), and vpmaddubsw saturates
+// its int16 pair sums, so the stored unsigned q8_0 quants (q + 128) cannot
+// meet the activations directly (255 * 127 * 2 > 32767):
+// - q8_0: q = stored ^ 0x80, then |q| * sign(x, q) (<= 128 * 127 * 2 = 32512
+//   per pair), vpmaddwd with ones to int32, and int32 adds.
+// - q4_0: the nibbles (q + 8, <= 15) times x stay <= 15 * 127 * 2 = 3810 per
+//   pair, so a block's 8 vpmaddubsw results add up in int16 (<= 30480) before
+//   one vpmaddwd; 8 * sum(x) comes off the int32 sum.
+// Either way the block sums are the exact integers of the AVX-512 kernel and
+// the f32 steps the same (acc = fma(float(s), d_w * d_x, acc), block after
+// block), so every output is the same sequence of operations whatever m, the
+// tile and the sub-tile: batched == alone, bit for bit, and equal to AVX-512.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ops/kernels.h"
+
+namespace rotor::ops::internal::avx2 {
+namespace {
+
+// Bytes ahead of the weight stream to prefetch (as the AVX-512 kernel).
+constexpr int kPrefetch = 16 << 10;
+
+// Volatile asm: GCC 12 drops or hoists builtin prefetches in such loops.
+inline void PrefetchLine(const void* p) {
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+}
+
+inline __m256i Broadcast(const int32_t* a) { return _mm256_set1_epi32(*a); }
+
+inline float ActFloat(const int32_t* a) {
+  float v;
+  std::memcpy(&v, a, 4);
+  return v;
+}
+
+// Rows [16 g + 8 (h0 + h), + 8) for h < kH, tokens [t0, t0 + kN) of a tile of
+// kTok tokens at `acts`; `group` is the group's stream of block pairs.
+// y: the tile's outputs at row 16 g; rows of a half from `valid` on are not
+// written. `prefetch`: this pass is the group's first (it reads DRAM).
+template <DType kT, int kTok, int kH, int kN>
+void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0, int valid,
+          bool prefetch, float* y, int64_t ldy) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[kH][kN];  // [half][token] x 8 rows
+  for (int h = 0; h < kH; ++h)
+    for (int t = 0; t < kN; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < nb; ++j) {
+    const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes) + t0;
+    const uint8_t* wj = group + PackedQuantsAt(kT, j);
+    const char* pf = reinterpret_cast<const char*>(wj) + kPrefetch;
+    if (prefetch && j % 2 == 0) PrefetchLine(pf - 64);  // the pair's scales
+    __m256i sum[kH][kN];                                // int32 block sums
+    if constexpr (kT == DType::kQ8_0) {
+      const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+        if (prefetch) PrefetchLine(pf + 64 * q);
+#pragma GCC unroll 2
+        for (int h = 0; h < kH; ++h) {
+          const __m256i w = _mm256_xor_si256(
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(wj + 64 * q + 32 * (h0 + h))),
+              bias);
+          const __m256i aw = _mm256_sign_epi8(w, w);  // |q|, 128 for -128 (unsigned)
+#pragma GCC unroll 4
+          for (int t = 0; t < kN; ++t) {
+            const __m256i x = _mm256_sign_epi8(Broadcast(aj + q * kTok + t), w);
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, x), ones);
+            sum[h][t] = q == 0 ? p : _mm256_add_epi32(sum[h][t], p);
+          }
+        }
+      }
+    } else {
+      const __m256i low4 = _mm256_set1_epi8(0x0F);
+      __m256i s16[kH][kN];  // int16 pair sums of the block, <= 8 * 3810
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        if (prefetch) PrefetchLine(pf + 64 * q);
+#pragma GCC unroll 2
+        for (int h = 0; h < kH; ++h) {
+          const __m256i v =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(wj + 64 * q + 32 * (h0 + h)));
+          const __m256i lo = _mm256_and_si256(v, low4);                        // elements 4q..
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);  // 16 + 4q..
+#pragma GCC unroll 4
+          for (int t = 0; t < kN; ++t) {
+            const __m256i p =
+                _mm256_add_epi16(_mm256_maddubs_epi16(lo, Broadcast(aj + q * kTok + t)),
+                                 _mm256_maddubs_epi16(hi, Broadcast(aj + (4 + q) * kTok + t)));
+            s16[h][t] = q == 0 ? p : _mm256_add_epi16(s16[h][t], p);
+          }
+        }
+      }
+      for (int h = 0; h < kH; ++h)
+        for (int t = 0; t < kN; ++t)
+          sum[h][t] = _mm256_sub_epi32(_mm256_madd_epi16(s16[h][t], ones),
+                                       _mm256_set1_epi32(8 * aj[kActSum * kTok + t]));
+    }
+    const uint8_t* scales = group + PackedScalesAt(kT, j);  // 16 f16, rows of the group
+#pragma GCC unroll 2
+    for (int h = 0; h < kH; ++h) {
+      const __m256 dw =
+          _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 16 * (h0 + h))));
+#pragma GCC unroll 4
+      for (int t = 0; t < kN; ++t)
+        acc[h][t] = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(sum[h][t]),
+            _mm256_mul_ps(dw, _mm256_set1_ps(ActFloat(aj + kActScale * kTok + t))), acc[h][t]);
+    }
+  }
+  for (int h = 0; h < kH; ++h) {
+    const int rows = std::clamp(valid - 8 * (h0 + h), 0, 8);
+    for (int t = 0; t < kN; ++t) {
+      float* out = y + (t0 + t) * ldy + 8 * (h0 + h);
+      if (rows == 8) {
+        _mm256_storeu_ps(out, acc[h][t]);
+      } else {
+        alignas(32) float lanes[8];  // [8 rows]
+        _mm256_store_ps(lanes, acc[h][t]);
+        std::memcpy(out, lanes, sizeof(float) * rows);
+      }
+    }
+  }
+}
+
+// Up to kMaxN tokens per pass over a half group: the accumulators of kN
+// tokens and their block sums stay in the 16 ymm registers.
+constexpr int kMaxN = 4;
+
+// Every half and token of a tile of kTok tokens for groups [g0, g1).
+template <DType kT, int kTok>
+void Tile(const Weight& w, const uint8_t* acts, int64_t g0, int64_t g1, float* y, int64_t ldy) {
+  const int64_t nb = w.k / 32, stride = PackedGroupBytes(kT, w.k);
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* group = w.packed + g * stride;
+    const int valid = static_cast<int>(std::min<int64_t>(kPackedRows, w.n - kPackedRows * g));
+    float* yg = y + kPackedRows * g;
+    if constexpr (kTok <= 2) {  // both halves in one pass
+      Pass<kT, kTok, 2, kTok>(group, nb, acts, 0, 0, valid, true, yg, ldy);
+    } else {
+      for (int h = 0; h < 2 && 8 * h < valid; ++h) {
+        int t0 = 0;
+        for (; t0 + kMaxN <= kTok; t0 += kMaxN)
+          Pass<kT, kTok, 1, kMaxN>(group, nb, acts, h, t0, valid, h == 0 && t0 == 0, yg, ldy);
+        constexpr int kRest = kTok % kMaxN;
+        if constexpr (kRest > 0)
+          Pass<kT, kTok, 1, kRest>(group, nb, acts, h, t0, valid, h == 0 && t0 == 0, yg, ldy);
+      }
+    }
+  }
+}
+
+template <DType kT, int kTok = kPackedTileTokens>
+void AnyTile(int tokens, const Weight& w, const uint8_t* acts, int64_t g0, int64_t g1, float* y,
+             int64_t ldy) {
+  if constexpr (kTok > 1) {
+    if (tokens < kTok) return AnyTile<kT, kTok - 1>(tokens, w, acts, g0, g1, y, ldy);
+  }
+  Tile<kT, kTok>(w, acts, g0, g1, y, ldy);
+}
+
+template <DType kT>
+void Tiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
+           int64_t ldy) {
+  const int64_t nb = w.k / 32;
+  for (int64_t t0 = 0; t0 < m; t0 += kPackedTileTokens) {
+    const int tokens = static_cast<int>(std::min<int64_t>(kPackedTileTokens, m - t0));
+    AnyTile<kT>(tokens, w, acts + t0 * nb * kPackedActBytes, g0, g1, y + t0 * ldy, ldy);
+  }
+}
+
+}  // namespace
+
+void PackActivations(const float* x, int64_t t, int64_t m, int64_t k, int8_t* tmp, float* d,
+                     uint8_t* acts) {
+  const int64_t nb = k / 32, tile = t / kPackedTileTokens, tt = t % kPackedTileTokens;
+  const int64_t tokens = std::min<int64_t>(kPackedTileTokens, m - tile * kPackedTileTokens);
+  int32_t* base =
+      reinterpret_cast<int32_t*>(acts + tile * kPackedTileTokens * nb * kPackedActBytes);
+  QuantizeActivations(x, tmp, d, k);
+  for (int64_t j = 0; j < nb; ++j) {
+    int32_t* aj = base + j * tokens * (kPackedActBytes / 4);
+    const int8_t* q = tmp + j * 32;  // [32]
+    int32_t quads[8];                // [8]
+    std::memcpy(quads, q, sizeof(quads));
+    for (int i = 0; i < 8; ++i) aj[i * tokens + tt] = quads[i];
+    int32_t lo = 0, hi = 0;
+    for (int i = 0; i < 16; ++i) lo += q[i], hi += q[16 + i];
+    const int32_t sum = lo + hi;
+    const float xsum = d[j] * static_cast<float>(sum);
+    aj[kActSum * tokens + tt] = sum;
+    std::memcpy(&aj[kActScale * tokens + tt], &d[j], 4);
+    aj[kActSumLo * tokens + tt] = lo;
+    std::memcpy(&aj[kActXsum * tokens + tt], &xsum, 4);
+  }
+}
+
+void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
+                  int64_t ldy) {
+  if (w.type == DType::kQ8_0) return Tiles<DType::kQ8_0>(w, acts, m, g0, g1, y, ldy);
+  if (w.type == DType::kQ4_0) return Tiles<DType::kQ4_0>(w, acts, m, g0, g1, y, ldy);
+  UnsupportedType(w.type);
+}
+
+}  // namespace rotor::ops::internal::avx2
