@@ -8,7 +8,8 @@
 // compute ceiling instead of DRAM's. Types (the `type` argument):
 // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q4_1, 6 q5_0, 7 q5_1, 8 iq4_nl,
 // 9 q2_K, 10 q3_K, 11 q4_K, 12 q5_K, 13 q6_K. BM_MatmulPacked: q8_0, q4_0,
-// q4_K, q5_K, q6_K with the row-interleaved copy a model gets on AVX-512.
+// q4_K, q5_K, q6_K with the row-interleaved copy a model gets on AVX-512 (on
+// AVX2: q8_0 and q4_0).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -61,7 +62,7 @@ Matrices MakeMatrices(DType t, int64_t k, int64_t n, bool many) {
 }
 
 // packed: every copy also carries its row-interleaved copy (PackWeight), as
-// a model loaded on AVX-512 does for q8_0, q4_0, q4_K, q5_K and q6_K.
+// a model loaded on AVX-512 does for q8_0, q4_0, q4_K, q5_K and q6_K (AVX2: q8_0, q4_0).
 void RunMatmul(benchmark::State& state, bool packed) {
   const DType t = kTypes[state.range(0)];
   const int64_t k = kShapes[state.range(1)][0], n = kShapes[state.range(1)][1];
@@ -111,11 +112,14 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 void BM_Matmul(benchmark::State& state) { RunMatmul(state, false); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// q8_0 / q4_0 / q4_K / q5_K / q6_K with their row-interleaved copies (the AVX-512 path): compare
-// with BM_Matmul of the same type, shape, m and threads in the same run.
+// q8_0 / q4_0 / q4_K / q5_K / q6_K with their row-interleaved copies (the AVX-512 path;
+// on AVX2, q8_0 / q4_0): compare with BM_Matmul of the same type, shape, m and
+// threads in the same run.
 void BM_MatmulPacked(benchmark::State& state) {
-  if (ActiveIsa() != Isa::kAvx512) {
-    state.SkipWithError("the packed kernels are AVX-512");
+  const DType t = kTypes[state.range(0)];
+  const bool q8_q4 = t == DType::kQ8_0 || t == DType::kQ4_0;
+  if (ActiveIsa() != Isa::kAvx512 && !(ActiveIsa() == Isa::kAvx2 && q8_q4)) {
+    state.SkipWithError("packed kernels: AVX-512 for every packed type, AVX2 for q8_0 / q4_0");
     return;
   }
   RunMatmul(state, true);

@@ -96,31 +96,6 @@ void Prefetch(const KeyBlock& b, int g, int n) {
   }
 }
 
-using DecodeKFn = void (*)(const KeyBlock&, int, int, int, int, float*);
-using DecodeVFn = void (*)(const KeyBlock&, int, int, int, float*);
-
-template <Elem T>
-void PickDecoders(int qblock, bool is_v, DecodeKFn* k, DecodeVFn* v) {
-  auto set = [&]<int B>() {
-    if (is_v) *v = DecodeV<T, B>;
-    else *k = DecodeK<T, B>;
-  };
-  if (!IsBlockType(T) || qblock == 32) set.template operator()<32>();
-  else if (qblock == 16) set.template operator()<16>();
-  else set.template operator()<8>();
-}
-
-void Pick(Elem t, int qblock, bool is_v, DecodeKFn* k, DecodeVFn* v) {
-  switch (t) {
-    case Elem::kF32: return PickDecoders<Elem::kF32>(qblock, is_v, k, v);
-    case Elem::kF16: return PickDecoders<Elem::kF16>(qblock, is_v, k, v);
-    case Elem::kBF16: return PickDecoders<Elem::kBF16>(qblock, is_v, k, v);
-    case Elem::kQ8_0: return PickDecoders<Elem::kQ8_0>(qblock, is_v, k, v);
-    case Elem::kQ4_0: return PickDecoders<Elem::kQ4_0>(qblock, is_v, k, v);
-    case Elem::kQ5_0: return PickDecoders<Elem::kQ5_0>(qblock, is_v, k, v);
-  }
-}
-
 // Scaled scores of R rows against keys [0, n8) of kt.
 template <int R>
 void ScoreRows(Row* rows, const float* kt, int hd, int n8, float scale) {
@@ -183,9 +158,26 @@ void SoftmaxRow(Row& row, int n8) {
   *row.m = new_max;
 }
 
+// V rows as AccumulateRows reads them: decoded into vf ([n, head_dim] f32)...
+struct DecodedV {
+  const float* vf;
+  int hd;
+  __m256 Load(int j, int e) const { return _mm256_loadu_ps(vf + j * hd + e); }
+};
+// ...or the block's V head g, decoded where it is read (the same f32 values).
+template <Elem T, int B>
+struct TypedV {
+  const KeyBlock* b;
+  int g;
+  __m256 Load(int j, int e) const {
+    return Load8<T, B>(
+        static_cast<const uint8_t*>(b->v[j]) + static_cast<size_t>(g) * b->v_head_bytes, e);
+  }
+};
+
 // acc = acc * corr + sum over keys [0, n) of p * v, for R rows.
-template <int R>
-void AccumulateRows(Row* rows, const float* vf, int hd, int n) {
+template <int R, class V>
+void AccumulateRows(Row* rows, const V& v, int hd, int n) {
   int e = 0;
   for (; e + 16 <= hd; e += 16) {
     __m256 a0[R], a1[R];
@@ -195,8 +187,7 @@ void AccumulateRows(Row* rows, const float* vf, int hd, int n) {
       a1[r] = _mm256_mul_ps(_mm256_loadu_ps(rows[r].acc + e + 8), c);
     }
     for (int j = 0; j < n; ++j) {
-      const __m256 v0 = _mm256_loadu_ps(vf + j * hd + e);
-      const __m256 v1 = _mm256_loadu_ps(vf + j * hd + e + 8);
+      const __m256 v0 = v.Load(j, e), v1 = v.Load(j, e + 8);
       for (int r = 0; r < R; ++r) {
         const __m256 p = _mm256_broadcast_ss(rows[r].sc + j);
         a0[r] = _mm256_fmadd_ps(p, v0, a0[r]);
@@ -213,7 +204,7 @@ void AccumulateRows(Row* rows, const float* vf, int hd, int n) {
     for (int r = 0; r < R; ++r)
       a[r] = _mm256_mul_ps(_mm256_loadu_ps(rows[r].acc + e), _mm256_set1_ps(rows[r].corr));
     for (int j = 0; j < n; ++j) {
-      const __m256 v0 = _mm256_loadu_ps(vf + j * hd + e);
+      const __m256 v0 = v.Load(j, e);
       for (int r = 0; r < R; ++r)
         a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(rows[r].sc + j), v0, a[r]);
     }
@@ -241,12 +232,46 @@ struct ScoreFn {
 };
 template <int R>
 struct AccumulateFn {
-  static void Run(Row* rows, const float* vf, int hd, int n) {
+  template <class V>
+  static void Run(Row* rows, V v, int hd, int n) {
     int longest = 0;  // the rows' p are zero past their own n
     for (int r = 0; r < R; ++r) longest = std::max(longest, rows[r].n);
-    AccumulateRows<R>(rows, vf, hd, std::min(longest, n));
+    AccumulateRows<R>(rows, v, hd, std::min(longest, n));
   }
 };
+
+// Rows [0, n_rows) (at most kRows: one pass over V) against V head g read in
+// place: no decoded copy when each V value is used by one pass only.
+using AccumulateTypedFn = void (*)(Row*, int, const KeyBlock&, int, int, int);
+template <Elem T, int B>
+void AccumulateTyped(Row* rows, int n_rows, const KeyBlock& b, int g, int hd, int n) {
+  ByRows<AccumulateFn>(rows, n_rows, TypedV<T, B>{&b, g}, hd, n);
+}
+
+using DecodeKFn = void (*)(const KeyBlock&, int, int, int, int, float*);
+using DecodeVFn = void (*)(const KeyBlock&, int, int, int, float*);
+
+template <Elem T>
+void PickDecoders(int qblock, bool is_v, DecodeKFn* k, DecodeVFn* v, AccumulateTypedFn* a) {
+  auto set = [&]<int B>() {
+    if (is_v) *v = DecodeV<T, B>, *a = AccumulateTyped<T, B>;
+    else *k = DecodeK<T, B>;
+  };
+  if (!IsBlockType(T) || qblock == 32) set.template operator()<32>();
+  else if (qblock == 16) set.template operator()<16>();
+  else set.template operator()<8>();
+}
+
+void Pick(Elem t, int qblock, bool is_v, DecodeKFn* k, DecodeVFn* v, AccumulateTypedFn* a) {
+  switch (t) {
+    case Elem::kF32: return PickDecoders<Elem::kF32>(qblock, is_v, k, v, a);
+    case Elem::kF16: return PickDecoders<Elem::kF16>(qblock, is_v, k, v, a);
+    case Elem::kBF16: return PickDecoders<Elem::kBF16>(qblock, is_v, k, v, a);
+    case Elem::kQ8_0: return PickDecoders<Elem::kQ8_0>(qblock, is_v, k, v, a);
+    case Elem::kQ4_0: return PickDecoders<Elem::kQ4_0>(qblock, is_v, k, v, a);
+    case Elem::kQ5_0: return PickDecoders<Elem::kQ5_0>(qblock, is_v, k, v, a);
+  }
+}
 
 }  // namespace
 
@@ -262,14 +287,18 @@ void FoldTileAvx2(Tile& t, const KeyBlock& b) {
   const int n8 = (n + 7) / 8 * 8;
   DecodeKFn decode_k = nullptr;
   DecodeVFn decode_v = nullptr;
-  Pick(b.tk, b.qblock, /*is_v=*/false, &decode_k, &decode_v);
-  Pick(b.tv, b.qblock, /*is_v=*/true, &decode_k, &decode_v);
+  AccumulateTypedFn accumulate_typed = nullptr;
+  Pick(b.tk, b.qblock, /*is_v=*/false, &decode_k, &decode_v, &accumulate_typed);
+  Pick(b.tv, b.qblock, /*is_v=*/true, &decode_k, &decode_v, &accumulate_typed);
   thread_local std::vector<Row> rows;  // [t.n * group] token-major
   rows.resize(static_cast<size_t>(t.n) * group);
+  // One pass of rows over V (a decode step's token, or a few query heads):
+  // V is read where it is, not decoded into t.vf first.
+  const bool v_in_place = static_cast<int>(rows.size()) <= kRows;
   for (int g = 0; g < s0.n_head_kv; ++g) {
     if (g + 1 < s0.n_head_kv) Prefetch(b, g + 1, n);
     decode_k(b, g, n, n8, hd, t.kt);
-    decode_v(b, g, n, hd, t.vf);
+    if (!v_in_place) decode_v(b, g, n, hd, t.vf);
     for (int u = 0; u < t.n; ++u) {
       FoldState& s = *t.s[u];
       for (int i = 0; i < group; ++i) {
@@ -282,7 +311,10 @@ void FoldTileAvx2(Tile& t, const KeyBlock& b) {
     const int n_rows = static_cast<int>(rows.size());
     ByRows<ScoreFn>(rows.data(), n_rows, static_cast<const float*>(t.kt), hd, n8, s0.scale);
     for (Row& r : rows) SoftmaxRow(r, n8);
-    ByRows<AccumulateFn>(rows.data(), n_rows, static_cast<const float*>(t.vf), hd, n);
+    if (v_in_place)
+      accumulate_typed(rows.data(), n_rows, b, g, hd, n);
+    else
+      ByRows<AccumulateFn>(rows.data(), n_rows, DecodedV{t.vf, hd}, hd, n);
   }
 }
 

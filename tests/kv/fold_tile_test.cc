@@ -127,7 +127,9 @@ const TileCase kCases[] = {
     {1, 1, 8, 1, 1},           {4, 2, 8, 5, 29, 7, true}, {4, 1, 16, 16, 45, 45},
     {2, 2, 40, 3, 97, 33, true}, {8, 2, 48, 7, 77, 13},   {3, 3, 64, 16, 131, 64, true},
     {12, 12, 64, 9, 70, 37},   {4, 1, 128, 11, 65, 64, true}, {8, 2, 256, 4, 66, 33},
-    {6, 3, 96, 13, 100, 50, true}, {8, 8, 24, 2, 9, 9}, {4, 1, 64, 32, 140, 64, true}};
+    {6, 3, 96, 13, 100, 50, true}, {8, 8, 24, 2, 9, 9}, {4, 1, 64, 32, 140, 64, true},
+    // One token of a GQA group of 4 (the 1B shape's decode): 4 rows, V read in place.
+    {8, 2, 64, 1, 100, 33}};
 
 TEST(FoldTile, Avx2EqualsScalarReference) {
   if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
