@@ -183,30 +183,6 @@ void Tiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t 
 
 }  // namespace
 
-void PackActivations(const float* x, int64_t t, int64_t m, int64_t k, int8_t* tmp, float* d,
-                     uint8_t* acts) {
-  const int64_t nb = k / 32, tile = t / kPackedTileTokens, tt = t % kPackedTileTokens;
-  const int64_t tokens = std::min<int64_t>(kPackedTileTokens, m - tile * kPackedTileTokens);
-  int32_t* base =
-      reinterpret_cast<int32_t*>(acts + tile * kPackedTileTokens * nb * kPackedActBytes);
-  QuantizeActivations(x, tmp, d, k);
-  for (int64_t j = 0; j < nb; ++j) {
-    int32_t* aj = base + j * tokens * (kPackedActBytes / 4);
-    const int8_t* q = tmp + j * 32;  // [32]
-    int32_t quads[8];                // [8]
-    std::memcpy(quads, q, sizeof(quads));
-    for (int i = 0; i < 8; ++i) aj[i * tokens + tt] = quads[i];
-    int32_t lo = 0, hi = 0;
-    for (int i = 0; i < 16; ++i) lo += q[i], hi += q[16 + i];
-    const int32_t sum = lo + hi;
-    const float xsum = d[j] * static_cast<float>(sum);
-    aj[kActSum * tokens + tt] = sum;
-    std::memcpy(&aj[kActScale * tokens + tt], &d[j], 4);
-    aj[kActSumLo * tokens + tt] = lo;
-    std::memcpy(&aj[kActXsum * tokens + tt], &xsum, 4);
-  }
-}
-
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
                   int64_t ldy) {
   if (w.type == DType::kQ8_0) return Tiles<DType::kQ8_0>(w, acts, m, g0, g1, y, ldy);

@@ -9,8 +9,8 @@
 // token do not depend on the tokens beside it (batched == alone, bit for bit).
 //
 // Activations are quantized to q8_0 per token (QuantizeActivations, bit for
-// bit) and laid out in tiles of up to 8 tokens (PackedActs below) so the
-// kernel addresses every token from one pointer with constant offsets.
+// bit) and laid out in tiles of up to 8 tokens (matmul.cc PackActivations)
+// so the kernel addresses every token from one pointer with constant offsets.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -111,30 +111,6 @@ void PackedTiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, in
 }
 
 }  // namespace
-
-void PackActivations(const float* x, int64_t t, int64_t m, int64_t k, int8_t* tmp, float* d,
-                     uint8_t* acts) {
-  const int64_t nb = k / 32, tile = t / kPackedTileTokens, tt = t % kPackedTileTokens;
-  const int64_t tokens = std::min<int64_t>(kPackedTileTokens, m - tile * kPackedTileTokens);
-  int32_t* base =
-      reinterpret_cast<int32_t*>(acts + tile * kPackedTileTokens * nb * kPackedActBytes);
-  QuantizeActivations(x, tmp, d, k);
-  for (int64_t j = 0; j < nb; ++j) {
-    int32_t* aj = base + j * tokens * (kPackedActBytes / 4);
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tmp + j * 32));
-    alignas(32) int32_t quads[8];  // [8]
-    _mm256_store_si256(reinterpret_cast<__m256i*>(quads), q);
-    for (int i = 0; i < 8; ++i) aj[i * tokens + tt] = quads[i];
-    const __m512i wide = _mm512_cvtepi8_epi16(q);
-    const __m512i pairs = _mm512_madd_epi16(wide, _mm512_set1_epi16(1));  // 16 sums of 2
-    const int32_t sum = _mm512_reduce_add_epi32(pairs);
-    const float xsum = d[j] * static_cast<float>(sum);
-    aj[kActSum * tokens + tt] = sum;
-    std::memcpy(&aj[kActScale * tokens + tt], &d[j], 4);
-    aj[kActSumLo * tokens + tt] = _mm512_mask_reduce_add_epi32(0x00ff, pairs);
-    std::memcpy(&aj[kActXsum * tokens + tt], &xsum, 4);
-  }
-}
 
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
                   int64_t ldy) {

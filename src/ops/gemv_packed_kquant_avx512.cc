@@ -5,7 +5,7 @@
 // 16 rows, vpdpbusd with the token's 4 activation bytes broadcast advances the
 // 16 rows, and each int32 lane sums one sub-block of one row (q4_K / q5_K: 32
 // weights, q6_K: 16). The activation is quantized to q8_0 per block of 32
-// (PackActivations), so a q4_K / q5_K sub-block is one activation block and a
+// (matmul.cc PackActivations), so a q4_K / q5_K sub-block is one activation block and a
 // q6_K block of 32 holds two sub-blocks. Per sub-block and token the f32 work
 // runs once for 16 rows:
 //   q4_K / q5_K: acc += (d * sc) * dx * isum - (dmin * m) * (dx * sum(qx))

@@ -150,9 +150,6 @@ ROTOR_OPS_KERNELS
 // q2_K .. q6_K, one token; arguments as avx512::GemvK.
 void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
            int64_t r1, float* y);
-// As avx512::PackActivations (the same layout, bit for bit).
-void PackActivations(const float* x, int64_t t, int64_t m, int64_t k, int8_t* tmp, float* d,
-                     uint8_t* acts);
 // As avx512::PackedMatmul for q8_0 / q4_0 (the same results, bit for bit).
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
                   int64_t ldy);
@@ -169,10 +166,6 @@ void GemvMulti(const Weight& w, const float* x, const int8_t* qx, const float* d
 // block b); q2_K [k / 16] the same per 16; unused for q3_K / q6_K.
 void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
            int64_t r1, float* y);
-// Token t of m quantized into the packed tiles at acts; tmp [k] and d [k / 32]:
-// the caller's scratch (per token or per thread).
-void PackActivations(const float* x, int64_t t, int64_t m, int64_t k, int8_t* tmp, float* d,
-                     uint8_t* acts);
 // y[t * ldy + r] for every token t < m and the rows of groups [g0, g1) of
 // w.packed (row r = 16 g + lane; rows >= w.n are not written).
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,

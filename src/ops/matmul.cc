@@ -1,6 +1,7 @@
 #include "ops/matmul.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/check.h"
 #include "base/cpu.h"
@@ -90,15 +91,42 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
   });
 }
 
-// Every product of `outs` (all packed, one k) for m tokens: X quantized once
+// Token t of m, quantized (q [k], d [k / 32]), into the packed kernels'
+// activation tiles at acts (kernels.h: kPackedActBytes): per block its 8
+// int32 quads, sum(q), d, the sum of its first 16 q and d * sum(q).
+void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int64_t k,
+                     uint8_t* acts) {
+  const int64_t nb = k / 32, tile = t / internal::kPackedTileTokens;
+  const int64_t tt = t % internal::kPackedTileTokens;
+  const int64_t tokens =
+      std::min<int64_t>(internal::kPackedTileTokens, m - tile * internal::kPackedTileTokens);
+  int32_t* base = reinterpret_cast<int32_t*>(
+      acts + tile * internal::kPackedTileTokens * nb * internal::kPackedActBytes);
+  for (int64_t j = 0; j < nb; ++j) {
+    int32_t* aj = base + j * tokens * (internal::kPackedActBytes / 4);
+    const int8_t* qj = q + j * 32;  // [32]
+    int32_t quads[8];               // [8]
+    std::memcpy(quads, qj, sizeof(quads));
+    for (int i = 0; i < 8; ++i) aj[i * tokens + tt] = quads[i];
+    int32_t lo = 0, hi = 0;
+    for (int i = 0; i < 16; ++i) lo += qj[i], hi += qj[16 + i];
+    const float xsum = d[j] * static_cast<float>(lo + hi);
+    aj[internal::kActSum * tokens + tt] = lo + hi;
+    std::memcpy(&aj[internal::kActScale * tokens + tt], &d[j], 4);
+    aj[internal::kActSumLo * tokens + tt] = lo;
+    std::memcpy(&aj[internal::kActXsum * tokens + tt], &xsum, 4);
+  }
+}
+
+// Every product of `outs` (all packed, one k) for m tokens on the ISA (AVX-512,
+// or AVX2 for q8_0 / q4_0): X quantized once
 // into the tile layout, then the 16-row groups of all the weights, laid end to
 // end, split among the threads. Up to 8 tokens one pass over the weights; more,
 // tasks of 4 groups (64 rows, in L2) each run every tile of 8 tokens.
 void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x, int64_t m,
                     MatmulScratch& scratch, Isa isa) {
-  const bool avx2 = isa == Isa::kAvx2;
-  auto pack_acts = avx2 ? &internal::avx2::PackActivations : &internal::avx512::PackActivations;
-  auto packed_matmul = avx2 ? &internal::avx2::PackedMatmul : &internal::avx512::PackedMatmul;
+  auto packed_matmul =
+      isa == Isa::kAvx2 ? &internal::avx2::PackedMatmul : &internal::avx512::PackedMatmul;
   constexpr int64_t kRows = internal::kPackedRows;
   const int64_t k = outs[0].w->k;
   uint8_t* acts = scratch.acts();  // [m, k / 32, kPackedActBytes] in tiles
@@ -106,8 +134,10 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
   float* dx = scratch.dx();        // [m, PackedDxStride(k)]
   const int64_t qs = internal::PackedQxStride(k), ds = internal::PackedDxStride(k);
   auto pack = [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t)
-      pack_acts(x + t * k, t, m, k, qx + t * qs, dx + t * ds, acts);
+    for (int64_t t = t0; t < t1; ++t) {
+      QuantizeActivationsOn(isa, x + t * k, qx + t * qs, dx + t * ds, k);
+      PackActivations(qx + t * qs, dx + t * ds, t, m, k, acts);
+    }
   };
   if (m == 1)
     pack(0, 1, 0);

@@ -20,19 +20,21 @@ struct Weight {
   const void* data;
   size_t row_bytes;  // >= RowBytes(type, k)
   // Optional: the same matrix in PackWeight's layout (q8_0, q4_0, q4_K, q5_K,
-  // q6_K). The AVX-512 kernels use it for every m; other ISAs read `data`,
-  // which stays valid.
+  // q6_K). The AVX-512 kernels use it for every m, the AVX2 ones for q8_0 /
+  // q4_0; otherwise `data` is read, which stays valid.
   const uint8_t* packed = nullptr;
 };
 
 // Row-interleaved copies for the AVX-512 q8_0 / q4_0 / q4_K / q5_K / q6_K
-// kernels: groups of 16 rows whose weights sit side by side, 4 bytes of each
-// row per 64-byte vector, so one instruction advances 16 rows and the f32
-// scaling runs once per block (sub-block) for 16 rows (ops_bench, 2 threads:
-// q8_0 / q4_0 1.1-1.3x the row-major kernels for one token, 2.1-2.5x for 8;
-// BENCHMARKS.md "Packed weights", "Packed K-quants"). Same size as the rows
-// (+ an odd block's padding; q6_K + 32 bytes per super-block).
-// Worth it when the AVX-512 kernels run: PackingHelps().
+// kernels (and the AVX2 q8_0 / q4_0 ones, which read each 64-byte vector as
+// two halves of 8 rows): groups of 16 rows whose weights sit side by side, 4
+// bytes of each row per 64-byte vector, so one instruction advances 16 rows
+// (AVX2: 8) and the f32 scaling runs once per block (sub-block) for them
+// (ops_bench, 2 threads: AVX-512 q8_0 / q4_0 1.1-1.3x the row-major kernels
+// for one token, 2.1-2.5x for 8; AVX2 1.1-1.8x and 1.7-3.5x; BENCHMARKS.md
+// "Packed weights", "Packed K-quants", "Batched decode on AVX2"). Same size
+// as the rows (+ an odd block's padding; q6_K + 32 bytes per super-block).
+// Worth it when those kernels run: PackingHelps().
 bool PackingHelps(DType type);
 // Bytes PackWeight writes (64-byte aligned destination).
 int64_t PackedWeightBytes(const Weight& w);
@@ -120,8 +122,8 @@ class MatmulScratch {
 // larger m packs 8-row weight panels once per chunk of <= 256 tokens and runs
 // register tiles (f32: 4 rows x 5 tokens; int8: 4 x 4 over a layout where each
 // int32 lane accumulates a whole block, so the f32 scaling runs once per 16
-// blocks). Weights with a packed copy on AVX-512 take one kernel for
-// every m instead (see PackWeight): the scaled block sums of a row are
+// blocks). Weights with a packed copy on AVX-512 (AVX2: q8_0 / q4_0) take
+// one kernel for every m instead (see PackWeight): the scaled block sums of a row are
 // accumulated one block after the other (nb roundings, within the bound
 // above), identically for every m. Threads split rows (and token chunks)
 // through the pool. Not reentrant for one scratch: concurrent calls need

@@ -284,7 +284,9 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   // AVX-512 packs every type here, AVX2 q8_0 / q4_0 only (its K-quants read the rows).
   if (!ops::PackingHelps(m.layer(0).wq.type))
     GTEST_SKIP() << "no packed kernel for " << DTypeName(m.layer(0).wq.type) << " on this ISA";
-  if (ops::PackingHelps(m.output().type)) ASSERT_NE(m.output().packed, nullptr);
+  if (ops::PackingHelps(m.output().type)) {
+    ASSERT_NE(m.output().packed, nullptr);
+  }
   ASSERT_NE(m.layer(0).wq.packed, nullptr);
   const int n_vocab = m.config().n_vocab;
   ThreadPool pool(2);
