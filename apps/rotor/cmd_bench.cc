@@ -269,7 +269,8 @@ Runner RegisterBench(CLI::App& app) {
       ->check(CLI::IsMember({"md", "json", "jsonl", "csv"}).description(""))
       ->capture_default_str();
   sub->add_flag("--roofline", a->roofline,
-                "measure memory read bandwidth and the f32 FLOP peak; give each test's % of it");
+                "measure memory read bandwidth and the f32 and int8 arithmetic peaks; give each "
+                "test's % of the roof that binds it");
   sub->add_option("--roofline-mib", a->roofline_mib, "buffer streamed by the bandwidth test")
       ->check(CLI::Range(64, 1 << 20))
       ->capture_default_str();
