@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "base/thread_pool.h"
 #include "model/key_offsets.h"
 
 namespace rotor {
@@ -85,10 +86,16 @@ void Model::PackMatrices() {
   if (todo.empty()) return;
   packed_.Resize(total);
   AdviseHugePages(packed_.data(), packed_.bytes());  // before PackWeight writes it
+  // Packing reads every matrix once and first-touches the arena's pages: a
+  // few threads split each matrix's rows in groups of 16 (PackWeight's unit;
+  // the copy does not depend on the split).
+  ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u)));
   for (size_t i = 0; i < todo.size(); ++i) {
     ops::Weight* w = todo[i];
-    ops::PackWeight(*w, packed_.data() + offsets[i], 0, w->n);
-    w->packed = packed_.data() + offsets[i];
+    uint8_t* dst = packed_.data() + offsets[i];
+    pool.ParallelFor(w->n, 16,
+                     [&](int64_t r0, int64_t r1, int) { ops::PackWeight(*w, dst, r0, r1); });
+    w->packed = dst;
     // The rows stay readable (other ISAs, embedding lookups of a tied output).
     file_->ReleasePages(static_cast<const uint8_t*>(w->data), w->row_bytes * w->n);
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 
 #include "../kv/kv_test_util.h"
@@ -332,6 +333,35 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
       ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), one.data()).ok());
       ASSERT_TRUE(std::equal(one.begin(), one.end(), logits.begin() + i * n_vocab))
           << "seq " << i << " step " << step;
+    }
+  }
+}
+
+// Model::PackMatrices splits each matrix's rows among a few threads: the
+// packed bytes equal one PackWeight pass over the whole matrix.
+TEST(PackedLoad, ThreadedPackingEqualsOnePass) {
+  for (const char* name : {"gqa-q8_0", "gqa-q4_0"}) {
+    Result<std::unique_ptr<Model>> packed = Model::Load(testing::ModelPath(name));
+    Result<std::unique_ptr<Model>> rows = Model::Load(testing::ModelPath(name), false);
+    ASSERT_TRUE(packed.ok()) << packed.message();
+    ASSERT_TRUE(rows.ok()) << rows.message();
+    if (!ops::PackingHelps((*rows)->layer(0).wq.type)) GTEST_SKIP() << "no packing on this ISA";
+    auto check = [&](const ops::Weight& got, const ops::Weight& w, const std::string& what) {
+      ASSERT_NE(got.packed, nullptr) << name << " " << what;
+      AlignedBuffer<uint8_t> want(static_cast<size_t>(ops::PackedWeightBytes(w)));
+      ops::PackWeight(w, want.data(), 0, w.n);
+      ASSERT_EQ(std::memcmp(want.data(), got.packed, want.size()), 0) << name << " " << what;
+    };
+    check((*packed)->output(), (*rows)->output(), "output");
+    for (int il = 0; il < (*rows)->config().n_layer; ++il) {
+      const LayerWeights &p = (*packed)->layer(il), &r = (*rows)->layer(il);
+      check(p.wq, r.wq, "wq");
+      check(p.wk, r.wk, "wk");
+      check(p.wv, r.wv, "wv");
+      check(p.wo, r.wo, "wo");
+      check(p.w_gate, r.w_gate, "w_gate");
+      check(p.w_up, r.w_up, "w_up");
+      check(p.w_down, r.w_down, "w_down");
     }
   }
 }
