@@ -62,6 +62,29 @@ TEST_F(BenchOutputTest, RowRatesComeFromTheWorkAndTheMeanTime) {
   EXPECT_FALSE(row.roofline_pct.has_value());  // no roofline measured
 }
 
+// A generation row against whichever roof binds it (the larger ratio); a
+// prompt row against the arithmetic peak. The row: 4 GB/s, 2 GFLOP/s.
+TEST_F(BenchOutputTest, RooflineTakesTheRoofThatBinds) {
+  Roofline roof;
+  roof.read_gbps = 8, roof.fma_gflops = 100;  // memory 50%, f32 2%
+  BenchRow row = MakeBenchRow(model_, case_, result_, &roof);
+  EXPECT_STREQ(row.roofline_bound, "memory");
+  EXPECT_DOUBLE_EQ(*row.roofline_pct, 50);
+  roof.read_gbps = 100, roof.fma_gflops = 2.5;  // memory 4%, f32 80% (a batched step)
+  row = MakeBenchRow(model_, case_, result_, &roof);
+  EXPECT_STREQ(row.roofline_bound, "f32");
+  EXPECT_DOUBLE_EQ(*row.roofline_pct, 80);
+  model_.int8_matmul = true, roof.int8_gops = 4;  // int8 models: the int8 peak, 50%
+  row = MakeBenchRow(model_, case_, result_, &roof);
+  EXPECT_STREQ(row.roofline_bound, "int8");
+  EXPECT_DOUBLE_EQ(*row.roofline_pct, 50);
+  case_.test = BenchTest{.n_prompt = 10, .n_gen = 0, .n_depth = 0};  // a prompt row
+  roof.read_gbps = 1;  // memory would be 400%: a prompt row is never compared with it
+  row = MakeBenchRow(model_, case_, result_, &roof);
+  EXPECT_STREQ(row.roofline_bound, "int8");
+  EXPECT_DOUBLE_EQ(*row.roofline_pct, 50);
+}
+
 TEST_F(BenchOutputTest, JsonIsAnArrayOfObjectsWithEveryField) {
   const nlohmann::json j = nlohmann::json::parse(Write(BenchFormat::kJson));
   ASSERT_TRUE(j.is_array());
