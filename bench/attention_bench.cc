@@ -227,6 +227,15 @@ ISA_CASES(deferred_q8_0, RopeK::kDeferred, kQ8_0)
 ISA_CASES(cached_q5_0, RopeK::kCached, kQ5_0)
 ISA_CASES(cached_q4_0, RopeK::kCached, kQ4_0)
 ISA_CASES(deferred_q4_0, RopeK::kDeferred, kQ4_0)
+// The GQA shape (4 query heads per KV head), AVX2: the folds' sharing of a
+// KV head's decoded keys and values among its query heads.
+#define GQA_ISA_CASE(name, T)                                                                   \
+  BENCHMARK_CAPTURE(BM_DecodeAttentionIsa, isa_llama1b_cached_##name##_avx2, kLlama1B,         \
+                    RopeK::kCached, KvType::T, Isa::kAvx2)                                      \
+      ->Apply(IsaArgs);
+GQA_ISA_CASE(f16, kF16)
+GQA_ISA_CASE(q8_0, kQ8_0)
+GQA_ISA_CASE(q4_0, kQ4_0)
 
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached, kLlama1B, RopeK::kCached, KvType::kF32)->Apply(Args);
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred, kLlama1B, RopeK::kDeferred, KvType::kF32)->Apply(Args);

@@ -8,7 +8,8 @@
 // (deferred RoPE, adjacent pairs) and the float types are decoded into f32
 // registers and rotated there; V heads are decoded in registers into the
 // accumulators (the nibble types by their unsigned quants, the offset taken
-// off once per block of keys). No decoded copy of a K or V row is ever
+// off once per block of keys), once for up to 4 query heads of a KV head
+// (GQA: each head's sums in the same order as alone). No decoded copy of a K or V row is ever
 // written. Block-type keys stored rotated (cached RoPE) in blocks of 32 are
 // scored by fold_avx2_cached.cc, eight keys at a time.
 //
@@ -251,75 +252,201 @@ void AccumulateV32(const KeyBlock& b, const float* w, const float* wsum, size_t 
   for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc + e0 + 8 * i, a[i]);
 }
 
-// w [hd / 32, kBlock] of AccumulateV32 for V head g: p[j] times the scale of
-// key j's block k, eight keys at a time (past b.n: p is 0); wsum [hd / 32]:
-// the sums of w's rows.
+// Group sharing (GQA): the query heads of one KV head read the same V rows.
+// A pass takes up to kGroupV of them: each key's V values are decoded once
+// and folded into every head's accumulators, 16 values at a time. Each
+// accumulator lane sees the same operations in the same order as in the
+// one-head kernels above (acc * corr, then one fma per key in key order, then
+// the offset), so a head's result does not depend on its group.
+constexpr int kGroupV = 4;
+
+// AccumulateV for G query heads at once (p: [G, kBlock] their weights, acc:
+// [G] their accumulators): elements [e0, e0 + 8 C), C = 1 or 2.
+template <Elem T, int B, int G, int C>
+void AccumulateVGroup(const KeyBlock& b, const float (*p)[kBlock], size_t v0, int e0,
+                      const float* corr, float* const* acc) {
+  __m256 a[G][C];
+  for (int u = 0; u < G; ++u)
+    for (int i = 0; i < C; ++i)
+      a[u][i] = _mm256_mul_ps(_mm256_loadu_ps(acc[u] + e0 + 8 * i), _mm256_set1_ps(corr[u]));
+  for (int j = 0; j < b.n; ++j) {
+    const uint8_t* head = static_cast<const uint8_t*>(b.v[j]) + v0;
+    __m256 x[C];
+    for (int i = 0; i < C; ++i) x[i] = Load8<T, B>(head, e0 + 8 * i);
+    for (int u = 0; u < G; ++u) {
+      const __m256 pj = _mm256_set1_ps(p[u][j]);
+      for (int i = 0; i < C; ++i) a[u][i] = _mm256_fmadd_ps(pj, x[i], a[u][i]);
+    }
+  }
+  for (int u = 0; u < G; ++u)
+    for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc[u] + e0 + 8 * i, a[u][i]);
+}
+
+// Elements [8 r, 8 r + 8) of a 32-element block of block type T as int32:
+// q8_0's integers, the nibble types' unsigned quants n (as AccumulateV32).
 template <Elem T>
-void BlockWeights(const KeyBlock& b, const float* p, int g, int hd, float* w, float* wsum) {
-  for (int k = 0; k < hd / 32; ++k) {
-    __m256 sum = _mm256_setzero_ps();
+inline __m256i Quarter(const uint8_t* blk, int r) {
+  if constexpr (T == Elem::kQ8_0) {
+    return _mm256_cvtepi8_epi32(Load64(blk + 2 + 8 * r));
+  } else if constexpr (T == Elem::kQ4_0) {  // byte i: n of element i (low), i + 16 (high)
+    const __m256i z = _mm256_cvtepu8_epi32(Load64(blk + 2 + 8 * (r & 1)));
+    return r < 2 ? _mm256_and_si256(z, _mm256_set1_epi32(15)) : _mm256_srli_epi32(z, 4);
+  } else {
+    const __m256i n = Unsigned32<T>(blk);
+    const __m128i half = r < 2 ? _mm256_castsi256_si128(n) : _mm256_extracti128_si256(n, 1);
+    return _mm256_cvtepu8_epi32(r & 1 ? _mm_srli_si128(half, 8) : half);
+  }
+}
+
+// AccumulateV32 for G query heads at once: elements [e0, e0 + 16) (e0 % 16
+// == 0: half of block e0 / 32); w: [G, hd / 32, kBlock] and wsum: [G,
+// hd / 32] each head's BlockWeights.
+template <Elem T, int G>
+void AccumulateV32Group(const KeyBlock& b, const float* w, const float* wsum, int nb, size_t v0,
+                        int e0, const float* corr, float* const* acc) {
+  const int k = e0 / 32, r0 = e0 % 32 / 8;
+  __m256 a[G][2];
+  for (int u = 0; u < G; ++u)
+    for (int i = 0; i < 2; ++i)
+      a[u][i] = _mm256_mul_ps(_mm256_loadu_ps(acc[u] + e0 + 8 * i), _mm256_set1_ps(corr[u]));
+  for (int j = 0; j < b.n; ++j) {
+    const uint8_t* blk = static_cast<const uint8_t*>(b.v[j]) + v0 + k * BlockBytes<T, 32>();
+    const __m256 x0 = _mm256_cvtepi32_ps(Quarter<T>(blk, r0));
+    const __m256 x1 = _mm256_cvtepi32_ps(Quarter<T>(blk, r0 + 1));
+    for (int u = 0; u < G; ++u) {
+      const __m256 wj = _mm256_broadcast_ss(w + (static_cast<size_t>(u) * nb + k) * kBlock + j);
+      a[u][0] = _mm256_fmadd_ps(wj, x0, a[u][0]);
+      a[u][1] = _mm256_fmadd_ps(wj, x1, a[u][1]);
+    }
+  }
+  if constexpr (QuantOffset<T>() != 0)
+    for (int u = 0; u < G; ++u) {
+      const __m256 off = _mm256_set1_ps(QuantOffset<T>() * wsum[u * nb + k]);
+      for (int i = 0; i < 2; ++i) a[u][i] = _mm256_sub_ps(a[u][i], off);
+    }
+  for (int u = 0; u < G; ++u)
+    for (int i = 0; i < 2; ++i) _mm256_storeu_ps(acc[u] + e0 + 8 * i, a[u][i]);
+}
+
+// The scales of block k of V head g of the block's keys: [hd / 32, kBlock]
+// into dv (past b.n: the last key's), eight keys at a time.
+template <Elem T>
+void BlockScales(const KeyBlock& b, int g, int hd, float* dv) {
+  for (int k = 0; k < hd / 32; ++k)
     for (int c = 0; c < b.n; c += 8) {
       const uint8_t* blk[8];  // block k of V head g of the eight keys (its d first)
       for (int i = 0; i < 8; ++i)
         blk[i] = static_cast<const uint8_t*>(b.v[std::min(c + i, b.n - 1)]) +
                  static_cast<size_t>(g) * b.v_head_bytes + k * BlockBytes<T, 32>();
-      const __m256 dv = F16x8(blk);
-      const __m256 wv = _mm256_mul_ps(dv, _mm256_load_ps(p + c));
-      _mm256_storeu_ps(w + k * kBlock + c, wv);
+      _mm256_store_ps(dv + k * kBlock + c, F16x8(blk));
+    }
+}
+
+// w [hd / 32, kBlock] of AccumulateV32: p[j] times the scale of key j's
+// block k (dv: BlockScales; past b.n p is 0); wsum [hd / 32]: the sums of
+// w's rows.
+inline void BlockWeights(const KeyBlock& b, const float* p, const float* dv, int hd, float* w,
+                         float* wsum) {
+  for (int k = 0; k < hd / 32; ++k) {
+    __m256 sum = _mm256_setzero_ps();
+    for (int c = 0; c < b.n; c += 8) {
+      const __m256 wv = _mm256_mul_ps(_mm256_load_ps(dv + k * kBlock + c), _mm256_load_ps(p + c));
+      _mm256_store_ps(w + k * kBlock + c, wv);
       sum = _mm256_add_ps(sum, wv);
     }
     wsum[k] = Hsum(sum);
   }
 }
 
-// The softmax of the block's scores and the V rows into the accumulators.
-template <Elem T, int B>
-void Values(FoldState& s, const KeyBlock& b) {
-  alignas(32) float w[256 / 32 * kBlock];  // [hd / 32, kBlock] AccumulateV32's weights
-  float wsum[256 / 32];                     // [hd / 32] their sums
-  const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
+// The softmax of head h's scores in the block: the scores scaled in place,
+// the running max and sum updated, exp(score - max) of each key into p
+// (zero past b.n); returns the factor the accumulators take (0 on the first
+// block).
+inline float Softmax(FoldState& s, const KeyBlock& b, int h, float* p) {
   const __m256 scale = _mm256_set1_ps(s.scale);
   const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  alignas(32) float p[kBlock];  // exp(score - max) of each key
-  for (int h = 0; h < s.n_head; ++h) {
-    // Vectors of 8 keys; the lanes past b.n are in the scratch row (kBlock
-    // wide) but hold no score: masked out.
-    float* sc = s.scores + h * kBlock;
-    __m256 vmax = neg_inf;
-    for (int c = 0; c < b.n; c += 8) {
-      const __m256i valid = FirstLanes(b.n - c);
-      const __m256 x = _mm256_mul_ps(_mm256_maskload_ps(sc + c, valid), scale);
-      _mm256_maskstore_ps(sc + c, valid, x);
-      vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, x, _mm256_castsi256_ps(valid)));
+  // Vectors of 8 keys; the lanes past b.n are in the scratch row (kBlock
+  // wide) but hold no score: read and written whole (masked loads and
+  // stores are slow on AMD), then masked out of the max and the weights.
+  float* sc = s.scores + h * kBlock;
+  __m256 vmax = neg_inf;
+  for (int c = 0; c < b.n; c += 8) {
+    const __m256i valid = FirstLanes(b.n - c);
+    const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(sc + c), scale);
+    _mm256_storeu_ps(sc + c, x);
+    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, x, _mm256_castsi256_ps(valid)));
+  }
+  const float new_max = std::max(s.m[h], Hmax(vmax));
+  const float corr = std::exp(s.m[h] - new_max);  // 0 on the first block (m = -inf)
+  const __m256 vm = _mm256_set1_ps(new_max);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int c = 0; c < b.n; c += 8) {
+    const __m256i valid = FirstLanes(b.n - c);
+    const __m256 e = _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + c), vm)),
+                                   _mm256_castsi256_ps(valid));
+    _mm256_store_ps(p + c, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  s.l[h] = s.l[h] * corr + Hsum(vsum);
+  s.m[h] = new_max;
+  return corr;
+}
+
+// The V rows of G query heads [h0, h0 + G) of one KV head into their
+// accumulators (G > 1: AccumulateV32Group / AccumulateVGroup; G = 1: the
+// one-head kernels, 64 values per pass).
+template <Elem T, int B, int G>
+void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBlock],
+                   const float* corr, const float* dv) {
+  alignas(32) float w[G * 256 / 32 * kBlock];  // [G, hd / 32, kBlock] AccumulateV32's weights
+  float wsum[G * 256 / 32];                     // [G, hd / 32] their sums
+  const int hd = s.head_dim, nb = hd / 32;
+  const size_t v0 = static_cast<size_t>(h0 / (s.n_head / s.n_head_kv)) * b.v_head_bytes;
+  float* acc[G];
+  for (int u = 0; u < G; ++u) acc[u] = s.acc + static_cast<size_t>(h0 + u) * hd;
+  int e0 = 0;
+  if constexpr (IsBlockType(T) && B == 32) {  // hd % 32 == 0
+    for (int u = 0; u < G; ++u)
+      BlockWeights(b, p[u], dv, hd, w + static_cast<size_t>(u) * nb * kBlock, wsum + u * nb);
+    if constexpr (G == 1) {
+      const __m256 vcorr = _mm256_set1_ps(corr[0]);
+      for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, w, wsum, v0, e0, vcorr, acc[0]);
+      if (e0 < hd) AccumulateV32<T, 4>(b, w, wsum, v0, e0, vcorr, acc[0]);
+    } else {
+      for (; e0 < hd; e0 += 16) AccumulateV32Group<T, G>(b, w, wsum, nb, v0, e0, corr, acc);
     }
-    const float new_max = std::max(s.m[h], Hmax(vmax));
-    const float corr = std::exp(s.m[h] - new_max);  // 0 on the first block (m = -inf)
-    const __m256 vm = _mm256_set1_ps(new_max);
-    __m256 vsum = _mm256_setzero_ps();
-    for (int c = 0; c < b.n; c += 8) {
-      const __m256i valid = FirstLanes(b.n - c);
-      const __m256 e = _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_maskload_ps(sc + c, valid), vm)),
-                                     _mm256_castsi256_ps(valid));
-      _mm256_store_ps(p + c, e);
-      vsum = _mm256_add_ps(vsum, e);
+  } else if constexpr (G == 1) {
+    const __m256 vcorr = _mm256_set1_ps(corr[0]);
+    for (; e0 + 64 <= hd; e0 += 64) AccumulateV<T, B, 8>(b, p[0], v0, e0, vcorr, acc[0]);
+    if (e0 + 32 <= hd) AccumulateV<T, B, 4>(b, p[0], v0, e0, vcorr, acc[0]), e0 += 32;
+    if (e0 + 16 <= hd) AccumulateV<T, B, 2>(b, p[0], v0, e0, vcorr, acc[0]), e0 += 16;
+    if (e0 + 8 <= hd) AccumulateV<T, B, 1>(b, p[0], v0, e0, vcorr, acc[0]);
+  } else {
+    for (; e0 + 16 <= hd; e0 += 16) AccumulateVGroup<T, B, G, 2>(b, p, v0, e0, corr, acc);
+    if (e0 < hd) AccumulateVGroup<T, B, G, 1>(b, p, v0, e0, corr, acc);
+  }
+}
+
+// The softmax of the block's scores and the V rows into the accumulators,
+// the query heads of each KV head up to kGroupV at a time.
+template <Elem T, int B>
+void Values(FoldState& s, const KeyBlock& b) {
+  alignas(32) float p[kGroupV][kBlock];  // exp(score - max) of each key, per head of a pass
+  alignas(32) float dv[256 / 32 * kBlock];  // [hd / 32, kBlock] BlockScales of the KV head
+  float corr[kGroupV];
+  const int group = s.n_head / s.n_head_kv;
+  for (int g = 0; g < s.n_head_kv; ++g) {
+    if constexpr (IsBlockType(T) && B == 32) BlockScales<T>(b, g, s.head_dim, dv);
+    for (int h0 = g * group; h0 < (g + 1) * group; h0 += kGroupV) {
+      const int n = std::min(kGroupV, (g + 1) * group - h0);
+      for (int u = 0; u < n; ++u) corr[u] = Softmax(s, b, h0 + u, p[u]);
+      switch (n) {
+        case 1: ValuesOfHeads<T, B, 1>(s, b, h0, p, corr, dv); break;
+        case 2: ValuesOfHeads<T, B, 2>(s, b, h0, p, corr, dv); break;
+        case 3: ValuesOfHeads<T, B, 3>(s, b, h0, p, corr, dv); break;
+        default: ValuesOfHeads<T, B, 4>(s, b, h0, p, corr, dv); break;
+      }
     }
-    s.l[h] = s.l[h] * corr + Hsum(vsum);
-    s.m[h] = new_max;
-    // The head in chunks of 64 values (8 accumulators), then 32, 16, 8.
-    float* acc = s.acc + static_cast<size_t>(h) * hd;
-    const __m256 vcorr = _mm256_set1_ps(corr);
-    const size_t v0 = static_cast<size_t>(h / group) * b.v_head_bytes;
-    int e0 = 0;
-    if constexpr (IsBlockType(T) && B == 32) {  // hd % 32 == 0
-      BlockWeights<T>(b, p, h / group, hd, w, wsum);
-      for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, w, wsum, v0, e0, vcorr, acc);
-      if (e0 < hd) AccumulateV32<T, 4>(b, w, wsum, v0, e0, vcorr, acc);
-      continue;
-    }
-    for (; e0 + 64 <= hd; e0 += 64) AccumulateV<T, B, 8>(b, p, v0, e0, vcorr, acc);
-    if (e0 + 32 <= hd) AccumulateV<T, B, 4>(b, p, v0, e0, vcorr, acc), e0 += 32;
-    if (e0 + 16 <= hd) AccumulateV<T, B, 2>(b, p, v0, e0, vcorr, acc), e0 += 16;
-    if (e0 + 8 <= hd) AccumulateV<T, B, 1>(b, p, v0, e0, vcorr, acc);
   }
 }
 

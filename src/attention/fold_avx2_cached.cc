@@ -1,5 +1,7 @@
 // AVX2 scores of a block of block-type keys stored rotated (cached RoPE),
-// the decode path: per query head, eight keys at a time, each key's
+// the decode path: per pair of query heads of a KV head (GQA: each key's
+// integers and scales read and decoded once for both; pairs measured as fast
+// as fours, which spill), eight keys at a time, each key's
 // products summed across lanes for the eight at once (a transposed
 // horizontal sum: 9 instructions for 8 keys, not 6 per key), by the
 // exact integer dot products (q8_0: vpmaddubsw on |k| and q with k's sign,
@@ -32,53 +34,60 @@ inline __m256i Sum8(const __m256i a[8]) {
 // _mm_prefetch in these loops (nothing else in them has an effect).
 inline void PrefetchLine(const char* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
 
-// Part g of `parts` of the whole rows [c, c + 8) (fewer past n) of `bytes`
-// each: the rows c + i with ceil(8 g / parts) <= i < ceil(8 (g + 1) / parts),
-// each row's lines in order.
-inline void PrefetchRowsPart(const void* const* rows, int c, int n, int g, int parts, int bytes) {
-  const int end = std::min(c + (8 * (g + 1) + parts - 1) / parts, n);
-  for (int j = c + (8 * g + parts - 1) / parts; j < end; ++j) {
+// Rows [c + i0, c + i1) (none past n) of `bytes` each, each row's lines in
+// order.
+inline void PrefetchRows(const void* const* rows, int c, int n, int i0, int i1, int bytes) {
+  const int end = std::min(c + i1, n);
+  for (int j = c + i0; j < end; ++j) {
     const char* p = static_cast<const char*>(rows[j]);
     for (int o = 0; o < bytes; o += 64) PrefetchLine(p + o);
     PrefetchLine(p + bytes - 1);  // a row not aligned to a line
   }
 }
 
-// The scores of query head h against head g of the eight keys kp (their
-// rows' bytes at head g), into lanes [c, c + 8) of h's scratch row.
-// q8_0: |k| (u8) times q with k's sign (s8). The nibble types: their
-// unsigned quants n (u8) times q, less offset * sum(q) (qsum: [nb] of
-// head h) after the sum: the same exact integers.
-template <Elem T>
-void Scores8Int(FoldState& s, const uint8_t* const kp[8], int h, int c, const int32_t* qsum) {
+// The scores of query heads [h0, h0 + G) against head g of the eight keys
+// kp (their rows' bytes at head g), into lanes [c, c + 8) of each head's
+// scratch row; the keys' integers and scales are read once for the G heads
+// (GQA). q8_0: |k| (u8) times q with k's sign (s8). The nibble types: their
+// unsigned quants n (u8) times q, less offset * sum(q) (qsum: [n_head, nb])
+// after the sum: the same exact integers.
+template <Elem T, int G>
+void Scores8Int(FoldState& s, const uint8_t* const kp[8], int h0, int c, const int32_t* qsum) {
   const int hd = s.head_dim, nb = hd / 32;
   constexpr int kBytes = BlockBytes<T, 32>();
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[G];
+  for (int u = 0; u < G; ++u) acc[u] = _mm256_setzero_ps();
   for (int k = 0; k < nb; ++k) {
-    const __m256i q = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(s.q8 + static_cast<size_t>(h) * hd + 32 * k));
-    __m256i dot[8];
+    __m256i q[G];
+    for (int u = 0; u < G; ++u)
+      q[u] = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k));
+    __m256i dot[G][8];
     for (int i = 0; i < 8; ++i) {
-      __m256i pairs;
       if constexpr (T == Elem::kQ8_0) {
         const __m256i x = Ints32<T>(kp[i] + k * kBytes);
-        pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(x), _mm256_sign_epi8(q, x));
+        const __m256i ax = _mm256_abs_epi8(x);
+        for (int u = 0; u < G; ++u)
+          dot[u][i] = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(q[u], x)), ones);
       } else {
-        pairs = _mm256_maddubs_epi16(Unsigned32<T>(kp[i] + k * kBytes), q);
+        const __m256i n = Unsigned32<T>(kp[i] + k * kBytes);
+        for (int u = 0; u < G; ++u)
+          dot[u][i] = _mm256_madd_epi16(_mm256_maddubs_epi16(n, q[u]), ones);
       }
-      dot[i] = _mm256_madd_epi16(pairs, ones);
     }
-    __m256i sum = Sum8(dot);
-    if constexpr (T != Elem::kQ8_0)
-      sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(QuantOffset<T>() * qsum[k]));
     const uint8_t* blk[8];  // the eight keys' block k (its d_k first)
     for (int i = 0; i < 8; ++i) blk[i] = kp[i] + k * kBytes;
     const __m256 dk = F16x8(blk);
-    const __m256 dq = _mm256_set1_ps(s.q8d[static_cast<size_t>(h) * nb * 8 + k * 8]);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dk, dq), acc);
+    for (int u = 0; u < G; ++u) {
+      __m256i sum = Sum8(dot[u]);
+      if constexpr (T != Elem::kQ8_0)
+        sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(QuantOffset<T>() * qsum[(h0 + u) * nb + k]));
+      const __m256 dq = _mm256_set1_ps(s.q8d[static_cast<size_t>(h0 + u) * nb * 8 + k * 8]);
+      acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dk, dq), acc[u]);
+    }
   }
-  _mm256_storeu_ps(s.scores + h * kBlock + c, acc);
+  for (int u = 0; u < G; ++u) _mm256_storeu_ps(s.scores + (h0 + u) * kBlock + c, acc[u]);
 }
 
 // The sum of each 32-element block of the quantized query heads:
@@ -99,6 +108,8 @@ inline void QuerySums(const FoldState& s, int32_t* out) {
 // order: spread over the pass, and the V pass (head by head, a row's stride
 // between keys) finds its rows in cache. Past b.n the last key is scored
 // again into unused lanes.
+constexpr int kHeadsK = 2;  // query heads of a KV head scored together (Scores8Int's G)
+
 template <Elem T>
 void Scores(FoldState& s, const KeyBlock& b) {
   thread_local std::vector<int32_t> qsum;  // [n_head, hd / 32] QuerySums
@@ -109,18 +120,27 @@ void Scores(FoldState& s, const KeyBlock& b) {
   }
   const int group = s.n_head / s.n_head_kv;
   const int k_bytes = s.n_head_kv * b.k_head_bytes, v_bytes = s.n_head_kv * b.v_head_bytes;
-  PrefetchRowsPart(b.k, 0, b.n, 0, 1, k_bytes);
-  PrefetchRowsPart(b.k, 8, b.n, 0, 1, k_bytes);
+  // Part g of n_head_kv of a chunk's eight rows: rows [part[g], part[g + 1]),
+  // part[g] = ceil(8 g / n_head_kv).
+  thread_local std::vector<int> part;
+  part.resize(static_cast<size_t>(s.n_head_kv) + 1);
+  for (int g = 0; g <= s.n_head_kv; ++g) part[g] = (8 * g + s.n_head_kv - 1) / s.n_head_kv;
+  PrefetchRows(b.k, 0, b.n, 0, 8, k_bytes);
+  PrefetchRows(b.k, 8, b.n, 0, 8, k_bytes);
   for (int c = 0; c < b.n; c += 8) {
     const uint8_t* kp[8];
     for (int i = 0; i < 8; ++i) kp[i] = static_cast<const uint8_t*>(b.k[std::min(c + i, b.n - 1)]);
     for (int g = 0; g < s.n_head_kv; ++g) {
-      PrefetchRowsPart(b.v, c, b.n, g, s.n_head_kv, v_bytes);
-      PrefetchRowsPart(b.k, c + 16, b.n, g, s.n_head_kv, k_bytes);
-      for (int h = g * group; h < (g + 1) * group; ++h) {
-        const int32_t* sums =  // (q8_0 takes none)
-            T == Elem::kQ8_0 ? nullptr : qsum.data() + static_cast<size_t>(h) * (s.head_dim / 32);
-        Scores8Int<T>(s, kp, h, c, sums);
+      PrefetchRows(b.v, c, b.n, part[g], part[g + 1], v_bytes);
+      PrefetchRows(b.k, c + 16, b.n, part[g], part[g + 1], k_bytes);
+      for (int h0 = g * group; h0 < (g + 1) * group; h0 += kHeadsK) {
+        const int32_t* sums = qsum.data();  // (q8_0 takes none)
+        switch (std::min(kHeadsK, (g + 1) * group - h0)) {
+          case 1: Scores8Int<T, 1>(s, kp, h0, c, sums); break;
+          case 2: Scores8Int<T, 2>(s, kp, h0, c, sums); break;
+          case 3: Scores8Int<T, 3>(s, kp, h0, c, sums); break;
+          default: Scores8Int<T, 4>(s, kp, h0, c, sums); break;
+        }
       }
       for (int i = 0; i < 8; ++i) kp[i] += b.k_head_bytes;
     }

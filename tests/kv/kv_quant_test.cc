@@ -248,7 +248,9 @@ TEST(KvQuantFold, Avx512EqualsScalarReference) {
 }
 
 // FoldAvx2 against FoldScalar: head sizes 8 to 256 (blocks of 8, 16 and 32
-// for the block types), GQA 1, 2 and 4, 1 to 64 keys per call (odd counts,
+// for the block types), GQA 1, 2, 3, 4 and 8 (the V pass shares a KV head's
+// decoded values among up to 4 query heads, the cached integer scores among
+// 2: each path and remainder), 1 to 64 keys per call (odd counts,
 // several calls in sequence so the running max and sum carry over), cached and
 // deferred RoPE (one- and two-level rotation rows), every K/V type pair.
 TEST(KvQuantFold, Avx2EqualsScalarReference) {
@@ -259,7 +261,8 @@ TEST(KvQuantFold, Avx2EqualsScalarReference) {
       {3, 3, 64, 131, false, 64},     {4, 2, 64, 3, true, 3},         {8, 2, 64, 150, true, 61, true},
       {12, 12, 64, 70, false, 37},    {4, 1, 128, 65, false, 64},     {2, 1, 128, 40, true, 17, true},
       {8, 2, 256, 66, false, 33},     {2, 2, 256, 19, true, 19},      {6, 3, 96, 100, false, 50},
-      {8, 8, 24, 9, true, 9, true}};
+      {8, 8, 24, 9, true, 9, true},   {6, 2, 64, 90, false, 64},      {8, 1, 64, 71, false, 40},
+      {12, 4, 32, 33, true, 33},      {16, 2, 96, 64, false, 64},     {6, 2, 40, 20, false, 20}};
   testing::Sweep sweep(5);  // under the sanitizers: every case and type, fewer pairs
   double worst_float = 0, worst_int = 0;
   for (const FoldCase& c : cases)
