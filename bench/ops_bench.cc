@@ -62,7 +62,7 @@ Matrices MakeMatrices(DType t, int64_t k, int64_t n, bool many) {
 }
 
 // packed: every copy also carries its row-interleaved copy (PackWeight), as
-// a model loaded on AVX-512 does for q8_0, q4_0, q4_K, q5_K and q6_K (AVX2: q8_0, q4_0).
+// a model loaded on AVX-512 or AVX2 does for q8_0, q4_0, q4_K, q5_K and q6_K.
 void RunMatmul(benchmark::State& state, bool packed) {
   const DType t = kTypes[state.range(0)];
   const int64_t k = kShapes[state.range(1)][0], n = kShapes[state.range(1)][1];
@@ -112,14 +112,12 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 void BM_Matmul(benchmark::State& state) { RunMatmul(state, false); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// q8_0 / q4_0 / q4_K / q5_K / q6_K with their row-interleaved copies (the AVX-512 path;
-// on AVX2, q8_0 / q4_0): compare with BM_Matmul of the same type, shape, m and
-// threads in the same run.
+// q8_0 / q4_0 / q4_K / q5_K / q6_K with their row-interleaved copies (the
+// AVX-512 and AVX2 path): compare with BM_Matmul of the same type, shape, m
+// and threads in the same run.
 void BM_MatmulPacked(benchmark::State& state) {
-  const DType t = kTypes[state.range(0)];
-  const bool q8_q4 = t == DType::kQ8_0 || t == DType::kQ4_0;
-  if (ActiveIsa() != Isa::kAvx512 && !(ActiveIsa() == Isa::kAvx2 && q8_q4)) {
-    state.SkipWithError("packed kernels: AVX-512 for every packed type, AVX2 for q8_0 / q4_0");
+  if (ActiveIsa() == Isa::kScalar) {
+    state.SkipWithError("packed kernels: AVX-512 and AVX2");
     return;
   }
   RunMatmul(state, true);

@@ -53,11 +53,13 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
 // PackedK below. Same size as the rows (q6_K: + 32 bytes per record, to keep
 // records 64-byte aligned).
 inline constexpr int kPackedRows = 16;
-// The AVX2 kernels read packed q8_0 / q4_0 (two ymm halves of 8 rows per
-// 64-byte vector); its K-quants take the rows.
-inline constexpr bool HasPackedAvx2(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
 inline constexpr bool IsPackedK(DType t) {
   return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+}
+// The AVX2 kernels read every packed type too (two ymm halves of 8 rows per
+// 64-byte vector).
+inline constexpr bool HasPackedAvx2(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || IsPackedK(t);
 }
 // Byte offsets inside a K record; -1: the type has no such field.
 struct PackedKLayout {
@@ -150,9 +152,12 @@ ROTOR_OPS_KERNELS
 // q2_K .. q6_K, one token; arguments as avx512::GemvK.
 void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
            int64_t r1, float* y);
-// As avx512::PackedMatmul for q8_0 / q4_0 (the same results, bit for bit).
+// As avx512::PackedMatmul (the same results, bit for bit): q8_0 / q4_0, and
+// q4_K / q5_K / q6_K by PackedMatmulK (gemv_packed_kquant_avx2.cc).
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
                   int64_t ldy);
+void PackedMatmulK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
+                   float* y, int64_t ldy);
 }  // namespace avx2
 namespace avx512 {
 ROTOR_OPS_KERNELS

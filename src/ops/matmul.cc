@@ -118,8 +118,8 @@ void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int6
   }
 }
 
-// Every product of `outs` (all packed, one k) for m tokens on the ISA (AVX-512,
-// or AVX2 for q8_0 / q4_0): X quantized once
+// Every product of `outs` (all packed, one k) for m tokens on the ISA (AVX-512
+// or AVX2): X quantized once
 // into the tile layout, then the 16-row groups of all the weights, laid end to
 // end, split among the threads. Up to 8 tokens one pass over the weights; more,
 // tasks of 4 groups (64 rows, in L2) each run every tile of 8 tokens.
@@ -165,7 +165,7 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
            [&](int task, int) { run(task * kChunk, std::min(groups, (task + 1) * kChunk)); });
 }
 
-// The packed kernels of the ISA read w: AVX-512 every packed type, AVX2 q8_0 / q4_0.
+// The packed kernels of the ISA read w (AVX-512 and AVX2: every packed type).
 bool RunsPacked(const Weight& w, Isa isa) {
   return w.packed != nullptr &&
          (isa == Isa::kAvx512 || (isa == Isa::kAvx2 && internal::HasPackedAvx2(w.type)));

@@ -25,9 +25,9 @@ struct Weight {
   const uint8_t* packed = nullptr;
 };
 
-// Row-interleaved copies for the AVX-512 q8_0 / q4_0 / q4_K / q5_K / q6_K
-// kernels (and the AVX2 q8_0 / q4_0 ones, which read each 64-byte vector as
-// two halves of 8 rows): groups of 16 rows whose weights sit side by side, 4
+// Row-interleaved copies for the q8_0 / q4_0 / q4_K / q5_K / q6_K kernels
+// of AVX-512 and AVX2 (which reads each 64-byte vector as two halves of 8
+// rows): groups of 16 rows whose weights sit side by side, 4
 // bytes of each row per 64-byte vector, so one instruction advances 16 rows
 // (AVX2: 8) and the f32 scaling runs once per block (sub-block) for them
 // (ops_bench, 2 threads: AVX-512 q8_0 / q4_0 1.1-1.3x the row-major kernels

@@ -1,5 +1,5 @@
 // PackWeight: q8_0 / q4_0 / q4_K / q5_K / q6_K rows -> the row-interleaved
-// layout of the AVX-512 kernels and of the AVX2 q8_0 / q4_0 ones (kernels.h:
+// layout of the AVX-512 and AVX2 kernels (kernels.h:
 // kPackedRows, PackedBlockBytes, PackedK, PackedGroupBytes).
 #include <algorithm>
 #include <cstring>

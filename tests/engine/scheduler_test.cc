@@ -282,7 +282,7 @@ TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
   Result<std::unique_ptr<Model>> loaded = Model::Load(testing::ModelPath(GetParam()));
   ASSERT_TRUE(loaded.ok()) << loaded.message();
   const Model& m = **loaded;
-  // AVX-512 packs every type here, AVX2 q8_0 / q4_0 only (its K-quants read the rows).
+  // AVX-512 and AVX2 pack every type here (the scalar ISA none).
   if (!ops::PackingHelps(m.layer(0).wq.type))
     GTEST_SKIP() << "no packed kernel for " << DTypeName(m.layer(0).wq.type) << " on this ISA";
   if (ops::PackingHelps(m.output().type)) {

@@ -185,7 +185,7 @@ INSTANTIATE_TEST_SUITE_P(Threads, MatmulTest, ::testing::Values(1, 2, 3));
 
 // A token's outputs from packed weights do not depend on the other tokens of
 // the call (tile position, tile size, thread split): bit for bit.
-// AVX-512 for every packed type, AVX2 for q8_0 / q4_0 (its K-quants read the rows).
+// AVX-512 and AVX2, every packed type.
 TEST(MatmulPackedTest, EachTokenAloneEqualsInABatch) {
   std::vector<Isa> isas;
   for (Isa isa : testing::Isas())
@@ -227,7 +227,9 @@ TEST(MatmulPackedTest, Avx2EqualsAvx512BitForBit) {
   if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "needs AVX-512 beside AVX2";
   ThreadPool pool(2);
   for (const Case& c : {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 2048, 33},
-                        Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 2048, 17}}) {
+                        Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 2048, 17},
+                        Case{DType::kQ4_K, 512, 37}, Case{DType::kQ5_K, 768, 19},
+                        Case{DType::kQ6_K, 2048, 45}}) {
     TestWeight w = MakeWeight(c.type, c.k, c.n, 5);
     w.Pack();
     for (int64_t m : {1, 2, 5, 8, 13}) {
@@ -289,7 +291,7 @@ TEST(MatmulEdgeTest, ZeroBlocks) {
 // 1e-6 sum |w x| (the reciprocal's ulps), + (k / 4 + 64) u sum |w| (|x| + d_x).
 // Packed (row-interleaved) q4_K / q5_K / q6_K on AVX-512 quantize x for every m.
 bool QuantizesActivations(DType t, int64_t m, Isa isa, bool packed) {
-  if (packed && isa == Isa::kAvx512) return true;
+  if (packed && isa != Isa::kScalar) return true;
   return isa != Isa::kScalar && m <= internal::kGemvKMaxTokens &&
          internal::HasIntegerGemv(t, isa == Isa::kAvx512);
 }
