@@ -328,29 +328,37 @@ void AccumulateV32Group(const KeyBlock& b, const float* w, const float* wsum, in
     for (int i = 0; i < 2; ++i) _mm256_storeu_ps(acc[u] + e0 + 8 * i, a[u][i]);
 }
 
-// The scales of block k of V head g of the block's keys: [hd / 32, kBlock]
-// into dv (past b.n: the last key's), eight keys at a time.
+// The scales of block k of V head g of keys [c, c + 8) of the block (past
+// b.n: the last key's).
+template <Elem T>
+inline __m256 Scales8(const KeyBlock& b, int g, int k, int c) {
+  const uint8_t* blk[8];  // block k of V head g of the eight keys (its d first)
+  for (int i = 0; i < 8; ++i)
+    blk[i] = static_cast<const uint8_t*>(b.v[std::min(c + i, b.n - 1)]) +
+             static_cast<size_t>(g) * b.v_head_bytes + k * BlockBytes<T, 32>();
+  return F16x8(blk);
+}
+
+// The scales of every block of V head g of the block's keys: [hd / 32,
+// kBlock] into dv, gathered once for the query heads that share the KV head.
 template <Elem T>
 void BlockScales(const KeyBlock& b, int g, int hd, float* dv) {
   for (int k = 0; k < hd / 32; ++k)
-    for (int c = 0; c < b.n; c += 8) {
-      const uint8_t* blk[8];  // block k of V head g of the eight keys (its d first)
-      for (int i = 0; i < 8; ++i)
-        blk[i] = static_cast<const uint8_t*>(b.v[std::min(c + i, b.n - 1)]) +
-                 static_cast<size_t>(g) * b.v_head_bytes + k * BlockBytes<T, 32>();
-      _mm256_store_ps(dv + k * kBlock + c, F16x8(blk));
-    }
+    for (int c = 0; c < b.n; c += 8) _mm256_store_ps(dv + k * kBlock + c, Scales8<T>(b, g, k, c));
 }
 
 // w [hd / 32, kBlock] of AccumulateV32: p[j] times the scale of key j's
-// block k (dv: BlockScales; past b.n p is 0); wsum [hd / 32]: the sums of
-// w's rows.
-inline void BlockWeights(const KeyBlock& b, const float* p, const float* dv, int hd, float* w,
-                         float* wsum) {
+// block k (past b.n p is 0); wsum [hd / 32]: the sums of w's rows. The
+// scales come from dv (BlockScales), or with dv null are gathered here from
+// V head g (one query head per KV head: no table to share, one pass).
+template <Elem T>
+inline void BlockWeights(const KeyBlock& b, int g, const float* p, const float* dv, int hd,
+                         float* w, float* wsum) {
   for (int k = 0; k < hd / 32; ++k) {
     __m256 sum = _mm256_setzero_ps();
     for (int c = 0; c < b.n; c += 8) {
-      const __m256 wv = _mm256_mul_ps(_mm256_load_ps(dv + k * kBlock + c), _mm256_load_ps(p + c));
+      const __m256 d = dv != nullptr ? _mm256_load_ps(dv + k * kBlock + c) : Scales8<T>(b, g, k, c);
+      const __m256 wv = _mm256_mul_ps(d, _mm256_load_ps(p + c));
       _mm256_store_ps(w + k * kBlock + c, wv);
       sum = _mm256_add_ps(sum, wv);
     }
@@ -397,17 +405,18 @@ inline float Softmax(FoldState& s, const KeyBlock& b, int h, float* p) {
 // one-head kernels, 64 values per pass).
 template <Elem T, int B, int G>
 void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBlock],
-                   const float* corr, const float* dv) {
+                   const float* corr, const float* dv) {  // dv: BlockScales, or null (BlockWeights)
   alignas(32) float w[G * 256 / 32 * kBlock];  // [G, hd / 32, kBlock] AccumulateV32's weights
   float wsum[G * 256 / 32];                     // [G, hd / 32] their sums
   const int hd = s.head_dim, nb = hd / 32;
-  const size_t v0 = static_cast<size_t>(h0 / (s.n_head / s.n_head_kv)) * b.v_head_bytes;
+  const int g = h0 / (s.n_head / s.n_head_kv);
+  const size_t v0 = static_cast<size_t>(g) * b.v_head_bytes;
   float* acc[G];
   for (int u = 0; u < G; ++u) acc[u] = s.acc + static_cast<size_t>(h0 + u) * hd;
   int e0 = 0;
   if constexpr (IsBlockType(T) && B == 32) {  // hd % 32 == 0
     for (int u = 0; u < G; ++u)
-      BlockWeights(b, p[u], dv, hd, w + static_cast<size_t>(u) * nb * kBlock, wsum + u * nb);
+      BlockWeights<T>(b, g, p[u], dv, hd, w + static_cast<size_t>(u) * nb * kBlock, wsum + u * nb);
     if constexpr (G == 1) {
       const __m256 vcorr = _mm256_set1_ps(corr[0]);
       for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, w, wsum, v0, e0, vcorr, acc[0]);
@@ -432,11 +441,14 @@ void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBl
 template <Elem T, int B>
 void Values(FoldState& s, const KeyBlock& b) {
   alignas(32) float p[kGroupV][kBlock];  // exp(score - max) of each key, per head of a pass
-  alignas(32) float dv[256 / 32 * kBlock];  // [hd / 32, kBlock] BlockScales of the KV head
+  alignas(32) float table[256 / 32 * kBlock];  // [hd / 32, kBlock] BlockScales of the KV head
   float corr[kGroupV];
   const int group = s.n_head / s.n_head_kv;
+  // One query head per KV head: BlockWeights gathers the scales itself.
+  const float* dv = group > 1 ? table : nullptr;
   for (int g = 0; g < s.n_head_kv; ++g) {
-    if constexpr (IsBlockType(T) && B == 32) BlockScales<T>(b, g, s.head_dim, dv);
+    if constexpr (IsBlockType(T) && B == 32)
+      if (group > 1) BlockScales<T>(b, g, s.head_dim, table);
     for (int h0 = g * group; h0 < (g + 1) * group; h0 += kGroupV) {
       const int n = std::min(kGroupV, (g + 1) * group - h0);
       for (int u = 0; u < n; ++u) corr[u] = Softmax(s, b, h0 + u, p[u]);

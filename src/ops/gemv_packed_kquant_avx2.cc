@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "ops/kernels.h"
+#include "ops/packed_tiles.h"
 
 namespace rotor::ops::internal::avx2 {
 namespace {
@@ -329,23 +330,12 @@ void Tile(const Weight& w, const uint8_t* acts, int64_t g0, int64_t g1, float* y
   }
 }
 
-template <DType kT, int kTok = kPackedTileTokens>
-void AnyTile(int tokens, const Weight& w, const uint8_t* acts, int64_t g0, int64_t g1, float* y,
-             int64_t ldy) {
-  if constexpr (kTok > 1) {
-    if (tokens < kTok) return AnyTile<kT, kTok - 1>(tokens, w, acts, g0, g1, y, ldy);
-  }
-  Tile<kT, kTok>(w, acts, g0, g1, y, ldy);
-}
-
 template <DType kT>
 void TilesK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
             int64_t ldy) {
-  const int64_t nb = w.k / 32;
-  for (int64_t t0 = 0; t0 < m; t0 += kPackedTileTokens) {
-    const int tokens = static_cast<int>(std::min<int64_t>(kPackedTileTokens, m - t0));
-    AnyTile<kT>(tokens, w, acts + t0 * nb * kPackedActBytes, g0, g1, y + t0 * ldy, ldy);
-  }
+  ForEachTile(w.k / 32, m, acts, y, ldy, [&](auto tok, const uint8_t* a, float* yt) {
+    Tile<kT, decltype(tok)::value>(w, a, g0, g1, yt, ldy);
+  });
 }
 
 }  // namespace

@@ -56,11 +56,6 @@ inline constexpr int kPackedRows = 16;
 inline constexpr bool IsPackedK(DType t) {
   return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
 }
-// The AVX2 kernels read every packed type too (two ymm halves of 8 rows per
-// 64-byte vector).
-inline constexpr bool HasPackedAvx2(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || IsPackedK(t);
-}
 // Byte offsets inside a K record; -1: the type has no such field.
 struct PackedKLayout {
   int d, dmin, scales, qs, bytes;

@@ -167,8 +167,7 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
 
 // The packed kernels of the ISA read w (AVX-512 and AVX2: every packed type).
 bool RunsPacked(const Weight& w, Isa isa) {
-  return w.packed != nullptr &&
-         (isa == Isa::kAvx512 || (isa == Isa::kAvx2 && internal::HasPackedAvx2(w.type)));
+  return w.packed != nullptr && isa != Isa::kScalar;
 }
 
 bool AllPacked(std::span<const MatmulOut> outs, Isa isa) {

@@ -107,10 +107,9 @@ void PackK(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-bool PackingHelps(DType type) {
-  const Isa isa = ActiveIsa();
-  return Packable(type) && (isa == Isa::kAvx512 || (isa == Isa::kAvx2 && internal::HasPackedAvx2(type)));
-}
+// Every packed type has an AVX-512 and an AVX2 kernel (the AVX2 ones read a
+// 64-byte vector of 16 rows as two ymm halves of 8).
+bool PackingHelps(DType type) { return Packable(type) && ActiveIsa() != Isa::kScalar; }
 
 int64_t PackedWeightBytes(const Weight& w) {
   CHECK(Packable(w.type) && w.k % Traits(w.type).block_size == 0);

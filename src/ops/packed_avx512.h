@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "ops/kernels.h"
+#include "ops/packed_tiles.h"
 
 namespace rotor::ops::internal::avx512 {
 
@@ -44,43 +44,6 @@ inline float ActFloat(const int32_t* aj, int f, int t) {
   float v;
   __builtin_memcpy(&v, aj + f * kTok + t, 4);
   return v;
-}
-
-// f(std::integral_constant<int, kTok>, tile activations, tile outputs) for
-// each tile of up to kPackedTileTokens tokens of m (nb activation blocks per
-// token); the tile size is a compile-time constant of the kernel.
-template <class F>
-void ForEachTile(int64_t nb, int64_t m, const uint8_t* acts, float* y, int64_t ldy, F&& f) {
-  for (int64_t t0 = 0; t0 < m; t0 += kPackedTileTokens) {
-    const uint8_t* a = acts + t0 * nb * kPackedActBytes;
-    float* yt = y + t0 * ldy;
-    switch (std::min<int64_t>(kPackedTileTokens, m - t0)) {
-      case 1:
-        f(std::integral_constant<int, 1>{}, a, yt);
-        break;
-      case 2:
-        f(std::integral_constant<int, 2>{}, a, yt);
-        break;
-      case 3:
-        f(std::integral_constant<int, 3>{}, a, yt);
-        break;
-      case 4:
-        f(std::integral_constant<int, 4>{}, a, yt);
-        break;
-      case 5:
-        f(std::integral_constant<int, 5>{}, a, yt);
-        break;
-      case 6:
-        f(std::integral_constant<int, 6>{}, a, yt);
-        break;
-      case 7:
-        f(std::integral_constant<int, 7>{}, a, yt);
-        break;
-      default:
-        f(std::integral_constant<int, 8>{}, a, yt);
-        break;
-    }
-  }
 }
 
 // The first `valid` of 16 rows.

@@ -199,7 +199,6 @@ TEST(MatmulPackedTest, EachTokenAloneEqualsInABatch) {
                             Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 4096 + 32, 17},
                             Case{DType::kQ4_K, 512, 37}, Case{DType::kQ5_K, 768, 19},
                             Case{DType::kQ6_K, 512, 45}, Case{DType::kQ6_K, 4096, 17}}) {
-        if (isa == Isa::kAvx2 && !internal::HasPackedAvx2(c.type)) continue;
         TestWeight w = MakeWeight(c.type, c.k, c.n, 3);
         w.Pack();
         const int64_t m_max = 300;
