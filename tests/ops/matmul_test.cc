@@ -288,7 +288,7 @@ TEST(MatmulEdgeTest, ZeroBlocks) {
 // (k / 8 + 64) u sum |w x|; the K-quant integer kernels (AVX-512 / AVX2,
 // m <= kGemvKMaxTokens) quantize x as q8_0 does: + sum_j |w_j| d_x / 2 +
 // 1e-6 sum |w x| (the reciprocal's ulps), + (k / 4 + 64) u sum |w| (|x| + d_x).
-// Packed (row-interleaved) q4_K / q5_K / q6_K on AVX-512 quantize x for every m.
+// Packed (row-interleaved) weights on AVX2 and AVX-512 quantize x for every m.
 bool QuantizesActivations(DType t, int64_t m, Isa isa, bool packed) {
   if (packed && isa != Isa::kScalar) return true;
   return isa != Isa::kScalar && m <= internal::kGemvKMaxTokens &&
