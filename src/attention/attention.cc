@@ -378,16 +378,22 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a, int max_tile) {
   const int n_tokens = a.plan->n_tokens;
   Cut c;
   ChooseFold(a, c);
-  // Few tokens: split the cells so every thread has work (flash-decoding).
-  if (n_tokens < 2 * pool.size() && n_cells >= 256)
+  // Few tokens (decode steps): split the cells so every thread has work
+  // (flash-decoding).
+  const bool few = n_tokens < 2 * pool.size();
+  if (few && n_cells >= 256)
     c.splits = std::min<int>((4 * pool.size() + n_tokens - 1) / n_tokens, n_cells / 128);
   c.per_split = (n_cells + c.splits - 1) / c.splits;
   // Many tokens: tiles of tokens share each key's read, still two tasks or
   // more per thread.
   // Tiles need rotated keys (cached RoPE: every token reads the same rows)
-  // and a fast fold (FoldTileAvx2, also on AVX-512 machines).
+  // and a fast fold (FoldTileAvx2, also on AVX-512 machines). Few tokens
+  // take the one-token folds at every depth, split or not: they read K and V
+  // in place, where the tile fold decodes each K head to f32 first (a
+  // quarter of a batch-8 decode step at depth 0 on AVX-512, for nothing
+  // shared).
   const bool deferred = a.cache->rope_k == RopeK::kDeferred;
-  c.tiled = c.splits == 1 && !deferred && (c.avx2 || c.avx512) && max_tile > 0;
+  c.tiled = !few && !deferred && (c.avx2 || c.avx512) && max_tile > 0;
   if (c.tiled)
     c.tile = std::clamp(n_tokens / (2 * pool.size()), 1,
                         std::min(max_tile, AttentionScratch::kTileTokens));
