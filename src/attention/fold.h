@@ -92,12 +92,13 @@ void LaneWeightsScalar(const float* scores, size_t stride, int n_heads, int n_ke
                        const float* l, float* out);
 void LaneWeightsAvx512(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
                        const float* l, float* out);
-// head_dim % 16 == 0 and normal pairs (or cached keys). Types other than
-// f32 / f32 and f16 / f16 go to FoldQuantAvx512.
+// head_dim % 16 == 0 and normal pairs (or cached keys). GQA goes to
+// FoldAvx2Vnni, types other than f32 / f32 and f16 / f16 to FoldQuantAvx512.
 void FoldAvx512(FoldState& s, const KeyBlock& b);
 // Any mix of types with qblock 32 (head_dim % 32 == 0, up to 256; else
-// FoldScalar): block-type keys under cached RoPE by VNNI integer dot products
-// with the quantized query; V decoded in registers (fold_quant_avx512.cc).
+// FoldScalar): keys decoded (and rotated) in f32 registers, V decoded in
+// registers (fold_quant_avx512.cc); block-type keys under cached RoPE go to
+// FoldAvx2Vnni.
 void FoldQuantAvx512(FoldState& s, const KeyBlock& b);
 void LaneWeightsAvx2(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
                      const float* l, float* out);
@@ -111,5 +112,10 @@ void FoldAvx2(FoldState& s, const KeyBlock& b);
 // (fold_avx2_cached.cc); false (nothing done) for the others. (The float
 // types keep fold_avx2.cc's key-by-key scores: measured faster end to end.)
 bool ScoresCachedAvx2(FoldState& s, const KeyBlock& b);
+// AVX-512 machines only: FoldAvx2 with those scores by VNNI's vpdpbusd on
+// 256-bit vectors (ScoresCachedVnni, fold_vnni_cached.cc: the same scores,
+// bit for bit).
+void FoldAvx2Vnni(FoldState& s, const KeyBlock& b);
+bool ScoresCachedVnni(FoldState& s, const KeyBlock& b);
 
 }  // namespace rotor::attn

@@ -498,16 +498,20 @@ struct ValuesFn {
   static void Run(FoldState& s, const KeyBlock& b) { Values<T, B>(s, b); }
 };
 
-}  // namespace
-
-void FoldAvx2(FoldState& s, const KeyBlock& b) {
+template <bool kVnni>
+void Fold(FoldState& s, const KeyBlock& b) {
   const bool blocks = IsBlockType(b.tk) || IsBlockType(b.tv);
   const bool block_ok = b.qblock == 8 || b.qblock == 16 || b.qblock == 32;
   if (s.head_dim % 8 != 0 || s.head_dim > 256 || (blocks && !block_ok) || b.n == 0)
     return FoldScalar(s, b);
-  if (!ScoresCachedAvx2(s, b)) WithType<ScoresFn>(b.tk, s, b);
+  if (!(kVnni ? ScoresCachedVnni(s, b) : ScoresCachedAvx2(s, b))) WithType<ScoresFn>(b.tk, s, b);
   WithType<ValuesFn>(b.tv, s, b);
 }
+
+}  // namespace
+
+void FoldAvx2(FoldState& s, const KeyBlock& b) { Fold<false>(s, b); }
+void FoldAvx2Vnni(FoldState& s, const KeyBlock& b) { Fold<true>(s, b); }
 
 void LaneWeightsAvx2(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
                      const float* l, float* out) {

@@ -1,12 +1,11 @@
 // AVX-512 online-softmax fold for any mix of K/V element types (f32, f16,
 // bf16, q8_0, q4_0, q5_0) with 32-element quantization blocks (head_dim % 32
-// == 0, up to 256). Block-type keys under cached RoPE are scored by VNNI
-// integer dot products with the query quantized once per head (QuantizeQuery):
-// per pair of blocks, |k| (u8) times q with k's sign (s8), vpdpbusd into 16
-// int32 lanes (8 per block), scaled by d_k * d_q per lane. Keys to rotate
-// (deferred RoPE) and the float types are decoded into f32 registers and
-// rotated there; V heads are decoded in registers into the accumulators. No
-// decoded copy of a K or V row is ever written.
+// == 0, up to 256). Keys to rotate (deferred RoPE) and the float types are
+// decoded into f32 registers and rotated there; V heads are decoded in
+// registers into the accumulators. No decoded copy of a K or V row is ever
+// written. Block-type keys under cached RoPE go to FoldAvx2Vnni (integer dot
+// products by VNNI, eight keys at a time: faster on Zen 4 than this file's
+// four keys per 512-bit pass were, BENCHMARKS.md).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -66,121 +65,14 @@ inline __m512 Load16(const uint8_t* head, int i) {
   }
 }
 
-// The signed integers of blocks b0 and b1 (b1 null: zeros), 32 each, in
-// element order.
-template <Elem T>
-inline __m512i Ints64(const uint8_t* b0, const uint8_t* b1) {
-  if constexpr (T == Elem::kQ8_0) {
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-    const __m256i hi = b1 != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2))
-                                     : _mm256_setzero_si256();
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-  } else {
-    constexpr int qs = T == Elem::kQ5_0 ? 6 : 2;
-    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + qs));
-    const __m128i r1 = b1 != nullptr ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + qs))
-                                     : _mm_setzero_si128();
-    const __m256i raw = _mm256_set_m128i(r1, r0);
-    const __m256i m = _mm256_set1_epi8(15);
-    const __m256i lo = _mm256_and_si256(raw, m), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m);
-    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // b0 lo, b1 lo, b0 hi, b1 hi
-    v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));            // b0 lo, b0 hi, b1 lo, b1 hi
-    int off = 8;
-    if constexpr (T == Elem::kQ5_0) {
-      uint32_t h0, h1 = 0;
-      std::memcpy(&h0, b0 + 2, 4);
-      if (b1 != nullptr) std::memcpy(&h1, b1 + 2, 4);
-      const __mmask64 high = static_cast<__mmask64>(h0) | static_cast<__mmask64>(h1) << 32;
-      v = _mm512_mask_add_epi8(v, high, v, _mm512_set1_epi8(16));
-      off = 16;
-    }
-    const __mmask64 valid = b1 != nullptr ? ~__mmask64{0} : __mmask64{0xFFFFFFFF};
-    return _mm512_maskz_sub_epi8(valid, v, _mm512_set1_epi8(static_cast<char>(off)));
-  }
-}
-
 constexpr int kAheadK = 4;  // keys whose K row is fetched ahead of its use
-
-// The sums of the 16 lanes of a0..a3, in lanes 0, 4, 8, 12 (13 instructions
-// for four sums, where one _mm512_reduce_add_ps takes 8).
-inline __m512 Sum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  const __m512 b01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 b23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(b01, b23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_f32x4(b01, b23, _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 d = _mm512_add_ps(c, _mm512_permute_ps(c, _MM_SHUFFLE(1, 0, 3, 2)));
-  return _mm512_add_ps(d, _mm512_permute_ps(d, _MM_SHUFFLE(2, 3, 0, 1)));
-}
-
-// Block-type keys without rotation (cached RoPE): integer dot products with
-// the quantized query, four keys at a time (one horizontal reduction for the
-// four), two blocks per vector.
-template <int NV, Elem TK>
-void ScoresInt(FoldState& s, const KeyBlock& b) {
-  constexpr int hd = 16 * NV, nb = hd / 32, npair = (nb + 1) / 2;
-  const int group = s.n_head / s.n_head_kv;
-  const int k_bytes = s.n_head_kv * b.k_head_bytes, v_bytes = s.n_head_kv * b.v_head_bytes;
-  for (int j0 = 0; j0 < b.n; j0 += 4) {
-    for (int j = j0; j < j0 + 4 && j < b.n; ++j) {
-      for (int o = 0; o < v_bytes; o += 64)
-        _mm_prefetch(static_cast<const char*>(b.v[j]) + o, _MM_HINT_T0);
-      if (j + kAheadK < b.n)
-        for (int o = 0; o < k_bytes; o += 64)
-          _mm_prefetch(static_cast<const char*>(b.k[j + kAheadK]) + o, _MM_HINT_T0);
-    }
-    for (int g = 0; g < s.n_head_kv; ++g) {
-      __m512i ka[4][npair];
-      __mmask64 neg[4][npair];
-      __m512 dk[4][npair];
-      for (int u = 0; u < 4; ++u) {
-        const int j = std::min(j0 + u, b.n - 1);  // past the end: the last key again, not stored
-        const uint8_t* head = static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
-        for (int p = 0; p < npair; ++p) {
-          const uint8_t* b0 = head + 2 * p * BlockBytes<TK>();
-          const bool two = 2 * p + 1 < nb;
-          const uint8_t* b1 = two ? b0 + BlockBytes<TK>() : nullptr;
-          const __m512i x = Ints64<TK>(b0, b1);
-          ka[u][p] = _mm512_abs_epi8(x);
-          neg[u][p] = _mm512_movepi8_mask(x);
-          uint16_t h0, h1 = 0;
-          std::memcpy(&h0, b0, 2);
-          if (two) std::memcpy(&h1, b1, 2);
-          dk[u][p] = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(static_cast<short>(h1)),
-                                                      _mm_set1_epi16(static_cast<short>(h0))));
-        }
-      }
-      for (int h = g * group; h < (g + 1) * group; ++h) {
-        const int8_t* q = s.q8 + static_cast<size_t>(h) * hd;
-        const float* qd = s.q8d + static_cast<size_t>(h) * nb * 8;
-        __m512 acc[4];
-        for (int u = 0; u < 4; ++u) acc[u] = _mm512_setzero_ps();
-        for (int p = 0; p < npair; ++p) {
-          const bool two = 2 * p + 1 < nb;
-          const __m512i qv = _mm512_maskz_loadu_epi8(two ? ~__mmask64{0} : __mmask64{0xFFFFFFFF}, q + 64 * p);
-          const __m512 qdv = _mm512_maskz_loadu_ps(two ? 0xFFFF : 0x00FF, qd + 16 * p);
-          for (int u = 0; u < 4; ++u) {
-            const __m512i qs = _mm512_mask_sub_epi8(qv, neg[u][p], _mm512_setzero_si512(), qv);
-            const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ka[u][p], qs);
-            acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dk[u][p], qdv), acc[u]);
-          }
-        }
-        alignas(64) float sums[16];
-        _mm512_store_ps(sums, Sum4(acc[0], acc[1], acc[2], acc[3]));
-        for (int u = 0; u < 4 && j0 + u < b.n; ++u) s.scores[h * kBlock + j0 + u] = sums[4 * u];
-      }
-    }
-  }
-}
 
 // Raw q.k of every key and query head into s.scores (unscaled).
 template <int NV, Elem TK>
 void Scores(FoldState& s, const KeyBlock& b) {
-  constexpr int hd = 16 * NV, nb = hd / 32, npair = (nb + 1) / 2;
+  constexpr int hd = 16 * NV;
   const int group = s.n_head / s.n_head_kv;
   const int k_bytes = s.n_head_kv * b.k_head_bytes, v_bytes = s.n_head_kv * b.v_head_bytes;
-  constexpr bool kBlocks = IsBlockType(TK);
   __m512 k[NV], cr[NV], sr[NV];
   for (int j = 0; j < b.n; ++j) {
     for (int o = 0; o < v_bytes; o += 64)
@@ -203,42 +95,6 @@ void Scores(FoldState& s, const KeyBlock& b) {
     }
     for (int g = 0; g < s.n_head_kv; ++g) {
       const uint8_t* head = static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
-      if constexpr (kBlocks) {
-        if (!rotate) {
-          // Integer dot products, two blocks per vector.
-          __m512i ka[npair];
-          __mmask64 neg[npair];
-          __m512 dk[npair];
-          for (int p = 0; p < npair; ++p) {
-            const uint8_t* b0 = head + 2 * p * BlockBytes<TK>();
-            const bool two = 2 * p + 1 < nb;
-            const uint8_t* b1 = two ? b0 + BlockBytes<TK>() : nullptr;
-            const __m512i x = Ints64<TK>(b0, b1);
-            ka[p] = _mm512_abs_epi8(x);
-            neg[p] = _mm512_movepi8_mask(x);
-            const __m128i d0 = _mm_set1_epi16(static_cast<short>(*reinterpret_cast<const uint16_t*>(b0)));
-            const __m128i d1 = two ? _mm_set1_epi16(static_cast<short>(*reinterpret_cast<const uint16_t*>(b1)))
-                                   : _mm_setzero_si128();
-            dk[p] = _mm512_cvtph_ps(_mm256_set_m128i(d1, d0));
-          }
-          for (int h = g * group; h < (g + 1) * group; ++h) {
-            const int8_t* q = s.q8 + static_cast<size_t>(h) * hd;
-            const float* qd = s.q8d + static_cast<size_t>(h) * nb * 8;
-            __m512 acc = _mm512_setzero_ps();
-            for (int p = 0; p < npair; ++p) {
-              const bool two = 2 * p + 1 < nb;
-              const __m512i qv = _mm512_maskz_loadu_epi8(two ? ~__mmask64{0} : __mmask64{0xFFFFFFFF}, q + 64 * p);
-              const __m512i qs = _mm512_mask_sub_epi8(qv, neg[p], _mm512_setzero_si512(), qv);
-              const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ka[p], qs);
-              const __m512 sc = _mm512_mul_ps(
-                  dk[p], _mm512_maskz_loadu_ps(two ? 0xFFFF : 0x00FF, qd + 16 * p));
-              acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc);
-            }
-            s.scores[h * kBlock + j] = _mm512_reduce_add_ps(acc);
-          }
-          continue;
-        }
-      }
       if (rotate) {
         for (int i = 0; i < NV; ++i) {
           const __m512 x = Load16<TK>(head, i);
@@ -326,29 +182,16 @@ void ValuesOf(FoldState& s, const KeyBlock& b) {
 }
 
 template <int NV>
-void ScoresIntOf(FoldState& s, const KeyBlock& b) {
-  switch (b.tk) {
-    case Elem::kQ8_0: return ScoresInt<NV, Elem::kQ8_0>(s, b);
-    case Elem::kQ4_0: return ScoresInt<NV, Elem::kQ4_0>(s, b);
-    case Elem::kQ5_0: return ScoresInt<NV, Elem::kQ5_0>(s, b);
-    default: return ScoresOf<NV>(s, b);
-  }
-}
-
-template <int NV>
 void FoldNV(FoldState& s, const KeyBlock& b) {
-  // Cached keys (no rotation row) of a block type: the integer path, four
-  // keys at a time up to head size 128; else key by key.
-  const bool integer = IsBlockType(b.tk) && b.n > 0 && b.cos[0] == nullptr;
-  if (integer && s.q8_of != s.q) QuantizeQuery(s, 32);
-  if (integer && NV <= 8) ScoresIntOf<NV>(s, b);
-  else ScoresOf<NV>(s, b);
+  ScoresOf<NV>(s, b);
   ValuesOf<NV>(s, b);
 }
 
 }  // namespace
 
 void FoldQuantAvx512(FoldState& s, const KeyBlock& b) {
+  // Cached block-type keys are scored by integers, eight keys at a time.
+  if (IsBlockType(b.tk) && b.n > 0 && b.cos[0] == nullptr) return FoldAvx2Vnni(s, b);
   if (b.qblock != 32 && (IsBlockType(b.tk) || IsBlockType(b.tv))) return FoldScalar(s, b);
   switch (s.head_dim) {
     case 32: return FoldNV<2>(s, b);

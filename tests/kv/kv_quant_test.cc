@@ -253,16 +253,18 @@ TEST(KvQuantFold, Avx512EqualsScalarReference) {
 // 2: each path and remainder), 1 to 64 keys per call (odd counts,
 // several calls in sequence so the running max and sum carry over), cached and
 // deferred RoPE (one- and two-level rotation rows), every K/V type pair.
+const FoldCase kAvx2Cases[] = {
+    {1, 1, 8, 1, false, 1},         {4, 2, 8, 29, true, 7, true},   {4, 1, 16, 45, false, 45},
+    {2, 2, 40, 97, false, 33},      {4, 1, 40, 64, true, 64, true}, {8, 2, 48, 77, false, 13},
+    {3, 3, 64, 131, false, 64},     {4, 2, 64, 3, true, 3},         {8, 2, 64, 150, true, 61, true},
+    {12, 12, 64, 70, false, 37},    {4, 1, 128, 65, false, 64},     {2, 1, 128, 40, true, 17, true},
+    {8, 2, 256, 66, false, 33},     {2, 2, 256, 19, true, 19},      {6, 3, 96, 100, false, 50},
+    {8, 8, 24, 9, true, 9, true},   {6, 2, 64, 90, false, 64},      {8, 1, 64, 71, false, 40},
+    {12, 4, 32, 33, true, 33},      {16, 2, 96, 64, false, 64},     {6, 2, 40, 20, false, 20}};
+
 TEST(KvQuantFold, Avx2EqualsScalarReference) {
   if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
-  const FoldCase cases[] = {
-      {1, 1, 8, 1, false, 1},         {4, 2, 8, 29, true, 7, true},   {4, 1, 16, 45, false, 45},
-      {2, 2, 40, 97, false, 33},      {4, 1, 40, 64, true, 64, true}, {8, 2, 48, 77, false, 13},
-      {3, 3, 64, 131, false, 64},     {4, 2, 64, 3, true, 3},         {8, 2, 64, 150, true, 61, true},
-      {12, 12, 64, 70, false, 37},    {4, 1, 128, 65, false, 64},     {2, 1, 128, 40, true, 17, true},
-      {8, 2, 256, 66, false, 33},     {2, 2, 256, 19, true, 19},      {6, 3, 96, 100, false, 50},
-      {8, 8, 24, 9, true, 9, true},   {6, 2, 64, 90, false, 64},      {8, 1, 64, 71, false, 40},
-      {12, 4, 32, 33, true, 33},      {16, 2, 96, 64, false, 64},     {6, 2, 40, 20, false, 20}};
+  const auto& cases = kAvx2Cases;
   testing::Sweep sweep(5);  // under the sanitizers: every case and type, fewer pairs
   double worst_float = 0, worst_int = 0;
   for (const FoldCase& c : cases)
@@ -296,6 +298,27 @@ TEST(KvQuantFold, Avx2EqualsScalarReference) {
       }
   std::printf("largest relative difference: %.3g (float keys), %.3g (integer keys)\n", worst_float,
               worst_int);
+  EXPECT_TRUE(sweep.EveryValueRan());
+}
+
+// FoldAvx2Vnni (AVX-512 machines: the cached block-type keys' integer
+// products by vpdpbusd) against FoldAvx2 (vpmaddubsw + vpmaddwd): the same
+// exact integer sums, then the same operations, so the same bits, on every
+// case and type pair of the AVX2 test.
+TEST(KvQuantFold, Avx2VnniEqualsAvx2BitForBit) {
+  if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
+  testing::Sweep sweep(5);
+  for (const FoldCase& c : kAvx2Cases)
+    for (KvType tk : testing::kAllKvTypes)
+      for (KvType tv : testing::kAllKvTypes) {
+        if (!sweep.Next({static_cast<int>(&c - kAvx2Cases), static_cast<int>(tk), static_cast<int>(tv)}))
+          continue;
+        SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads "
+                                          << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim
+                                          << " keys " << c.n_keys << (c.deferred ? " deferred" : ""));
+        const uint32_t seed = c.head_dim * 31 + c.n_keys;
+        EXPECT_EQ(RunFold(attn::FoldAvx2Vnni, c, tk, tv, seed), RunFold(attn::FoldAvx2, c, tk, tv, seed));
+      }
   EXPECT_TRUE(sweep.EveryValueRan());
 }
 
