@@ -149,11 +149,13 @@ void LaneWeightsAvx512(const float* scores, size_t stride, int n_heads, int n_ke
 }
 
 void FoldAvx512(FoldState& s, const KeyBlock& b) {
-  // GQA: the AVX2 fold decodes each K and V head once for the query heads
-  // that share it (here: once per query head); measured faster on Zen 4
-  // (BENCHMARKS.md, twenty-second session). Block-type keys under cached
-  // RoPE take it too (FoldQuantAvx512).
-  if (s.n_head > s.n_head_kv) return FoldAvx2Vnni(s, b);
+  // The AVX2 fold with VNNI products, measured faster on Zen 4
+  // (BENCHMARKS.md, twenty-second session) for GQA (it decodes each K and V
+  // head once for the query heads that share it; here: once per query head)
+  // and for block-type keys under cached RoPE (integer scores, eight keys at
+  // a time).
+  const bool cached_blocks = IsBlockType(b.tk) && b.n > 0 && b.cos[0] == nullptr;
+  if (s.n_head > s.n_head_kv || cached_blocks) return FoldAvx2Vnni(s, b);
   if (b.tk == Elem::kF32 && b.tv == Elem::kF32) FoldTyped<false>(s, b);
   else if (b.tk == Elem::kF16 && b.tv == Elem::kF16) FoldTyped<true>(s, b);
   else FoldQuantAvx512(s, b);

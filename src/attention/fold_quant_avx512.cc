@@ -3,9 +3,10 @@
 // == 0, up to 256). Keys to rotate (deferred RoPE) and the float types are
 // decoded into f32 registers and rotated there; V heads are decoded in
 // registers into the accumulators. No decoded copy of a K or V row is ever
-// written. Block-type keys under cached RoPE go to FoldAvx2Vnni (integer dot
-// products by VNNI, eight keys at a time: faster on Zen 4 than this file's
-// four keys per 512-bit pass were, BENCHMARKS.md).
+// written. FoldAvx512 sends block-type keys under cached RoPE to FoldAvx2Vnni
+// (integer dot products by VNNI, eight keys at a time: faster on Zen 4 than
+// this file's four keys per 512-bit pass were, BENCHMARKS.md); here any key
+// is decoded to f32, so every input is still folded correctly.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -190,8 +191,6 @@ void FoldNV(FoldState& s, const KeyBlock& b) {
 }  // namespace
 
 void FoldQuantAvx512(FoldState& s, const KeyBlock& b) {
-  // Cached block-type keys are scored by integers, eight keys at a time.
-  if (IsBlockType(b.tk) && b.n > 0 && b.cos[0] == nullptr) return FoldAvx2Vnni(s, b);
   if (b.qblock != 32 && (IsBlockType(b.tk) || IsBlockType(b.tv))) return FoldScalar(s, b);
   switch (s.head_dim) {
     case 32: return FoldNV<2>(s, b);
