@@ -404,7 +404,7 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a, int max_tile) {
 // Where each ubatch's own K/V rows are read from: in place (f32 caches
 // without rotation) or stored as the cache stores them (rounded, quantized,
 // rotated), so they are the values the cache will hold.
-void SetChunks(std::span<const AttentionArgs> batch, AttentionScratch& scratch,
+void SetChunks(ThreadPool& pool, std::span<const AttentionArgs> batch, AttentionScratch& scratch,
                std::vector<Cut>& cuts) {
   auto in_place = [](const KvLayerView& v, bool is_v) {
     return (is_v ? v.types.v : v.types.k) == KvType::kF32 && !(is_v ? v.rotate_v : v.rotate_k) &&
@@ -419,7 +419,7 @@ void SetChunks(std::span<const AttentionArgs> batch, AttentionScratch& scratch,
                  64;
   // [sum of n_tokens x row of K and V] each ubatch's typed rows.
   uint8_t* buf = bytes > 0 ? scratch.ChunkBytes(bytes) : nullptr;
-  std::vector<float> rot;  // [n_head_kv * head_dim] one rotated row
+  std::vector<float> rot;  // [pool threads, n_head_kv * head_dim] a rotated row per thread
   for (size_t b = 0; b < batch.size(); ++b) {
     const AttentionArgs& a = batch[b];
     const KvLayerView& view = *a.cache;
@@ -439,24 +439,35 @@ void SetChunks(std::span<const AttentionArgs> batch, AttentionScratch& scratch,
       *row_bytes = a.n_head_kv * KvHeadBytes(t, a.head_dim);
       *chunk = buf;
       const float* offset = is_v ? nullptr : view.k_offset;  // [row], or none
-      if (rotate || offset != nullptr) rot.resize(row);
-      for (int64_t j = 0; j < a.plan->n_tokens; ++j) {
-        const float* x = src + j * a.kv_stride;
-        if (offset != nullptr) {  // as KvCache::Store: minus the offsets, then rotated
-          for (int64_t e = 0; e < row; ++e) rot[e] = x[e] - offset[e];
-          x = rot.data();
+      if (rotate || offset != nullptr) rot.resize(static_cast<size_t>(pool.size()) * row);
+      uint8_t* out = buf;
+      const size_t out_row = *row_bytes;
+      auto store = [&](int64_t j0, int64_t j1, int thread) {
+        float* r = rot.empty() ? nullptr : rot.data() + static_cast<size_t>(thread) * row;
+        for (int64_t j = j0; j < j1; ++j) {
+          const float* x = src + j * a.kv_stride;
+          if (offset != nullptr) {  // as KvCache::Store: minus the offsets, then rotated
+            for (int64_t e = 0; e < row; ++e) r[e] = x[e] - offset[e];
+            x = r;
+          }
+          if (rotate) {
+            if (x != r) std::copy(x, x + row, r);
+            KvHadamard(r, row, KvQuantBlock(a.head_dim));
+            x = r;
+          }
+          uint8_t* dst = out + j * out_row;
+          if (t == KvType::kF16)  // as KvCache::Store
+            ops::F32ToF16Row(x, reinterpret_cast<uint16_t*>(dst), row);
+          else
+            KvQuantizeHeads(t, a.head_dim, a.n_head_kv, x, dst, KvRoundingOf(is_v));
         }
-        if (rotate) {
-          if (x != rot.data()) std::copy(x, x + row, rot.data());
-          KvHadamard(rot.data(), row, KvQuantBlock(a.head_dim));
-          x = rot.data();
-        }
-        uint8_t* dst = buf + j * *row_bytes;
-        if (t == KvType::kF16)  // as KvCache::Store
-          ops::F32ToF16Row(x, reinterpret_cast<uint16_t*>(dst), row);
-        else
-          KvQuantizeHeads(t, a.head_dim, a.n_head_kv, x, dst);
-      }
+      };
+      // A prompt's rows across the pool (the least-squares key scales cost
+      // more than the attention of a short chunk); a decode step's one row here.
+      if (a.plan->n_tokens >= 8)
+        pool.ParallelFor(a.plan->n_tokens, 4, store);
+      else
+        store(0, a.plan->n_tokens, 0);
       buf += (a.plan->n_tokens * *row_bytes + 63) / 64 * 64;
     }
   }
@@ -562,7 +573,7 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch_in,
       n_partials += cuts[b].n_tasks;
     }
   }
-  SetChunks(batch, scratch, cuts);
+  SetChunks(pool, batch, scratch, cuts);
   if (n_tasks > 0) {
     const size_t part_stride = static_cast<size_t>(batch[0].n_head) * (batch[0].head_dim + 2);
     // [n_partials, part_stride]: the split tasks' softmax states.

@@ -110,7 +110,7 @@ void KvCache::Store(bool is_v, int layer, int head, uint8_t* dst, const float* s
   if (t == KvType::kF16)
     ops::F32ToF16Row(src, reinterpret_cast<uint16_t*>(dst), static_cast<int64_t>(n_heads) * hd);
   else
-    KvQuantizeHeads(t, hd, n_heads, src, dst);
+    KvQuantizeHeads(t, hd, n_heads, src, dst, KvRoundingOf(is_v));
 }
 
 void KvCache::Load(bool is_v, int layer, int head, const uint8_t* src, float* dst,
@@ -455,6 +455,32 @@ void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* 
             k + i * row_stride + col, view.lane_heads);
       Store(true, layer, h, VRow(layer, slots[i]) + head * v_head_bytes_,
             v + i * row_stride + col, view.lane_heads);
+    }
+  }
+}
+
+void KvCache::WriteStored(int layer, const KvPlan& plan, const uint8_t* k, size_t k_row_bytes,
+                          const uint8_t* v, size_t v_row_bytes) {
+  CHECK(k_row_bytes >= KRowBytes() && v_row_bytes >= VRowBytes());
+  if (plan.hooks == nullptr) {
+    for (int32_t i = 0; i < plan.n_tokens; ++i) {
+      const Slot s = plan.slot[i];
+      if (!s.valid()) continue;
+      std::memcpy(KRow(layer, s.v), k + i * k_row_bytes, KRowBytes());
+      std::memcpy(VRow(layer, s.v), v + i * v_row_bytes, VRowBytes());
+    }
+    return;
+  }
+  const KvLayerView view = View(layer);
+  for (int g = 0; g < view.n_lanes; ++g) {
+    const int32_t* slots =
+        plan.lane_slot.data() + static_cast<size_t>(view.first_lane + g) * plan.n_tokens;
+    const size_t head = static_cast<size_t>(g) * view.lane_heads;
+    const size_t kb = head * k_head_bytes_, vb = head * v_head_bytes_;
+    for (int32_t i = 0; i < plan.n_tokens; ++i) {
+      if (slots[i] < 0) continue;
+      std::memcpy(KRow(layer, slots[i]) + kb, k + i * k_row_bytes + kb, view.lane_heads * k_head_bytes_);
+      std::memcpy(VRow(layer, slots[i]) + vb, v + i * v_row_bytes + vb, view.lane_heads * v_head_bytes_);
     }
   }
 }

@@ -127,6 +127,13 @@ class KvCache {
   // Stores the planned tokens' K and V for one layer.
   // k, v: [plan.n_tokens, n_head_kv * head_dim], rows `row_stride` floats apart.
   void Write(int layer, const KvPlan& plan, const float* k, const float* v, int64_t row_stride);
+  // The same from rows already in the stored form (KRowBytes / VRowBytes each:
+  // minus the key offsets, rotated, rounded to the types, as Write would store
+  // them): attention makes them for the ubatch's own K/V, so the cache copies
+  // them instead of quantizing each row a second time.
+  // k, v: [plan.n_tokens] rows, k_row_bytes (v_row_bytes) apart.
+  void WriteStored(int layer, const KvPlan& plan, const uint8_t* k, size_t k_row_bytes,
+                   const uint8_t* v, size_t v_row_bytes);
   // plan.tokens: the ubatch's token ids (prefix publishing), may be empty.
   void Commit(KvPlan& plan);
   // Forgets every token and returns every block to the pool.

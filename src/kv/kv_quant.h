@@ -15,7 +15,9 @@
 //   q5_0: f16 d, u8 qh[B / 8], u8 qs[B/2] as q4_0 with bit 4 of quant i in
 //                                         bit i of qh (little-endian), minus 16
 // Quantization makes GGML's choices (q8_0 d = amax / 127, q = round(x / d);
-// q4_0 d = max / -8, q = min(15, (int)(x / d + 8.5)); q5_0 with 16 and 31).
+// q4_0 d = max / -8, q = min(15, (int)(x / d + 8.5)); q5_0 with 16 and 31),
+// or for keys in q4_0 / q5_0 the scale of least squared error (KvRounding):
+// the same layout, read by the same decoders.
 //
 // Rotation (--kv-rotate): each block of B elements of a head is multiplied by
 // the normalized Walsh-Hadamard matrix H_B (orthogonal and symmetric, so its
@@ -42,8 +44,24 @@ size_t KvHeadBytes(KvType t, int head_dim);
 // Bytes per element, averaged (memory reports): 4, 2, 2, 1.0625, ...
 double KvBytesPerElement(KvType t, int head_dim);
 
+// How a q4_0 / q5_0 block's scale is chosen (q8_0 and the float types have
+// one way).
+enum class KvRounding {
+  kGgml,  // GGML's (above): the bytes of its quantizer
+  // The least squared error of five: GGML's scale, and for the block's
+  // extreme mapped to level lo + 1, lo and lo - 1 (lo = -8 or -16) and to
+  // GGML's scale, the least-squares scale of the levels that rounding gives
+  // (each rounded to f16, as stored). Never worse than kGgml per block; a
+  // third less KL divergence for 4- and 5-bit keys on stories260K
+  // (docs/EVALUATION.md, "Least-squares key scales"). Keys carry a 4-bit
+  // cache's loss, so the cache stores keys so and values as GGML does.
+  kLeastSquares,
+};
+inline KvRounding KvRoundingOf(bool is_v) { return is_v ? KvRounding::kGgml : KvRounding::kLeastSquares; }
+
 // n_heads heads of head_dim floats <-> their stored bytes.
-void KvQuantizeHeads(KvType t, int head_dim, int n_heads, const float* src, uint8_t* dst);
+void KvQuantizeHeads(KvType t, int head_dim, int n_heads, const float* src, uint8_t* dst,
+                     KvRounding rounding = KvRounding::kGgml);
 void KvDequantizeHeads(KvType t, int head_dim, int n_heads, const uint8_t* src, float* dst);
 
 // One quantization block of `block` elements of a block type: its scale d

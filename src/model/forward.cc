@@ -202,11 +202,13 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
     row += n;
   }
   // Every sequence's attention in one parallel region, then the writes (each
-  // ubatch reads its own keys and values from k_/v_, not from its cache).
+  // ubatch reads its own keys and values from k_/v_, not from its cache):
+  // the rows attention made in the cache's stored form.
   AttendBatch(pool_, attn_args_, attn_scratch_);
   for (size_t si = 0; si < seqs.size(); ++si) {
-    const AttentionArgs& a = attn_args_[si];
-    seqs[si].cache->Write(il, plans_[si], a.k, a.v, kv_dim);
+    const AttentionScratch::Cut& cut = attn_scratch_.cuts()[si];
+    seqs[si].cache->WriteStored(il, plans_[si], cut.chunk_k, cut.chunk_k_row_bytes, cut.chunk_v,
+                                cut.chunk_v_row_bytes);
   }
   ops::Matmul(pool_, w.wo, att_.data(), n_tokens, out_.data(), E, matmul_scratch_);
   ops::Add(x_.data(), out_.data(), n_tokens * E);

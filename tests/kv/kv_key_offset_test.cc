@@ -104,7 +104,8 @@ TEST(KeyOffsets, ExactOnF32CachesUnderEveryPolicy) {
 // What they are for: 4- and 5-bit keys round far less of the constant
 // channels' size. On real text (the bundled TinyStories sample, 400 tokens)
 // the mean squared logit error of stories260K's q4_0 / q5_0 keys against the
-// f32 cache falls at least 2x (measured: the printed ratios;
+// f32 cache falls at least 1.6x (measured with least-squares key scales,
+// which lower the error without offsets too: 1.94x for q4_0, 4.4x for q5_0;
 // docs/EVALUATION.md has the KL divergence and perplexity).
 TEST(KeyOffsets, LowerTheErrorOfFourAndFiveBitKeysOnText) {
   const Model& m = LoadModelCached(kStories);
@@ -123,7 +124,7 @@ TEST(KeyOffsets, LowerTheErrorOfFourAndFiveBitKeysOnText) {
     const double on = MeanSq(f32, AllLogits(m, With(base, k, KvType::kF32, "on"), text, 0));
     std::printf("%s keys: mean squared logit error %.4g without offsets, %.4g with (%.2fx)\n",
                 std::string(KvTypeName(k)).c_str(), off, on, off / on);
-    EXPECT_LT(on, 0.5 * off) << KvTypeName(k);
+    EXPECT_LT(on, off / 1.6) << KvTypeName(k);
   }
 }
 

@@ -184,6 +184,39 @@ TEST_P(QuantModels, KvFilesRoundTripEveryType) {
   }
 }
 
+// The cache stores keys by least-squares scales and values as GGML does
+// (KvRounding). Layer 0's K and V rows do not depend on the cache (they come
+// from the embeddings), so an f32 cache's layer-0 rows, quantized each way,
+// are what a q4_0 / q5_0 cache must hold; and the two roundings differ there.
+TEST_P(QuantModels, KeysStoredByLeastSquaresValuesAsGgml) {
+  const Model& m = LoadModelCached(ModelPath(GetParam()));
+  const int hd = m.config().head_dim, row = m.config().n_head_kv * hd;
+  const std::vector<int32_t> prompt = Prompt(40, m.config().n_vocab, 45);
+  KvConfig base = Kv("full", 0, 0);
+  ASSERT_TRUE(base.Set(KvOpt::kKeyOffset, "off").ok());
+  std::unique_ptr<KvCache> f32;
+  AllLogits(m, F32(base), prompt, 0, 256, &f32);
+  for (KvType t : {KvType::kQ4_0, KvType::kQ5_0}) {
+    std::unique_ptr<KvCache> q;
+    AllLogits(m, Typed(base, t, t), prompt, 0, 256, &q);
+    auto decoded = [&](const std::vector<float>& x, KvRounding r) {
+      std::vector<uint8_t> bytes(m.config().n_head_kv * KvHeadBytes(t, hd));
+      KvQuantizeHeads(t, hd, m.config().n_head_kv, x.data(), bytes.data(), r);
+      std::vector<float> y(row);
+      KvDequantizeHeads(t, hd, m.config().n_head_kv, bytes.data(), y.data());
+      return y;
+    };
+    int differ = 0;
+    for (int32_t c = 0; c < static_cast<int32_t>(prompt.size()); ++c) {
+      const std::vector<float> k = f32->CellK(0, c), v = f32->CellV(0, c);
+      ASSERT_EQ(q->CellK(0, c), decoded(k, KvRounding::kLeastSquares)) << KvTypeName(t) << " cell " << c;
+      ASSERT_EQ(q->CellV(0, c), decoded(v, KvRounding::kGgml)) << KvTypeName(t) << " cell " << c;
+      differ += decoded(k, KvRounding::kGgml) != q->CellK(0, c);
+    }
+    EXPECT_GT(differ, 0) << KvTypeName(t);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, QuantModels, ::testing::Values("stories260K", "gqa"),
                          [](const auto& info) { return info.param; });
 
