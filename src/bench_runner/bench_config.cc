@@ -172,7 +172,6 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
 
   std::vector<BenchCase> cases;
   for (int mi = 0; mi < static_cast<int>(models.size()); ++mi) {
-    const ModelConfig& mc = models[mi].model->config();
     for (int threads : a.threads)
       for (const KvConfig& kv : *kvs)
         for (int step : a.prefill_step)
