@@ -93,7 +93,8 @@ const float* KvCache::KeyOffset(int layer, int head) const {
   return shape_.k_offsets->Layer(layer) + static_cast<size_t>(head) * shape_.head_dim;
 }
 
-void KvCache::Store(bool is_v, int layer, int head, uint8_t* dst, const float* src, int n_heads) {
+void KvCache::Store(bool is_v, int layer, int head, uint8_t* dst, const float* src, int n_heads,
+                    KvRounding rounding) {
   const KvType t = is_v ? config_.types.v : config_.types.k;
   const int hd = shape_.head_dim;
   const int64_t n = static_cast<int64_t>(n_heads) * hd;
@@ -110,7 +111,7 @@ void KvCache::Store(bool is_v, int layer, int head, uint8_t* dst, const float* s
   if (t == KvType::kF16)
     ops::F32ToF16Row(src, reinterpret_cast<uint16_t*>(dst), static_cast<int64_t>(n_heads) * hd);
   else
-    KvQuantizeHeads(t, hd, n_heads, src, dst, KvRoundingOf(is_v));
+    KvQuantizeHeads(t, hd, n_heads, src, dst, rounding);
 }
 
 void KvCache::Load(bool is_v, int layer, int head, const uint8_t* src, float* dst,
@@ -131,9 +132,12 @@ void KvCache::ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t de
   }
   // Another type: back to f32 (and unrotated), RoPE-shifted, stored again
   // (rounded or requantized once more, as llama.cpp's K-shift does).
+  // Keys re-rotated at every eviction are rounded as GGML does: the
+  // least-squares search (KvRounding) on every kept key per eviction halved
+  // sink-compact q4_0 decode (BENCHMARKS.md, twenty-third session).
   Load(false, layer, head, at, shift_row_.data(), n_heads);
   ops::RopeShift(rope, shift_row_.data(), n_heads, delta);
-  Store(false, layer, head, at, shift_row_.data(), n_heads);
+  Store(false, layer, head, at, shift_row_.data(), n_heads, KvRounding::kGgml);
 }
 
 void KvCache::LaneHeads(int lane, int* layer_begin, int* layer_end, int* head, int* n_heads) const {
@@ -436,8 +440,8 @@ void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* 
     for (int32_t i = 0; i < plan.n_tokens; ++i) {
       const Slot s = plan.slot[i];
       if (!s.valid()) continue;
-      Store(false, layer, 0, KRow(layer, s.v), k + i * row_stride, shape_.n_head_kv);
-      Store(true, layer, 0, VRow(layer, s.v), v + i * row_stride, shape_.n_head_kv);
+      Store(false, layer, 0, KRow(layer, s.v), k + i * row_stride, shape_.n_head_kv, KvRoundingOf(false));
+      Store(true, layer, 0, VRow(layer, s.v), v + i * row_stride, shape_.n_head_kv, KvRoundingOf(true));
     }
     return;
   }
@@ -452,9 +456,9 @@ void KvCache::Write(int layer, const KvPlan& plan, const float* k, const float* 
       const size_t head = static_cast<size_t>(g) * view.lane_heads;
       const int h = static_cast<int>(head);
       Store(false, layer, h, KRow(layer, slots[i]) + head * k_head_bytes_,
-            k + i * row_stride + col, view.lane_heads);
+            k + i * row_stride + col, view.lane_heads, KvRoundingOf(false));
       Store(true, layer, h, VRow(layer, slots[i]) + head * v_head_bytes_,
-            v + i * row_stride + col, view.lane_heads);
+            v + i * row_stride + col, view.lane_heads, KvRoundingOf(true));
     }
   }
 }

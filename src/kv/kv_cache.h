@@ -38,6 +38,7 @@
 #include "base/memory.h"
 #include "base/status.h"
 #include "kv/kv_config.h"
+#include "kv/kv_quant.h"
 #include "kv/kv_policy.h"
 #include "kv/kv_pool.h"
 
@@ -216,8 +217,10 @@ class KvCache {
   }
   // Stores n_heads heads (kv heads head.. of layer `layer`) of f32 values at
   // dst as K (is_v false) or V: minus the key offsets if the cache has them,
-  // rotated if the cache rotates them, in the cache's K (V) type.
-  void Store(bool is_v, int layer, int head, uint8_t* dst, const float* src, int n_heads);
+  // rotated if the cache rotates them, in the cache's K (V) type, block types
+  // rounded by `rounding` (KvRoundingOf; re-rotated keys: GGML's).
+  void Store(bool is_v, int layer, int head, uint8_t* dst, const float* src, int n_heads,
+             KvRounding rounding);
   // n_heads stored heads at src as f32 values, rotated back, offsets added back.
   void Load(bool is_v, int layer, int head, const uint8_t* src, float* dst, int n_heads) const;
   // Layer `layer`'s key offsets from kv head `head` on, or null (none).
