@@ -51,6 +51,7 @@ std::string Footer(const ChatTurn& t, const ChatSession& chat, int n_ctx) {
                             ? fmt::format("{} tokens, {} cached", t.n_past, chat.cache().n_used())
                             : fmt::format("{}/{}", t.n_past, chat.cache().n_cells());
   std::string finish(FinishReasonName(t.finish));
+  if (t.finish == FinishReason::kError) finish += ": " + t.error;
   if (t.finish == FinishReason::kContext)
     finish += fmt::format(" (the context of {} tokens is full: /clear to start again)", n_ctx);
   return fmt::format(

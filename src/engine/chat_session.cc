@@ -247,6 +247,7 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
     emit(t.text);
     if (t.finish) {
       turn.finish = *t.finish;
+      turn.error = t.error;
       break;
     }
     if (stopped_by_caller || (cancel != nullptr && cancel->load())) {

@@ -56,6 +56,7 @@ struct ChatTurn {
   int64_t n_cached = 0;         // tokens of the turn taken from the prefix cache instead
   int64_t n_generated = 0;      // tokens.size()
   FinishReason finish = FinishReason::kLength;
+  std::string error;  // finish kError: why (the reply so far is kept)
   int64_t prompt_ns = 0, gen_ns = 0;
   int64_t n_past = 0;  // tokens of the whole conversation after the turn
   double prompt_tps() const { return prompt_ns ? n_prompt * 1e9 / prompt_ns : 0; }

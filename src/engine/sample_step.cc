@@ -91,6 +91,10 @@ Sampled SampleStep::Next(std::span<const float> logits, const KvCache& cache) {
     s.token = SampleConstrained(logits);
     if (s.token < 0) {
       s.finish = FinishReason::kStop;
+      if (grammar_->overflowed()) {
+        s.finish = FinishReason::kError;
+        s.error = grammar::Matcher::OverflowMessage();
+      }
       return s;
     }
   }
@@ -164,13 +168,18 @@ bool SampleStep::Allowed(int32_t token) const {
 }
 
 int32_t SampleStep::SampleConstrained(std::span<const float> logits) {
+  // The first text too ambiguous to decide ends the search (and the reply,
+  // with an error): each costs the matcher's whole step budget.
+  grammar_->ClearOverflow();
   const int32_t first = sampler_.Sample(logits);
   if (Allowed(first)) return first;
+  if (grammar_->overflowed()) return -1;
   const auto n = static_cast<int32_t>(logits.size());
   masked_.resize(logits.size());
   bool any = false;
   for (int32_t t = 0; t < n; ++t) {
     const bool ok = t != first && Allowed(t);
+    if (grammar_->overflowed()) return -1;
     masked_[t] = ok ? logits[t] : -std::numeric_limits<float>::infinity();
     any |= ok;
   }

@@ -82,6 +82,7 @@ struct Sampled {
   std::string piece;       // the token's decoded text
   std::string text;        // text released by this step (stop-string prefixes held back)
   std::optional<FinishReason> finish;
+  std::string error;  // finish kError: why (a grammar too ambiguous to follow)
   std::optional<TokenLogprobs> logprobs;  // generated, with StopRules::logprobs >= 0
 };
 
@@ -102,7 +103,8 @@ class SampleStep {
 
  private:
   bool Ends(int32_t token) const;
-  // Step 2 with a grammar: -1 when no token is allowed.
+  // Step 2 with a grammar: -1 when no token is allowed, or when a token's
+  // text was too ambiguous to decide (the grammar's overflowed() tells).
   int32_t SampleConstrained(std::span<const float> logits);
   bool Allowed(int32_t token) const;
   // A lazy grammar before its trigger: whether `token` completes a trigger

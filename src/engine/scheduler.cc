@@ -268,7 +268,10 @@ void Scheduler::Advance(Seq& s, const float* logits) {
       s.callback(SeqEvent{s.id, t.token, t.text, false, nullptr,
                           t.logprobs ? &*t.logprobs : nullptr});
   }
-  if (t.finish) return Finish(s, *t.finish);
+  if (t.finish) {
+    if (*t.finish == FinishReason::kError) s.result.error = t.error;
+    return Finish(s, *t.finish);
+  }
   s.next_token = t.token;
   if (!s.bounded) s.text.push_back(t.token);
   s.feed = Feed::Continue(s.cache.get(), std::span<const int32_t>(&s.next_token, 1));

@@ -1,6 +1,9 @@
 #include "grammar/matcher.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <unordered_set>
 
 #include "base/check.h"
 
@@ -17,7 +20,31 @@ void Dedupe(std::vector<std::vector<const Element*>>* stacks) {
   stacks->erase(std::unique(stacks->begin(), stacks->end()), stacks->end());
 }
 
+struct StackHash {
+  size_t operator()(const std::vector<const Element*>& s) const {
+    size_t h = s.size();
+    for (const Element* e : s) h = (h ^ reinterpret_cast<uintptr_t>(e)) * 0x9E3779B97F4A7C15ull;
+    return h;
+  }
+};
+
 }  // namespace
+
+struct Matcher::Expansion {
+  std::unordered_set<Stack, StackHash> expanded;  // stacks with a reference on top, seen
+  std::vector<Stack> work;                        // still to expand
+  size_t steps = 0;
+};
+
+std::string Matcher::OverflowMessage() {
+  return fmt::format(
+      "grammar: too ambiguous: the text so far matches it in more than {} ways at once (or "
+      "needed more than {} expansion steps for one character); rewrite the grammar so that "
+      "fewer alternatives stay open together",
+      kMaxStacks, kMaxExpansions);
+}
+
+void Matcher::ClearOverflow() { overflowed_ = false; }
 
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
   CHECK(grammar_ != nullptr && grammar_->root >= 0);
@@ -26,40 +53,75 @@ Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(gr
 
 void Matcher::Reset() {
   state_ = State{};
+  overflowed_ = false;
+  dead_at_start_ = false;
   // The root's alternatives start the stacks; nothing continues after them.
+  Expansion ex;
   for (const Alternative& alt : grammar_->rules[grammar_->root].alternatives) {
     Stack t;
     if (alt[0].kind != Kind::kEnd) t.push_back(&alt[0]);
-    Expand(std::move(t), &state_.stacks);
+    if (!Expand(std::move(t), &state_.stacks, &ex)) break;
   }
   Dedupe(&state_.stacks);
-}
-
-void Matcher::Expand(Stack s, std::vector<Stack>* out) const {
-  if (s.empty() || s.back()->kind == Kind::kChars) {
-    out->push_back(std::move(s));
-    return;
-  }
-  const Element* ref = s.back();
-  s.pop_back();
-  if ((ref + 1)->kind != Kind::kEnd) s.push_back(ref + 1);
-  for (const Alternative& alt : grammar_->rules[ref->rule].alternatives) {
-    Stack t = s;
-    if (alt[0].kind != Kind::kEnd) t.push_back(&alt[0]);
-    Expand(std::move(t), out);
+  if (ex.steps > kMaxExpansions || state_.stacks.size() > kMaxStacks) {
+    dead_at_start_ = true;
+    state_.stacks.clear();  // dead: every text is refused
   }
 }
 
-void Matcher::Step(const std::vector<Stack>& in, uint32_t cp, std::vector<Stack>* out) const {
+bool Matcher::Expand(Stack s, std::vector<Stack>* out, Expansion* ex) const {
+  // A work list, not recursion: a chain of references that match nothing can
+  // be as long as the grammar.
+  ex->work.push_back(std::move(s));
+  while (!ex->work.empty()) {
+    Stack t = std::move(ex->work.back());
+    ex->work.pop_back();
+    if (++ex->steps > kMaxExpansions) return false;
+    if (t.empty() || t.back()->kind == Kind::kChars) {
+      out->push_back(std::move(t));
+      // Deduplicated in batches: the limit counts distinct stacks.
+      if (out->size() > 2 * kMaxStacks) {
+        Dedupe(out);
+        if (out->size() > kMaxStacks) return false;
+      }
+      continue;
+    }
+    // The same stack reached again (a rule matching nothing in two ways)
+    // expands to the same stacks: once is enough.
+    if (!ex->expanded.insert(t).second) continue;
+    const Element* ref = t.back();
+    t.pop_back();
+    if ((ref + 1)->kind != Kind::kEnd) t.push_back(ref + 1);
+    for (const Alternative& alt : grammar_->rules[ref->rule].alternatives) {
+      Stack u = t;
+      if (alt[0].kind != Kind::kEnd) u.push_back(&alt[0]);
+      ex->work.push_back(std::move(u));
+    }
+  }
+  return true;
+}
+
+bool Matcher::Step(const std::vector<Stack>& in, uint32_t cp, std::vector<Stack>* out) const {
   out->clear();
+  Expansion ex;
   for (const Stack& s : in) {
     if (s.empty() || !s.back()->Matches(cp)) continue;
     Stack t(s.begin(), s.end() - 1);
     const Element* next = s.back() + 1;
     if (next->kind != Kind::kEnd) t.push_back(next);
-    Expand(std::move(t), out);
+    if (!Expand(std::move(t), out, &ex)) {
+      overflowed_ = true;
+      out->clear();
+      return false;
+    }
   }
   Dedupe(out);
+  if (out->size() > kMaxStacks) {
+    overflowed_ = true;
+    out->clear();
+    return false;
+  }
+  return true;
 }
 
 bool Matcher::Feed(const State& from, std::string_view bytes, State* out) const {
@@ -94,8 +156,7 @@ bool Matcher::Feed(const State& from, std::string_view bytes, State* out) const 
     if (b >= 0x80 && (partial < kMinOfLength[len] || partial > 0x10FFFF ||
                       (partial >= 0xD800 && partial <= 0xDFFF)))
       return false;
-    Step(*cur, partial, &next);
-    if (next.empty()) return false;
+    if (!Step(*cur, partial, &next) || next.empty()) return false;
     out->stacks.swap(next);
     cur = &out->stacks;
     partial = 0;

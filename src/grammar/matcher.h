@@ -7,11 +7,18 @@
 //
 // Cost: Accepts() walks the stacks once per code point of the text without
 // touching the matcher's state; stacks are deduplicated after every step, so
-// their number stays bounded by the grammar's ambiguity at that point.
+// their number stays bounded by the grammar's ambiguity at that point. The
+// expansion of references visits each distinct stack once, so rules that match
+// nothing in several ways ("" | "") cost no more than one way. A grammar can
+// still be ambiguous enough to need exponentially many stacks
+// (x ::= "a" x "b" | "a" x "c" | ""): past kMaxStacks stacks, or kMaxExpansions
+// expansion steps for one character, the text is refused and `overflowed()`
+// says why (an error for the caller to report, never a hang).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -37,6 +44,18 @@ class Matcher {
 
   const Grammar& grammar() const { return *grammar_; }
 
+  // Limits on one character's step (see the top of the file).
+  static constexpr size_t kMaxStacks = 4096;
+  static constexpr size_t kMaxExpansions = size_t{1} << 16;
+  // A text was refused (or Reset() found no start) because a step needed more
+  // than the limits: the grammar is too ambiguous to match here. Sticky until
+  // Reset() or ClearOverflow(); Accepts() sets it too, so a caller testing
+  // many texts clears it first and asks after the last.
+  bool overflowed() const { return overflowed_ || dead_at_start_; }
+  void ClearOverflow();
+  // The error to report when overflowed().
+  static std::string OverflowMessage();
+
  private:
   using Stack = std::vector<const Element*>;
   struct State {
@@ -48,16 +67,24 @@ class Matcher {
     int len = 0;  // the pending character's length in bytes
   };
 
-  // Pushes `s` with its top resolved to a character element (or empty).
-  void Expand(Stack s, std::vector<Stack>* out) const;
-  // The stacks after matching `cp` from each of `in` (deduplicated).
-  void Step(const std::vector<Stack>& in, uint32_t cp, std::vector<Stack>* out) const;
+  // One step's expansions: the stacks with a reference on top already
+  // expanded, and the work done.
+  struct Expansion;
+  // Pushes `s` with its top resolved to a character element (or empty);
+  // false past the limits.
+  bool Expand(Stack s, std::vector<Stack>* out, Expansion* ex) const;
+  // The stacks after matching `cp` from each of `in` (deduplicated); false
+  // past the limits (sets overflowed_).
+  bool Step(const std::vector<Stack>& in, uint32_t cp, std::vector<Stack>* out) const;
   // `from` followed by `bytes` into *out; false when rejected (*out is then
   // unspecified).
   bool Feed(const State& from, std::string_view bytes, State* out) const;
 
   std::shared_ptr<const Grammar> grammar_;
   State state_;
+  // Set by a const query too (Accepts): a matcher belongs to one sequence.
+  mutable bool overflowed_ = false;
+  bool dead_at_start_ = false;  // Reset() overflowed: no text is accepted until the next
 };
 
 }  // namespace rotor::grammar

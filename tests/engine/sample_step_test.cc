@@ -189,6 +189,27 @@ TEST_F(SampleStepTest, GrammarRefusesTokensAndEndsWhenComplete) {
   EXPECT_TRUE(t.continues);
 }
 
+// A grammar too ambiguous to follow ends the step with an error that says so,
+// not as a stop (matcher.h: exponentially many open stacks).
+TEST_F(SampleStepTest, GrammarTooAmbiguousIsAnError) {
+  Sampler sampler(GreedyUnder(R"g(root ::= x
+x ::= " a" x y | " a" x z | " a"
+y ::= " a"
+z ::= " a")g"), n_vocab());
+  SampleStep step(*tok_, sampler, StopRules{});
+  Sampled s;
+  int n = 0;
+  for (; n < 40; ++n) {
+    s = step.Next(Peak(kA), *cache_);
+    if (s.finish) break;
+    EXPECT_EQ(s.token, kA);
+  }
+  ASSERT_TRUE(s.finish);
+  EXPECT_EQ(*s.finish, FinishReason::kError);
+  EXPECT_GE(n, 10);
+  EXPECT_NE(s.error.find("grammar: too ambiguous"), std::string::npos) << s.error;
+}
+
 TEST_F(SampleStepTest, GrammarAllowsEosOnlyWhereItMayEnd) {
   Sampler sampler(GreedyUnder(R"g(root ::= " a"+)g"), n_vocab());
   SampleStep step(*tok_, sampler, StopRules{});

@@ -8,6 +8,7 @@
 // The text is fed to a matcher of the parsed grammar in pieces whose sizes come
 // from the mode byte; besides no crash or hang: Accepts(x) predicts Accept(x),
 // a rejected piece changes nothing, and a Reset() matcher agrees with a new one.
+// A grammar too ambiguous to follow (Matcher::overflowed) ends the feeding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -59,6 +60,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(matcher.Accept(bytes) == predicted, "Accepts() and Accept() disagree");
     if (!predicted) Check(matcher.CanEnd() == can_end, "a rejected piece changed the state");
     (void)matcher.Done();
+    // Too ambiguous to go on (each further piece would cost the whole step
+    // budget again): the engine ends the reply here with an error.
+    if (matcher.overflowed()) break;
   }
   matcher.Reset();
   rotor::grammar::Matcher fresh(*grammar);

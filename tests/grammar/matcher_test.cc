@@ -104,6 +104,57 @@ term ::= [0-9]+ | "(" expr ")")g";
   EXPECT_FALSE(Full(nest, std::string(300, '(') + "x" + std::string(299, ')')));
 }
 
+// A rule that matches nothing in two ways doubles the ways to reach what
+// follows at every repetition (2^60 here); each distinct stack is expanded
+// once, so this is as cheap as one way.
+TEST(Matcher, NothingMatchedManyWaysStaysCheap) {
+  const char* g = R"g(root ::= ("" | "" | "x"?){60} "a")g";
+  EXPECT_TRUE(Full(g, "a"));
+  EXPECT_TRUE(Full(g, "xxxa"));
+  EXPECT_FALSE(Full(g, "xb"));
+  EXPECT_FALSE(Make(g).overflowed());
+}
+
+// Exponentially many distinct stacks (the choice of y or z for every "a" stays
+// open until the end): refused past kMaxStacks with overflowed(), never a hang.
+TEST(Matcher, TooAmbiguousIsRefusedAndSaysSo) {
+  const char* g = R"g(root ::= x
+x ::= "a" x y | "a" x z | "a"
+y ::= "b"
+z ::= "b")g";
+  Matcher m = Make(g);
+  EXPECT_TRUE(m.Accept(std::string(10, 'a')));  // 2^10 ways: within the limit
+  EXPECT_FALSE(m.overflowed());
+  EXPECT_TRUE(m.Accepts("b"));
+  std::string more(4, 'a');
+  EXPECT_FALSE(m.Accepts(more));
+  EXPECT_TRUE(m.overflowed());  // refused for ambiguity, not as a non-sentence
+  m.ClearOverflow();
+  EXPECT_FALSE(m.Accept(more));
+  EXPECT_TRUE(m.overflowed());
+  EXPECT_TRUE(m.Accept("bb"));  // a refused text changed nothing
+  m.ClearOverflow();
+  EXPECT_FALSE(m.Accepts("c"));
+  EXPECT_FALSE(m.overflowed());  // an ordinary refusal
+  m.Reset();
+  EXPECT_FALSE(m.overflowed());
+  EXPECT_TRUE(m.Accept("aaabb"));
+  EXPECT_NE(Matcher::OverflowMessage().find("too ambiguous"), std::string::npos);
+}
+
+// Too many ways at the very start: the matcher accepts nothing, and says why
+// (also after ClearOverflow(): only Reset() could change it, and it would not).
+TEST(Matcher, TooAmbiguousFromTheStart) {
+  const char* g = R"g(root ::= y{1000}
+y ::= "a"? "b"? "c"? "d"? "e"?)g";
+  Matcher m = Make(g);
+  EXPECT_TRUE(m.overflowed());
+  EXPECT_FALSE(m.Accepts("a"));
+  m.ClearOverflow();
+  EXPECT_TRUE(m.overflowed());
+  EXPECT_FALSE(m.CanEnd());
+}
+
 TEST(Matcher, BoundedRepetition) {
   const char* g = R"g(root ::= "a"{2} "b"{1,2} "c"{,1} "d"{2,})g";
   EXPECT_TRUE(Full(g, "aabdd"));

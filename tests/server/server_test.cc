@@ -317,4 +317,24 @@ TEST_F(ServerTest, ResponseFormatJsonSchema) {
   EXPECT_EQ(bad["error"]["param"], "grammar") << bad.dump();
 }
 
+// A grammar too ambiguous to follow (every "a" doubles the open parses) is an
+// error that says so, not a reply that looks finished: 400 before any text,
+// an error event once streaming.
+TEST_F(ServerTest, TooAmbiguousGrammarIsAnError) {
+  const json body = {{"prompt", "Once"},
+                     {"max_tokens", 200},
+                     {"grammar", R"g(root ::= x
+x ::= "a" x y | "a" x z | "a"
+y ::= "a"
+z ::= "a")g"}};
+  int status = 0;
+  const json r = Post("/v1/completions", body, &status);
+  EXPECT_EQ(status, 400) << r.dump();
+  EXPECT_NE(r.dump().find("grammar: too ambiguous"), std::string::npos) << r.dump();
+  const StreamResult st = PostStream(port(), "/v1/completions", body);
+  const std::string said = st.error.dump() + st.body;
+  EXPECT_NE(said.find("grammar: too ambiguous"), std::string::npos) << said;
+  EXPECT_NE(st.finish_reason, "stop");
+}
+
 }  // namespace rotor::serve::testing
