@@ -53,6 +53,8 @@ struct Substitution {
 std::vector<Substitution> Substitutions(int port) {
   const std::string models = ROTOR_MODELS_DIR, data = ROTOR_TESTDATA_DIR;
   return {
+      // First: the paths put in below may be under /tmp (a clone there).
+      {"/tmp/", "./"},
       {"MODEL-F32.gguf", models + "/stories260K.gguf"},
       {"MODEL-F16.gguf", data + "/stories260K-F16.gguf"},
       {"MODEL-Q8_0.gguf", "model-q8_0.gguf"},
@@ -65,7 +67,6 @@ std::vector<Substitution> Substitutions(int port) {
       {"-r 5", "-r 1"},
       {"-d 0,4096", "-d 0,256"},
       {"--shape stories110m", "--shape stories110m --layers 2"},
-      {"/tmp/", "./"},
       {"make run", "build/rotor generate -m models/stories260K.gguf -p \"Once upon a time\""},
       {"make install PREFIX=$HOME/.local",
        std::string("cmake --install ") + ROTOR_BINARY_DIR + " --prefix $HOME/.local > /dev/null"},
