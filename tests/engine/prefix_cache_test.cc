@@ -98,10 +98,10 @@ float FirstTokenLogprobGap(const Out& a, const Out& b) {
   if (a.logprobs.empty() || b.logprobs.empty()) return INFINITY;
   const auto& ta = a.logprobs[0].top;
   float gap = 0;
-  for (const auto& [id, lp] : b.logprobs[0].top) {
-    auto it = std::find_if(ta.begin(), ta.end(), [&](const auto& x) { return x.first == id; });
+  for (const std::pair<int32_t, float>& alt : b.logprobs[0].top) {
+    auto it = std::find_if(ta.begin(), ta.end(), [&](const auto& x) { return x.first == alt.first; });
     const float other = it != ta.end() ? it->second : ta.back().second;
-    gap = std::max(gap, std::abs(lp - other));
+    gap = std::max(gap, std::abs(alt.second - other));
   }
   return gap;
 }
