@@ -19,7 +19,7 @@ std::string SizeLabel(int64_t bytes) {
   return fmt::format("{:.2f} GiB", bytes / double(1 << 30));
 }
 
-std::string ParamsLabel(int64_t n) {
+std::string ParamsCell(int64_t n) {
   if (n < 1'000'000) return fmt::format("{:.2f} K", n / 1e3);
   if (n < 1'000'000'000) return fmt::format("{:.2f} M", n / 1e6);
   return fmt::format("{:.2f} B", n / 1e9);
@@ -68,7 +68,7 @@ class MarkdownWriter : public BenchWriter {
     const BenchCase& c = *row.c;
     const KvConfig& kv = row.result->kv;
     std::vector<std::string> cells = {
-        row.model->type, SizeLabel(row.model->size_bytes), ParamsLabel(row.model->n_params),
+        row.model->type, SizeLabel(row.model->size_bytes), ParamsCell(row.model->n_params),
         fmt::format("{}", c.threads), kv.policy};
     if (cols_.kv_size) cells.push_back(fmt::format("{}", kv.size));
     if (cols_.rope_k) cells.push_back(std::string(RopeKName(kv.rope_k)));

@@ -24,7 +24,7 @@ const json* Member(const json& j, const char* key) {
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-std::string_view Trim(std::string_view s) {
+std::string_view TrimSpace(std::string_view s) {
   while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
   while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
   return s;
@@ -120,13 +120,13 @@ std::optional<ToolCall> CallFromJson(const nlohmann::ordered_json& j,
 
 std::optional<ToolCall> ParseCall(std::string_view text, const std::vector<ChatTool>& tools) {
   using Json = nlohmann::ordered_json;
-  return CallFromJson(Json::parse(Trim(text), nullptr, /*allow_exceptions=*/false), tools);
+  return CallFromJson(Json::parse(TrimSpace(text), nullptr, /*allow_exceptions=*/false), tools);
 }
 
 // Mistral's calls: a JSON array of calls (or one call), all valid or none.
 std::vector<ToolCall> ParseCallList(std::string_view text, const std::vector<ChatTool>& tools) {
   using Json = nlohmann::ordered_json;
-  const Json j = Json::parse(Trim(text), nullptr, /*allow_exceptions=*/false);
+  const Json j = Json::parse(TrimSpace(text), nullptr, /*allow_exceptions=*/false);
   if (!j.is_array()) {
     std::optional<ToolCall> c = CallFromJson(j, tools);
     return c ? std::vector<ToolCall>{std::move(*c)} : std::vector<ToolCall>{};
@@ -362,7 +362,7 @@ ToolReply ParseToolReply(std::string_view text, ChatFormat format,
                          const std::vector<ChatTool>& tools) {
   ToolReply r;
   if (format == ChatFormat::kLlama3) {
-    const std::string_view body = Trim(text);
+    const std::string_view body = TrimSpace(text);
     if (std::optional<ToolCall> c = ParseCall(body, tools)) {
       r.calls.push_back(std::move(*c));
       return r;
@@ -390,9 +390,9 @@ ToolReply ParseToolReply(std::string_view text, ChatFormat format,
     const std::string_view before = at == std::string_view::npos ? "" : text.substr(0, at);
     const std::string_view after =
         at == std::string_view::npos ? text : text.substr(at + kMarker.size());
-    if (at != std::string_view::npos || Trim(text).starts_with('['))
+    if (at != std::string_view::npos || TrimSpace(text).starts_with('['))
       r.calls = ParseCallList(after, tools);
-    r.content = r.calls.empty() ? std::string(text) : std::string(Trim(before));
+    r.content = r.calls.empty() ? std::string(text) : std::string(TrimSpace(before));
     return r;
   }
   constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
@@ -412,7 +412,7 @@ ToolReply ParseToolReply(std::string_view text, ChatFormat format,
     }
   }
   content += text.substr(pos);
-  r.content = r.calls.empty() ? std::string(text) : std::string(Trim(content));
+  r.content = r.calls.empty() ? std::string(text) : std::string(TrimSpace(content));
   return r;
 }
 
