@@ -527,6 +527,23 @@ void MergeSplits(const AttentionArgs& a, const Cut& c, const float* partials) {
   }
 }
 
+// dst row i = src row i times H_block (KvHadamard), n rows of `row` floats
+// (dst may be src); a prompt's rows across the pool.
+void RotateRows(ThreadPool& pool, int n, int64_t row, int block, const float* src,
+                int64_t src_stride, float* dst, int64_t dst_stride) {
+  auto rotate = [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      float* d = dst + i * dst_stride;
+      if (d != src + i * src_stride) std::copy(src + i * src_stride, src + i * src_stride + row, d);
+      KvHadamard(d, row, block);
+    }
+  };
+  if (n >= 8)
+    pool.ParallelFor(n, 4, rotate);
+  else
+    rotate(0, n, 0);
+}
+
 }  // namespace
 
 void Attend(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
@@ -549,10 +566,7 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch_in,
     for (AttentionArgs& a : args) {
       if (!a.cache->rotate_k) continue;
       const int64_t row = static_cast<int64_t>(a.n_head) * a.head_dim;
-      for (int i = 0; i < a.plan->n_tokens; ++i) {
-        std::copy(a.q + i * a.q_stride, a.q + i * a.q_stride + row, q + i * row);
-        KvHadamard(q + i * row, row, KvQuantBlock(a.head_dim));
-      }
+      RotateRows(pool, a.plan->n_tokens, row, KvQuantBlock(a.head_dim), a.q, a.q_stride, q, row);
       a.q = q, a.q_stride = row;
       q += a.plan->n_tokens * row;
     }
@@ -601,8 +615,8 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch_in,
   for (const AttentionArgs& a : batch) {
     if (!a.cache->rotate_v) continue;
     const int64_t row = static_cast<int64_t>(a.n_head) * a.head_dim;
-    for (int i = 0; i < a.plan->n_tokens; ++i)
-      KvHadamard(a.out + i * a.out_stride, row, KvQuantBlock(a.head_dim));
+    RotateRows(pool, a.plan->n_tokens, row, KvQuantBlock(a.head_dim), a.out, a.out_stride, a.out,
+               a.out_stride);
   }
 }
 

@@ -211,18 +211,37 @@ void KvDequantizeHeads(KvType t, int head_dim, int n_heads, const uint8_t* src, 
   }
 }
 
+namespace {
+
+// One block of `block` elements: the butterflies, then the norm. Inlined
+// into HadamardRows<B> with B a constant (the cache's block sizes), where
+// the loops unroll and vectorize.
+[[gnu::always_inline]] inline void HadamardBlock(float* v, int block, float norm) {
+  for (int len = 1; len < block; len <<= 1)
+    for (int i = 0; i < block; i += 2 * len)
+      for (int j = i; j < i + len; ++j) {
+        const float a = v[j], c = v[j + len];
+        v[j] = a + c, v[j + len] = a - c;
+      }
+  for (int i = 0; i < block; ++i) v[i] *= norm;
+}
+
+template <int B>
+void HadamardRows(float* x, int64_t n, int block) {
+  const int b = B > 0 ? B : block;
+  const float norm = 1.0f / std::sqrt(static_cast<float>(b));
+  for (int64_t i = 0; i < n; i += b) HadamardBlock(x + i, b, norm);
+}
+
+}  // namespace
+
 void KvHadamard(float* x, int64_t n, int block) {
   CHECK(block > 0 && (block & (block - 1)) == 0 && n % block == 0);
-  const float norm = 1.0f / std::sqrt(static_cast<float>(block));
-  for (int64_t b = 0; b < n; b += block) {
-    float* v = x + b;
-    for (int len = 1; len < block; len <<= 1)
-      for (int i = 0; i < block; i += 2 * len)
-        for (int j = i; j < i + len; ++j) {
-          const float a = v[j], c = v[j + len];
-          v[j] = a + c, v[j + len] = a - c;
-        }
-    for (int i = 0; i < block; ++i) v[i] *= norm;
+  switch (block) {
+    case 8: return HadamardRows<8>(x, n, block);
+    case 16: return HadamardRows<16>(x, n, block);
+    case 32: return HadamardRows<32>(x, n, block);
+    default: return HadamardRows<0>(x, n, block);
   }
 }
 

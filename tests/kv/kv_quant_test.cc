@@ -4,6 +4,7 @@
 // reference on random inputs of odd sizes.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -191,6 +192,25 @@ TEST(KvQuant, HadamardIsOrthogonalAndItsOwnInverse) {
     EXPECT_NE(x, y);
     KvHadamard(y.data(), static_cast<int64_t>(y.size()), block);
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5f * (1 + std::fabs(x[i])));
+  }
+}
+
+// KvHadamard against its definition: H[i][j] = (-1)^popcount(i & j) / sqrt(B)
+// (Sylvester's order), for the cache's block sizes (unrolled paths) and 64
+// (the general one).
+TEST(KvQuant, HadamardIsTheSylvesterMatrix) {
+  for (int block : {8, 16, 32, 64}) {
+    const std::vector<float> x = testing::RandomNormal(3 * block, block + 1);
+    std::vector<float> y = x;
+    KvHadamard(y.data(), static_cast<int64_t>(y.size()), block);
+    for (int b = 0; b < 3; ++b)
+      for (int i = 0; i < block; ++i) {
+        double want = 0;
+        for (int j = 0; j < block; ++j)
+          want += (std::popcount(static_cast<unsigned>(i & j)) % 2 ? -1.0 : 1.0) * x[b * block + j];
+        want /= std::sqrt(static_cast<double>(block));
+        EXPECT_NEAR(y[b * block + i], want, 1e-5 * (1 + std::fabs(want))) << block << " " << b << " " << i;
+      }
   }
 }
 
