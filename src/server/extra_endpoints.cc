@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "server/fields.h"
+#include "server/http_parse.h"
 #include "server/server.h"
 #include "tokenizer/utf8.h"
 
@@ -129,25 +130,6 @@ bool Server::DispatchExtra(const std::shared_ptr<HttpExchange>& ex) {
                           "retry later",
                           "server_error", "", "out_of_memory"});
   return true;
-}
-
-std::string PercentDecode(std::string_view s) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
 }
 
 nlohmann::json Server::ModelObject() const {

@@ -46,12 +46,14 @@ int HexValue(char c) {
   return -1;
 }
 
-std::string PercentDecode(std::string_view s) {
+}  // namespace
+
+std::string PercentDecode(std::string_view s, bool plus_is_space) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
+    if (plus_is_space && s[i] == '+') {
       out += ' ';
-    } else if (s[i] == '%' && i + 2 < s.size() + 0 && HexValue(s[i + 1]) >= 0 &&
+    } else if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 &&
                HexValue(s[i + 2]) >= 0) {
       out += static_cast<char>(HexValue(s[i + 1]) * 16 + HexValue(s[i + 2]));
       i += 2;
@@ -61,8 +63,6 @@ std::string PercentDecode(std::string_view s) {
   }
   return out;
 }
-
-}  // namespace
 
 const std::string* HttpRequest::Header(std::string_view name) const {
   for (const auto& [k, v] : headers)
@@ -76,8 +76,8 @@ std::string HttpRequest::QueryParam(std::string_view key) const {
     const size_t amp = q.find('&');
     const std::string_view pair = q.substr(0, amp);
     const size_t eq = pair.find('=');
-    if (PercentDecode(pair.substr(0, eq)) == key)
-      return eq == std::string_view::npos ? "" : PercentDecode(pair.substr(eq + 1));
+    if (PercentDecode(pair.substr(0, eq), true) == key)
+      return eq == std::string_view::npos ? "" : PercentDecode(pair.substr(eq + 1), true);
     if (amp == std::string_view::npos) break;
     q.remove_prefix(amp + 1);
   }

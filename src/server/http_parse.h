@@ -19,6 +19,10 @@
 
 namespace rotor::serve {
 
+// "%2F" -> "/"; invalid escapes stay as they are. plus_is_space: '+' is a
+// space (query strings); else it stays (path segments).
+std::string PercentDecode(std::string_view s, bool plus_is_space = false);
+
 struct HttpLimits {
   size_t max_header_bytes = 16 << 10;  // request line + fields (+ trailers)
   int max_headers = 64;                // fields (+ trailers)

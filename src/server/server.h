@@ -89,8 +89,6 @@ std::optional<ApiError> ParseJsonObject(std::string_view body,
 // An array of token ids in [0, n_vocab); a 400 names `param` and the value.
 std::optional<ApiError> ParseTokenIds(const nlohmann::json& j, const char* param, int32_t n_vocab,
                                       std::vector<int32_t>* out);
-// "%2F" -> "/" (a path segment; invalid escapes stay as they are).
-std::string PercentDecode(std::string_view s);
 
 class Server {
  public:

@@ -27,6 +27,17 @@ TEST(HttpParseTest, ContentLengthRequest) {
   EXPECT_TRUE(r.keep_alive);
 }
 
+// One decoder for paths and query strings: only a query's '+' is a space.
+TEST(HttpParseTest, PercentDecodePathsAndQueries) {
+  EXPECT_EQ(PercentDecode("a%2Fb+c%2"), "a/b+c%2");
+  EXPECT_EQ(PercentDecode("a%2fb+c%zz", true), "a/b c%zz");
+  EXPECT_EQ(PercentDecode("%41"), "A");
+  HttpRequest r;
+  size_t used = 0;
+  ASSERT_EQ(ParseHttpRequest("GET /x?na%6De=a+b%21 HTTP/1.1\r\nHost: a\r\n\r\n", Small(), &r, &used), 0);
+  EXPECT_EQ(r.QueryParam("name"), "a b!");
+}
+
 TEST(HttpParseTest, ChunkedBodyIsDecodedByteByByte) {
   const std::string bytes =
       "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
