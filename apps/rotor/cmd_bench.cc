@@ -117,13 +117,14 @@ int RunBench(BenchArgs a) {
                  t == 1 ? "" : "s");
       ThreadPool pool(t);
       Result<Roofline> r = MeasureRoofline(
-          pool, RooflineOptions{.buffer_bytes = static_cast<size_t>(a.roofline_mib) << 20});
+          pool, RooflineOptions{.buffer_bytes = static_cast<size_t>(a.roofline_mib) << 20,
+                                .passes = a.roofline_passes});
       if (!r.ok()) return Fail(r.status().WithContext("bench: --roofline"));
       rooflines.push_back(*r);
     }
   }
-  // Read bandwidth next to a generation test: a 256 MiB buffer (8x the L3)
-  // read kProbePasses times before each repetition and after the last
+  // Read bandwidth next to a generation test: a 256 MiB buffer (8x the L3;
+  // --roofline-mib when that is smaller) read kProbePasses times before each repetition and after the last
   // (ReadProbe; a pass takes ~5 ms, three smooth out the host's shortest
   // hiccups).
   constexpr int kProbePasses = 3;
@@ -132,7 +133,8 @@ int RunBench(BenchArgs a) {
     auto& [pool, probe] = probes[threads];
     if (!probe) {
       pool = std::make_unique<ThreadPool>(threads);
-      ASSIGN_OR_RETURN(probe, ReadProbe::Create(*pool, size_t{256} << 20));
+      ASSIGN_OR_RETURN(probe, ReadProbe::Create(
+                                     *pool, static_cast<size_t>(std::min(a.roofline_mib, 256)) << 20));
     }
     return probe.get();
   };
@@ -273,6 +275,10 @@ Runner RegisterBench(CLI::App& app) {
                 "test's % of the roof that binds it");
   sub->add_option("--roofline-mib", a->roofline_mib, "buffer streamed by the bandwidth test")
       ->check(CLI::Range(64, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--roofline-passes", a->roofline_passes,
+                  "runs of each roofline measurement (read, FMA, int8, matmul); the best counts")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "seed of the random token ids")->capture_default_str();
   AddLlamaCppNotes(sub);

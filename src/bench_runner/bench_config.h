@@ -39,6 +39,7 @@ struct BenchArgs {
   std::string output = "md";
   bool roofline = false;
   int roofline_mib = 1024;
+  int roofline_passes = 10;  // RooflineOptions::passes
   uint64_t seed = 1234;
 };
 

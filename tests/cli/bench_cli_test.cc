@@ -235,7 +235,7 @@ TEST(BenchCliTest, ModelsRepeatedAndCommaSeparated) {
 
 TEST(BenchCliTest, RooflineNumbersArePositiveAndFinite) {
   CliResult r = RunRotor({"bench", "-m", BundledModel(), "-p", "16", "-n", "8", "-r", "1", "-t",
-                          "2", "--roofline", "--roofline-mib", "64", "-o", "json"});
+                          "2", "--roofline", "--roofline-mib", "64", "--roofline-passes", "2", "-o", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json rows = Json::parse(r.out);
   ASSERT_EQ(rows.size(), 2u);
@@ -257,7 +257,7 @@ TEST(BenchCliTest, RooflineNumbersArePositiveAndFinite) {
   }
 
   CliResult md = RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "8", "-r", "1", "-t",
-                           "1", "--roofline", "--roofline-mib", "64"});
+                           "1", "--roofline", "--roofline-mib", "64", "--roofline-passes", "2"});
   ASSERT_EQ(md.exit_code, 0) << md.err;
   EXPECT_EQ(md.out.rfind("roofline, 1 thread: memory read ", 0), 0u) << md.out;
   EXPECT_THAT(md.out, HasSubstr("| roofline |"));
