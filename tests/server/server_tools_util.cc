@@ -218,7 +218,7 @@ void ExpectRequiredCalls(const TestServer& server, const std::string& label, int
 
 int ExpectParallelAndNamedCalls(const TestServer& server, const std::string& label) {
   int several = 0;
-  for (uint64_t seed = 100; seed < 110; ++seed) {
+  for (uint64_t seed = 100; seed < 100 + kParallelCallSeeds; ++seed) {
     json body = ToolRequest(seed);
     body["parallel_tool_calls"] = true;
     body["max_tokens"] = 1200;

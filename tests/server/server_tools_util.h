@@ -28,6 +28,11 @@ const std::string& ToolModel();
 // sanitizers, where a grammar-constrained reply costs about 30 times as much
 // and what the seeds add is the same code run again.
 inline constexpr int kRequiredCallSeeds = ::rotor::testing::kSanitized ? 10 : 50;
+// Seeds of the tool_choice "auto" tests (PostAutoCalls: up to 1000 tokens
+// each) and of the parallel / named tests (two replies of up to 1200 tokens
+// each), fewer under the sanitizers for the same reason.
+inline constexpr int kAutoCallSeeds = ::rotor::testing::kSanitized ? 8 : 20;
+inline constexpr int kParallelCallSeeds = ::rotor::testing::kSanitized ? 6 : 10;
 inline constexpr int kToolCallToken = 9;
 inline constexpr int kMistralToolCallsToken = 10;
 
