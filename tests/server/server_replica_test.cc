@@ -168,16 +168,21 @@ TEST(ServerReplica, KvUsageIsAFractionOfTheBudget) {
   o.engine.kv_memory_bytes = 1 << 20;
   TestServer server(o);
   ASSERT_TRUE(server.ok()) << server.error();
+  // The poller keeps the first scrape with a block in use; `seen` is read
+  // only after the join (the loop below watches `saw`).
   std::map<std::string, double> seen;
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false}, saw{false};
   std::thread poll([&] {
     while (!done) {
       auto m = ScrapeMetrics(server.port());
-      if (m["rotor_kv_blocks_used"] > 0) seen = m;
+      if (!saw && m["rotor_kv_blocks_used"] > 0) {
+        seen = std::move(m);
+        saw = true;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
-  for (int i = 0; i < 20 && seen.empty(); ++i)
+  for (int i = 0; i < 20 && !saw; ++i)
     PostJson(server, "/v1/completions",
              {{"prompt", "Once upon a time " + std::to_string(i)},
               {"max_tokens", 400},
