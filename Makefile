@@ -26,7 +26,8 @@ SAN_CONFIG = $(UNITY_CONFIG) -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=cl
 # commands, which install the library and link examples with the system cc;
 # the commands themselves run under ASan in the CLI tests) and replicas (haproxy
 # in front of several `rotor serve` for minutes; the same server code runs in
-# server_test).
+# server_test). The readme and replicas programs are not built in the
+# sanitizer trees (tests/cli, tests/replicas).
 ASAN_EXCLUDE ?= install|readme|replicas
 FUZZ_DIR ?= $(ASAN_DIR)
 # ThreadSanitizer in `make test`: the thread pool (base_test), the engine
