@@ -75,16 +75,6 @@ inline int LoadU32(const uint8_t* p) {
   return v;
 }
 
-inline __m512 HalfPattern(const uint8_t* h0, const uint8_t* h1) {
-  uint16_t a, b;
-  std::memcpy(&a, h0, 2);
-  std::memcpy(&b, h1, 2);
-  const __m128 f =
-      _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(a | (static_cast<uint32_t>(b) << 16))));
-  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
-}
-
 // Activations of block pair j of a quantized row for the m == 1 kernels: 64
 // int8 (32 if half) and the scale pattern. For q4_0 the 16-byte chunks come in
 // the order the nibbles unpack: (x_b[0:16], x_b1[0:16], x_b[16:32], x_b1[16:32]).

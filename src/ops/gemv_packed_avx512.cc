@@ -28,7 +28,6 @@ namespace {
 template <DType kT, int kTok>
 void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int valid, float* y,
                  int64_t ldy) {
-  constexpr int kBlockBytes = PackedBlockBytes(kT);
   constexpr int kBias = kT == DType::kQ8_0 ? 128 : 8;  // the stored unsigned q - the value
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[kTok];  // [token] x 16 rows

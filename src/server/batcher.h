@@ -164,7 +164,6 @@ class Batcher {
   std::vector<std::shared_ptr<Task>> tasks_;
   int64_t in_flight_ = 0;
   bool stopping_ = false;
-  bool stopped_ = false;
   Stats stats_;
   std::deque<StepCount> recent_;
   std::chrono::steady_clock::time_point started_;

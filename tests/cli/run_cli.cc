@@ -17,7 +17,8 @@ extern char** environ;
 namespace rotor::testing {
 namespace {
 
-std::string Slurp(const std::filesystem::path& p) {
+// (Not "Slurp": tests batched with this file in a unity source define their own.)
+std::string ReadCapture(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
@@ -69,8 +70,8 @@ CliResult RunRotor(const std::vector<std::string>& args, const std::string& stdi
   }
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.exit_code = 128 + WTERMSIG(status);
-  r.out = Slurp(out_path);
-  r.err = Slurp(err_path);
+  r.out = ReadCapture(out_path);
+  r.err = ReadCapture(err_path);
   return r;
 }
 
