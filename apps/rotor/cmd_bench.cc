@@ -124,9 +124,8 @@ int RunBench(BenchArgs a) {
     }
   }
   // Read bandwidth next to a generation test: a 256 MiB buffer (8x the L3;
-  // --roofline-mib when that is smaller) read kProbePasses times before each repetition and after the last
-  // (ReadProbe; a pass takes ~5 ms, three smooth out the host's shortest
-  // hiccups).
+  // --roofline-mib when that is smaller) read kProbePasses times before each repetition and after
+  // the last (ReadProbe; a pass takes ~5 ms, three smooth out the host's shortest hiccups).
   constexpr int kProbePasses = 3;
   std::map<int, std::pair<std::unique_ptr<ThreadPool>, std::unique_ptr<ReadProbe>>> probes;
   auto probe_for = [&](int threads) -> Result<ReadProbe*> {
@@ -134,7 +133,7 @@ int RunBench(BenchArgs a) {
     if (!probe) {
       pool = std::make_unique<ThreadPool>(threads);
       ASSIGN_OR_RETURN(probe, ReadProbe::Create(
-                                     *pool, static_cast<size_t>(std::min(a.roofline_mib, 256)) << 20));
+                                  *pool, static_cast<size_t>(std::min(a.roofline_mib, 256)) << 20));
     }
     return probe.get();
   };

@@ -235,7 +235,8 @@ TEST(BenchCliTest, ModelsRepeatedAndCommaSeparated) {
 
 TEST(BenchCliTest, RooflineNumbersArePositiveAndFinite) {
   CliResult r = RunRotor({"bench", "-m", BundledModel(), "-p", "16", "-n", "8", "-r", "1", "-t",
-                          "2", "--roofline", "--roofline-mib", "64", "--roofline-passes", "2", "-o", "json"});
+                          "2", "--roofline", "--roofline-mib", "64", "--roofline-passes", "2",
+                          "-o", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json rows = Json::parse(r.out);
   ASSERT_EQ(rows.size(), 2u);
