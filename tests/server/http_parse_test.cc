@@ -34,7 +34,8 @@ TEST(HttpParseTest, PercentDecodePathsAndQueries) {
   EXPECT_EQ(PercentDecode("%41"), "A");
   HttpRequest r;
   size_t used = 0;
-  ASSERT_EQ(ParseHttpRequest("GET /x?na%6De=a+b%21 HTTP/1.1\r\nHost: a\r\n\r\n", Small(), &r, &used), 0);
+  ASSERT_EQ(
+      ParseHttpRequest("GET /x?na%6De=a+b%21 HTTP/1.1\r\nHost: a\r\n\r\n", Small(), &r, &used), 0);
   EXPECT_EQ(r.QueryParam("name"), "a b!");
 }
 
