@@ -125,7 +125,7 @@ void BM_MatmulPacked(benchmark::State& state) {
 void MatmulPackedArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "shape", "m", "threads"});
   for (int64_t shape = 0; shape < 2; ++shape)
-    for (int64_t m : {1, 8, 16, 512})
+    for (int64_t m : {1, 3, 5, 8, 12, 16, 512})  // 3, 5, 12: tiles of fewer than 8 tokens
       for (int64_t type : {3, 4, 11, 12, 13})
         for (int64_t threads : {1, 2}) b->Args({type, shape, m, threads});
 }
