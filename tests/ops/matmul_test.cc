@@ -173,7 +173,7 @@ TEST_P(MatmulTest, PackedMatchesReferenceOnEveryIsa) {
   Sweep sweep(5);
   for (Isa isa : testing::Isas())
     for (const Case& c : cases)
-      for (int64_t m : {1, 2, 3, 5, 6, 7, 8, 9, 16, 33}) {  // 5, 6: each pass's rest
+      for (int64_t m : {1, 2, 3, 5, 6, 7, 8, 9, 33}) {  // 5, 6: each pass's rest
         if (c.n * c.k * m > 3'000'000 && m > 8) continue;
         if (!sweep.Next(
                 {static_cast<int>(isa), static_cast<int>(&c - cases.data()), static_cast<int>(m)}))
