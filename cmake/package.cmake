@@ -21,8 +21,10 @@ target_link_libraries(rotor_shared PRIVATE rotor_engine fmt::fmt Threads::Thread
 target_link_options(rotor_shared PRIVATE -Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/rotor.map)
 # Every symbol resolved at link time, but under sanitizers: clang leaves their
 # runtime to the executable that loads the library.
-if(NOT ROTOR_FUZZ AND NOT ROTOR_SANITIZE)
+if(NOT ROTOR_SANITIZED)
   target_link_options(rotor_shared PRIVATE -Wl,--no-undefined)
+else()
+  target_compile_options(rotor_shared PRIVATE -O0)  # as rotor_capi (ROTOR_SANITIZED_O0_MODULES)
 endif()
 set_target_properties(rotor_shared PROPERTIES
   OUTPUT_NAME rotor VERSION ${ROTOR_VERSION} SOVERSION ${ROTOR_SOVERSION}
