@@ -48,20 +48,18 @@ inline float ActFloat(const int32_t* a) {
 }
 
 // Rows [16 g + 8 (h0 + h), + 8) for h < kH, tokens [t0, t0 + kN) of a tile of
-// stride kStride (kernels.h: PackedTileStride) at `acts`; `group` is the group's stream of block
-// pairs. y: the tile's outputs at row 16 g; rows of a half from `valid` on are not written.
-// `prefetch`: this pass is the group's first (it reads DRAM).
-// Out of line: inlined into the tile loop (as GCC 12 chose for some passes),
-// q4_0 at 3 to 8 tokens ran about 11% slower (docs/BENCHMARKS.md).
-template <DType kT, int kStride, int kH, int kN>
-[[gnu::noinline]] void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0,
-                            int valid, bool prefetch, float* y, int64_t ldy) {
+// kTok tokens at `acts`; `group` is the group's stream of block pairs.
+// y: the tile's outputs at row 16 g; rows of a half from `valid` on are not
+// written. `prefetch`: this pass is the group's first (it reads DRAM).
+template <DType kT, int kTok, int kH, int kN>
+void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0, int valid,
+          bool prefetch, float* y, int64_t ldy) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[kH][kN];  // [half][token] x 8 rows
   for (int h = 0; h < kH; ++h)
     for (int t = 0; t < kN; ++t) acc[h][t] = _mm256_setzero_ps();
   for (int64_t j = 0; j < nb; ++j) {
-    const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kStride * kPackedActBytes) + t0;
+    const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes) + t0;
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
     const char* pf = reinterpret_cast<const char*>(wj) + kPrefetch;
     if (prefetch && j % 2 == 0) PrefetchLine(pf - 64);  // the pair's scales
@@ -79,7 +77,7 @@ template <DType kT, int kStride, int kH, int kN>
           const __m256i aw = _mm256_sign_epi8(w, w);  // |q|, 128 for -128 (unsigned)
 #pragma GCC unroll 4
           for (int t = 0; t < kN; ++t) {
-            const __m256i x = _mm256_sign_epi8(Broadcast(aj + q * kStride + t), w);
+            const __m256i x = _mm256_sign_epi8(Broadcast(aj + q * kTok + t), w);
             const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, x), ones);
             sum[h][t] = q == 0 ? p : _mm256_add_epi32(sum[h][t], p);
           }
@@ -100,8 +98,8 @@ template <DType kT, int kStride, int kH, int kN>
 #pragma GCC unroll 4
           for (int t = 0; t < kN; ++t) {
             const __m256i p =
-                _mm256_add_epi16(_mm256_maddubs_epi16(lo, Broadcast(aj + q * kStride + t)),
-                                 _mm256_maddubs_epi16(hi, Broadcast(aj + (4 + q) * kStride + t)));
+                _mm256_add_epi16(_mm256_maddubs_epi16(lo, Broadcast(aj + q * kTok + t)),
+                                 _mm256_maddubs_epi16(hi, Broadcast(aj + (4 + q) * kTok + t)));
             s16[h][t] = q == 0 ? p : _mm256_add_epi16(s16[h][t], p);
           }
         }
@@ -109,7 +107,7 @@ template <DType kT, int kStride, int kH, int kN>
       for (int h = 0; h < kH; ++h)
         for (int t = 0; t < kN; ++t)
           sum[h][t] = _mm256_sub_epi32(_mm256_madd_epi16(s16[h][t], ones),
-                                       _mm256_set1_epi32(8 * aj[kActSum * kStride + t]));
+                                       _mm256_set1_epi32(8 * aj[kActSum * kTok + t]));
     }
     const uint8_t* scales = group + PackedScalesAt(kT, j);  // 16 f16, rows of the group
 #pragma GCC unroll 2
@@ -120,7 +118,7 @@ template <DType kT, int kStride, int kH, int kN>
       for (int t = 0; t < kN; ++t)
         acc[h][t] = _mm256_fmadd_ps(
             _mm256_cvtepi32_ps(sum[h][t]),
-            _mm256_mul_ps(dw, _mm256_set1_ps(ActFloat(aj + kActScale * kStride + t))), acc[h][t]);
+            _mm256_mul_ps(dw, _mm256_set1_ps(ActFloat(aj + kActScale * kTok + t))), acc[h][t]);
     }
   }
   for (int h = 0; h < kH; ++h) {
@@ -142,35 +140,24 @@ template <DType kT, int kStride, int kH, int kN>
 // tokens and their block sums stay in the 16 ymm registers.
 constexpr int kMaxN = 4;
 
-// Every half and each of the `tokens` of a tile (of stride kStride, which is
-// `tokens` up to 3) for groups [g0, g1). Compiled per stride and pass, not per
-// tile size.
-template <DType kT, int kStride>
-void Tile(const Weight& w, const uint8_t* acts, int tokens, int64_t g0, int64_t g1, float* y,
-          int64_t ldy) {
-  static_assert(kMaxN == 4, "the rest below is 1 to 3 tokens");
+// Every half and token of a tile of kTok tokens for groups [g0, g1).
+template <DType kT, int kTok>
+void Tile(const Weight& w, const uint8_t* acts, int64_t g0, int64_t g1, float* y, int64_t ldy) {
   const int64_t nb = w.k / 32, stride = PackedGroupBytes(kT, w.k);
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* group = w.packed + g * stride;
     const int valid = static_cast<int>(std::min<int64_t>(kPackedRows, w.n - kPackedRows * g));
     float* yg = y + kPackedRows * g;
-    if constexpr (kStride <= 2) {  // both halves in one pass
-      Pass<kT, kStride, 2, kStride>(group, nb, acts, 0, 0, valid, true, yg, ldy);
-    } else if constexpr (kStride == 3) {
-      for (int h = 0; h < 2 && 8 * h < valid; ++h)
-        Pass<kT, 3, 1, 3>(group, nb, acts, h, 0, valid, h == 0, yg, ldy);
+    if constexpr (kTok <= 2) {  // both halves in one pass
+      Pass<kT, kTok, 2, kTok>(group, nb, acts, 0, 0, valid, true, yg, ldy);
     } else {
       for (int h = 0; h < 2 && 8 * h < valid; ++h) {
         int t0 = 0;
-        for (; t0 + kMaxN <= tokens; t0 += kMaxN)
-          Pass<kT, kStride, 1, kMaxN>(group, nb, acts, h, t0, valid, h == 0 && t0 == 0, yg, ldy);
-        const bool prefetch = h == 0 && t0 == 0;
-        if (tokens - t0 == 3)
-          Pass<kT, kStride, 1, 3>(group, nb, acts, h, t0, valid, prefetch, yg, ldy);
-        else if (tokens - t0 == 2)
-          Pass<kT, kStride, 1, 2>(group, nb, acts, h, t0, valid, prefetch, yg, ldy);
-        else if (tokens - t0 == 1)
-          Pass<kT, kStride, 1, 1>(group, nb, acts, h, t0, valid, prefetch, yg, ldy);
+        for (; t0 + kMaxN <= kTok; t0 += kMaxN)
+          Pass<kT, kTok, 1, kMaxN>(group, nb, acts, h, t0, valid, h == 0 && t0 == 0, yg, ldy);
+        constexpr int kRest = kTok % kMaxN;
+        if constexpr (kRest > 0)
+          Pass<kT, kTok, 1, kRest>(group, nb, acts, h, t0, valid, h == 0 && t0 == 0, yg, ldy);
       }
     }
   }
@@ -179,10 +166,9 @@ void Tile(const Weight& w, const uint8_t* acts, int tokens, int64_t g0, int64_t 
 template <DType kT>
 void Tiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
            int64_t ldy) {
-  ForEachStridedTile(w.k / 32, m, acts, y, ldy,
-                     [&](auto stride, int tokens, const uint8_t* a, float* yt) {
-                       Tile<kT, decltype(stride)::value>(w, a, tokens, g0, g1, yt, ldy);
-                     });
+  ForEachTile(w.k / 32, m, acts, y, ldy, [&](auto tok, const uint8_t* a, float* yt) {
+    Tile<kT, decltype(tok)::value>(w, a, g0, g1, yt, ldy);
+  });
 }
 
 }  // namespace

@@ -40,8 +40,7 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
   constexpr int kChains = kT == DType::kQ4_0 ? (kTok >= 4 ? 2 : 4) : kTok >= 4 ? 1 : 4 / kTok;
   constexpr int kHalf = kT == DType::kQ4_0 ? kChains / 2 : kChains;  // q4_0: [0, kHalf) low
   for (int64_t j = 0; j < nb; ++j) {
-    const int32_t* aj =
-        reinterpret_cast<const int32_t*>(acts + j * PackedTileStride(kTok) * kPackedActBytes);
+    const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes);
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
     // The lines kPackedPrefetch ahead: the pair's scales, then one per vector.
     const char* pf = reinterpret_cast<const char*>(wj) + kPackedPrefetch;
@@ -57,8 +56,7 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
         PrefetchLine(pf + 64 * q);
         const __m512i w = _mm512_load_si512(wj + q * 64);
 #pragma GCC unroll 8
-        for (int t = 0; t < kTok; ++t)
-          DotBroadcast(sum[q % kChains][t], w, ActField<kTok>(aj, q, t));
+        for (int t = 0; t < kTok; ++t) DotBroadcast(sum[q % kChains][t], w, aj + q * kTok + t);
       }
     } else {
 #pragma GCC unroll 4
@@ -69,8 +67,8 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
         const __m512i hi16 = _mm512_andnot_si512(low4, v);  // 16 x elements 16 + 4q..
 #pragma GCC unroll 8
         for (int t = 0; t < kTok; ++t) {
-          DotBroadcast(sum[q % kHalf][t], lo, ActField<kTok>(aj, q, t));
-          DotBroadcast(sum[kHalf + q % kHalf][t], hi16, ActField<kTok>(aj, 4 + q, t));
+          DotBroadcast(sum[q % kHalf][t], lo, aj + q * kTok + t);
+          DotBroadcast(sum[kHalf + q % kHalf][t], hi16, aj + (4 + q) * kTok + t);
         }
       }
     }

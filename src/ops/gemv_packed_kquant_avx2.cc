@@ -39,16 +39,15 @@ inline void PrefetchLine(const void* p) {
   asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
 }
 
-// The activation fields of a tile of stride kStride (kernels.h:
-// PackedTileStride): field f of token t.
-template <int kStride>
+// The activation fields of a tile of kTok tokens: field f of token t.
+template <int kTok>
 inline const int32_t* Field(const int32_t* aj, int f, int t) {
-  return aj + f * kStride + t;
+  return aj + f * kTok + t;
 }
-template <int kStride>
+template <int kTok>
 inline float FieldFloat(const int32_t* aj, int f, int t) {
   float v;
-  std::memcpy(&v, Field<kStride>(aj, f, t), 4);
+  std::memcpy(&v, Field<kTok>(aj, f, t), 4);
   return v;
 }
 
@@ -83,9 +82,9 @@ inline __m256i Select(__m256i m, __m256i a, __m256i b) {
 }
 
 // The int16 pair sums of values v (unsigned) and quad q of token t.
-template <int kStride>
+template <int kTok>
 inline __m256i Pairs(__m256i v, const int32_t* aj, int q, int t) {
-  return _mm256_maddubs_epi16(v, _mm256_set1_epi32(*Field<kStride>(aj, q, t)));
+  return _mm256_maddubs_epi16(v, _mm256_set1_epi32(*Field<kTok>(aj, q, t)));
 }
 inline __m256i Widen(__m256i s16) { return _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); }
 
@@ -101,26 +100,26 @@ inline void PrefetchPart(const uint8_t* rec, int part, bool prefetch) {
 }
 
 // acc[t] += scale * dx(token t0 + t) * isum[t] (scale: 8 rows), one sub-block.
-template <int kStride, int kN>
+template <int kTok, int kN>
 inline void Scale(__m256* acc, const __m256i* isum, __m256 scale, const int32_t* aj) {
   for (int t = 0; t < kN; ++t)
-    acc[t] = _mm256_fmadd_ps(
-        _mm256_cvtepi32_ps(isum[t]),
-        _mm256_mul_ps(scale, _mm256_set1_ps(FieldFloat<kStride>(aj, kActScale, t))), acc[t]);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                             _mm256_mul_ps(scale, _mm256_set1_ps(FieldFloat<kTok>(aj, kActScale, t))),
+                             acc[t]);
 }
 
 // acc[t] -= mins * dx * sum(qx) of token t, one sub-block (q4_K / q5_K).
-template <int kStride, int kN>
+template <int kTok, int kN>
 inline void Mins(__m256* acc, __m256 mins, const int32_t* aj) {
   for (int t = 0; t < kN; ++t)
-    acc[t] = _mm256_fnmadd_ps(mins, _mm256_set1_ps(FieldFloat<kStride>(aj, kActXsum, t)), acc[t]);
+    acc[t] = _mm256_fnmadd_ps(mins, _mm256_set1_ps(FieldFloat<kTok>(aj, kActXsum, t)), acc[t]);
 }
 
 // q4_K, sub-blocks 2c and 2c + 1 of a record: quants byte 32 c + i of a row
 // holds element i of sub-block 2c (low nibble) and of 2c + 1 (high).
-template <int kC, int kH, int kStride, int kN>
-inline void ChunkQ4(const uint8_t* rec, const int32_t* a0, const int32_t* a1, __m256 d, __m256 dmin,
-                    __m256i sc, __m256i mn, bool prefetch, __m256* acc) {
+template <int kC, int kH, int kTok, int kN>
+inline void ChunkQ4(const uint8_t* rec, const int32_t* a0, const int32_t* a1, __m256 d,
+                    __m256 dmin, __m256i sc, __m256i mn, bool prefetch, __m256* acc) {
   constexpr PackedKLayout kL = PackedK(DType::kQ4_K);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   __m256i lo[kN], hi[kN];  // int16 pair sums, <= 8 * 3810
@@ -132,22 +131,22 @@ inline void ChunkQ4(const uint8_t* rec, const int32_t* a0, const int32_t* a1, __
     const __m256i h = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
 #pragma GCC unroll 4
     for (int t = 0; t < kN; ++t) {
-      const __m256i pl = Pairs<kStride>(l, a0, u, t), ph = Pairs<kStride>(h, a1, u, t);
+      const __m256i pl = Pairs<kTok>(l, a0, u, t), ph = Pairs<kTok>(h, a1, u, t);
       lo[t] = u == 0 ? pl : _mm256_add_epi16(lo[t], pl);
       hi[t] = u == 0 ? ph : _mm256_add_epi16(hi[t], ph);
     }
   }
   for (int t = 0; t < kN; ++t) lo[t] = Widen(lo[t]), hi[t] = Widen(hi[t]);
   constexpr int kB = (2 * kC) % 4;  // byte of sub-block 2c in its scale vector
-  Scale<kStride, kN>(acc, lo, _mm256_mul_ps(d, ByteF32<kB, false>(sc)), a0);
-  Mins<kStride, kN>(acc, _mm256_mul_ps(dmin, ByteF32<kB, false>(mn)), a0);
-  Scale<kStride, kN>(acc, hi, _mm256_mul_ps(d, ByteF32<kB + 1, false>(sc)), a1);
-  Mins<kStride, kN>(acc, _mm256_mul_ps(dmin, ByteF32<kB + 1, false>(mn)), a1);
+  Scale<kTok, kN>(acc, lo, _mm256_mul_ps(d, ByteF32<kB, false>(sc)), a0);
+  Mins<kTok, kN>(acc, _mm256_mul_ps(dmin, ByteF32<kB, false>(mn)), a0);
+  Scale<kTok, kN>(acc, hi, _mm256_mul_ps(d, ByteF32<kB + 1, false>(sc)), a1);
+  Mins<kTok, kN>(acc, _mm256_mul_ps(dmin, ByteF32<kB + 1, false>(mn)), a1);
 }
 
 // q5_K, sub-block kJ (32 weights; activation block kJ) of a record: 5
 // vectors unpacked to the 8 of its values (kernels.h: PackedQ5Byte).
-template <int kJ, int kH, int kStride, int kN>
+template <int kJ, int kH, int kTok, int kN>
 inline void SubQ5(const uint8_t* rec, const int32_t* aj, __m256 d, __m256 dmin, __m256i sc,
                   __m256i mn, bool prefetch, __m256* acc) {
   constexpr PackedKLayout kL = PackedK(DType::kQ5_K);
@@ -168,32 +167,30 @@ inline void SubQ5(const uint8_t* rec, const int32_t* aj, __m256 d, __m256 dmin, 
   __m256i sum[kN];
 #pragma GCC unroll 4
   for (int t = 0; t < kN; ++t) {
-    __m256i s0 = Pairs<kStride>(v[0], aj, 0, t), s1 = Pairs<kStride>(v[4], aj, 4, t);
+    __m256i s0 = Pairs<kTok>(v[0], aj, 0, t), s1 = Pairs<kTok>(v[4], aj, 4, t);
     for (int q = 1; q < 4; ++q) {  // int16: 4 quads, <= 4 * 7874
-      s0 = _mm256_add_epi16(s0, Pairs<kStride>(v[q], aj, q, t));
-      s1 = _mm256_add_epi16(s1, Pairs<kStride>(v[4 + q], aj, 4 + q, t));
+      s0 = _mm256_add_epi16(s0, Pairs<kTok>(v[q], aj, q, t));
+      s1 = _mm256_add_epi16(s1, Pairs<kTok>(v[4 + q], aj, 4 + q, t));
     }
     sum[t] = _mm256_add_epi32(Widen(s0), Widen(s1));
   }
-  Scale<kStride, kN>(acc, sum, _mm256_mul_ps(d, ByteF32<kJ % 4, false>(sc)), aj);
-  Mins<kStride, kN>(acc, _mm256_mul_ps(dmin, ByteF32<kJ % 4, false>(mn)), aj);
+  Scale<kTok, kN>(acc, sum, _mm256_mul_ps(d, ByteF32<kJ % 4, false>(sc)), aj);
+  Mins<kTok, kN>(acc, _mm256_mul_ps(dmin, ByteF32<kJ % 4, false>(mn)), aj);
 }
 
-template <int kH, int kStride, int kN, int... kJ>
+template <int kH, int kTok, int kN, int... kJ>
 inline void SubsQ5(const uint8_t* rec, const int32_t* aj, __m256 d, __m256 dmin, const __m256i* sc,
-                   const __m256i* mn, bool prefetch, __m256* acc,
-                   std::integer_sequence<int, kJ...>) {
-  constexpr int kBlock = kStride * kPackedActBytes / 4;  // int32 per activation block
-  (SubQ5<kJ, kH, kStride, kN>(rec, aj + kJ * kBlock, d, dmin, sc[kJ / 4], mn[kJ / 4], prefetch,
-                              acc),
+                   const __m256i* mn, bool prefetch, __m256* acc, std::integer_sequence<int, kJ...>) {
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
+  (SubQ5<kJ, kH, kTok, kN>(rec, aj + kJ * kBlock, d, dmin, sc[kJ / 4], mn[kJ / 4], prefetch, acc),
    ...);
 }
 
 // One q4_K / q5_K record, half kH; aj: the activations of its first block.
-template <bool kQ5, int kH, int kStride, int kN>
+template <bool kQ5, int kH, int kTok, int kN>
 inline void SuperK45(const uint8_t* rec, const int32_t* aj, bool prefetch, __m256* acc) {
   constexpr PackedKLayout kL = PackedK(kQ5 ? DType::kQ5_K : DType::kQ4_K);
-  constexpr int kBlock = kStride * kPackedActBytes / 4;  // int32 per activation block
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
   const __m256 d = Halves<kH>(rec + kL.d), dmin = Halves<kH>(rec + kL.dmin);
   // The 12 scale bytes of each row as 3 dwords A, B, C: sub-blocks 0..3 take
   // sc = A & 63, m = B & 63; 4..7 take sc = C & 15 | (A >> 6) << 4,
@@ -209,16 +206,16 @@ inline void SuperK45(const uint8_t* rec, const int32_t* aj, bool prefetch, __m25
                                        _mm256_and_si256(_mm256_srli_epi32(b, 2), top2));
   if constexpr (kQ5) {
     const __m256i sc[2] = {sc03, sc47}, mn[2] = {mn03, mn47};
-    SubsQ5<kH, kStride, kN>(rec, aj, d, dmin, sc, mn, prefetch, acc,
-                            std::make_integer_sequence<int, 8>{});
+    SubsQ5<kH, kTok, kN>(rec, aj, d, dmin, sc, mn, prefetch, acc,
+                         std::make_integer_sequence<int, 8>{});
   } else {
-    ChunkQ4<0, kH, kStride, kN>(rec, aj, aj + kBlock, d, dmin, sc03, mn03, prefetch, acc);
-    ChunkQ4<1, kH, kStride, kN>(rec, aj + 2 * kBlock, aj + 3 * kBlock, d, dmin, sc03, mn03,
-                                prefetch, acc);
-    ChunkQ4<2, kH, kStride, kN>(rec, aj + 4 * kBlock, aj + 5 * kBlock, d, dmin, sc47, mn47,
-                                prefetch, acc);
-    ChunkQ4<3, kH, kStride, kN>(rec, aj + 6 * kBlock, aj + 7 * kBlock, d, dmin, sc47, mn47,
-                                prefetch, acc);
+    ChunkQ4<0, kH, kTok, kN>(rec, aj, aj + kBlock, d, dmin, sc03, mn03, prefetch, acc);
+    ChunkQ4<1, kH, kTok, kN>(rec, aj + 2 * kBlock, aj + 3 * kBlock, d, dmin, sc03, mn03, prefetch,
+                             acc);
+    ChunkQ4<2, kH, kTok, kN>(rec, aj + 4 * kBlock, aj + 5 * kBlock, d, dmin, sc47, mn47, prefetch,
+                             acc);
+    ChunkQ4<3, kH, kTok, kN>(rec, aj + 6 * kBlock, aj + 7 * kBlock, d, dmin, sc47, mn47, prefetch,
+                             acc);
   }
 }
 
@@ -226,7 +223,7 @@ inline void SuperK45(const uint8_t* rec, const int32_t* aj, bool prefetch, __m25
 // to the 4 of its values (kernels.h: PackedQ6Byte), against quads 4 h ..
 // 4 h + 3 of activation block kS / 2 (h = kS % 2). The sums start at -32 x
 // the 16 activations' sum: q6_K's bias.
-template <int kS, int kH, int kStride, int kN>
+template <int kS, int kH, int kTok, int kN>
 inline void SubQ6(const uint8_t* rec, const int32_t* aj, __m256 d, const __m256i* scales,
                   bool prefetch, __m256* acc) {
   constexpr PackedKLayout kL = PackedK(DType::kQ6_K);
@@ -246,52 +243,50 @@ inline void SubQ6(const uint8_t* rec, const int32_t* aj, __m256 d, const __m256i
   __m256i sum[kN];
 #pragma GCC unroll 4
   for (int t = 0; t < kN; ++t) {
-    const int32_t lo = *Field<kStride>(aj, kActSumLo, t);
-    const int32_t bias = -32 * (kHalf == 0 ? lo : *Field<kStride>(aj, kActSum, t) - lo);
+    const int32_t lo = *Field<kTok>(aj, kActSumLo, t);
+    const int32_t bias = -32 * (kHalf == 0 ? lo : *Field<kTok>(aj, kActSum, t) - lo);
     // int16: 2 quads, <= 2 * 16002.
-    const __m256i s0 = _mm256_add_epi16(Pairs<kStride>(v[0], aj, 4 * kHalf, t),
-                                        Pairs<kStride>(v[1], aj, 4 * kHalf + 1, t));
-    const __m256i s1 = _mm256_add_epi16(Pairs<kStride>(v[2], aj, 4 * kHalf + 2, t),
-                                        Pairs<kStride>(v[3], aj, 4 * kHalf + 3, t));
+    const __m256i s0 = _mm256_add_epi16(Pairs<kTok>(v[0], aj, 4 * kHalf, t),
+                                        Pairs<kTok>(v[1], aj, 4 * kHalf + 1, t));
+    const __m256i s1 = _mm256_add_epi16(Pairs<kTok>(v[2], aj, 4 * kHalf + 2, t),
+                                        Pairs<kTok>(v[3], aj, 4 * kHalf + 3, t));
     sum[t] = _mm256_add_epi32(_mm256_add_epi32(_mm256_set1_epi32(bias), Widen(s0)), Widen(s1));
   }
-  Scale<kStride, kN>(acc, sum, _mm256_mul_ps(d, ByteF32<kS % 4, true>(scales[kS / 4])), aj);
+  Scale<kTok, kN>(acc, sum, _mm256_mul_ps(d, ByteF32<kS % 4, true>(scales[kS / 4])), aj);
 }
 
-template <int kH, int kStride, int kN, int... kS>
+template <int kH, int kTok, int kN, int... kS>
 inline void SubsQ6(const uint8_t* rec, const int32_t* aj, __m256 d, const __m256i* scales,
                    bool prefetch, __m256* acc, std::integer_sequence<int, kS...>) {
-  constexpr int kBlock = kStride * kPackedActBytes / 4;  // int32 per activation block
-  (SubQ6<kS, kH, kStride, kN>(rec, aj + kS / 2 * kBlock, d, scales, prefetch, acc), ...);
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
+  (SubQ6<kS, kH, kTok, kN>(rec, aj + kS / 2 * kBlock, d, scales, prefetch, acc), ...);
 }
 
-template <int kH, int kStride, int kN>
+template <int kH, int kTok, int kN>
 inline void SuperQ6(const uint8_t* rec, const int32_t* aj, bool prefetch, __m256* acc) {
   constexpr PackedKLayout kL = PackedK(DType::kQ6_K);
   const __m256 d = Halves<kH>(rec + kL.d);
   const __m256i scales[4] = {Load<kH>(rec, kL.scales, 0), Load<kH>(rec, kL.scales, 1),
                              Load<kH>(rec, kL.scales, 2), Load<kH>(rec, kL.scales, 3)};
-  SubsQ6<kH, kStride, kN>(rec, aj, d, scales, prefetch, acc, std::make_integer_sequence<int, 16>{});
+  SubsQ6<kH, kTok, kN>(rec, aj, d, scales, prefetch, acc, std::make_integer_sequence<int, 16>{});
 }
 
 // Rows 8 kH .. 8 kH + 7 of a group (fewer from `valid` on: not written),
-// tokens [t0, t0 + kN) of a tile of stride kStride.
-// Out of line, as the q8_0 / q4_0 passes (gemv_packed_avx2.cc): the code of
-// each pass does not depend on GCC's inlining choices for the tile loop.
-template <DType kT, int kH, int kStride, int kN>
-[[gnu::noinline]] void Pass(const uint8_t* group, int64_t nsb, const uint8_t* acts, int t0,
-                            int valid, bool prefetch, float* y, int64_t ldy) {
+// tokens [t0, t0 + kN) of a tile of kTok tokens.
+template <DType kT, int kH, int kTok, int kN>
+void Pass(const uint8_t* group, int64_t nsb, const uint8_t* acts, int t0, int valid, bool prefetch,
+          float* y, int64_t ldy) {
   constexpr int kRecord = PackedK(kT).bytes;
   __m256 acc[kN];  // [token] x 8 rows
   for (int t = 0; t < kN; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* rec = group + sb * kRecord;
     const int32_t* aj =
-        reinterpret_cast<const int32_t*>(acts + sb * 8 * kStride * kPackedActBytes) + t0;
+        reinterpret_cast<const int32_t*>(acts + sb * 8 * kTok * kPackedActBytes) + t0;
     if constexpr (kT == DType::kQ6_K)
-      SuperQ6<kH, kStride, kN>(rec, aj, prefetch, acc);
+      SuperQ6<kH, kTok, kN>(rec, aj, prefetch, acc);
     else
-      SuperK45<kT == DType::kQ5_K, kH, kStride, kN>(rec, aj, prefetch, acc);
+      SuperK45<kT == DType::kQ5_K, kH, kTok, kN>(rec, aj, prefetch, acc);
   }
   const int rows = std::clamp(valid - 8 * kH, 0, 8);
   for (int t = 0; t < kN; ++t) {
@@ -310,48 +305,37 @@ template <DType kT, int kH, int kStride, int kN>
 // the 16 ymm registers.
 constexpr int kMaxN = 3;
 
-// Half kH of a group, each of the tile's `tokens` (of stride kStride): one
-// pass for tiles of up to 3 (stride = tokens); at stride 8, passes of kMaxN
-// tokens, then the rest. Compiled per stride and pass, not per tile size.
-template <DType kT, int kStride, int kH>
-void Half(const uint8_t* group, int64_t nsb, const uint8_t* acts, int tokens, int valid, float* y,
+// Both halves of a group, every token of a tile of kTok tokens.
+template <DType kT, int kTok, int kH>
+void Half(const uint8_t* group, int64_t nsb, const uint8_t* acts, int valid, float* y,
           int64_t ldy) {
-  static_assert(kMaxN == 3 && kPackedTightTokens == kMaxN, "the passes below");
   if (8 * kH >= valid) return;
-  if constexpr (kStride <= kMaxN) {
-    Pass<kT, kH, kStride, kStride>(group, nsb, acts, 0, valid, kH == 0, y, ldy);
-  } else {
-    int t0 = 0;
-    for (; t0 + kMaxN <= tokens; t0 += kMaxN)
-      Pass<kT, kH, kStride, kMaxN>(group, nsb, acts, t0, valid, kH == 0 && t0 == 0, y, ldy);
-    const bool prefetch = kH == 0 && t0 == 0;
-    if (tokens - t0 == 2)
-      Pass<kT, kH, kStride, 2>(group, nsb, acts, t0, valid, prefetch, y, ldy);
-    else if (tokens - t0 == 1)
-      Pass<kT, kH, kStride, 1>(group, nsb, acts, t0, valid, prefetch, y, ldy);
-  }
+  int t0 = 0;
+  for (; t0 + kMaxN <= kTok; t0 += kMaxN)
+    Pass<kT, kH, kTok, kMaxN>(group, nsb, acts, t0, valid, kH == 0 && t0 == 0, y, ldy);
+  constexpr int kRest = kTok % kMaxN;
+  if constexpr (kRest > 0)
+    Pass<kT, kH, kTok, kRest>(group, nsb, acts, t0, valid, kH == 0 && t0 == 0, y, ldy);
 }
 
-template <DType kT, int kStride>
-void Tile(const Weight& w, const uint8_t* acts, int tokens, int64_t g0, int64_t g1, float* y,
-          int64_t ldy) {
+template <DType kT, int kTok>
+void Tile(const Weight& w, const uint8_t* acts, int64_t g0, int64_t g1, float* y, int64_t ldy) {
   const int64_t nsb = w.k / kQK_K, stride = PackedGroupBytes(kT, w.k);
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* group = w.packed + g * stride;
     const int valid = static_cast<int>(std::min<int64_t>(kPackedRows, w.n - kPackedRows * g));
     float* yg = y + kPackedRows * g;
-    Half<kT, kStride, 0>(group, nsb, acts, tokens, valid, yg, ldy);
-    Half<kT, kStride, 1>(group, nsb, acts, tokens, valid, yg, ldy);
+    Half<kT, kTok, 0>(group, nsb, acts, valid, yg, ldy);
+    Half<kT, kTok, 1>(group, nsb, acts, valid, yg, ldy);
   }
 }
 
 template <DType kT>
 void TilesK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
             int64_t ldy) {
-  ForEachStridedTile(w.k / 32, m, acts, y, ldy,
-                     [&](auto stride, int tokens, const uint8_t* a, float* yt) {
-                       Tile<kT, decltype(stride)::value>(w, a, tokens, g0, g1, yt, ldy);
-                     });
+  ForEachTile(w.k / 32, m, acts, y, ldy, [&](auto tok, const uint8_t* a, float* yt) {
+    Tile<kT, decltype(tok)::value>(w, a, g0, g1, yt, ldy);
+  });
 }
 
 }  // namespace

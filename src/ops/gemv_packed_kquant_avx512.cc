@@ -150,8 +150,7 @@ inline void SubQ5(const uint8_t* rec, const int32_t* aj, __m512 d, __m512 dmin, 
 template <int kTok, int... kJ>
 inline void SubsQ5(const uint8_t* rec, const int32_t* aj, __m512 d, __m512 dmin, const __m512i* sc,
                    const __m512i* mn, __m512* acc, std::integer_sequence<int, kJ...>) {
-  constexpr int kBlock =
-      PackedTileStride(kTok) * kPackedActBytes / 4;  // int32 per activation block
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
   (SubQ5<kJ, kTok>(rec, aj + kJ * kBlock, d, dmin, sc[kJ / 4], mn[kJ / 4], acc), ...);
 }
 
@@ -159,8 +158,7 @@ inline void SubsQ5(const uint8_t* rec, const int32_t* aj, __m512 d, __m512 dmin,
 template <bool kQ5, int kTok>
 inline void SuperK45(const uint8_t* rec, const int32_t* aj, __m512* acc) {
   constexpr PackedKLayout kL = PackedK(kQ5 ? DType::kQ5_K : DType::kQ4_K);
-  constexpr int kBlock =
-      PackedTileStride(kTok) * kPackedActBytes / 4;  // int32 per activation block
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
   const __m512 d = Halves(rec + kL.d), dmin = Halves(rec + kL.dmin);
   // The 12 scale bytes of each row as 3 dwords A, B, C: sub-blocks 0..3 take
   // sc = A & 63, m = B & 63; 4..7 take sc = C & 15 | (A >> 6) << 4,
@@ -222,8 +220,7 @@ inline void SubQ6(const uint8_t* rec, const int32_t* aj, __m512 d, const __m512i
 template <int kTok, int... kS>
 inline void SubsQ6(const uint8_t* rec, const int32_t* aj, __m512 d, const __m512i* scales,
                    __m512* acc, std::integer_sequence<int, kS...>) {
-  constexpr int kBlock =
-      PackedTileStride(kTok) * kPackedActBytes / 4;  // int32 per activation block
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
   (SubQ6<kS, kTok>(rec, aj + kS / 2 * kBlock, d, scales, acc), ...);
 }
 
@@ -245,8 +242,7 @@ void GroupK(const uint8_t* group, int64_t nsb, const uint8_t* acts, int valid, f
   for (int t = 0; t < kTok; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* rec = group + sb * kRecord;
-    const int32_t* aj =
-        reinterpret_cast<const int32_t*>(acts + sb * 8 * PackedTileStride(kTok) * kPackedActBytes);
+    const int32_t* aj = reinterpret_cast<const int32_t*>(acts + sb * 8 * kTok * kPackedActBytes);
     if constexpr (kT == DType::kQ6_K)
       SuperQ6<kTok>(rec, aj, acc);
     else

@@ -98,29 +98,13 @@ inline constexpr int64_t PackedQuantsAt(DType t, int64_t j) {
 }
 
 // Activations for the packed kernels, tiles of up to 8 tokens: tile i (tokens
-// [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, S * 48
-// bytes of 12 fields [field][token slot], 4 bytes each: 8 int32 quads, then
+// [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 48
+// bytes of 12 fields [field][token], 4 bytes each: 8 int32 quads, then
 // sum(q) (int32), the q8_0 scale dx (f32), the sum of the first 16 q (int32;
-// q6_K's sub-blocks of 16) and dx * sum(q) (f32; the K-quant mins). S, the
-// tile's stride (PackedTileStride), is T for tiles of up to 3 tokens and 8
-// for larger ones (slots T .. 7 are padding, never read): the AVX2 kernels
-// are compiled per stride and pass, half as many as per tile size. (Tiles
-// of 3 at stride 8 ran q6_K 17% slower on AVX2: docs/BENCHMARKS.md.)
+// q6_K's sub-blocks of 16) and dx * sum(q) (f32; the K-quant mins).
 inline constexpr int kPackedTileTokens = 8;
 inline constexpr int kPackedActBytes = 48;
 inline constexpr int kActSum = 8, kActScale = 9, kActSumLo = 10, kActXsum = 11;
-inline constexpr int kPackedTightTokens = 3;  // tiles up to this size are not padded
-inline constexpr int PackedTileStride(int64_t tokens) {
-  return tokens <= kPackedTightTokens ? static_cast<int>(tokens) : kPackedTileTokens;
-}
-// Bytes of the activation tiles of m tokens of nb blocks each (the last
-// tile padded to 8 slots whenever m > 3: enough for any tile).
-inline constexpr int64_t PackedActsBytes(int64_t m, int64_t nb) {
-  const int64_t slots = m <= kPackedTightTokens
-                            ? m
-                            : (m + kPackedTileTokens - 1) / kPackedTileTokens * kPackedTileTokens;
-  return slots * nb * kPackedActBytes;
-}
 
 // Up to this many tokens, q2_K .. q6_K on AVX-512 and AVX2 run
 // the m == 1 integer kernel once per token (activations quantized to 8 bits);

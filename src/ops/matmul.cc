@@ -100,22 +100,21 @@ void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int6
   const int64_t tt = t % internal::kPackedTileTokens;
   const int64_t tokens =
       std::min<int64_t>(internal::kPackedTileTokens, m - tile * internal::kPackedTileTokens);
-  const int64_t stride = internal::PackedTileStride(tokens);  // token slots per field
-  int32_t* base = reinterpret_cast<int32_t*>(acts + tile * internal::kPackedTileTokens * nb *
-                                                        internal::kPackedActBytes);
+  int32_t* base = reinterpret_cast<int32_t*>(
+      acts + tile * internal::kPackedTileTokens * nb * internal::kPackedActBytes);
   for (int64_t j = 0; j < nb; ++j) {
-    int32_t* aj = base + j * stride * (internal::kPackedActBytes / 4);
+    int32_t* aj = base + j * tokens * (internal::kPackedActBytes / 4);
     const int8_t* qj = q + j * 32;  // [32]
     int32_t quads[8];               // [8]
     std::memcpy(quads, qj, sizeof(quads));
-    for (int i = 0; i < 8; ++i) aj[i * stride + tt] = quads[i];
+    for (int i = 0; i < 8; ++i) aj[i * tokens + tt] = quads[i];
     int32_t lo = 0, hi = 0;
     for (int i = 0; i < 16; ++i) lo += qj[i], hi += qj[16 + i];
     const float xsum = d[j] * static_cast<float>(lo + hi);
-    aj[internal::kActSum * stride + tt] = lo + hi;
-    std::memcpy(&aj[internal::kActScale * stride + tt], &d[j], 4);
-    aj[internal::kActSumLo * stride + tt] = lo;
-    std::memcpy(&aj[internal::kActXsum * stride + tt], &xsum, 4);
+    aj[internal::kActSum * tokens + tt] = lo + hi;
+    std::memcpy(&aj[internal::kActScale * tokens + tt], &d[j], 4);
+    aj[internal::kActSumLo * tokens + tt] = lo;
+    std::memcpy(&aj[internal::kActXsum * tokens + tt], &xsum, 4);
   }
 }
 
@@ -167,7 +166,9 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
 }
 
 // The packed kernels of the ISA read w (AVX-512 and AVX2: every packed type).
-bool RunsPacked(const Weight& w, Isa isa) { return w.packed != nullptr && isa != Isa::kScalar; }
+bool RunsPacked(const Weight& w, Isa isa) {
+  return w.packed != nullptr && isa != Isa::kScalar;
+}
 
 bool AllPacked(std::span<const MatmulOut> outs, Isa isa) {
   for (const MatmulOut& o : outs)
@@ -197,7 +198,7 @@ void MatmulScratch::Reserve(int64_t max_m, int64_t max_k, int max_threads) {
   dx_.Resize(static_cast<size_t>(max_m_ * internal::PackedDxStride(max_k_)));
   panel_bytes_ = PanelBytes(max_k_);
   xsum_.Resize(static_cast<size_t>(max_k_ / 16));
-  acts_.Resize(static_cast<size_t>(internal::PackedActsBytes(max_m_, max_k_ / ref::kBlock)));
+  acts_.Resize(static_cast<size_t>(max_m_ * (max_k_ / ref::kBlock) * internal::kPackedActBytes));
   n_threads_ = 0;
   EnsureThreads(max_threads > 0 ? max_threads : HardwareThreads());
 }

@@ -72,7 +72,7 @@ class MatmulScratch {
   uint8_t* panel(int thread) { return panels_.data() + static_cast<size_t>(thread) * panel_bytes_; }
   static size_t PanelBytes(int64_t max_k);
   // Activations of the packed (row-interleaved) kernels:
-  // PackedActsBytes(max_m, max_k / 32) bytes, in tiles of 8 tokens (kernels.h).
+  // [max_m * max_k / 32 * kPackedActBytes] bytes, in tiles of 8 tokens (kernels.h).
   uint8_t* acts() { return acts_.data(); }
   // Per-block sums of the quantized activation (K-quant kernels): [max_k / 16].
   float* xsum() { return xsum_.data(); }
@@ -92,7 +92,7 @@ class MatmulScratch {
   AlignedBuffer<float> dx_;
   AlignedBuffer<uint8_t> panels_;  // [n_threads, panel_bytes_]
   AlignedBuffer<float> xsum_;      // [max_k / 16]
-  AlignedBuffer<uint8_t> acts_;    // [tiles, max_k / 32, stride, kPackedActBytes / 4] int32
+  AlignedBuffer<uint8_t> acts_;    // [max_m, max_k / 32, kPackedActBytes] (tiles of 8)
   AlignedBuffer<float> rows_;      // [n_threads, kRowsPerThread, max_k]
 };
 

@@ -34,16 +34,15 @@ inline void DotBroadcast(__m512i& acc, __m512i w, const int32_t* a) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
 }
 
-// Field f of token t in the activation block at aj of a tile of kTok tokens
-// (kernels.h: PackedTileStride).
+// Field f of token t in the activation block at aj of a tile of kTok tokens.
 template <int kTok>
 inline const int32_t* ActField(const int32_t* aj, int f, int t) {
-  return aj + f * PackedTileStride(kTok) + t;
+  return aj + f * kTok + t;
 }
 template <int kTok>
 inline float ActFloat(const int32_t* aj, int f, int t) {
   float v;
-  __builtin_memcpy(&v, ActField<kTok>(aj, f, t), 4);
+  __builtin_memcpy(&v, aj + f * kTok + t, 4);
   return v;
 }
 
