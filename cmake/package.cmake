@@ -23,9 +23,8 @@ target_link_options(rotor_shared PRIVATE -Wl,--version-script=${PROJECT_SOURCE_D
 # runtime to the executable that loads the library.
 if(NOT ROTOR_SANITIZED)
   target_link_options(rotor_shared PRIVATE -Wl,--no-undefined)
-else()
-  target_compile_options(rotor_shared PRIVATE -O0)  # as rotor_capi (ROTOR_SANITIZED_O0_MODULES)
 endif()
+rotor_sanitized_o0(rotor_shared)  # as rotor_capi (ROTOR_SANITIZED_O0_MODULES)
 set_target_properties(rotor_shared PROPERTIES
   OUTPUT_NAME rotor VERSION ${ROTOR_VERSION} SOVERSION ${ROTOR_SOVERSION}
   LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/lib
