@@ -394,7 +394,7 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a, int max_tile) {
   // quarter of a batch-8 decode step at depth 0 on AVX-512, for nothing
   // shared).
   const bool deferred = a.cache->rope_k == RopeK::kDeferred;
-  c.tiled = !(getenv("NOTILEQ") && KvTypeQuantized(a.cache->types.k)) && !few && !deferred && (c.avx2 || c.avx512) && max_tile > 0;
+  c.tiled = !few && !deferred && (c.avx2 || c.avx512) && max_tile > 0;
   if (c.tiled)
     c.tile = std::clamp(n_tokens / (2 * pool.size()), 1,
                         std::min(max_tile, AttentionScratch::kTileTokens));

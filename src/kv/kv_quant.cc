@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "ops/elementwise.h"
+#include "ops/quant.h"
 #include "tensor/fp16.h"
 
 namespace rotor {
@@ -76,16 +78,10 @@ float GgmlLevels(KvType t, int B, const float* x, float max, int* u) {
   return d;
 }
 
+// A q4_0 / q5_0 block (q8_0: ops::QuantizeQ8Blocks).
 void QuantizeBlock(KvType t, int B, const float* x, uint8_t* out, KvRounding rounding) {
   float max = 0.f, amax = 0.f;
   MaxAbs(x, B, &max, &amax);
-  if (t == KvType::kQ8_0) {
-    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
-    const uint16_t dh = F32ToF16(d);
-    std::memcpy(out, &dh, 2);
-    for (int i = 0; i < B; ++i) out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[i] * id)));
-    return;
-  }
   int ggml[32], best[32], u[32];  // [B] unsigned quants (level - lo)
   float best_d = GgmlLevels(t, B, x, max, ggml);
   const int* best_u = ggml;
@@ -181,6 +177,8 @@ void KvQuantizeHeads(KvType t, int head_dim, int n_heads, const float* src, uint
         std::memcpy(dst + 2 * i, &h, 2);
       }
       return;
+    case KvType::kQ8_0:
+      return ops::QuantizeQ8Blocks(src, n, KvQuantBlock(head_dim), dst);
     default: {
       const int B = KvQuantBlock(head_dim);
       const size_t bb = KvBlockBytes(t, B);
@@ -211,38 +209,6 @@ void KvDequantizeHeads(KvType t, int head_dim, int n_heads, const uint8_t* src, 
   }
 }
 
-namespace {
-
-// One block of `block` elements: the butterflies, then the norm. Inlined
-// into HadamardRows<B> with B a constant (the cache's block sizes), where
-// the loops unroll and vectorize.
-[[gnu::always_inline]] inline void HadamardBlock(float* v, int block, float norm) {
-  for (int len = 1; len < block; len <<= 1)
-    for (int i = 0; i < block; i += 2 * len)
-      for (int j = i; j < i + len; ++j) {
-        const float a = v[j], c = v[j + len];
-        v[j] = a + c, v[j + len] = a - c;
-      }
-  for (int i = 0; i < block; ++i) v[i] *= norm;
-}
-
-template <int B>
-void HadamardRows(float* x, int64_t n, int block) {
-  const int b = B > 0 ? B : block;
-  const float norm = 1.0f / std::sqrt(static_cast<float>(b));
-  for (int64_t i = 0; i < n; i += b) HadamardBlock(x + i, b, norm);
-}
-
-}  // namespace
-
-void KvHadamard(float* x, int64_t n, int block) {
-  CHECK(block > 0 && (block & (block - 1)) == 0 && n % block == 0);
-  switch (block) {
-    case 8: return HadamardRows<8>(x, n, block);
-    case 16: return HadamardRows<16>(x, n, block);
-    case 32: return HadamardRows<32>(x, n, block);
-    default: return HadamardRows<0>(x, n, block);
-  }
-}
+void KvHadamard(float* x, int64_t n, int block) { ops::Hadamard(x, n, block); }
 
 }  // namespace rotor

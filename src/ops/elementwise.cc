@@ -1,5 +1,6 @@
 #include "ops/elementwise.h"
 
+#include "base/check.h"
 #include "base/cpu.h"
 #include "ops/kernels.h"
 #include "ops/ref/ref.h"
@@ -64,6 +65,14 @@ void Scale(float* x, float s, int64_t n) {
       break;
   }
   ref::Scale(x, s, n);
+}
+
+void Hadamard(float* x, int64_t n, int block) {
+  CHECK(block > 0 && (block & (block - 1)) == 0 && n % block == 0);
+  // AVX-512 machines take the AVX2 kernel: a block is at most 32 values.
+  if (ActiveIsa() != Isa::kScalar && (block == 8 || block == 16 || block == 32))
+    return internal::avx2::Hadamard(x, n, block);
+  ref::Hadamard(x, n, block);
 }
 
 }  // namespace rotor::ops

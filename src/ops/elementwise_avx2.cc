@@ -130,4 +130,61 @@ void Scale(float* x, float s, int64_t n) {
   for (; i < n; ++i) x[i] *= s;
 }
 
+namespace {
+
+// One stage of butterflies of stride 1, 2 or 4 inside a register: lane j with
+// partner p (= j ^ stride) becomes v[j] + v[p] where j < p, else v[p] - v[j]:
+// the partner's value plus ours with its sign flipped (exact, so the same
+// sums and differences as ref::Hadamard).
+template <int kStride>
+inline __m256 ButterflyIn(__m256 v) {
+  __m256 partner, flip;
+  if constexpr (kStride == 1) {
+    partner = _mm256_permute_ps(v, 0xB1);  // [1, 0, 3, 2] per 128 bits
+    flip = _mm256_setr_ps(0.f, -0.f, 0.f, -0.f, 0.f, -0.f, 0.f, -0.f);
+  } else if constexpr (kStride == 2) {
+    partner = _mm256_permute_ps(v, 0x4E);  // [2, 3, 0, 1] per 128 bits
+    flip = _mm256_setr_ps(0.f, 0.f, -0.f, -0.f, 0.f, 0.f, -0.f, -0.f);
+  } else {
+    partner = _mm256_permute2f128_ps(v, v, 1);  // the halves swapped
+    flip = _mm256_setr_ps(0.f, 0.f, 0.f, 0.f, -0.f, -0.f, -0.f, -0.f);
+  }
+  return _mm256_add_ps(partner, _mm256_xor_ps(v, flip));
+}
+
+// Stride 8 * kRegs between registers r and r + kRegs.
+template <int kN, int kRegs>
+inline void ButterflyAcross(__m256* r) {
+  for (int i = 0; i < kN; i += 2 * kRegs)
+    for (int j = i; j < i + kRegs; ++j) {
+      const __m256 a = r[j], c = r[j + kRegs];
+      r[j] = _mm256_add_ps(a, c), r[j + kRegs] = _mm256_sub_ps(a, c);
+    }
+}
+
+// kN registers (a block of 8 kN values) per step.
+template <int kN>
+void HadamardBlocks(float* x, int64_t n) {
+  const __m256 norm = _mm256_set1_ps(1.0f / std::sqrt(static_cast<float>(8 * kN)));
+  for (float* v = x; v < x + n; v += 8 * kN) {
+    __m256 r[kN];  // [kN][8] the block
+    for (int j = 0; j < kN; ++j)
+      r[j] = ButterflyIn<4>(ButterflyIn<2>(ButterflyIn<1>(_mm256_loadu_ps(v + 8 * j))));
+    if constexpr (kN >= 2) ButterflyAcross<kN, 1>(r);
+    if constexpr (kN >= 4) ButterflyAcross<kN, 2>(r);
+    for (int j = 0; j < kN; ++j) _mm256_storeu_ps(v + 8 * j, _mm256_mul_ps(r[j], norm));
+  }
+}
+
+}  // namespace
+
+// Blocks of 8, 16 or 32: the same bits as ref::Hadamard.
+void Hadamard(float* x, int64_t n, int block) {
+  switch (block) {
+    case 8: return HadamardBlocks<1>(x, n);
+    case 16: return HadamardBlocks<2>(x, n);
+    default: return HadamardBlocks<4>(x, n);
+  }
+}
+
 }  // namespace rotor::ops::internal::avx2

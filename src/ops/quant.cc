@@ -115,6 +115,13 @@ void F32ToF16Row(const float* src, uint16_t* dst, int64_t n) {
   ref::QuantizeRow(DType::kF16, src, dst, n);
 }
 
+void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out) {
+  // AVX-512 machines take the AVX2 kernel: a block is at most 32 values.
+  if (ActiveIsa() != Isa::kScalar && (block == 8 || block == 16 || block == 32))
+    return internal::avx2::QuantizeQ8Blocks(x, n, block, out);
+  ref::QuantizeQ8Blocks(x, n, block, out);
+}
+
 float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
   if (ref::IsExtraBlockType(t)) return DotExtra(t, w_row, x, n);
   switch (ActiveIsa()) {

@@ -29,6 +29,11 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n);
 // f32 -> f16, round to nearest even: the bytes of QuantizeRow(kF16) for every
 // value but NaN (hardware keeps the NaN's payload; still a NaN).
 void F32ToF16Row(const float* src, uint16_t* dst, int64_t n);
+// f32 -> q8_0 blocks of `block` values (n a multiple of it; GGML's layout with
+// `block` in place of 32, 2 + block bytes each): f16 d = amax / 127 (rounded
+// from the f32 d), q = roundf(x * (1 / d)) with the f32 d. The fast paths for
+// blocks of 8, 16 and 32 write the same bytes as the scalar one.
+void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out);
 // Dot product of one weight row (dequantized exactly) with f32 x, accumulated in
 // f32 lanes: |error| <= ~(n / 8 + 16) * 2^-24 * sum |w_i x_i|. x is not quantized.
 float DotRow(DType t, const void* w_row, const float* x, int64_t n);

@@ -9,6 +9,7 @@
 
 #include "ops/ref/ref.h"
 #include "ops_test_util.h"
+#include "tensor/fp16.h"
 
 namespace rotor::ops {
 namespace {
@@ -114,6 +115,45 @@ TEST(ElementwiseTest, FastMatchesRef) {
     SwiGlu(x.data(), w.data(), a.data(), n);
     ref::SwiGlu(x.data(), w.data(), b.data(), n);
     for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(a[i], b[i], 8 * kEps * std::fabs(b[i]) + 1e-37);
+  }
+}
+
+// Hadamard on every ISA: the same bits as ref::Hadamard (the fast paths do
+// the same additions in the same order), within a few ulp of the definition
+// H[i][j] = (-1)^popcount(i & j) / sqrt(B) in double, and its own inverse to
+// rounding. Odd block counts, and a power of 2 the fast paths leave to ref.
+TEST(ElementwiseTest, HadamardMatchesRefBitsAndDefinition) {
+  for (Isa isa : testing::Isas()) {
+    testing::ScopedIsa scoped(isa);
+    for (int block : {2, 8, 16, 32, 64})
+      for (int64_t blocks : {1, 3, 7, 33}) {
+        const int64_t n = blocks * block;
+        const std::vector<float> x =
+            testing::RandomVector(n, static_cast<uint32_t>(block * 100 + blocks), 3.f);
+        std::vector<float> got = x, want = x;
+        Hadamard(got.data(), n, block);
+        ref::Hadamard(want.data(), n, block);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(FloatToBits(got[i]), FloatToBits(want[i]))
+              << IsaName(isa) << " block=" << block << " i=" << i;
+        for (int64_t b = 0; b < blocks; ++b)
+          for (int i = 0; i < block; ++i) {
+            double exact = 0, mag = 0;
+            for (int j = 0; j < block; ++j) {
+              const double v = x[b * block + j];
+              exact += __builtin_popcount(i & j) % 2 ? -v : v;
+              mag += std::fabs(v);
+            }
+            exact /= std::sqrt(static_cast<double>(block));
+            mag /= std::sqrt(static_cast<double>(block));
+            ASSERT_NEAR(got[b * block + i], exact, 8 * kEps * mag * std::log2(block) + 1e-30)
+                << IsaName(isa) << " block=" << block << " i=" << i;
+          }
+        Hadamard(got.data(), n, block);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_NEAR(got[i], x[i], 16 * kEps * std::log2(block) * 3.f * block)
+              << IsaName(isa) << " block=" << block << " i=" << i;
+      }
   }
 }
 

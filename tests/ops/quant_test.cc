@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -227,6 +228,43 @@ TEST(QuantTest, ActivationQuantizationIsExact) {
       EXPECT_EQ(q, q_ref) << "k=" << k;
       for (int64_t b = 0; b < k / 32; ++b) EXPECT_EQ(FloatToBits(d[b]), FloatToBits(d_ref[b]));
     }
+  }
+}
+
+// q8_0 blocks of 8, 16 and 32 (the KV cache's) on every ISA: the reference's
+// bytes, ties rounded half away from zero, a zero block stored as d = 0.
+TEST(QuantTest, Q8BlocksMatchReferenceBytes) {
+  for (Isa isa : testing::Isas()) {
+    testing::ScopedIsa scoped(isa);
+    for (int block : {4, 8, 16, 32})
+      for (int64_t blocks : {1, 2, 5, 31}) {
+        const int64_t n = blocks * block;
+        std::vector<float> x = testing::RandomVector(n, static_cast<uint32_t>(block + 7 * blocks));
+        for (int64_t i = 0; i < n; ++i) x[i] = std::ldexp(x[i], static_cast<int>(i % 19) - 14);
+        for (int j = 4; j < block; ++j) x[j] = std::clamp(x[j], -100.f, 100.f);
+        x[0] = 127.f;  // block 0: d = 1, ties below
+        x[1] = 2.5f;
+        x[2] = -2.5f;
+        x[3] = 0.49999997f;
+        if (blocks > 1)
+          for (int j = block; j < 2 * block; ++j) x[j] = 0.f;  // a zero block
+        std::vector<uint8_t> got(blocks * (2 + block)), want(got.size());
+        QuantizeQ8Blocks(x.data(), n, block, got.data());
+        ref::QuantizeQ8Blocks(x.data(), n, block, want.data());
+        ASSERT_EQ(got, want) << IsaName(isa) << " block=" << block << " blocks=" << blocks;
+        EXPECT_EQ(static_cast<int8_t>(want[2 + 1]), 3);
+        EXPECT_EQ(static_cast<int8_t>(want[2 + 2]), -3);
+        EXPECT_EQ(static_cast<int8_t>(want[2 + 3]), 0);
+        for (int64_t b = 0; b < blocks; ++b) {  // d = amax / 127 as f16, |q| <= 127
+          const uint8_t* blk = want.data() + b * (2 + block);
+          float amax = 0.f;
+          for (int j = 0; j < block; ++j) amax = std::fmax(amax, std::fabs(x[b * block + j]));
+          uint16_t dh;
+          std::memcpy(&dh, blk, 2);
+          EXPECT_EQ(dh, F32ToF16(amax / 127.f));
+          for (int j = 0; j < block; ++j) EXPECT_LE(std::abs(static_cast<int8_t>(blk[2 + j])), 127);
+        }
+      }
   }
 }
 

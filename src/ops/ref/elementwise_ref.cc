@@ -36,4 +36,17 @@ void Scale(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+void Hadamard(float* x, int64_t n, int block) {
+  const float norm = 1.0f / std::sqrt(static_cast<float>(block));
+  for (float* v = x; v < x + n; v += block) {
+    for (int len = 1; len < block; len <<= 1)
+      for (int i = 0; i < block; i += 2 * len)
+        for (int j = i; j < i + len; ++j) {
+          const float a = v[j], c = v[j + len];
+          v[j] = a + c, v[j + len] = a - c;
+        }
+    for (int i = 0; i < block; ++i) v[i] *= norm;
+  }
+}
+
 }  // namespace rotor::ops::ref

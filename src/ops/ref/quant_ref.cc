@@ -149,17 +149,30 @@ void AxpyRow(DType t, float a, const void* row, float* y, int64_t n) {
   }
 }
 
+namespace {
+
+// One block of n values: d = amax / 127 (f32), q = roundf(x / d). Returns d.
+float QuantizeQ8(const float* x, int n, int8_t* q) {
+  float amax = 0.f;
+  for (int j = 0; j < n; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  for (int j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+  return d;
+}
+
+}  // namespace
+
 void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
   CHECK_MSG(k % kBlock == 0, "ops: activation row not a multiple of 32");
-  for (int64_t b = 0; b < k / kBlock; ++b) {
-    const float* xb = x + b * kBlock;
-    float amax = 0.f;
-    for (int j = 0; j < kBlock; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-    const float db = amax / 127.f;
-    const float id = db != 0.f ? 1.f / db : 0.f;
-    d[b] = db;
-    for (int j = 0; j < kBlock; ++j)
-      q[b * kBlock + j] = static_cast<int8_t>(std::roundf(xb[j] * id));
+  for (int64_t b = 0; b < k / kBlock; ++b) d[b] = QuantizeQ8(x + b * kBlock, kBlock, q + b * kBlock);
+}
+
+void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out) {
+  CHECK(block > 0 && n % block == 0);
+  for (int64_t b = 0; b < n / block; ++b, out += 2 + block) {
+    const uint16_t dh = F32ToF16(QuantizeQ8(x + b * block, block, reinterpret_cast<int8_t*>(out + 2)));
+    std::memcpy(out, &dh, 2);
   }
 }
 

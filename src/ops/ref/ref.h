@@ -21,6 +21,8 @@ void AxpyRow(DType t, float a, const void* row, float* y, int64_t n);
 // Activations for the integer kernels: per block of 32, d = amax / 127 kept in
 // f32, q = roundf(x / d) in [-127, 127]. q: [k], d: [k / 32].
 void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k);
+// q8_0 blocks of `block` values (ops::QuantizeQ8Blocks).
+void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out);
 
 // Single-threaded Y[m, n] = X[m, k] * W^T with the math the fast paths use:
 // f32/f16/bf16 exact products summed in double; q8_0/q4_0 with X quantized by
@@ -36,5 +38,7 @@ void Softmax(float* x, int64_t n);
 void SwiGlu(const float* gate, const float* up, float* out, int64_t n);
 void Add(float* x, const float* y, int64_t n);
 void Scale(float* x, float s, int64_t n);
+// Each block of x times the normalized Walsh-Hadamard matrix (ops::Hadamard).
+void Hadamard(float* x, int64_t n, int block);
 
 }  // namespace rotor::ops::ref
