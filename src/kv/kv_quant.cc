@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/cpu.h"
+#include "kv/kv_quant_block.h"
 #include "ops/elementwise.h"
 #include "ops/quant.h"
 #include "tensor/fp16.h"
@@ -44,89 +46,42 @@ double KvBytesPerElement(KvType t, int head_dim) {
 
 namespace {
 
-// The value of largest magnitude (its sign kept) and the largest magnitude.
-void MaxAbs(const float* x, int n, float* max, float* amax) {
-  *max = 0.f, *amax = 0.f;
-  for (int i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > *amax) *amax = std::fabs(x[i]), *max = x[i];
-}
+// The reference arithmetic of kv_internal::QuantizeBlock (kv_quant_block.h)
+// on x[B].
+struct ScalarBlock {
+  const float* x;
+  int B;
 
-// Writes a q4_0 / q5_0 block: scale d, unsigned quants u[B] (level + 8 or + 16).
-void PackBlock(KvType t, int B, float d, const int* u, uint8_t* out) {
-  const bool q5 = t == KvType::kQ5_0;
-  const uint16_t dh = F32ToF16(d);
-  std::memcpy(out, &dh, 2);
-  uint8_t* qs = out + 2 + (q5 ? B / 8 : 0);
-  uint32_t qh = 0;
-  for (int i = 0; i < B / 2; ++i) {
-    const int q0 = u[i], q1 = u[i + B / 2];
-    qs[i] = static_cast<uint8_t>((q0 & 15) | ((q1 & 15) << 4));
-    qh |= static_cast<uint32_t>((q0 >> 4) & 1) << i;
-    qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (i + B / 2);
+  void MaxAbs(float* max, float* amax) const {
+    *max = 0.f, *amax = 0.f;
+    for (int i = 0; i < B; ++i)
+      if (std::fabs(x[i]) > *amax) *amax = std::fabs(x[i]), *max = x[i];
   }
-  if (q5) std::memcpy(out + 2, &qh, B / 8);
-}
-
-// GGML's q4_0 / q5_0 choice of a block (max: its value of largest magnitude):
-// d = max / lo, u = min(top, (int)(x / d + off)). Returns d.
-float GgmlLevels(KvType t, int B, const float* x, float max, int* u) {
-  const bool q5 = t == KvType::kQ5_0;
-  const float d = max / (q5 ? -16.f : -8.f), id = d != 0.f ? 1.f / d : 0.f;
-  const int top = q5 ? 31 : 15;
-  const float off = q5 ? 16.5f : 8.5f;
-  for (int i = 0; i < B; ++i) u[i] = std::min(top, static_cast<int>(x[i] * id + off));
-  return d;
-}
-
-// A q4_0 / q5_0 block (q8_0: ops::QuantizeQ8Blocks).
-void QuantizeBlock(KvType t, int B, const float* x, uint8_t* out, KvRounding rounding) {
-  float max = 0.f, amax = 0.f;
-  MaxAbs(x, B, &max, &amax);
-  int ggml[32], best[32], u[32];  // [B] unsigned quants (level - lo)
-  float best_d = GgmlLevels(t, B, x, max, ggml);
-  const int* best_u = ggml;
-  if (rounding == KvRounding::kLeastSquares && amax > 0.f) {
-    const int lo = t == KvType::kQ5_0 ? -16 : -8, hi = -lo - 1;
-    double sxx = 0;
-    for (int i = 0; i < B; ++i) sxx += static_cast<double>(x[i]) * x[i];
-    // The squared error of x stored as d (rounded to f16, as stored) times
-    // levels l: sum (x - d l)^2 = sxx - 2 d sxl + d^2 sll.
-    auto error = [&](float d, double sxl, double sll) {
-      const double dh = F16ToF32(F32ToF16(d));
-      return sxx - 2 * dh * sxl + dh * dh * sll;
-    };
-    auto sums = [&](const int* levels, double* sxl, double* sll) {
-      *sxl = 0, *sll = 0;
-      for (int i = 0; i < B; ++i) {
-        const int l = levels[i] + lo;
-        *sxl += static_cast<double>(x[i]) * l, *sll += static_cast<double>(l) * l;
-      }
-    };
-    double sxl = 0, sll = 0;
-    sums(ggml, &sxl, &sll);
-    double best_e = error(best_d, sxl, sll);
-    // The levels whose sums are sxl, sll with their least-squares scale
-    // sxl / sll: better than the best so far? GGML's levels, then those of
-    // the extreme mapped to lo + 1, lo and lo - 1.
-    auto fit = [&] {
-      if (sll == 0) return false;
-      const float d = static_cast<float>(sxl / sll);
-      const double e = error(d, sxl, sll);
-      if (!(e < best_e)) return false;
-      best_e = e, best_d = d;
-      return true;
-    };
-    fit();
-    for (int k : {lo + 1, lo, lo - 1}) {
-      const float id = static_cast<float>(k) / max;
-      for (int i = 0; i < B; ++i)
-        u[i] = std::clamp(static_cast<int>(std::lrintf(x[i] * id)), lo, hi) - lo;
-      sums(u, &sxl, &sll);
-      if (fit()) std::copy(u, u + B, best), best_u = best;
+  void Ggml(float id, float off, int top, int* u) const {
+    for (int i = 0; i < B; ++i) u[i] = std::min(top, static_cast<int>(x[i] * id + off));
+  }
+  void Round(float id, int lo, int hi, int* u) const {
+    for (int i = 0; i < B; ++i) u[i] = std::clamp(static_cast<int>(std::lrintf(x[i] * id)), lo, hi) - lo;
+  }
+  double Sxx() const {
+    double acc[4] = {};  // [4] lanes
+    for (int i = 0; i < B; ++i) acc[i % 4] += static_cast<double>(x[i]) * x[i];
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  }
+  void Sums(const int* u, int lo, double* sxl, double* sll) const {
+    double acc[4] = {};  // [4] lanes
+    int64_t ll = 0;
+    for (int i = 0; i < B; ++i) {
+      const int l = u[i] + lo;
+      acc[i % 4] += static_cast<double>(x[i]) * l, ll += l * l;
     }
+    *sxl = (acc[0] + acc[1]) + (acc[2] + acc[3]), *sll = static_cast<double>(ll);
   }
-  PackBlock(t, B, best_d, best_u, out);
-}
+  static float F16Round(float d) { return F16ToF32(F32ToF16(d)); }
+  static void Pack(KvType t, int B, float d, const int* u, uint8_t* out) {
+    kv_internal::PackBlock(t, B, d, u, out);
+  }
+};
 
 void DequantizeBlock(KvType t, int B, const uint8_t* in, float* x) {
   int8_t q[32];
@@ -179,10 +134,14 @@ void KvQuantizeHeads(KvType t, int head_dim, int n_heads, const float* src, uint
       return;
     case KvType::kQ8_0:
       return ops::QuantizeQ8Blocks(src, n, KvQuantBlock(head_dim), dst);
-    default: {
+    default: {  // q4_0, q5_0
       const int B = KvQuantBlock(head_dim);
+      if (ActiveIsa() != Isa::kScalar) return kv_internal::avx2::QuantizeBlocks(t, B, n, src, dst, rounding);
       const size_t bb = KvBlockBytes(t, B);
-      for (int64_t b = 0; b < n / B; ++b) QuantizeBlock(t, B, src + b * B, dst + b * bb, rounding);
+      for (int64_t b = 0; b < n / B; ++b) {
+        ScalarBlock x{src + b * B, B};
+        kv_internal::QuantizeBlock(t, B, x, dst + b * bb, rounding);
+      }
     }
   }
 }

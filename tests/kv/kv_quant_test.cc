@@ -135,6 +135,44 @@ TEST(KvQuant, SmallBlocksRoundTripWithinTheirStep) {
     }
 }
 
+// The fast quantizers (AVX2, also taken on AVX-512 machines) write the
+// scalar reference's bytes for every block type, both roundings and every
+// block size: random heads, and blocks made to hit the edges (a magnitude
+// reached with both signs, where the first wins; zeros; one outlier; a
+// constant; values on GGML's rounding ties).
+TEST(KvQuant, FastQuantizersWriteTheScalarBytes) {
+  if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  for (KvType t : kBlockTypes)
+    for (KvRounding rounding : {KvRounding::kGgml, KvRounding::kLeastSquares})
+      for (int hd : {8, 16, 24, 40, 64, 128}) {
+        const int B = KvQuantBlock(hd), heads = 7;
+        std::vector<float> x = testing::RandomNormal(heads * hd, hd * 3 + static_cast<int>(t), 2.f);
+        const int blocks = heads * hd / B;
+        for (int b = 0; b < blocks; ++b) {
+          float* v = x.data() + b * B;
+          switch (b % 6) {
+            case 1: v[1] = 3.f, v[B - 2] = -3.f, v[B / 2] = 2.9f; break;  // +-3: v[1] is max
+            case 2: std::fill(v, v + B, 0.f); break;
+            case 3: v[B / 2 + 1] = 40.f; break;
+            case 4: std::fill(v, v + B, -0.75f); break;
+            case 5:  // max -8: GGML's d = 1, x + 8.5 lands on halves
+              for (int i = 0; i < B; ++i) v[i] = static_cast<float>(i % 16 - 8) + (i % 2 ? 0.5f : 0.f);
+              v[0] = -8.f;
+              break;
+            default: break;
+          }
+        }
+        std::vector<uint8_t> want(heads * KvHeadBytes(t, hd)), got(want.size());
+        const Isa saved = ActiveIsa();
+        SetIsa(Isa::kScalar);
+        KvQuantizeHeads(t, hd, heads, x.data(), want.data(), rounding);
+        SetIsa(saved);
+        KvQuantizeHeads(t, hd, heads, x.data(), got.data(), rounding);
+        ASSERT_EQ(got, want) << KvTypeName(t) << " hd " << hd
+                             << (rounding == KvRounding::kGgml ? " ggml" : " least squares");
+      }
+}
+
 // Least-squares scales (KvRounding::kLeastSquares, the cache's keys): the
 // same layout (the GGML decoder reads it alike), per block never a larger
 // squared error than GGML's choice, and in all less; q8_0 is GGML's.
