@@ -17,13 +17,17 @@
 // Quantization makes GGML's choices (q8_0 d = amax / 127, q = round(x / d);
 // q4_0 d = max / -8, q = min(15, (int)(x / d + 8.5)); q5_0 with 16 and 31),
 // or for keys in q4_0 / q5_0 the scale of least squared error (KvRounding):
-// the same layout, read by the same decoders.
+// the same layout, read by the same decoders. Every path writes the same
+// bytes: the scalar definitions (ops::ref::QuantizeQ8Blocks, the ScalarBlock
+// of kv_quant.cc) and their AVX2 twins (ops' quant_avx2.cc, kv_quant_avx2.cc),
+// which AVX-512 machines take too.
 //
 // Rotation (--kv-rotate): each block of B elements of a head is multiplied by
 // the normalized Walsh-Hadamard matrix H_B (orthogonal and symmetric, so its
 // own inverse). Rotating q and k alike leaves q.k unchanged; V rows are stored
 // rotated and attention's output is rotated back. It spreads a head's
-// outliers over its block before the block's one scale is chosen.
+// outliers over its block before the block's one scale is chosen
+// (ops::Hadamard, the same bits on every path).
 #pragma once
 
 #include <cstddef>
