@@ -46,6 +46,22 @@ double KvBytesPerElement(KvType t, int head_dim) {
 
 namespace {
 
+// Writes a q4_0 / q5_0 block: scale d, unsigned quants u[B] (level - lo).
+void PackBlock(KvType t, int B, float d, const int* u, uint8_t* out) {
+  const bool q5 = t == KvType::kQ5_0;
+  const uint16_t dh = F32ToF16(d);
+  std::memcpy(out, &dh, 2);
+  uint8_t* qs = out + 2 + (q5 ? B / 8 : 0);
+  uint32_t qh = 0;
+  for (int i = 0; i < B / 2; ++i) {
+    const int q0 = u[i], q1 = u[i + B / 2];
+    qs[i] = static_cast<uint8_t>((q0 & 15) | ((q1 & 15) << 4));
+    qh |= static_cast<uint32_t>((q0 >> 4) & 1) << i;
+    qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (i + B / 2);
+  }
+  if (q5) std::memcpy(out + 2, &qh, B / 8);
+}
+
 // The reference arithmetic of kv_internal::QuantizeBlock (kv_quant_block.h)
 // on x[B].
 struct ScalarBlock {
@@ -79,7 +95,7 @@ struct ScalarBlock {
   }
   static float F16Round(float d) { return F16ToF32(F32ToF16(d)); }
   static void Pack(KvType t, int B, float d, const int* u, uint8_t* out) {
-    kv_internal::PackBlock(t, B, d, u, out);
+    PackBlock(t, B, d, u, out);
   }
 };
 

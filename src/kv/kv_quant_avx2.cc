@@ -3,8 +3,10 @@
 // FP contraction: x * id + off is two roundings, as in the reference.
 #include <immintrin.h>
 
+#include <cstdint>
 #include <cstring>
 
+#include "base/check.h"
 #include "kv/kv_quant_block.h"
 
 namespace rotor::kv_internal::avx2 {
@@ -89,7 +91,7 @@ class Block {
   // F16C rounds to nearest even as F32ToF16 does (NaN aside).
   static float F16Round(float d) { return _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT)); }
 
-  // PackBlock in 4-value steps: low nibbles from u[i], high from u[i + B / 2];
+  // kv_quant.cc's PackBlock in 4-value steps: low nibbles from u[i], high from u[i + B / 2];
   // q5_0's fifth bits gathered by movemask.
   static void Pack(KvType t, int B, float d, const int* u, uint8_t* out) {
     const bool q5 = t == KvType::kQ5_0;
@@ -127,6 +129,7 @@ class Block {
 }  // namespace
 
 void QuantizeBlocks(KvType t, int B, int64_t n, const float* x, uint8_t* out, KvRounding rounding) {
+  CHECK(B == 8 || B == 16 || B == 32);  // Block holds at most 4 registers
   const size_t bb = KvBlockBytes(t, B);
   for (int64_t b = 0; b < n / B; ++b) {
     Block block(x + b * B, B);

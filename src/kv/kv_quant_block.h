@@ -17,33 +17,16 @@
 //                                          sum x * l and l * l, l = u + lo
 //   static float F16Round(float d)         d rounded to f16 and back
 //   static void Pack(KvType t, int B, float d, const int* u, uint8_t* out)
-//                                          PackBlock's bytes
+//                                          the block: f16 d, then u[B]
+//                                          (level - lo) as kv_quant.h lays out
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "kv/kv_quant.h"
-#include "tensor/fp16.h"
 
 namespace rotor::kv_internal {
-
-// Writes a q4_0 / q5_0 block: scale d, unsigned quants u[B] (level - lo).
-inline void PackBlock(KvType t, int B, float d, const int* u, uint8_t* out) {
-  const bool q5 = t == KvType::kQ5_0;
-  const uint16_t dh = F32ToF16(d);
-  std::memcpy(out, &dh, 2);
-  uint8_t* qs = out + 2 + (q5 ? B / 8 : 0);
-  uint32_t qh = 0;
-  for (int i = 0; i < B / 2; ++i) {
-    const int q0 = u[i], q1 = u[i + B / 2];
-    qs[i] = static_cast<uint8_t>((q0 & 15) | ((q1 & 15) << 4));
-    qh |= static_cast<uint32_t>((q0 >> 4) & 1) << i;
-    qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (i + B / 2);
-  }
-  if (q5) std::memcpy(out + 2, &qh, B / 8);
-}
 
 // A q4_0 / q5_0 block of B (<= 32) values chosen as `rounding` says, written
 // to out.

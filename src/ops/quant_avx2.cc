@@ -142,32 +142,54 @@ void AxpyRow(DType t, float a, const void* row, float* y, int64_t n) {
       [&](int64_t i, float f) { y[i] += a * f; });
 }
 
+namespace {
+
+// One q8_0 block of 8 kRegs values (kRegs = 1, 2 or 4) into q[8 kRegs]: d =
+// amax / 127 (returned, f32), q = roundf(x / d); ref's QuantizeQ8, bit for bit.
+template <int kRegs>
+float QuantizeQ8(const float* x, int8_t* q) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 v[kRegs];  // [kRegs][8] the block
+  __m256 mx = _mm256_setzero_ps();
+  for (int j = 0; j < kRegs; ++j) {
+    v[j] = _mm256_loadu_ps(x + 8 * j);
+    mx = _mm256_max_ps(mx, _mm256_and_ps(v[j], abs_mask));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float d = _mm_cvtss_f32(m4) / 127.f;
+  const __m256 id = _mm256_set1_ps(d != 0.f ? 1.f / d : 0.f);
+  __m256i i32[kRegs];  // [kRegs][8] in [-127, 127]
+  for (int j = 0; j < kRegs; ++j) i32[j] = RoundHalfAway(_mm256_mul_ps(v[j], id));
+  if constexpr (kRegs == 4) {  // one 32-byte store
+    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
+    const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b),
+                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), i8);
+  } else {
+    for (int j = 0; j < kRegs; ++j) {
+      const __m128i q16 =
+          _mm_packs_epi32(_mm256_castsi256_si128(i32[j]), _mm256_extracti128_si256(i32[j], 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + 8 * j), _mm_packs_epi16(q16, q16));
+    }
+  }
+  return d;
+}
+
+template <int kRegs>
+void QuantizeQ8BlocksOf(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / (8 * kRegs); ++b, x += 8 * kRegs, out += 2 + 8 * kRegs) {
+    const uint16_t dh = F32ToF16(QuantizeQ8<kRegs>(x, reinterpret_cast<int8_t*>(out + 2)));
+    std::memcpy(out, &dh, 2);
+  }
+}
+
+}  // namespace
+
 // Same results as ref::QuantizeActivations, bit for bit.
 void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (int64_t b = 0; b < k / 32; ++b) {
-    __m256 v[4];  // [4][8] the block
-    __m256 mx = _mm256_setzero_ps();
-    for (int j = 0; j < 4; ++j) {
-      v[j] = _mm256_loadu_ps(x + b * 32 + 8 * j);
-      mx = _mm256_max_ps(mx, _mm256_and_ps(v[j], abs_mask));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const float db = amax / 127.f;
-    const float id = db != 0.f ? 1.f / db : 0.f;
-    d[b] = db;
-    const __m256 vid = _mm256_set1_ps(id);
-    __m256i i32[4];  // [4][8]
-    for (int j = 0; j < 4; ++j) i32[j] = RoundHalfAway(_mm256_mul_ps(v[j], vid));
-    const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]),
-                  i16b = _mm256_packs_epi32(i32[2], i32[3]);
-    const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), order);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), i8);
-  }
+  for (int64_t b = 0; b < k / 32; ++b) d[b] = QuantizeQ8<4>(x + b * 32, q + b * 32);
 }
 
 // The AVX2 integer kernels read the natural order.
@@ -177,27 +199,10 @@ void QuantizeActivationsPacked(const float* x, int8_t* q, float* d, int64_t k) {
 
 // Blocks of 8, 16 or 32: the same bytes as ref::QuantizeQ8Blocks.
 void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const int regs = block / 8;
-  for (int64_t b = 0; b < n / block; ++b, x += block, out += 2 + block) {
-    __m256 v[4];  // [regs][8] the block
-    __m256 mx = _mm256_setzero_ps();
-    for (int j = 0; j < regs; ++j) {
-      v[j] = _mm256_loadu_ps(x + 8 * j);
-      mx = _mm256_max_ps(mx, _mm256_and_ps(v[j], abs_mask));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float d = _mm_cvtss_f32(m4) / 127.f;
-    const __m256 id = _mm256_set1_ps(d != 0.f ? 1.f / d : 0.f);
-    const uint16_t dh = F32ToF16(d);
-    std::memcpy(out, &dh, 2);
-    for (int j = 0; j < regs; ++j) {
-      const __m256i q = RoundHalfAway(_mm256_mul_ps(v[j], id));  // [8] int32 in [-127, 127]
-      const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 2 + 8 * j), _mm_packs_epi16(q16, q16));
-    }
+  switch (block) {
+    case 8: return QuantizeQ8BlocksOf<1>(x, n, out);
+    case 16: return QuantizeQ8BlocksOf<2>(x, n, out);
+    default: return QuantizeQ8BlocksOf<4>(x, n, out);
   }
 }
 
