@@ -209,55 +209,14 @@ inline __m128i Load64(const uint8_t* p) {
   return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
 }
 
-// AccumulateV for blocks of 32 (C a multiple of 4): each block's integers
-// decoded once; w [hd / 32, kBlock]: key j's weight p[j] times its block's
-// scale, at [block * kBlock + j]; wsum [hd / 32]: their sums. The nibble
-// types accumulate their unsigned quants n (q = n - offset), and
-// offset * wsum comes off once at the end.
-template <Elem T, int C>
-void AccumulateV32(const KeyBlock& b, const float* w, const float* wsum, size_t v0, int e0,
-                   __m256 corr, float* acc) {
-  __m256 a[C];
-  for (int i = 0; i < C; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + e0 + 8 * i), corr);
-  for (int j = 0; j < b.n; ++j) {
-    const uint8_t* head = static_cast<const uint8_t*>(b.v[j]) + v0;
-    for (int k = 0; k < C / 4; ++k) {
-      const uint8_t* blk = head + (e0 / 32 + k) * BlockBytes<T, 32>();
-      const __m256 wj = _mm256_broadcast_ss(w + (e0 / 32 + k) * kBlock + j);
-      __m256i x[4];  // elements [8 r, 8 r + 8) as int32
-      if constexpr (T == Elem::kQ8_0) {  // sign-extended straight from memory
-        for (int r = 0; r < 4; ++r)
-          x[r] = _mm256_cvtepi8_epi32(Load64(blk + 2 + 8 * r));
-      } else if constexpr (T == Elem::kQ4_0) {  // byte i: n of element i (low), i + 16 (high)
-        const __m256i z0 = _mm256_cvtepu8_epi32(Load64(blk + 2));
-        const __m256i z1 = _mm256_cvtepu8_epi32(Load64(blk + 10));
-        const __m256i low = _mm256_set1_epi32(15);
-        x[0] = _mm256_and_si256(z0, low), x[1] = _mm256_and_si256(z1, low);
-        x[2] = _mm256_srli_epi32(z0, 4), x[3] = _mm256_srli_epi32(z1, 4);
-      } else {
-        const __m256i n = Unsigned32<T>(blk);
-        const __m128i lo = _mm256_castsi256_si128(n), hi = _mm256_extracti128_si256(n, 1);
-        x[0] = _mm256_cvtepu8_epi32(lo), x[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8));
-        x[2] = _mm256_cvtepu8_epi32(hi), x[3] = _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8));
-      }
-      for (int r = 0; r < 4; ++r)
-        a[4 * k + r] = _mm256_fmadd_ps(wj, _mm256_cvtepi32_ps(x[r]), a[4 * k + r]);
-    }
-  }
-  if constexpr (QuantOffset<T>() != 0)
-    for (int k = 0; k < C / 4; ++k) {
-      const __m256 off = _mm256_set1_ps(QuantOffset<T>() * wsum[e0 / 32 + k]);
-      for (int r = 0; r < 4; ++r) a[4 * k + r] = _mm256_sub_ps(a[4 * k + r], off);
-    }
-  for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc + e0 + 8 * i, a[i]);
-}
-
 // Group sharing (GQA): the query heads of one KV head read the same V rows.
 // A pass takes up to kGroupV of them: each key's V values are decoded once
 // and folded into every head's accumulators, 16 values at a time. Each
 // accumulator lane sees the same operations in the same order as in the
-// one-head kernels above (acc * corr, then one fma per key in key order, then
-// the offset), so a head's result does not depend on its group.
+// one-head kernels (acc * corr, then one fma per key in key order, then
+// the offset), so a head's result does not depend on its group (but for
+// the order in which the nibble types' weights are summed for the offset:
+// alone, a head reads the block scales beside the values, AccumulateV32).
 constexpr int kGroupV = 4;
 
 // AccumulateV for G query heads at once (p: [G, kBlock] their weights, acc:
@@ -296,6 +255,36 @@ inline __m256i Quarter(const uint8_t* blk, int r) {
     const __m128i half = r < 2 ? _mm256_castsi256_si128(n) : _mm256_extracti128_si256(n, 1);
     return _mm256_cvtepu8_epi32(r & 1 ? _mm_srli_si128(half, 8) : half);
   }
+}
+
+// AccumulateV for blocks of 32 (C a multiple of 4): each block's integers
+// decoded once and multiplied by the key's weight p[j] times the block's
+// scale, read beside them (a table of the scales gathered first measured
+// 12% slower: it is the first touch of each row's head). The nibble types
+// accumulate their unsigned quants n (q = n - offset), and offset * (the
+// sum of the weights) comes off once at the end.
+template <Elem T, int C>
+void AccumulateV32(const KeyBlock& b, const float* p, size_t v0, int e0, __m256 corr, float* acc) {
+  __m256 a[C];
+  float wsum[C / 4] = {};
+  for (int i = 0; i < C; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + e0 + 8 * i), corr);
+  for (int j = 0; j < b.n; ++j) {
+    const uint8_t* head = static_cast<const uint8_t*>(b.v[j]) + v0;
+    for (int k = 0; k < C / 4; ++k) {
+      const uint8_t* blk = head + (e0 / 32 + k) * BlockBytes<T, 32>();
+      const float w = p[j] * Scale<T, 32>(blk, 0);
+      if constexpr (QuantOffset<T>() != 0) wsum[k] += w;
+      const __m256 wj = _mm256_set1_ps(w);
+      for (int r = 0; r < 4; ++r)
+        a[4 * k + r] = _mm256_fmadd_ps(wj, _mm256_cvtepi32_ps(Quarter<T>(blk, r)), a[4 * k + r]);
+    }
+  }
+  if constexpr (QuantOffset<T>() != 0)
+    for (int k = 0; k < C / 4; ++k) {
+      const __m256 off = _mm256_set1_ps(QuantOffset<T>() * wsum[k]);
+      for (int r = 0; r < 4; ++r) a[4 * k + r] = _mm256_sub_ps(a[4 * k + r], off);
+    }
+  for (int i = 0; i < C; ++i) _mm256_storeu_ps(acc + e0 + 8 * i, a[i]);
 }
 
 // AccumulateV32 for G query heads at once: elements [e0, e0 + 16) (e0 % 16
@@ -347,18 +336,15 @@ void BlockScales(const KeyBlock& b, int g, int hd, float* dv) {
     for (int c = 0; c < b.n; c += 8) _mm256_store_ps(dv + k * kBlock + c, Scales8<T>(b, g, k, c));
 }
 
-// w [hd / 32, kBlock] of AccumulateV32: p[j] times the scale of key j's
-// block k (past b.n p is 0); wsum [hd / 32]: the sums of w's rows. The
-// scales come from dv (BlockScales), or with dv null are gathered here from
-// V head g (one query head per KV head: no table to share, one pass).
-template <Elem T>
-inline void BlockWeights(const KeyBlock& b, int g, const float* p, const float* dv, int hd,
-                         float* w, float* wsum) {
+// w [hd / 32, kBlock] of AccumulateV32Group: p[j] times the scale of key
+// j's block k (dv: BlockScales; past b.n p is 0); wsum [hd / 32]: the sums
+// of w's rows.
+inline void BlockWeights(const KeyBlock& b, const float* p, const float* dv, int hd, float* w,
+                         float* wsum) {
   for (int k = 0; k < hd / 32; ++k) {
     __m256 sum = _mm256_setzero_ps();
     for (int c = 0; c < b.n; c += 8) {
-      const __m256 d = dv != nullptr ? _mm256_load_ps(dv + k * kBlock + c) : Scales8<T>(b, g, k, c);
-      const __m256 wv = _mm256_mul_ps(d, _mm256_load_ps(p + c));
+      const __m256 wv = _mm256_mul_ps(_mm256_load_ps(dv + k * kBlock + c), _mm256_load_ps(p + c));
       _mm256_store_ps(w + k * kBlock + c, wv);
       sum = _mm256_add_ps(sum, wv);
     }
@@ -405,23 +391,24 @@ inline float Softmax(FoldState& s, const KeyBlock& b, int h, float* p) {
 // one-head kernels, 64 values per pass).
 template <Elem T, int B, int G>
 void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBlock],
-                   const float* corr, const float* dv) {  // dv: BlockScales, or null (BlockWeights)
-  alignas(32) float w[G * 256 / 32 * kBlock];  // [G, hd / 32, kBlock] AccumulateV32's weights
-  float wsum[G * 256 / 32];                     // [G, hd / 32] their sums
-  const int hd = s.head_dim, nb = hd / 32;
+                   const float* corr, const float* dv) {  // dv: BlockScales (G > 1)
+  const int hd = s.head_dim;
   const int g = h0 / (s.n_head / s.n_head_kv);
   const size_t v0 = static_cast<size_t>(g) * b.v_head_bytes;
   float* acc[G];
   for (int u = 0; u < G; ++u) acc[u] = s.acc + static_cast<size_t>(h0 + u) * hd;
   int e0 = 0;
   if constexpr (IsBlockType(T) && B == 32) {  // hd % 32 == 0
-    for (int u = 0; u < G; ++u)
-      BlockWeights<T>(b, g, p[u], dv, hd, w + static_cast<size_t>(u) * nb * kBlock, wsum + u * nb);
     if constexpr (G == 1) {
       const __m256 vcorr = _mm256_set1_ps(corr[0]);
-      for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, w, wsum, v0, e0, vcorr, acc[0]);
-      if (e0 < hd) AccumulateV32<T, 4>(b, w, wsum, v0, e0, vcorr, acc[0]);
+      for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, p[0], v0, e0, vcorr, acc[0]);
+      if (e0 < hd) AccumulateV32<T, 4>(b, p[0], v0, e0, vcorr, acc[0]);
     } else {
+      alignas(32) float w[G * 256 / 32 * kBlock];  // [G, hd / 32, kBlock] BlockWeights
+      float wsum[G * 256 / 32];                     // [G, hd / 32] their sums
+      const int nb = hd / 32;
+      for (int u = 0; u < G; ++u)
+        BlockWeights(b, p[u], dv, hd, w + static_cast<size_t>(u) * nb * kBlock, wsum + u * nb);
       for (; e0 < hd; e0 += 16) AccumulateV32Group<T, G>(b, w, wsum, nb, v0, e0, corr, acc);
     }
   } else if constexpr (G == 1) {
@@ -441,14 +428,14 @@ void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBl
 template <Elem T, int B>
 void Values(FoldState& s, const KeyBlock& b) {
   alignas(32) float p[kGroupV][kBlock];  // exp(score - max) of each key, per head of a pass
-  alignas(32) float table[256 / 32 * kBlock];  // [hd / 32, kBlock] BlockScales of the KV head
+  alignas(32) float dv[256 / 32 * kBlock];  // [hd / 32, kBlock] BlockScales of the KV head
   float corr[kGroupV];
   const int group = s.n_head / s.n_head_kv;
-  // One query head per KV head: BlockWeights gathers the scales itself.
-  const float* dv = group > 1 ? table : nullptr;
   for (int g = 0; g < s.n_head_kv; ++g) {
+    // Query heads that share the KV head share a table of its scales (one
+    // head alone reads them beside its V rows: AccumulateV32).
     if constexpr (IsBlockType(T) && B == 32)
-      if (group > 1) BlockScales<T>(b, g, s.head_dim, table);
+      if (group > 1) BlockScales<T>(b, g, s.head_dim, dv);
     for (int h0 = g * group; h0 < (g + 1) * group; h0 += kGroupV) {
       const int n = std::min(kGroupV, (g + 1) * group - h0);
       for (int u = 0; u < n; ++u) corr[u] = Softmax(s, b, h0 + u, p[u]);
