@@ -21,7 +21,8 @@
 #endif
 
 namespace rotor::bench {
-namespace {
+// Named, not anonymous: ReadProbe::Buffer (external linkage) holds one.
+namespace roofline_internal {
 
 // A private anonymous mapping (huge pages where the kernel grants them, so the
 // read test measures DRAM, not TLB misses). Unmapped on destruction.
@@ -46,6 +47,12 @@ class MappedBuffer {
   uint8_t* p_ = nullptr;
   size_t n_ = 0;
 };
+
+}  // namespace roofline_internal
+
+namespace {
+
+using roofline_internal::MappedBuffer;
 
 // Folds every byte of [p, p + n) into a value the compiler cannot drop; n is a
 // multiple of 256 and p 64-byte aligned.
@@ -293,7 +300,7 @@ Result<double> MeasureReadBandwidth(ThreadPool& pool, size_t buffer_bytes, int p
 }
 
 struct ReadProbe::Buffer {
-  MappedBuffer mapped;
+  roofline_internal::MappedBuffer mapped;
 };
 
 Result<std::unique_ptr<ReadProbe>> ReadProbe::Create(ThreadPool& pool, size_t buffer_bytes) {

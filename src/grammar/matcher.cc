@@ -20,17 +20,16 @@ void Dedupe(std::vector<std::vector<const Element*>>* stacks) {
   stacks->erase(std::unique(stacks->begin(), stacks->end()), stacks->end());
 }
 
-struct StackHash {
-  size_t operator()(const std::vector<const Element*>& s) const {
-    size_t h = s.size();
-    for (const Element* e : s) h = (h ^ reinterpret_cast<uintptr_t>(e)) * 0x9E3779B97F4A7C15ull;
-    return h;
-  }
-};
-
 }  // namespace
 
 struct Matcher::Expansion {
+  struct StackHash {
+    size_t operator()(const Stack& s) const {
+      size_t h = s.size();
+      for (const Element* e : s) h = (h ^ reinterpret_cast<uintptr_t>(e)) * 0x9E3779B97F4A7C15ull;
+      return h;
+    }
+  };
   std::unordered_set<Stack, StackHash> expanded;  // stacks with a reference on top, seen
   std::vector<Stack> work;                        // still to expand
   size_t steps = 0;

@@ -222,7 +222,9 @@ TEST(ConstrainedGenerate, LazyGrammarConstrainsFromTheTrigger) {
     EXPECT_EQ(lazy->text.substr(0, at), free_run->text.substr(0, at)) << "seed " << seed;
     grammar::Matcher m(g);
     ASSERT_TRUE(m.Accept(lazy->text.substr(at))) << "seed " << seed << ": " << lazy->text;
-    if (lazy->finish == FinishReason::kEos) EXPECT_TRUE(m.Done()) << lazy->text;
+    if (lazy->finish == FinishReason::kEos) {
+      EXPECT_TRUE(m.Done()) << lazy->text;
+    }
   }
   EXPECT_GT(triggered, 5);  // the model says " was" often
 }

@@ -334,9 +334,13 @@ TEST(ComputeLogprobsTest, IsTheLogSoftmaxOfTheRawLogits) {
   double mass = 0;
   for (size_t i = 0; i < all.top.size(); ++i) {
     const auto [id, lp] = all.top[i];
-    if (i > 0) EXPECT_GE(all.top[i - 1].second, lp);
+    if (i > 0) {
+      EXPECT_GE(all.top[i - 1].second, lp);
+    }
     EXPECT_LE(lp, 0.0f);
-    if (id != 3) EXPECT_NEAR(lp, std::log(std::exp(static_cast<double>(logits[id])) / sum), 1e-4);
+    if (id != 3) {
+      EXPECT_NEAR(lp, std::log(std::exp(static_cast<double>(logits[id])) / sum), 1e-4);
+    }
     mass += std::exp(static_cast<double>(lp));
   }
   EXPECT_NEAR(mass, 1.0, 1e-4);

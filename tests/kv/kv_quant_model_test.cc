@@ -95,7 +95,9 @@ TEST_P(QuantModels, EveryPolicyEveryTypeNearF32) {
             ASSERT_TRUE(AllFinite(whole));
             const double d = MaxAbsDiff(f32, whole);
             EXPECT_LT(d, t.bound * scale);
-            if (t.k != KvType::kF32 || t.v != KvType::kF32) EXPECT_GT(d, 0.0) << "must round";
+            if (t.k != KvType::kF32 || t.v != KvType::kF32) {
+              EXPECT_GT(d, 0.0) << "must round";
+            }
             // (Compact positions under the per-head policies renumber per
             // step: not step-invariant for any type, f32 included.)
             if (pos == KvPositions::kOriginal) {

@@ -42,7 +42,9 @@ TEST(KvConfig, ResolvesDefaultsAndRejectsBadCombinations) {
     KvConfig c;
     ASSERT_TRUE(c.Set(KvOpt::kPolicy, policy).ok());
     ASSERT_TRUE(c.SetInt(KvOpt::kSize, 8).ok());
-    if (std::string_view(policy) == "snapkv") ASSERT_TRUE(c.SetInt(KvOpt::kWindow, 4).ok());
+    if (std::string_view(policy) == "snapkv") {
+      ASSERT_TRUE(c.SetInt(KvOpt::kWindow, 4).ok());
+    }
     auto r = ResolveKvConfig(c, kShape);
     ASSERT_TRUE(r.ok()) << r.message();
     EXPECT_EQ(r->positions, KvPositions::kCompact) << policy;

@@ -241,7 +241,9 @@ void ExpectSameLogprobs(const json& a, const json& b) {
   for (size_t i = 0; i < a["token_logprobs"].size(); ++i) {
     const json &x = a["token_logprobs"][i], &y = b["token_logprobs"][i];
     ASSERT_EQ(x.is_null(), y.is_null()) << i;
-    if (!x.is_null()) EXPECT_NEAR(x.get<double>(), y.get<double>(), 1e-4) << i;
+    if (!x.is_null()) {
+      EXPECT_NEAR(x.get<double>(), y.get<double>(), 1e-4) << i;
+    }
     const json &tx = a["top_logprobs"][i], &ty = b["top_logprobs"][i];
     ASSERT_EQ(tx.is_null(), ty.is_null()) << i;
     if (tx.is_null()) continue;

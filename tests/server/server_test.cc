@@ -286,7 +286,6 @@ TEST_F(ServerTest, NonStreamingClientGoingAwayIsCancelled) {
   }));
 }
 
-}  // namespace
 // Constrained output through the server: the reply is JSON valid against the
 // schema, streamed or not, and a bad schema is a 400 naming the field.
 TEST_F(ServerTest, ResponseFormatJsonSchema) {
@@ -336,5 +335,7 @@ z ::= "a")g"}};
   EXPECT_NE(said.find("grammar: too ambiguous"), std::string::npos) << said;
   EXPECT_NE(st.finish_reason, "stop");
 }
+
+}  // namespace
 
 }  // namespace rotor::serve::testing

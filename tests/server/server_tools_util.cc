@@ -290,9 +290,10 @@ AutoCalls PostAutoCalls(const TestServer& server, int token, float bias, int n_s
     } else {
       ++out.text_only;
     }
-    if (m["content"].is_string() && choice["finish_reason"] != "length")
+    if (m["content"].is_string() && choice["finish_reason"] != "length") {
       EXPECT_EQ(m["content"].get<std::string>().find(marker), std::string::npos)
           << context << r.dump();
+    }
   }
   std::cout << marker << ": " << out.with_calls << " replies with calls (" << out.text_first
             << " after text), " << out.text_only << " text only\n";
