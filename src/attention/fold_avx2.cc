@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -243,17 +244,30 @@ void AccumulateVGroup(const KeyBlock& b, const float (*p)[kBlock], size_t v0, in
 
 // Elements [8 r, 8 r + 8) of a 32-element block of block type T as int32:
 // q8_0's integers, the nibble types' unsigned quants n (as AccumulateV32).
+// q5_0's fifth bits come from qh broadcast to every lane, each lane masking
+// its own bit and clamping it to 16 (vpminud), instead of expanding all 32
+// into bytes first and extracting quarters (Unsigned32): the same integers
+// with a third of the shuffles, which bound its V pass.
 template <Elem T>
 inline __m256i Quarter(const uint8_t* blk, int r) {
   if constexpr (T == Elem::kQ8_0) {
     return _mm256_cvtepi8_epi32(Load64(blk + 2 + 8 * r));
-  } else if constexpr (T == Elem::kQ4_0) {  // byte i: n of element i (low), i + 16 (high)
-    const __m256i z = _mm256_cvtepu8_epi32(Load64(blk + 2 + 8 * (r & 1)));
-    return r < 2 ? _mm256_and_si256(z, _mm256_set1_epi32(15)) : _mm256_srli_epi32(z, 4);
   } else {
-    const __m256i n = Unsigned32<T>(blk);
-    const __m128i half = r < 2 ? _mm256_castsi256_si128(n) : _mm256_extracti128_si256(n, 1);
-    return _mm256_cvtepu8_epi32(r & 1 ? _mm_srli_si128(half, 8) : half);
+    // byte i of qs: n of element i (low nibble), i + 16 (high nibble)
+    constexpr int qs = T == Elem::kQ5_0 ? 6 : 2;
+    const __m256i z = _mm256_cvtepu8_epi32(Load64(blk + qs + 8 * (r & 1)));
+    const __m256i n = r < 2 ? _mm256_and_si256(z, _mm256_set1_epi32(15)) : _mm256_srli_epi32(z, 4);
+    if constexpr (T == Elem::kQ4_0) return n;
+    // Element 8 r + i's fifth bit is bit 8 r + i of qh. Quarters 0-2 read it
+    // shifted up by 4, quarter 3 as it is, so every lane's mask is >= 16:
+    // min(qh & mask, 16) is 16 where the bit is set and 0 where it is not.
+    uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    const int shift = r < 3 ? 4 + 8 * r : 8 * r;
+    const __m256i mask = _mm256_sllv_epi32(_mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128),
+                                           _mm256_set1_epi32(shift));
+    const __m256i bits = _mm256_set1_epi32(static_cast<int>(r < 3 ? qh << 4 : qh));
+    return _mm256_or_si256(n, _mm256_min_epu32(_mm256_and_si256(bits, mask), _mm256_set1_epi32(16)));
   }
 }
 
