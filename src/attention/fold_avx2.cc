@@ -258,15 +258,16 @@ inline __m256i Quarter(const uint8_t* blk, int r) {
     const __m256i z = _mm256_cvtepu8_epi32(Load64(blk + qs + 8 * (r & 1)));
     const __m256i n = r < 2 ? _mm256_and_si256(z, _mm256_set1_epi32(15)) : _mm256_srli_epi32(z, 4);
     if constexpr (T == Elem::kQ4_0) return n;
-    // Element 8 r + i's fifth bit is bit 8 r + i of qh. Quarters 0-2 read it
-    // shifted up by 4, quarter 3 as it is, so every lane's mask is >= 16:
+    // Element 8 r + i's fifth bit is bit 8 r + i of qh. Quarter 0 reads qh
+    // shifted up by 4, the others as it is, so every lane's mask is >= 16:
     // min(qh & mask, 16) is 16 where the bit is set and 0 where it is not.
     uint32_t qh;
     std::memcpy(&qh, blk + 2, 4);
-    const int shift = r < 3 ? 4 + 8 * r : 8 * r;
+    const int shift = r == 0 ? 4 : 8 * r;
     const __m256i mask = _mm256_sllv_epi32(_mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128),
                                            _mm256_set1_epi32(shift));
-    const __m256i bits = _mm256_set1_epi32(static_cast<int>(r < 3 ? qh << 4 : qh));
+    __m256i bits = _mm256_set1_epi32(static_cast<int>(qh));
+    if (r == 0) bits = _mm256_slli_epi32(bits, 4);
     return _mm256_or_si256(n, _mm256_min_epu32(_mm256_and_si256(bits, mask), _mm256_set1_epi32(16)));
   }
 }
