@@ -247,7 +247,8 @@ void AccumulateVGroup(const KeyBlock& b, const float (*p)[kBlock], size_t v0, in
 // q5_0's fifth bits come from qh broadcast to every lane, each lane masking
 // its own bit and clamping it to 16 (vpminud), instead of expanding all 32
 // into bytes first and extracting quarters (Unsigned32): the same integers
-// with a third of the shuffles, which bound its V pass.
+// with fewer cross-lane shuffles, and about a quarter fewer V-pass samples
+// (docs/BENCHMARKS.md, "q5_0's V pass without cross-lane shuffles").
 template <Elem T>
 inline __m256i Quarter(const uint8_t* blk, int r) {
   if constexpr (T == Elem::kQ8_0) {
