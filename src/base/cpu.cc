@@ -20,18 +20,8 @@ CpuFeatures Detect() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
-  f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
 #endif
   return f;
-}
-
-Isa ComputeBest() {
-  const CpuFeatures& f = GetCpuFeatures();
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx512bf16 &&
-      f.avx2 && f.fma)
-    return Isa::kAvx512;
-  if (f.avx2 && f.fma && f.f16c) return Isa::kAvx2;
-  return Isa::kScalar;
 }
 
 Isa FromEnv(Isa best) {
@@ -56,8 +46,16 @@ const CpuFeatures& GetCpuFeatures() {
   return f;
 }
 
+Isa IsaFor(const CpuFeatures& f) {
+  if (f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq &&
+      f.avx512vnni)
+    return Isa::kAvx512;
+  if (f.avx2 && f.fma && f.f16c) return Isa::kAvx2;
+  return Isa::kScalar;
+}
+
 Isa BestIsa() {
-  static const Isa best = ComputeBest();
+  static const Isa best = IsaFor(GetCpuFeatures());
   return best;
 }
 

@@ -10,11 +10,15 @@ enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512vnni = false, avx512bf16 = false;
+  bool avx512vnni = false;
 };
 
 const CpuFeatures& GetCpuFeatures();
-// The best ISA this CPU runs (avx512 needs F/BW/VL/DQ/VNNI/BF16, avx2 needs AVX2/FMA/F16C).
+// The best ISA a CPU with features f runs: avx512 needs F/BW/VL/DQ/VNNI (what
+// the avx512 kernels are compiled for: Cascade Lake, Ice Lake, Sapphire
+// Rapids, Zen 4 and later), avx2 needs AVX2/FMA/F16C.
+Isa IsaFor(const CpuFeatures& f);
+// IsaFor(GetCpuFeatures()).
 Isa BestIsa();
 // The ISA in force: BestIsa() unless lowered by SetIsa() or the environment
 // variable ROTOR_ISA=scalar|avx2|avx512 (never raised above what the CPU runs).

@@ -15,6 +15,27 @@ TEST(Cpu, SetIsaIsClampedToBest) {
   SetIsa(saved);
 }
 
+// The avx512 kernels need F/BW/VL/DQ and VNNI, nothing more: a CPU without
+// BF16 (Cascade Lake, Ice Lake, a VM that hides it) runs them.
+TEST(Cpu, IsaForNeedsExactlyWhatTheKernelsUse) {
+  CpuFeatures f;
+  EXPECT_EQ(IsaFor(f), Isa::kScalar);
+  f.avx2 = f.fma = true;
+  EXPECT_EQ(IsaFor(f), Isa::kScalar);  // no F16C
+  f.f16c = true;
+  EXPECT_EQ(IsaFor(f), Isa::kAvx2);
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;
+  EXPECT_EQ(IsaFor(f), Isa::kAvx2);  // Skylake-X: no VNNI
+  f.avx512vnni = true;
+  EXPECT_EQ(IsaFor(f), Isa::kAvx512);
+  f.avx512dq = false;
+  EXPECT_EQ(IsaFor(f), Isa::kAvx2);
+  f.avx512dq = true;
+  f.fma = false;
+  EXPECT_EQ(IsaFor(f), Isa::kScalar);
+  EXPECT_EQ(BestIsa(), IsaFor(GetCpuFeatures()));
+}
+
 TEST(Memory, RssIsReported) {
   // The current reading first: the peak is a high-water mark, so it is at
   // least any earlier reading (the other order fails when RSS grows between).
