@@ -28,7 +28,8 @@ namespace {
 template <DType kT, int kTok>
 void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int valid, float* y,
                  int64_t ldy) {
-  constexpr int kBias = kT == DType::kQ8_0 ? 128 : 8;  // the stored unsigned q - the value
+  // -(the stored unsigned q - the value) * sum(activations), from memory
+  constexpr int kBias = kT == DType::kQ8_0 ? kActBiasQ8 : kActBiasQ4;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[kTok];  // [token] x 16 rows
   for (int t = 0; t < kTok; ++t) acc[t] = _mm512_setzero_ps();
@@ -47,7 +48,7 @@ void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int vali
     if (j % 2 == 0) PrefetchLine(pf - 64);
     __m512i sum[kChains][kTok];
     for (int t = 0; t < kTok; ++t) {
-      sum[0][t] = _mm512_set1_epi32(-kBias * *ActField<kTok>(aj, kActSum, t));
+      sum[0][t] = _mm512_set1_epi32(*ActField<kTok>(aj, kBias, t));
       for (int c = 1; c < kChains; ++c) sum[c][t] = _mm512_setzero_si512();
     }
     if constexpr (kT == DType::kQ8_0) {

@@ -99,12 +99,15 @@ inline constexpr int64_t PackedQuantsAt(DType t, int64_t j) {
 
 // Activations for the packed kernels, tiles of up to 8 tokens: tile i (tokens
 // [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 48
-// bytes of 12 fields [field][token], 4 bytes each: 8 int32 quads, then
+// bytes of 14 fields [field][token], 4 bytes each: 8 int32 quads, then
 // sum(q) (int32), the q8_0 scale dx (f32), the sum of the first 16 q (int32;
-// q6_K's sub-blocks of 16) and dx * sum(q) (f32; the K-quant mins).
+// q6_K's sub-blocks of 16), dx * sum(q) (f32; the K-quant mins), and the
+// int32 biases -128 sum(q) and -8 sum(q) that start the AVX-512 q8_0 / q4_0
+// sums (a broadcast from memory is a load; from a register it is a shuffle).
 inline constexpr int kPackedTileTokens = 8;
-inline constexpr int kPackedActBytes = 48;
+inline constexpr int kPackedActBytes = 56;
 inline constexpr int kActSum = 8, kActScale = 9, kActSumLo = 10, kActXsum = 11;
+inline constexpr int kActBiasQ8 = 12, kActBiasQ4 = 13;
 
 // Up to this many tokens, q2_K .. q6_K on AVX-512 and AVX2 run
 // the m == 1 integer kernel once per token (activations quantized to 8 bits);

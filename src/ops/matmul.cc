@@ -93,7 +93,8 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
 
 // Token t of m, quantized (q [k], d [k / 32]), into the packed kernels'
 // activation tiles at acts (kernels.h: kPackedActBytes): per block its 8
-// int32 quads, sum(q), d, the sum of its first 16 q and d * sum(q).
+// int32 quads, sum(q), d, the sum of its first 16 q, d * sum(q), -128 sum(q)
+// and -8 sum(q).
 void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int64_t k,
                      uint8_t* acts) {
   const int64_t nb = k / 32, tile = t / internal::kPackedTileTokens;
@@ -115,6 +116,8 @@ void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int6
     std::memcpy(&aj[internal::kActScale * tokens + tt], &d[j], 4);
     aj[internal::kActSumLo * tokens + tt] = lo;
     std::memcpy(&aj[internal::kActXsum * tokens + tt], &xsum, 4);
+    aj[internal::kActBiasQ8 * tokens + tt] = -128 * (lo + hi);
+    aj[internal::kActBiasQ4 * tokens + tt] = -8 * (lo + hi);
   }
 }
 
