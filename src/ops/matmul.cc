@@ -91,19 +91,20 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
   });
 }
 
-// Token t of m, quantized (q [k], d [k / 32]), into the packed kernels'
-// activation tiles at acts (kernels.h: kPackedActBytes): per block its 8
-// int32 quads, sum(q), d, the sum of its first 16 q, d * sum(q), -128 sum(q)
-// and -8 sum(q).
+// Blocks [j0, j1) of token t of m, quantized (q [k], d [k / 32]), into the
+// packed kernels' activation tiles at acts (kernels.h: kPackedActBytes): per
+// block its 8 int32 quads, sum(q), d, the sum of its first 16 q, d * sum(q),
+// -128 sum(q) and -8 sum(q).
 void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int64_t k,
-                     uint8_t* acts) {
+                     int64_t j0, int64_t j1, uint8_t* acts) {
   const int64_t nb = k / 32, tile = t / internal::kPackedTileTokens;
   const int64_t tt = t % internal::kPackedTileTokens;
   const int64_t tokens =
       std::min<int64_t>(internal::kPackedTileTokens, m - tile * internal::kPackedTileTokens);
   int32_t* base = reinterpret_cast<int32_t*>(
       acts + tile * internal::kPackedTileTokens * nb * internal::kPackedActBytes);
-  for (int64_t j = 0; j < nb; ++j) {
+  CHECK(0 <= j0 && j0 <= j1 && j1 <= nb);
+  for (int64_t j = j0; j < j1; ++j) {
     int32_t* aj = base + j * tokens * (internal::kPackedActBytes / 4);
     const int8_t* qj = q + j * 32;  // [32]
     int32_t quads[8];               // [8]
@@ -136,16 +137,25 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
   int8_t* qx = scratch.qx();       // [m, PackedQxStride(k)]: per-token quantization
   float* dx = scratch.dx();        // [m, PackedDxStride(k)]
   const int64_t qs = internal::PackedQxStride(k), ds = internal::PackedDxStride(k);
-  auto pack = [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) {
-      QuantizeActivationsOn(isa, x + t * k, qx + t * qs, dx + t * ds, k);
-      PackActivations(qx + t * qs, dx + t * ds, t, m, k, acts);
+  // Blocks [j0, j1) of every token (q8_0 quantizes each block alone). The
+  // threads split the blocks, not the tokens: a tile keeps its tokens' fields
+  // side by side, so threads holding tokens of one tile wrote the same cache
+  // lines (split by blocks, batch 8 decode ran 14-44% faster: BENCHMARKS.md,
+  // "Activation tiles split by blocks"). Ranges of 8 blocks hold whole
+  // lines of every tile (8 x T tokens x 56 bytes = 7 T lines).
+  auto pack = [&](int64_t j0, int64_t j1, int) {
+    for (int64_t t = 0; t < m; ++t) {
+      QuantizeActivationsOn(isa, x + t * k + j0 * 32, qx + t * qs + j0 * 32, dx + t * ds + j0,
+                            (j1 - j0) * 32);
+      PackActivations(qx + t * qs, dx + t * ds, t, m, k, j0, j1, acts);
     }
   };
+  static_assert(8 * internal::kPackedActBytes % 64 == 0);
+  const int64_t nb = k / 32;
   if (m == 1)
-    pack(0, 1, 0);
+    pack(0, nb, 0);
   else
-    pool.ParallelFor(m, 1, pack);
+    pool.ParallelFor(nb, 8, pack);
   int64_t groups = 0;
   for (const MatmulOut& o : outs) groups += (o.w->n + kRows - 1) / kRows;
   auto run = [&](int64_t g0, int64_t g1) {
