@@ -98,7 +98,7 @@ inline constexpr int64_t PackedQuantsAt(DType t, int64_t j) {
 }
 
 // Activations for the packed kernels, tiles of up to 8 tokens: tile i (tokens
-// [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 48
+// [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 56
 // bytes of 14 fields [field][token], 4 bytes each: 8 int32 quads, then
 // sum(q) (int32), the q8_0 scale dx (f32), the sum of the first 16 q (int32;
 // q6_K's sub-blocks of 16), dx * sum(q) (f32; the K-quant mins), and the
