@@ -168,7 +168,14 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
     }
   };
   if (m <= internal::kPackedTileTokens) {
-    pool.ParallelFor(groups, 1, [&](int64_t g0, int64_t g1, int) { run(g0, g1); });
+    // Up to 8 tokens: each thread streams its own range of the weights, 4
+    // groups (64 rows) at a time, and takes groups from the back of the
+    // other's range when its own is done (the threads' waits at the end of
+    // each product: 14% of a batch-8 step's samples before, 8% after;
+    // BENCHMARKS.md, "Products of up to 8 tokens balanced by stealing").
+    // Dynamic chunks from one shared front lost 10-25% at batch 2 and 4.
+    constexpr int64_t kStealChunk = 4;
+    pool.ParallelForStealing(groups, kStealChunk, [&](int64_t g0, int64_t g1, int) { run(g0, g1); });
     return;
   }
   constexpr int64_t kChunk = 4;
