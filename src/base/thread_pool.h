@@ -77,19 +77,24 @@ class ThreadPool {
     std::atomic<uint64_t> ranges[kMaxStealRanges];
     const int64_t per = (n + n_tasks - 1) / n_tasks;
     for (int r = 0; r < n_tasks; ++r) {
-      const uint64_t b = static_cast<uint64_t>(std::min(n, r * per)), e = static_cast<uint64_t>(std::min(n, (r + 1) * per));
+      const uint64_t b = static_cast<uint64_t>(std::min(n, r * per)),
+                     e = static_cast<uint64_t>(std::min(n, (r + 1) * per));
       ranges[r].store(b << 32 | e, std::memory_order_relaxed);
     }
     // Claims up to chunk units of range r, from its front or its back.
     auto claim = [&](int r, bool from_front, int64_t& b, int64_t& e) {
       uint64_t cur = ranges[r].load(std::memory_order_relaxed);
       for (;;) {
-        const int64_t f = static_cast<int64_t>(cur >> 32), k = static_cast<int64_t>(cur & 0xFFFFFFFFu);
+        const int64_t f = static_cast<int64_t>(cur >> 32),
+                      k = static_cast<int64_t>(cur & 0xFFFFFFFFu);
         if (f >= k) return false;
-        if (from_front) b = f, e = std::min(k, f + chunk);
-        else b = std::max(f, k - chunk), e = k;
-        const uint64_t next = from_front ? static_cast<uint64_t>(e) << 32 | static_cast<uint64_t>(k)
-                                         : static_cast<uint64_t>(f) << 32 | static_cast<uint64_t>(b);
+        if (from_front)
+          b = f, e = std::min(k, f + chunk);
+        else
+          b = std::max(f, k - chunk), e = k;
+        const uint64_t next = from_front
+                                  ? static_cast<uint64_t>(e) << 32 | static_cast<uint64_t>(k)
+                                  : static_cast<uint64_t>(f) << 32 | static_cast<uint64_t>(b);
         if (ranges[r].compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
       }
     };
