@@ -11,9 +11,26 @@
 
 namespace rotor {
 namespace {
-// Spin iterations before a worker sleeps: about 50-100 microseconds.
-constexpr int kSpinIterations = 20000;
+// A waiting thread first spins on the pause instruction (about 30 us on the
+// Xeon of docs/BENCHMARKS.md, 15 ns a pause), then yields its core between
+// looks (about 250 ns a yield there, so about 300 us in all when nothing
+// else wants the core), and only then sleeps. Decode issues thousands of
+// small jobs a second: the spin catches the next one at once. The yields
+// matter when there are more runnable threads than cores (two engines on
+// one machine, ctest -j with threaded tests): a spinning thread would keep
+// its core from the thread that has the work, and the job would wait for
+// it (docs/RELIABILITY.md, "Time").
+constexpr int kPauseIterations = 2000;
+constexpr int kYieldIterations = 1200;
 constexpr uint32_t kOpen = 1u << 31;
+
+// The spin-th look of a wait: a pause, or a yield once the pauses are spent.
+inline void Pause(int spin) {
+  if (spin < kPauseIterations)
+    ROTOR_PAUSE();
+  else
+    std::this_thread::yield();
+}
 }  // namespace
 
 int HardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
@@ -56,15 +73,15 @@ void ThreadPool::Dispatch(int n_tasks, Thunk thunk, void* ctx) {
   Work(0);
   // Every task is claimed: no worker may join any more; wait for those that did.
   job_state_.fetch_and(~kOpen, std::memory_order_acq_rel);
-  while (job_state_.load(std::memory_order_acquire) != 0) ROTOR_PAUSE();
+  for (int spin = 0; job_state_.load(std::memory_order_acquire) != 0; ++spin) Pause(spin);
 }
 
 void ThreadPool::WorkerLoop(int thread) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
-      ROTOR_PAUSE();
+    for (int spin = 0; gen == seen && spin < kPauseIterations + kYieldIterations; ++spin) {
+      Pause(spin);
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {

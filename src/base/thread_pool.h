@@ -1,10 +1,10 @@
 // One persistent pool of worker threads, sized by -t. The calling thread takes
 // part in every job, so a pool of n threads starts n - 1 workers. Workers spin
-// briefly between jobs (decode issues thousands of small jobs a second) and
-// then sleep; no allocation or locking on the hot path. A worker joins a job
-// only while it is open; the caller closes it once every task is claimed and
-// waits just for the workers that joined, so a worker the OS has descheduled
-// never stalls a job it took no part in.
+// briefly between jobs (decode issues thousands of small jobs a second), then
+// yield their core between looks, then sleep; no allocation or locking on the
+// hot path. A worker joins a job only while it is open; the caller closes it
+// once every task is claimed and waits just for the workers that joined, so a
+// worker the OS has descheduled never stalls a job it took no part in.
 #pragma once
 
 #include <algorithm>

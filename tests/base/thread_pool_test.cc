@@ -99,5 +99,25 @@ TEST(ThreadPool, SurvivesIdleSleep) {
   EXPECT_EQ(sum.load(), 12);
 }
 
+// More threads than cores, with gaps between jobs that end in each phase of a
+// worker's wait (pausing, yielding, asleep) and a task that holds up the
+// caller's wait at the end of a job: every job still runs each task once.
+TEST(ThreadPool, MoreThreadsThanCoresThroughEveryWaitPhase) {
+  const int n = 2 * HardwareThreads() + 1;
+  ThreadPool pool(n);
+  const int gaps_us[] = {0, 5, 100, 600, 3000};
+  for (int round = 0; round < 3; ++round) {
+    for (int gap : gaps_us) {
+      std::vector<std::atomic<int>> hits(4 * n);
+      pool.Run(4 * n, [&](int task, int) {
+        if (task == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        hits[task].fetch_add(1);
+      });
+      for (int t = 0; t < 4 * n; ++t) ASSERT_EQ(hits[t].load(), 1) << "gap " << gap << " us, task " << t;
+      if (gap > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rotor
