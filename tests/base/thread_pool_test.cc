@@ -113,7 +113,8 @@ TEST(ThreadPool, MoreThreadsThanCoresThroughEveryWaitPhase) {
         if (task == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
         hits[task].fetch_add(1);
       });
-      for (int t = 0; t < 4 * n; ++t) ASSERT_EQ(hits[t].load(), 1) << "gap " << gap << " us, task " << t;
+      for (int t = 0; t < 4 * n; ++t)
+        ASSERT_EQ(hits[t].load(), 1) << "gap " << gap << " us, task " << t;
       if (gap > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap));
     }
   }
