@@ -5,6 +5,10 @@ BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
 TSAN_DIR ?= build-tsan
 JOBS ?= $(shell nproc)
+# Tests run one more at a time than there are cores: some wait on sockets,
+# child processes or timers, and the thread pool yields its core to others
+# (docs/RELIABILITY.md, "Time": the ASan+UBSan suite 617 s at -j2, 555 s at -j3).
+TEST_JOBS ?= $(shell echo $$(( $(JOBS) + 1 )))
 MODEL ?= models/stories260K.gguf
 PROMPT ?= Once upon a time
 # Every tree compiles the tests and the tool in unity batches (ROTOR_UNITY_BUILD
@@ -91,7 +95,7 @@ run: build
 # The unit tests; then all of them again under ASan+UBSan, with each fuzz
 # harness briefly and its regression corpus; and the threaded ones under TSan.
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(TEST_JOBS) --timeout 600
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
 
@@ -115,7 +119,7 @@ ASAN_ENV = ASAN_OPTIONS=detect_leaks=1 \
 # Every test but the labels in $(ASAN_EXCLUDE), the fuzz tests among them.
 test-asan: asan-configure
 	cmake --build $(ASAN_DIR) -j $(JOBS)
-	cd $(ASAN_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -LE '$(ASAN_EXCLUDE)' --timeout 900
+	cd $(ASAN_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(TEST_JOBS) -LE '$(ASAN_EXCLUDE)' --timeout 900
 
 test-tsan: deps
 	cmake -S . -B $(TSAN_DIR) $(SAN_CONFIG) -DROTOR_SANITIZE=thread >/dev/null
@@ -129,7 +133,7 @@ tsan-run:
 # Each harness for a few seconds, and every input of its regression corpus.
 test-fuzz: asan-configure
 	cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
-	cd $(FUZZ_DIR) && ctest --output-on-failure -j $(JOBS) -L fuzz --timeout 300
+	cd $(FUZZ_DIR) && ctest --output-on-failure -j $(TEST_JOBS) -L fuzz --timeout 300
 
 # Each harness for FUZZ_TIME seconds (make fuzz FUZZ_TIME=3600 FUZZ_JOBS=2); new inputs
 # under $(FUZZ_DIR)/tests/fuzz/work/NAME/corpus, a crash as .../work/NAME/crash-*.
