@@ -125,8 +125,10 @@ void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int6
 // Every product of `outs` (all packed, one k) for m tokens on the ISA (AVX-512
 // or AVX2): X quantized once
 // into the tile layout, then the 16-row groups of all the weights, laid end to
-// end, split among the threads. Up to 8 tokens one pass over the weights; more,
-// tasks of 4 groups (64 rows, in L2) each run every tile of 8 tokens.
+// end, split among the threads. Up to 16 tokens one pass over the weights
+// (AVX-512 q8_0 / q4_0: 9-16 tokens in one kernel; the others run both tiles
+// over each 4 groups, in L2); more, tasks of 4 groups each run every tile of
+// 8 tokens.
 void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const float* x, int64_t m,
                     MatmulScratch& scratch, Isa isa) {
   auto packed_matmul =
@@ -167,8 +169,8 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
       if (a < b) packed_matmul(*o.w, acts, m, a, b, o.y, o.ldy);
     }
   };
-  if (m <= internal::kPackedTileTokens) {
-    // Up to 8 tokens: each thread streams its own range of the weights, 4
+  if (m <= 2 * internal::kPackedTileTokens) {
+    // Up to 16 tokens: each thread streams its own range of the weights, 4
     // groups (64 rows) at a time, and takes groups from the back of the
     // other's range when its own is done (the threads' waits at the end of
     // each product: 14% of a batch-8 step's samples before, 8% after;

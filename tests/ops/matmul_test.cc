@@ -173,7 +173,7 @@ TEST_P(MatmulTest, PackedMatchesReferenceOnEveryIsa) {
   Sweep sweep(5);
   for (Isa isa : testing::Isas())
     for (const Case& c : cases)
-      for (int64_t m : {1, 2, 3, 5, 6, 7, 8, 9, 33}) {  // 5, 6: each pass's rest
+      for (int64_t m : {1, 2, 3, 5, 6, 7, 8, 9, 13, 16, 33}) {  // 5, 6: each pass's rest
         if (c.n * c.k * m > 3'000'000 && m > 8) continue;
         if (!sweep.Next(
                 {static_cast<int>(isa), static_cast<int>(&c - cases.data()), static_cast<int>(m)}))
@@ -209,7 +209,9 @@ TEST(MatmulPackedTest, EachTokenAloneEqualsInABatch) {
         std::vector<float> alone(m_max * c.n);  // [m_max, n]
         for (int64_t t = 0; t < m_max; ++t)
           Matmul(pool, w.view, x.data() + t * c.k, 1, alone.data() + t * c.n, c.n, scratch);
-        for (int64_t m : {2, 3, 5, 6, 8, 9, 17, 300}) {
+        // 9-16: one kernel for two tiles (AVX-512 q8_0 / q4_0; q4_0 splits
+        // the second tile's tokens 4 + the rest past 12).
+        for (int64_t m : {2, 3, 5, 6, 8, 9, 12, 13, 16, 17, 300}) {
           if (c.k > 1000 && m == 300) continue;
           std::vector<float> y(m * c.n);  // [m, n]
           Matmul(pool, w.view, x.data(), m, y.data(), c.n, scratch);
@@ -233,7 +235,7 @@ TEST(MatmulPackedTest, Avx2EqualsAvx512BitForBit) {
         Case{DType::kQ6_K, 2048, 45}}) {
     TestWeight w = MakeWeight(c.type, c.k, c.n, 5);
     w.Pack();
-    for (int64_t m : {1, 2, 5, 8, 13}) {
+    for (int64_t m : {1, 2, 5, 8, 13, 16}) {
       const std::vector<float> x = testing::RandomVector(m * c.k, 17, 2.f);  // [m, k]
       MatmulScratch scratch(m, c.k, 2);
       std::vector<float> y2(m * c.n), y5(m * c.n);  // [m, n]
