@@ -46,8 +46,10 @@ template <DType kT, int kStride, int kN>
   constexpr int kChains = kT == DType::kQ4_0 ? (kN >= 4 ? 2 : 4) : kN >= 4 ? 1 : 4 / kN;
   constexpr int kHalf = kT == DType::kQ4_0 ? kChains / 2 : kChains;  // q4_0: [0, kHalf) low
   __m512i sum[kChains][kN];
+#pragma GCC unroll 8
   for (int t = 0; t < kN; ++t) {
     sum[0][t] = _mm512_set1_epi32(*ActField<kStride>(aj, kBias, t0 + t));
+#pragma GCC unroll 8
     for (int c = 1; c < kChains; ++c) sum[c][t] = _mm512_setzero_si512();
   }
   if constexpr (kT == DType::kQ8_0) {
@@ -77,9 +79,11 @@ template <DType kT, int kStride, int kN>
 #pragma GCC unroll 8
   for (int t = 0; t < kN; ++t) {
     __m512i s = sum[0][t];
+#pragma GCC unroll 8
     for (int c = 1; c < kHalf; ++c) s = _mm512_add_epi32(s, sum[c][t]);
     if constexpr (kT == DType::kQ4_0) {
       __m512i h = sum[kHalf][t];
+#pragma GCC unroll 8
       for (int c = kHalf + 1; c < kChains; ++c) h = _mm512_add_epi32(h, sum[c][t]);
       s = _mm512_add_epi32(s, _mm512_srai_epi32(h, 4));
     }
@@ -105,14 +109,14 @@ inline __m512 BlockScales(const uint8_t* group, int64_t j) {
 }
 
 // Rows [16 g, 16 g + valid) of kTok tokens (the tile at `acts`); `group` is
-// the group's one stream of block pairs (kernels.h). Every loop over the
-// accumulators is unrolled: one that indexes them with a variable (the
-// zeroing or the stores, left as loops) keeps the array in memory, and GCC
-// 12 then stored all of it on every block (seen in objdump; prefill ran
-// 4-11% slower with it).
+// the group's one stream of block pairs (kernels.h). Its own function, and
+// every loop over the accumulators unrolled: inlined into the tile loop, or
+// with the zeroing and the stores left as loops, GCC 12 kept the
+// accumulators or the int32 sums in memory and stored them on every block
+// (seen in objdump; prefill ran 4-11% slower with it).
 template <DType kT, int kTok>
-void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int valid, float* y,
-                 int64_t ldy) {
+[[gnu::noinline]] void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int valid,
+                                   float* y, int64_t ldy) {
   __m512 acc[kTok];  // [token] x 16 rows
 #pragma GCC unroll 16
   for (int t = 0; t < kTok; ++t) acc[t] = _mm512_setzero_ps();
