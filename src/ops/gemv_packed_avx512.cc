@@ -109,14 +109,16 @@ inline __m512 BlockScales(const uint8_t* group, int64_t j) {
 }
 
 // Rows [16 g, 16 g + valid) of kTok tokens (the tile at `acts`); `group` is
-// the group's one stream of block pairs (kernels.h). Its own function, and
-// every loop over the accumulators unrolled: inlined into the tile loop, or
-// with the zeroing and the stores left as loops, GCC 12 kept the
-// accumulators or the int32 sums in memory and stored them on every block
-// (seen in objdump; prefill ran 4-11% slower with it).
+// the group's one stream of block pairs (kernels.h). Inlined into its loop
+// over groups, which is its own function, and every loop over the
+// accumulators unrolled: inlined into the tile loop, or with the zeroing
+// and the stores left as loops, GCC 12 kept the accumulators or the int32
+// sums in memory and stored them on every block (seen in objdump; prefill
+// ran 4-11% slower with it; a call per group cost prefill about 4%).
 template <DType kT, int kTok>
-[[gnu::noinline]] void PackedGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int valid,
-                                   float* y, int64_t ldy) {
+[[gnu::always_inline]] inline void PackedGroup(const uint8_t* group, int64_t nb,
+                                               const uint8_t* acts, int valid, float* y,
+                                               int64_t ldy) {
   __m512 acc[kTok];  // [token] x 16 rows
 #pragma GCC unroll 16
   for (int t = 0; t < kTok; ++t) acc[t] = _mm512_setzero_ps();
@@ -166,8 +168,8 @@ void PackedGroupPair(const uint8_t* group, int64_t nb, const uint8_t* acts0, con
 }
 
 template <DType kT, int kTok>
-void PackedGroups(const Weight& w, int64_t g0, int64_t g1, const uint8_t* acts, float* y,
-                  int64_t ldy) {
+[[gnu::noinline]] void PackedGroups(const Weight& w, int64_t g0, int64_t g1, const uint8_t* acts,
+                                    float* y, int64_t ldy) {
   const int64_t nb = w.k / 32, stride = PackedGroupBytes(kT, w.k);
   for (int64_t g = g0; g < g1; ++g) {
     const int valid = static_cast<int>(std::min<int64_t>(16, w.n - 16 * g));
