@@ -137,7 +137,8 @@ template <DType kT, int kTok>
 // (acts1) in one pass over the group: each block's quants are read from
 // memory once and again from L1, where two passes over a range of groups
 // streamed it twice (batch 9-16 decode). The tokens go kSub at a time so the
-// integer sums and the 8 + kTok1 accumulators stay in the 32 registers.
+// integer sums and the 8 + kTok1 accumulators nearly fit in the 32 registers
+// (16 tokens: GCC keeps 2 accumulators of q8_0 on the stack, 3 of q4_0).
 template <DType kT, int kTok1>
 void PackedGroupPair(const uint8_t* group, int64_t nb, const uint8_t* acts0, const uint8_t* acts1,
                      int valid, float* y, int64_t ldy) {
