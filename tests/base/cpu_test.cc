@@ -35,6 +35,20 @@ TEST(Cpu, IsaForNeedsExactlyWhatTheKernelsUse) {
   EXPECT_EQ(IsaFor(f), Isa::kScalar);
 }
 
+// CMake reads /proc/cpuinfo to tell whether this CPU runs the AVX-512
+// kernels; a sanitizer tree compiles them at -O0 when it does not
+// (CMakeLists.txt). Its list of flags must be IsaFor()'s: the BF16 that
+// IsaFor() stopped needing stayed in it for a day, and the sanitizer suites
+// ran every model through -O0 kernels, 1.6x slower.
+TEST(Cpu, BuildSawTheIsaThisCpuRuns) {
+#ifndef ROTOR_CPU_RUNS_AVX512
+  GTEST_SKIP() << "no /proc/cpuinfo when this tree was configured";
+#else
+  EXPECT_EQ(BestIsa() == Isa::kAvx512, ROTOR_CPU_RUNS_AVX512 == 1)
+      << "CMakeLists.txt's reading of the CPU flags differs from IsaFor()'s";
+#endif
+}
+
 TEST(Memory, RssIsReported) {
   // The current reading first: the peak is a high-water mark, so it is at
   // least any earlier reading (the other order fails when RSS grows between).
