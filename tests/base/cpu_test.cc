@@ -39,7 +39,7 @@ TEST(Cpu, IsaForNeedsExactlyWhatTheKernelsUse) {
 // kernels; a sanitizer tree compiles them at -O0 when it does not
 // (CMakeLists.txt). Its list of flags must be IsaFor()'s: the BF16 that
 // IsaFor() stopped needing stayed in it for a day, and the sanitizer suites
-// ran every model through -O0 kernels, 1.6x slower.
+// ran every model through -O0 kernels (the ASan suite 1.6x slower).
 TEST(Cpu, BuildSawTheIsaThisCpuRuns) {
 #ifndef ROTOR_CPU_RUNS_AVX512
   GTEST_SKIP() << "no /proc/cpuinfo when this tree was configured";
