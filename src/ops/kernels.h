@@ -158,6 +158,7 @@ void PackedMatmulK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, 
                    float* y, int64_t ldy);
 // block 8, 16 or 32 (also the AVX-512 path: a block fills at most 4 registers).
 void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out);
+void QuantizeQ8BlocksF32(const float* x, int64_t n, int block, int8_t* q, float* d);
 void Hadamard(float* x, int64_t n, int block);
 }  // namespace avx2
 namespace avx512 {

@@ -122,6 +122,12 @@ void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out) {
   ref::QuantizeQ8Blocks(x, n, block, out);
 }
 
+void QuantizeQ8BlocksF32(const float* x, int64_t n, int block, int8_t* q, float* d) {
+  if (ActiveIsa() != Isa::kScalar && (block == 8 || block == 16 || block == 32))
+    return internal::avx2::QuantizeQ8BlocksF32(x, n, block, q, d);
+  ref::QuantizeQ8BlocksF32(x, n, block, q, d);
+}
+
 float DotRow(DType t, const void* w_row, const float* x, int64_t n) {
   if (ref::IsExtraBlockType(t)) return DotExtra(t, w_row, x, n);
   switch (ActiveIsa()) {

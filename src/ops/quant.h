@@ -34,6 +34,10 @@ void F32ToF16Row(const float* src, uint16_t* dst, int64_t n);
 // from the f32 d), q = roundf(x * (1 / d)) with the f32 d. The fast paths for
 // blocks of 8, 16 and 32 write the same bytes as the scalar one.
 void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out);
+// The same quantization with the f32 d kept: q [n] and d [n / block] (the
+// values QuantizeQ8Blocks stores before d is rounded to f16). The fast paths
+// for blocks of 8, 16 and 32 give the same values as the scalar one.
+void QuantizeQ8BlocksF32(const float* x, int64_t n, int block, int8_t* q, float* d);
 // Dot product of one weight row (dequantized exactly) with f32 x, accumulated in
 // f32 lanes: |error| <= ~(n / 8 + 16) * 2^-24 * sum |w_i x_i|. x is not quantized.
 float DotRow(DType t, const void* w_row, const float* x, int64_t n);

@@ -206,4 +206,11 @@ void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out) {
   }
 }
 
+// Blocks of 8, 16 or 32: the same values as ref::QuantizeQ8BlocksF32.
+void QuantizeQ8BlocksF32(const float* x, int64_t n, int block, int8_t* q, float* d) {
+  const int regs = block / 8;
+  for (int64_t b = 0; b < n / block; ++b, x += block, q += block)
+    d[b] = regs == 1 ? QuantizeQ8<1>(x, q) : regs == 2 ? QuantizeQ8<2>(x, q) : QuantizeQ8<4>(x, q);
+}
+
 }  // namespace rotor::ops::internal::avx2

@@ -232,7 +232,8 @@ TEST(QuantTest, ActivationQuantizationIsExact) {
 }
 
 // q8_0 blocks of 8, 16 and 32 (the KV cache's) on every ISA: the reference's
-// bytes, ties rounded half away from zero, a zero block stored as d = 0.
+// bytes, ties rounded half away from zero, a zero block stored as d = 0; the
+// same with f32 scales (QuantizeQ8BlocksF32, attention's query).
 TEST(QuantTest, Q8BlocksMatchReferenceBytes) {
   for (Isa isa : testing::Isas()) {
     testing::ScopedIsa scoped(isa);
@@ -252,6 +253,20 @@ TEST(QuantTest, Q8BlocksMatchReferenceBytes) {
         QuantizeQ8Blocks(x.data(), n, block, got.data());
         ref::QuantizeQ8Blocks(x.data(), n, block, want.data());
         ASSERT_EQ(got, want) << IsaName(isa) << " block=" << block << " blocks=" << blocks;
+        // The f32 scales and the quants apart: the reference's values, and the
+        // bytes above once d is rounded to f16.
+        std::vector<int8_t> q(n), want_q(n);
+        std::vector<float> d(blocks), want_d(blocks);
+        QuantizeQ8BlocksF32(x.data(), n, block, q.data(), d.data());
+        ref::QuantizeQ8BlocksF32(x.data(), n, block, want_q.data(), want_d.data());
+        ASSERT_EQ(q, want_q) << IsaName(isa) << " block=" << block << " blocks=" << blocks;
+        ASSERT_EQ(d, want_d) << IsaName(isa) << " block=" << block << " blocks=" << blocks;
+        for (int64_t b = 0; b < blocks; ++b) {
+          uint16_t dh;
+          std::memcpy(&dh, want.data() + b * (2 + block), 2);
+          EXPECT_EQ(dh, F32ToF16(d[b]));
+          EXPECT_EQ(std::memcmp(want.data() + b * (2 + block) + 2, q.data() + b * block, block), 0);
+        }
         EXPECT_EQ(static_cast<int8_t>(want[2 + 1]), 3);
         EXPECT_EQ(static_cast<int8_t>(want[2 + 2]), -3);
         EXPECT_EQ(static_cast<int8_t>(want[2 + 3]), 0);

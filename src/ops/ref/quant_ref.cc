@@ -176,4 +176,9 @@ void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out) {
   }
 }
 
+void QuantizeQ8BlocksF32(const float* x, int64_t n, int block, int8_t* q, float* d) {
+  CHECK(block > 0 && n % block == 0);
+  for (int64_t b = 0; b < n / block; ++b) d[b] = QuantizeQ8(x + b * block, block, q + b * block);
+}
+
 }  // namespace rotor::ops::ref

@@ -23,6 +23,8 @@ void AxpyRow(DType t, float a, const void* row, float* y, int64_t n);
 void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k);
 // q8_0 blocks of `block` values (ops::QuantizeQ8Blocks).
 void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out);
+// ops::QuantizeQ8BlocksF32: q [n], d [n / block].
+void QuantizeQ8BlocksF32(const float* x, int64_t n, int block, int8_t* q, float* d);
 
 // Single-threaded Y[m, n] = X[m, k] * W^T with the math the fast paths use:
 // f32/f16/bf16 exact products summed in double; q8_0/q4_0 with X quantized by
