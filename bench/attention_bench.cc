@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "attention/fold.h"
 #include "base/cpu.h"
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
@@ -241,6 +242,31 @@ BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached, kLlama1B, RopeK::kCached, 
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred, kLlama1B, RopeK::kDeferred, KvType::kF32)->Apply(Args);
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached_f16, kLlama1B, RopeK::kCached, KvType::kF16)->Apply(Args);
 BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred_f16, kLlama1B, RopeK::kDeferred, KvType::kF16)->Apply(Args);
+
+// The query quantized to q8_0 for the integer scores of block-type keys
+// (attn::QuantizeQuery: once per decode step, layer and thread): heads x
+// head_dim in blocks of qblock. Shapes: 110M (12 x 64), 1B (32 x 64),
+// stories260K (8 x 8, blocks of 8).
+void BM_QuantizeQuery(benchmark::State& state) {
+  const int n_head = static_cast<int>(state.range(0)), hd = static_cast<int>(state.range(1));
+  const int n = n_head * hd;
+  std::vector<float> q(n);  // [n_head, hd]
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist;
+  for (float& v : q) v = dist(rng);
+  std::vector<int8_t> q8(n);  // [n_head, hd]
+  std::vector<float> q8d(n);  // [n_head, hd / 8 * 8] (as FoldState's)
+  attn::FoldState s;
+  s.n_head = s.n_head_kv = n_head, s.head_dim = hd;
+  s.q = q.data(), s.q8 = q8.data(), s.q8d = q8d.data();
+  for (auto _ : state) {
+    s.q8_of = nullptr;
+    attn::QuantizeQuery(s, static_cast<int>(state.range(2)));
+    benchmark::DoNotOptimize(q8.data());
+    benchmark::DoNotOptimize(q8d.data());
+  }
+}
+BENCHMARK(BM_QuantizeQuery)->Args({12, 64, 32})->Args({32, 64, 32})->Args({8, 8, 8});
 
 }  // namespace
 }  // namespace rotor

@@ -7,6 +7,7 @@
 
 #include "attention/fold.h"
 #include "kv/kv_quant.h"
+#include "ops/quant.h"
 
 namespace rotor::attn {
 namespace {
@@ -22,17 +23,13 @@ void DecodeHead(Elem t, int head_bytes, int head_dim, const void* row, int g, fl
 }  // namespace
 
 void QuantizeQuery(FoldState& s, int qblock) {
-  const int hd = s.head_dim;
-  for (int h = 0; h < s.n_head; ++h)
-    for (int b = 0; b < hd / qblock; ++b) {
-      const float* x = s.q + static_cast<size_t>(h) * hd + b * qblock;
-      float amax = 0.f;
-      for (int i = 0; i < qblock; ++i) amax = std::max(amax, std::fabs(x[i]));
-      const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
-      int8_t* q = s.q8 + static_cast<size_t>(h) * hd + b * qblock;
-      for (int i = 0; i < qblock; ++i) q[i] = static_cast<int8_t>(std::roundf(x[i] * id));
-      std::fill_n(s.q8d + static_cast<size_t>(h) * hd / qblock * 8 + b * 8, 8, d);
-    }
+  const int64_t n = static_cast<int64_t>(s.n_head) * s.head_dim, nb = n / qblock;
+  thread_local std::vector<float> d;  // [nb] the blocks' scales
+  d.resize(static_cast<size_t>(nb));
+  // Every head is a whole number of blocks: one call for all of them (ops'
+  // q8_0 rule, vectorized for blocks of 8, 16 and 32).
+  ops::QuantizeQ8BlocksF32(s.q, n, qblock, s.q8, d.data());
+  for (int64_t b = 0; b < nb; ++b) std::fill_n(s.q8d + b * 8, 8, d[static_cast<size_t>(b)]);
   s.q8_of = s.q;
 }
 
