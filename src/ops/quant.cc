@@ -123,6 +123,7 @@ void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out) {
 }
 
 void QuantizeQ8BlocksF32(const float* x, int64_t n, int block, int8_t* q, float* d) {
+  CHECK(block > 0 && n % block == 0);
   if (ActiveIsa() != Isa::kScalar && (block == 8 || block == 16 || block == 32))
     return internal::avx2::QuantizeQ8BlocksF32(x, n, block, q, d);
   ref::QuantizeQ8BlocksF32(x, n, block, q, d);
