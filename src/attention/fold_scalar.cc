@@ -24,12 +24,15 @@ void DecodeHead(Elem t, int head_bytes, int head_dim, const void* row, int g, fl
 
 void QuantizeQuery(FoldState& s, int qblock) {
   const int64_t n = static_cast<int64_t>(s.n_head) * s.head_dim, nb = n / qblock;
-  thread_local std::vector<float> d;  // [nb] the blocks' scales
-  d.resize(static_cast<size_t>(nb));
   // Every head is a whole number of blocks: one call for all of them (ops'
-  // q8_0 rule, vectorized for blocks of 8, 16 and 32).
-  ops::QuantizeQ8BlocksF32(s.q, n, qblock, s.q8, d.data());
-  for (int64_t b = 0; b < nb; ++b) std::fill_n(s.q8d + b * 8, 8, d[static_cast<size_t>(b)]);
+  // q8_0 rule, vectorized for blocks of 8, 16 and 32), the scales into
+  // q8d[0, nb), then each spread to its 8 lanes from the last down (block
+  // b's lanes start at 8 b >= b: no scale is overwritten before it is read).
+  ops::QuantizeQ8BlocksF32(s.q, n, qblock, s.q8, s.q8d);
+  for (int64_t b = nb - 1; b >= 0; --b) {
+    const float d = s.q8d[b];
+    std::fill_n(s.q8d + b * 8, 8, d);
+  }
   s.q8_of = s.q;
 }
 

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "ops/kernels.h"
 #include "tensor/fp16.h"
@@ -189,7 +190,7 @@ void QuantizeQ8BlocksOf(const float* x, int64_t n, uint8_t* out) {
 
 // Same results as ref::QuantizeActivations, bit for bit.
 void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
-  for (int64_t b = 0; b < k / 32; ++b) d[b] = QuantizeQ8<4>(x + b * 32, q + b * 32);
+  QuantizeQ8BlocksF32(x, k, 32, q, d);
 }
 
 // The AVX2 integer kernels read the natural order.
@@ -208,9 +209,16 @@ void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out) {
 
 // Blocks of 8, 16 or 32: the same values as ref::QuantizeQ8BlocksF32.
 void QuantizeQ8BlocksF32(const float* x, int64_t n, int block, int8_t* q, float* d) {
-  const int regs = block / 8;
-  for (int64_t b = 0; b < n / block; ++b, x += block, q += block)
-    d[b] = regs == 1 ? QuantizeQ8<1>(x, q) : regs == 2 ? QuantizeQ8<2>(x, q) : QuantizeQ8<4>(x, q);
+  auto blocks = [&](auto regs) {  // one loop per block size
+    constexpr int kRegs = decltype(regs)::value;
+    for (int64_t b = 0; b < n / (8 * kRegs); ++b)
+      d[b] = QuantizeQ8<kRegs>(x + b * 8 * kRegs, q + b * 8 * kRegs);
+  };
+  switch (block) {
+    case 8: return blocks(std::integral_constant<int, 1>());
+    case 16: return blocks(std::integral_constant<int, 2>());
+    default: return blocks(std::integral_constant<int, 4>());
+  }
 }
 
 }  // namespace rotor::ops::internal::avx2

@@ -165,7 +165,7 @@ float QuantizeQ8(const float* x, int n, int8_t* q) {
 
 void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
   CHECK_MSG(k % kBlock == 0, "ops: activation row not a multiple of 32");
-  for (int64_t b = 0; b < k / kBlock; ++b) d[b] = QuantizeQ8(x + b * kBlock, kBlock, q + b * kBlock);
+  QuantizeQ8BlocksF32(x, k, kBlock, q, d);
 }
 
 void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out) {
