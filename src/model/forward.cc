@@ -33,6 +33,8 @@ Forward::Forward(const Model& model, ThreadPool& pool, int max_tokens, int n_ctx
   up_.Resize(t * c.n_ff);
   out_.Resize(t * c.n_embd);
   perm_.Resize(static_cast<size_t>(pool.size()) * c.head_dim);
+  rope_cos_.Resize(t * (c.n_rot / 2));
+  rope_sin_.Resize(t * (c.n_rot / 2));
 }
 
 int64_t Forward::OutputRows(std::span<const SeqInput> seqs) {
@@ -100,15 +102,27 @@ Status Forward::RunLayers(std::span<const SeqInput> seqs, int64_t* n_tokens_out)
     }
   }
 
+  // The angles of every token whose keys are stored rotated, for every layer.
+  int64_t row = 0;
+  const int64_t n_pairs = c.n_rot / 2;
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const int64_t n = plans_[si].n_tokens;
+    if (seqs[si].cache->config().rope_k == RopeK::kCached)
+      ops::RopeAngles(c.rope(), plans_[si].pos.data(), n, rope_cos_.data() + row * n_pairs,
+                      rope_sin_.data() + row * n_pairs);
+    row += n;
+  }
+
   // Embeddings. x: [n_tokens, n_embd]
   const ops::Weight& embd = model_.token_embd();
-  int64_t row = 0;
+  row = 0;
   for (const SeqInput& s : seqs)
     for (int32_t tok : s.tokens)
       ops::DequantizeRow(embd.type, static_cast<const uint8_t*>(embd.data) + tok * embd.row_bytes,
                          x_.data() + (row++) * c.n_embd, c.n_embd);
 
   for (int il = 0; il < c.n_layer; ++il) Layer(il, seqs, n_tokens);
+  ops::Add(x_.data(), out_.data(), n_tokens * c.n_embd);  // the last layer's feed-forward
   for (size_t si = 0; si < seqs.size(); ++si) seqs[si].cache->Commit(plans_[si]);
   *n_tokens_out = n_tokens;
   return Status::Ok();
@@ -156,15 +170,19 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
   const ops::RopeConfig rope = c.rope();
-  auto norm_rows = [&](const float* weight) {
+  // x += out (with `add`: the residual of the block before) then xn = norm(x),
+  // row by row in one parallel pass.
+  auto norm_rows = [&](const float* weight, bool add) {
     pool_.ParallelFor(n_tokens, 1, [&](int64_t b, int64_t e, int) {
-      for (int64_t r = b; r < e; ++r)
+      for (int64_t r = b; r < e; ++r) {
+        if (add) ops::Add(x_.data() + r * E, out_.data() + r * E, E);
         ops::RmsNorm(x_.data() + r * E, weight, xn_.data() + r * E, E, c.rms_eps);
+      }
     });
   };
 
-  // Attention block.
-  norm_rows(w.attn_norm);
+  // Attention block (out: the feed-forward output of layer il - 1).
+  norm_rows(w.attn_norm, il > 0);
   const ops::MatmulOut qkv[] = {
       {&w.wq, q_.data(), q_dim}, {&w.wk, k_.data(), kv_dim}, {&w.wv, v_.data(), kv_dim}};
   ops::MatmulGroup(pool_, qkv, xn_.data(), n_tokens, matmul_scratch_);
@@ -181,8 +199,10 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
     float* v = v_.data() + row * kv_dim;
     const KvLayerView& view = attn_views_[si];
     if (view.rope_k == RopeK::kCached) {  // deferred: attention rotates on the fly
-      ops::Rope(rope, q, n, c.n_head, plan.pos.data());
-      ops::Rope(rope, k, n, c.n_head_kv, plan.pos.data());
+      const float* cos = rope_cos_.data() + row * (c.n_rot / 2);
+      const float* sin = rope_sin_.data() + row * (c.n_rot / 2);
+      ops::RopeWithAngles(rope, cos, sin, q, n, c.n_head);
+      ops::RopeWithAngles(rope, cos, sin, k, n, c.n_head_kv);
     }
     AttentionArgs args;
     args.q = q;
@@ -211,16 +231,19 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
                                 cut.chunk_v_row_bytes);
   }
   ops::Matmul(pool_, w.wo, att_.data(), n_tokens, out_.data(), E, matmul_scratch_);
-  ops::Add(x_.data(), out_.data(), n_tokens * E);
 
-  // Feed-forward block (SwiGLU).
-  norm_rows(w.ffn_norm);
+  // Feed-forward block (SwiGLU); its output stays in out_ for the next
+  // layer's norm (or RunLayers) to add.
+  norm_rows(w.ffn_norm, true);
   const ops::MatmulOut gate_up[] = {{&w.w_gate, gate_.data(), c.n_ff},
                                      {&w.w_up, up_.data(), c.n_ff}};
   ops::MatmulGroup(pool_, gate_up, xn_.data(), n_tokens, matmul_scratch_);
-  ops::SwiGlu(gate_.data(), up_.data(), gate_.data(), n_tokens * c.n_ff);
+  // Tokens split so each part has at least 8K elements (fewer run on this thread).
+  const int64_t ff = c.n_ff;
+  pool_.ParallelFor(n_tokens, (8192 + ff - 1) / ff, [&](int64_t b, int64_t e, int) {
+    ops::SwiGlu(gate_.data() + b * ff, up_.data() + b * ff, gate_.data() + b * ff, (e - b) * ff);
+  });
   ops::Matmul(pool_, w.w_down, gate_.data(), n_tokens, out_.data(), E, matmul_scratch_);
-  ops::Add(x_.data(), out_.data(), n_tokens * E);
 }
 
 void Forward::BiasAndPermute(const LayerWeights& w, int64_t n_tokens) {

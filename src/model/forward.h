@@ -91,6 +91,9 @@ class Forward {
   AlignedBuffer<float> up_;    // [max_tokens, n_ff]
   AlignedBuffer<float> out_;   // [max_tokens, n_embd] block output before the residual add
   AlignedBuffer<float> perm_;  // [pool threads, head_dim] a head being permuted
+  // RoPE's cos and sin at each token's position, computed once per ubatch for
+  // every layer: [max_tokens, n_rot / 2] each.
+  AlignedBuffer<float> rope_cos_, rope_sin_;
 };
 
 }  // namespace rotor

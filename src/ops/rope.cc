@@ -77,6 +77,23 @@ void Rope(const RopeConfig& cfg, float* x, int64_t n_tokens, int64_t n_heads,
   });
 }
 
+void RopeAngles(const RopeConfig& cfg, const int32_t* positions, int64_t n_tokens, float* cos,
+                float* sin) {
+  CheckConfig(cfg);
+  const int64_t n_pairs = cfg.n_rot / 2;
+  for (int64_t t = 0; t < n_tokens; ++t)
+    Angles(cfg, static_cast<float>(positions[t]), cos + t * n_pairs, sin + t * n_pairs);
+}
+
+void RopeWithAngles(const RopeConfig& cfg, const float* cos, const float* sin, float* x,
+                    int64_t n_tokens, int64_t n_heads) {
+  CheckConfig(cfg);
+  const int64_t n_pairs = cfg.n_rot / 2;
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t h = 0; h < n_heads; ++h)
+      RopeRotate(cfg, cos + t * n_pairs, sin + t * n_pairs, x + (t * n_heads + h) * cfg.head_dim);
+}
+
 RopeTable::RopeTable(const RopeConfig& cfg, int64_t max_pos)
     : cfg_(cfg), n_pairs_(cfg.n_rot / 2), max_pos_(max_pos) {
   CheckConfig(cfg);

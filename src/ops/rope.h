@@ -26,6 +26,15 @@ float RopeTheta(const RopeConfig& cfg, int i, double pos);
 void Rope(const RopeConfig& cfg, float* x, int64_t n_tokens, int64_t n_heads,
           const int32_t* positions);
 
+// The angles Rope takes for each of n_tokens positions, computed once for
+// several Rope calls at those positions (every layer of a forward pass):
+// cos, sin: [n_tokens, n_rot / 2] each.
+void RopeAngles(const RopeConfig& cfg, const int32_t* positions, int64_t n_tokens, float* cos,
+                float* sin);
+// Rope with the angles of RopeAngles (row t for token t): the same result.
+void RopeWithAngles(const RopeConfig& cfg, const float* cos, const float* sin, float* x,
+                    int64_t n_tokens, int64_t n_heads);
+
 // cos/sin of theta_i for positions [0, max_pos).
 class RopeTable {
  public:

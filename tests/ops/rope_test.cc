@@ -117,6 +117,25 @@ TEST(RopeTest, TableMatchesRope) {
   }
 }
 
+// The angles computed once for several calls (the forward pass's layers):
+// the same bits as Rope, both layouts, partial rotation and frequency factors.
+TEST(RopeTest, AnglesOnceMatchRope) {
+  const std::vector<float> ff = FreqFactors();
+  for (const RopeConfig& cfg : Configs(ff)) {
+    const int64_t n_tok = static_cast<int64_t>(kPositions.size()), n_pairs = cfg.n_rot / 2;
+    std::vector<float> cos(n_tok * n_pairs), sin(n_tok * n_pairs);  // [n_tok, n_pairs]
+    RopeAngles(cfg, kPositions.data(), n_tok, cos.data(), sin.data());
+    for (int64_t n_heads : {1, 3}) {
+      std::vector<float> a = testing::RandomVector(n_tok * n_heads * cfg.head_dim, 13), b = a;
+      Rope(cfg, a.data(), n_tok, n_heads, kPositions.data());
+      RopeWithAngles(cfg, cos.data(), sin.data(), b.data(), n_tok, n_heads);
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
+    }
+    EXPECT_EQ(cos[2 * n_pairs + 3], std::cos(Theta(cfg, 3, 7)));
+    EXPECT_EQ(sin[4 * n_pairs + 1], std::sin(Theta(cfg, 1, 4095)));
+  }
+}
+
 // R(theta_p) then R(theta_d) vs R(theta_{p+d}): each float angle is within
 // 4 u of its exact value, so |err| <= (4 (|theta_p| + |theta_d| + |theta_p+d|) + 8) u |pair|.
 TEST(RopeTest, ShiftComposes) {
