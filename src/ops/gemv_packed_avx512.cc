@@ -32,7 +32,15 @@ namespace {
 // (its 16 rows' quants) and dw its 16 scales. Every token takes the same
 // operations whatever kN, kStride and t0: the f32 steps below, once per block.
 // With pf, the lines kPackedPrefetch ahead (pf = wj + kPackedPrefetch) are
-// fetched one per vector, among the products (packed_avx512.h).
+// fetched one per vector, among the products, and those kPackedPrefetchL2
+// ahead into L2 (packed_avx512.h).
+// The line p (kPackedPrefetch ahead of the weights in use) into L1, and the
+// one kPackedPrefetchL2 ahead into L2.
+inline void PrefetchAhead(const char* p) {
+  PrefetchLine(p);
+  PrefetchLineL2(p + (kPackedPrefetchL2 - kPackedPrefetch));
+}
+
 template <DType kT, int kStride, int kN>
 [[gnu::always_inline]] inline void BlockTokens(const uint8_t* wj, const int32_t* aj, int t0,
                                                __m512 dw, __m512* acc, const char* pf) {
@@ -55,7 +63,7 @@ template <DType kT, int kStride, int kN>
   if constexpr (kT == DType::kQ8_0) {
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) {
-      if (pf) PrefetchLine(pf + 64 * q);
+      if (pf) PrefetchAhead(pf + 64 * q);
       const __m512i w = _mm512_load_si512(wj + q * 64);
 #pragma GCC unroll 8
       for (int t = 0; t < kN; ++t)
@@ -65,7 +73,7 @@ template <DType kT, int kStride, int kN>
     const __m512i low4 = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
-      if (pf) PrefetchLine(pf + 64 * q);
+      if (pf) PrefetchAhead(pf + 64 * q);
       const __m512i v = _mm512_load_si512(wj + q * 64);
       const __m512i lo = _mm512_and_si512(v, low4);       // elements 4q..
       const __m512i hi16 = _mm512_andnot_si512(low4, v);  // 16 x elements 16 + 4q..
@@ -97,7 +105,7 @@ template <DType kT, int kStride, int kN>
 // (the pair's scales) on even blocks.
 inline const char* PrefetchStart(const uint8_t* wj, int64_t j) {
   const char* pf = reinterpret_cast<const char*>(wj) + kPackedPrefetch;
-  if (j % 2 == 0) PrefetchLine(pf - 64);
+  if (j % 2 == 0) PrefetchAhead(pf - 64);
   return pf;
 }
 

@@ -18,6 +18,14 @@ namespace rotor::ops::internal::avx512 {
 // 2 / 4 / 8 / 16 / 32 KiB for 1 and 8 tokens).
 inline constexpr int kPackedPrefetch = 16 << 10;
 
+// Bytes ahead of the weight stream that a second prefetch asks for into L2
+// only (prefetcht1), so the L1 prefetch kPackedPrefetch ahead finds its line
+// in L2: on an Intel Xeon (family 6 model 207) without it the L1 prefetches'
+// misses to memory held the core's fill buffers and decode streamed the
+// weights slower than a plain read; with it decode ran 1.13-1.27x faster at
+// batch 1 (BENCHMARKS.md, "Weights fetched into L2 ahead of L1").
+inline constexpr int kPackedPrefetchL2 = 2 * kPackedPrefetch;
+
 // Prefetches the line at p into L1. Volatile asm stays where it is written: a
 // builtin prefetch may be scheduled anywhere, and GCC hoisted most of a
 // K-quant record's 36-53 to its top (one-token q6_K: all 53 before the fifth
@@ -25,6 +33,11 @@ inline constexpr int kPackedPrefetch = 16 << 10;
 // (end to end q6_K decode 1.16x once they went out with the work).
 inline void PrefetchLine(const void* p) {
   asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+}
+
+// Prefetches the line at p into L2 (not L1).
+inline void PrefetchLineL2(const void* p) {
+  asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
 }
 
 // acc += u8 x s8 products of w and the 4 activation bytes at a, broadcast.
