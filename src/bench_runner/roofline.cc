@@ -69,10 +69,25 @@ uint64_t ReadScalar(const uint8_t* p, size_t n) {
 }
 
 #if defined(__x86_64__)
+// The software prefetch of rotor's packed weight kernels (ops/packed_avx512.h:
+// each line 16 KiB ahead into L1 and 32 KiB ahead into L2). On some x86 cores
+// (an Intel Xeon, family 6 model 207) a stream read this way runs 15-25%
+// faster than with the hardware prefetchers alone, so the probe reads both
+// ways (ReadPass) and the ceiling is the faster: what the machine delivers
+// to a reader that asks for it. Prefetches past the buffer do not fault.
+constexpr size_t kReadPrefetchL1 = 16 << 10, kReadPrefetchL2 = 32 << 10;
+
+template <bool kPrefetch>
 __attribute__((target("avx2"))) uint64_t ReadAvx2(const uint8_t* p, size_t n) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i < n; i += 256) {
     const __m256i* q = reinterpret_cast<const __m256i*>(p + i);
+    if constexpr (kPrefetch) {
+      for (size_t o = 0; o < 256; o += 64) {
+        asm volatile("prefetcht0 %0" : : "m"(p[i + o + kReadPrefetchL1]));
+        asm volatile("prefetcht1 %0" : : "m"(p[i + o + kReadPrefetchL2]));
+      }
+    }
     a0 = _mm256_xor_si256(a0, _mm256_load_si256(q + 0));
     a1 = _mm256_xor_si256(a1, _mm256_load_si256(q + 1));
     a2 = _mm256_xor_si256(a2, _mm256_load_si256(q + 2));
@@ -184,24 +199,26 @@ void Touch(ThreadPool& pool, MappedBuffer& buf) {
   pool.Run(n_tasks, [&](int task, int) { std::memset(buf.data() + task * chunk, 1, chunk); });
 }
 
-// One pass over the buffer on every thread of the pool: GB/s.
-double ReadPass(ThreadPool& pool, MappedBuffer& buf) {
+// One pass over the buffer on every thread of the pool with `read`: GB/s.
+double ReadPassWith(ThreadPool& pool, MappedBuffer& buf, uint64_t (*read)(const uint8_t*, size_t)) {
   const int n_tasks = pool.size() * 16;
   const size_t chunk = buf.size() / n_tasks / 256 * 256;
-  const bool avx2 = ActiveIsa() >= Isa::kAvx2;
   std::vector<uint64_t> out(n_tasks);
   Timer timer;
-  pool.Run(n_tasks, [&](int task, int) {
-    const uint8_t* q = buf.data() + task * chunk;
-#if defined(__x86_64__)
-    out[task] = avx2 ? ReadAvx2(q, chunk) : ReadScalar(q, chunk);
-#else
-    out[task] = ReadScalar(q, chunk);
-#endif
-  });
+  pool.Run(n_tasks, [&](int task, int) { out[task] = read(buf.data() + task * chunk, chunk); });
   const double s = timer.ElapsedSeconds();
   for (uint64_t v : out) g_sink.fetch_xor(v, std::memory_order_relaxed);
   return static_cast<double>(chunk) * n_tasks / s / 1e9;
+}
+
+// One pass over the buffer on every thread of the pool: GB/s. With AVX2, one
+// pass without software prefetch and one with it (kReadPrefetchL1), the faster.
+double ReadPass(ThreadPool& pool, MappedBuffer& buf) {
+#if defined(__x86_64__)
+  if (ActiveIsa() >= Isa::kAvx2)
+    return std::max(ReadPassWith(pool, buf, ReadAvx2<false>), ReadPassWith(pool, buf, ReadAvx2<true>));
+#endif
+  return ReadPassWith(pool, buf, ReadScalar);
 }
 
 double MeasureRead(ThreadPool& pool, MappedBuffer& buf, int passes) {

@@ -21,7 +21,8 @@ struct RooflineOptions {
 
 struct Roofline {
   int threads = 0;
-  // Every thread streams its share of one buffer with 256-bit loads; best pass.
+  // Every thread streams its share of one buffer with 256-bit loads, with and
+  // without software prefetch (the faster of the two per pass); best pass.
   // Generation rows of `rotor bench`: the mean of the passes interleaved with
   // the test's repetitions (ReadProbe), and read_best_gbps their best.
   double read_gbps = 0;  // 1e9 bytes per second
