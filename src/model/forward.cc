@@ -102,7 +102,8 @@ Status Forward::RunLayers(std::span<const SeqInput> seqs, int64_t* n_tokens_out)
     }
   }
 
-  // The angles of every token whose keys are stored rotated, for every layer.
+  // The angles of every token whose keys are stored rotated (the caches'
+  // views carry the config's rope_k), for every layer.
   int64_t row = 0;
   const int64_t n_pairs = c.n_rot / 2;
   for (size_t si = 0; si < seqs.size(); ++si) {
@@ -122,7 +123,8 @@ Status Forward::RunLayers(std::span<const SeqInput> seqs, int64_t* n_tokens_out)
                          x_.data() + (row++) * c.n_embd, c.n_embd);
 
   for (int il = 0; il < c.n_layer; ++il) Layer(il, seqs, n_tokens);
-  ops::Add(x_.data(), out_.data(), n_tokens * c.n_embd);  // the last layer's feed-forward
+  // The last layer's feed-forward output (each layer's norm adds the one before).
+  if (c.n_layer > 0) ops::Add(x_.data(), out_.data(), n_tokens * c.n_embd);
   for (size_t si = 0; si < seqs.size(); ++si) seqs[si].cache->Commit(plans_[si]);
   *n_tokens_out = n_tokens;
   return Status::Ok();
