@@ -123,6 +123,10 @@ try {
   browser = await puppeteer.launch({
     executablePath: chromium,
     headless: true,
+    // Chromium's start can pass puppeteer's default 30 s on a loaded 2-core
+    // machine (it did once beside the ASan suite's other tests); the
+    // watchdog above still bounds the whole test.
+    timeout: 75_000,
     // root in a container has no user namespaces for the sandbox.
     args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
   });
