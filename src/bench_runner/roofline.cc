@@ -71,8 +71,9 @@ uint64_t ReadScalar(const uint8_t* p, size_t n) {
 #if defined(__x86_64__)
 // The software prefetch of rotor's packed weight kernels (ops/packed_avx512.h:
 // each line 16 KiB ahead into L1 and 32 KiB ahead into L2). On some x86 cores
-// (an Intel Xeon, family 6 model 207) a stream read this way runs 15-25%
-// faster than with the hardware prefetchers alone, so the probe reads both
+// (an Intel Xeon, family 6 model 207) a stream read this way runs about a
+// fifth faster than with the hardware prefetchers alone (BENCHMARKS.md,
+// "Weights fetched into L2 ahead of L1"), so the probe reads both
 // ways (ReadPass) and the ceiling is the faster: what the machine delivers
 // to a reader that asks for it. Prefetches past the buffer do not fault.
 constexpr size_t kReadPrefetchL1 = 16 << 10, kReadPrefetchL2 = 32 << 10;
