@@ -34,13 +34,6 @@ namespace {
 // With pf, the lines kPackedPrefetch ahead (pf = wj + kPackedPrefetch) are
 // fetched one per vector, among the products, and those kPackedPrefetchL2
 // ahead into L2 (packed_avx512.h).
-// The line p (kPackedPrefetch ahead of the weights in use) into L1, and the
-// one kPackedPrefetchL2 ahead into L2.
-inline void PrefetchAhead(const char* p) {
-  PrefetchLine(p);
-  PrefetchLineL2(p + (kPackedPrefetchL2 - kPackedPrefetch));
-}
-
 template <DType kT, int kStride, int kN>
 [[gnu::always_inline]] inline void BlockTokens(const uint8_t* wj, const int32_t* aj, int t0,
                                                __m512 dw, __m512* acc, const char* pf) {

@@ -55,17 +55,14 @@ inline __m512 Halves(const uint8_t* p) {
 // Prefetches part `part` of kParts of the record kPackedPrefetch bytes ahead of
 // rec, and the same lines kPackedPrefetchL2 ahead into L2: each part of a
 // record's work asks for its share of the lines, so the requests stream out
-// with the work instead of in one burst (PrefetchLine).
+// with the work instead of in one burst (PrefetchAhead).
 template <DType kT, int kParts>
 inline void PrefetchPart(const uint8_t* rec, int part) {
   constexpr int kLines = PackedK(kT).bytes / 64;
   const int from = kLines * part / kParts, to = kLines * (part + 1) / kParts;
   const char* pf = reinterpret_cast<const char*>(rec) + kPackedPrefetch;
 #pragma GCC unroll 16
-  for (int l = from; l < to; ++l) {
-    PrefetchLine(pf + 64 * l);
-    PrefetchLineL2(pf + (kPackedPrefetchL2 - kPackedPrefetch) + 64 * l);
-  }
+  for (int l = from; l < to; ++l) PrefetchAhead(pf + 64 * l);
 }
 
 // acc[t] += scale * dx(token) * isum[t] (scale: 16 rows), one sub-block.

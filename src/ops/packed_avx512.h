@@ -40,6 +40,13 @@ inline void PrefetchLineL2(const void* p) {
   asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
 }
 
+// The line p (kPackedPrefetch ahead of the weights in use) into L1, and the
+// one kPackedPrefetchL2 ahead into L2.
+inline void PrefetchAhead(const char* p) {
+  PrefetchLine(p);
+  PrefetchLineL2(p + (kPackedPrefetchL2 - kPackedPrefetch));
+}
+
 // acc += u8 x s8 products of w and the 4 activation bytes at a, broadcast.
 // (GCC 12 does not fold _mm512_set1_epi32 into the instruction's {1to16}
 // memory operand; a separate broadcast per product costs a fifth of the time.)

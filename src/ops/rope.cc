@@ -71,8 +71,7 @@ void Rope(const RopeConfig& cfg, float* x, int64_t n_tokens, int64_t n_heads,
   WithAngles(cfg, [&](float* cos, float* sin) {
     for (int64_t t = 0; t < n_tokens; ++t) {
       Angles(cfg, static_cast<float>(positions[t]), cos, sin);
-      for (int64_t h = 0; h < n_heads; ++h)
-        RopeRotate(cfg, cos, sin, x + (t * n_heads + h) * cfg.head_dim);
+      RopeWithAngles(cfg, cos, sin, x + t * n_heads * cfg.head_dim, 1, n_heads);
     }
   });
 }
@@ -94,36 +93,11 @@ void RopeWithAngles(const RopeConfig& cfg, const float* cos, const float* sin, f
       RopeRotate(cfg, cos + t * n_pairs, sin + t * n_pairs, x + (t * n_heads + h) * cfg.head_dim);
 }
 
-RopeTable::RopeTable(const RopeConfig& cfg, int64_t max_pos)
-    : cfg_(cfg), n_pairs_(cfg.n_rot / 2), max_pos_(max_pos) {
-  CheckConfig(cfg);
-  CHECK_GE(max_pos, 0);
-  // The table does not keep a pointer the caller owns.
-  cfg_.freq_factors = nullptr;
-  cos_.resize(static_cast<size_t>(max_pos * n_pairs_));
-  sin_.resize(static_cast<size_t>(max_pos * n_pairs_));
-  for (int64_t p = 0; p < max_pos; ++p)
-    Angles(cfg, static_cast<float>(p), cos_.data() + p * n_pairs_, sin_.data() + p * n_pairs_);
-}
-
-void RopeWithTable(const RopeTable& t, float* x, int64_t n_tokens, int64_t n_heads,
-                   const int32_t* positions) {
-  const int head_dim = t.config().head_dim;
-  for (int64_t i = 0; i < n_tokens; ++i) {
-    CHECK_MSG(positions[i] >= 0 && positions[i] < t.max_pos(),
-              "ops: rope: position outside the table");
-    const float* cos = t.Cos(positions[i]);
-    const float* sin = t.Sin(positions[i]);
-    for (int64_t h = 0; h < n_heads; ++h)
-      RopeRotate(t.config(), cos, sin, x + (i * n_heads + h) * head_dim);
-  }
-}
-
 void RopeShift(const RopeConfig& cfg, float* x, int64_t n_heads, int32_t delta) {
   CheckConfig(cfg);
   WithAngles(cfg, [&](float* cos, float* sin) {
     Angles(cfg, static_cast<float>(delta), cos, sin);
-    for (int64_t h = 0; h < n_heads; ++h) RopeRotate(cfg, cos, sin, x + h * cfg.head_dim);
+    RopeWithAngles(cfg, cos, sin, x, 1, n_heads);
   });
 }
 

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 namespace rotor::ops {
 
@@ -35,26 +34,6 @@ void RopeAngles(const RopeConfig& cfg, const int32_t* positions, int64_t n_token
 void RopeWithAngles(const RopeConfig& cfg, const float* cos, const float* sin, float* x,
                     int64_t n_tokens, int64_t n_heads);
 
-// cos/sin of theta_i for positions [0, max_pos).
-class RopeTable {
- public:
-  RopeTable(const RopeConfig& cfg, int64_t max_pos);
-  const float* Cos(int64_t pos) const { return cos_.data() + pos * n_pairs_; }  // [n_pairs]
-  const float* Sin(int64_t pos) const { return sin_.data() + pos * n_pairs_; }  // [n_pairs]
-  int n_pairs() const { return n_pairs_; }
-  int64_t max_pos() const { return max_pos_; }
-  const RopeConfig& config() const { return cfg_; }
-
- private:
-  RopeConfig cfg_;
-  int n_pairs_;
-  int64_t max_pos_;
-  std::vector<float> cos_, sin_;  // [max_pos, n_pairs]
-};
-
-// Same result as Rope (the table holds the same float cos/sin). positions < max_pos.
-void RopeWithTable(const RopeTable& t, float* x, int64_t n_tokens, int64_t n_heads,
-                   const int32_t* positions);
 // Rotates one head vector (head_dim floats) by the angles in cos/sin [n_pairs].
 void RopeRotate(const RopeConfig& cfg, const float* cos, const float* sin, float* x);
 // Rotates one token's heads x: [n_heads, head_dim] by a position delta (the

@@ -1,5 +1,5 @@
-// RoPE: both layouts against a double-precision rotation, the table and shift
-// variants against Rope.
+// RoPE: both layouts against a double-precision rotation, the angles-once and
+// shift variants against Rope.
 #include "ops/rope.h"
 
 #include <gtest/gtest.h>
@@ -99,21 +99,6 @@ TEST(RopeTest, MatchesDoubleRotation) {
         for (int e = cfg.n_rot; e < cfg.head_dim; ++e)
           ASSERT_EQ(got[e], xin[e]) << "dims past n_rot change";
       }
-  }
-}
-
-TEST(RopeTest, TableMatchesRope) {
-  const std::vector<float> ff = FreqFactors();
-  for (const RopeConfig& cfg : Configs(ff)) {
-    RopeTable table(cfg, 50001);
-    EXPECT_EQ(table.n_pairs(), cfg.n_rot / 2);
-    const int64_t n_heads = 2, n_tok = static_cast<int64_t>(kPositions.size());
-    std::vector<float> a = testing::RandomVector(n_tok * n_heads * cfg.head_dim, 12), b = a;
-    Rope(cfg, a.data(), n_tok, n_heads, kPositions.data());
-    RopeWithTable(table, b.data(), n_tok, n_heads, kPositions.data());
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
-    EXPECT_EQ(table.Cos(7)[3], std::cos(Theta(cfg, 3, 7)));
-    EXPECT_EQ(table.Sin(4095)[1], std::sin(Theta(cfg, 1, 4095)));
   }
 }
 
