@@ -406,7 +406,7 @@ inline float Softmax(FoldState& s, const KeyBlock& b, int h, float* p) {
 // The V rows of G query heads [h0, h0 + G) of one KV head into their
 // accumulators (G > 1: AccumulateV32Group / AccumulateVGroup; G = 1: the
 // one-head kernels, 64 values per pass).
-template <Elem T, int B, int G>
+template <Elem T, int B, int G, bool kWide>
 void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBlock],
                    const float* corr, const float* dv) {  // dv: BlockScales (G > 1)
   const int hd = s.head_dim;
@@ -416,7 +416,9 @@ void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBl
   for (int u = 0; u < G; ++u) acc[u] = s.acc + static_cast<size_t>(h0 + u) * hd;
   int e0 = 0;
   if constexpr (IsBlockType(T) && B == 32) {  // hd % 32 == 0
-    if constexpr (G == 1) {
+    if constexpr (G == 1 && kWide) {
+      AccumulateV32Avx512(b, p[0], v0, hd, corr[0], acc[0]);
+    } else if constexpr (G == 1) {
       const __m256 vcorr = _mm256_set1_ps(corr[0]);
       for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, p[0], v0, e0, vcorr, acc[0]);
       if (e0 < hd) AccumulateV32<T, 4>(b, p[0], v0, e0, vcorr, acc[0]);
@@ -426,7 +428,10 @@ void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBl
       const int nb = hd / 32;
       for (int u = 0; u < G; ++u)
         BlockWeights(b, p[u], dv, hd, w + static_cast<size_t>(u) * nb * kBlock, wsum + u * nb);
-      for (; e0 < hd; e0 += 16) AccumulateV32Group<T, G>(b, w, wsum, nb, v0, e0, corr, acc);
+      if constexpr (kWide)
+        AccumulateV32GroupAvx512(b, w, wsum, G, v0, hd, corr, acc);
+      else
+        for (; e0 < hd; e0 += 16) AccumulateV32Group<T, G>(b, w, wsum, nb, v0, e0, corr, acc);
     }
   } else if constexpr (G == 1) {
     const __m256 vcorr = _mm256_set1_ps(corr[0]);
@@ -442,7 +447,7 @@ void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBl
 
 // The softmax of the block's scores and the V rows into the accumulators,
 // the query heads of each KV head up to kGroupV at a time.
-template <Elem T, int B>
+template <Elem T, int B, bool kWide>
 void Values(FoldState& s, const KeyBlock& b) {
   alignas(32) float p[kGroupV][kBlock];  // exp(score - max) of each key, per head of a pass
   alignas(32) float dv[256 / 32 * kBlock];  // [hd / 32, kBlock] BlockScales of the KV head
@@ -457,10 +462,18 @@ void Values(FoldState& s, const KeyBlock& b) {
       const int n = std::min(kGroupV, (g + 1) * group - h0);
       for (int u = 0; u < n; ++u) corr[u] = Softmax(s, b, h0 + u, p[u]);
       switch (n) {
-        case 1: ValuesOfHeads<T, B, 1>(s, b, h0, p, corr, dv); break;
-        case 2: ValuesOfHeads<T, B, 2>(s, b, h0, p, corr, dv); break;
-        case 3: ValuesOfHeads<T, B, 3>(s, b, h0, p, corr, dv); break;
-        default: ValuesOfHeads<T, B, 4>(s, b, h0, p, corr, dv); break;
+        case 1:
+          ValuesOfHeads<T, B, 1, kWide>(s, b, h0, p, corr, dv);
+          break;
+        case 2:
+          ValuesOfHeads<T, B, 2, kWide>(s, b, h0, p, corr, dv);
+          break;
+        case 3:
+          ValuesOfHeads<T, B, 3, kWide>(s, b, h0, p, corr, dv);
+          break;
+        default:
+          ValuesOfHeads<T, B, 4, kWide>(s, b, h0, p, corr, dv);
+          break;
       }
     }
   }
@@ -499,7 +512,12 @@ struct ScoresFn {
 };
 template <Elem T, int B>
 struct ValuesFn {
-  static void Run(FoldState& s, const KeyBlock& b) { Values<T, B>(s, b); }
+  static void Run(FoldState& s, const KeyBlock& b) { Values<T, B, false>(s, b); }
+};
+// AVX-512 machines: one head's block-type V on 512-bit vectors.
+template <Elem T, int B>
+struct ValuesWideFn {
+  static void Run(FoldState& s, const KeyBlock& b) { Values<T, B, true>(s, b); }
 };
 
 template <bool kVnni>
@@ -509,7 +527,10 @@ void Fold(FoldState& s, const KeyBlock& b) {
   if (s.head_dim % 8 != 0 || s.head_dim > 256 || (blocks && !block_ok) || b.n == 0)
     return FoldScalar(s, b);
   if (!(kVnni ? ScoresCachedVnni(s, b) : ScoresCachedAvx2(s, b))) WithType<ScoresFn>(b.tk, s, b);
-  WithType<ValuesFn>(b.tv, s, b);
+  if constexpr (kVnni)
+    WithType<ValuesWideFn>(b.tv, s, b);
+  else
+    WithType<ValuesFn>(b.tv, s, b);
 }
 
 }  // namespace

@@ -1,0 +1,175 @@
+// AVX-512 machines' V pass of FoldAvx2Vnni over block-type V rows in blocks
+// of 32: each block's 32 integers extended 16 at a time into 512-bit
+// vectors, where fold_avx2.cc's AccumulateV32 (one query head per KV head)
+// and AccumulateV32Group (up to 4 heads of a group, weights from a table)
+// take 256-bit quarters. Every lane takes the AVX2 pass's operations in the
+// same order (acc * corr; per key in key order one FMA of the integer by the
+// weight p[j] * d; the nibble types' offset times the sum of the weights off
+// at the end), so the result is the same bit for bit. On Zen 5 the
+// quantized attention ran 1.05-1.35x faster (BENCHMARKS.md, thirty-ninth
+// session); on an Intel Xeon the one-head version measured within the noise
+// (thirty-seventh session).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "attention/fold.h"
+
+namespace rotor::attn {
+namespace {
+
+template <Elem T>
+constexpr int BlockBytes32() {
+  return T == Elem::kQ8_0 ? 34 : T == Elem::kQ4_0 ? 18 : 22;
+}
+
+template <Elem T>
+constexpr int Offset() {
+  return T == Elem::kQ4_0 ? 8 : T == Elem::kQ5_0 ? 16 : 0;
+}
+
+// Elements [16 half, 16 half + 16) of a 32-element block as f32: q8_0's
+// integers, the nibble types' unsigned quants n (q = n - Offset).
+template <Elem T>
+inline __m512 Half16(const uint8_t* blk, int half) {
+  __m512i x;
+  if constexpr (T == Elem::kQ8_0) {
+    x = _mm512_cvtepi8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * half)));
+  } else {
+    // byte i of the quants: n of element i (low nibble), i + 16 (high nibble)
+    constexpr int qs = T == Elem::kQ5_0 ? 6 : 2;
+    const __m512i z =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qs)));
+    x = half == 0 ? _mm512_and_si512(z, _mm512_set1_epi32(15)) : _mm512_srli_epi32(z, 4);
+    if constexpr (T == Elem::kQ5_0) {  // element e's fifth bit: bit e of qh
+      uint32_t qh;
+      std::memcpy(&qh, blk + 2, 4);
+      x = _mm512_mask_or_epi32(x, static_cast<__mmask16>(qh >> (16 * half)), x,
+                               _mm512_set1_epi32(16));
+    }
+  }
+  return _mm512_cvtepi32_ps(x);
+}
+
+inline float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Blocks [k0, k0 + NB) of the head (elements [32 k0, 32 (k0 + NB))).
+template <Elem T, int NB>
+void Blocks(const KeyBlock& b, const float* p, size_t v0, int k0, float corr, float* acc) {
+  __m512 a[2 * NB];
+  float wsum[NB] = {};
+  const __m512 vcorr = _mm512_set1_ps(corr);
+  for (int i = 0; i < 2 * NB; ++i)
+    a[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + 32 * k0 + 16 * i), vcorr);
+  for (int j = 0; j < b.n; ++j) {
+    const uint8_t* head = static_cast<const uint8_t*>(b.v[j]) + v0;
+    for (int k = 0; k < NB; ++k) {
+      const uint8_t* blk = head + (k0 + k) * BlockBytes32<T>();
+      const float w = p[j] * Half(blk);
+      if constexpr (Offset<T>() != 0) wsum[k] += w;
+      const __m512 wj = _mm512_set1_ps(w);
+      a[2 * k] = _mm512_fmadd_ps(wj, Half16<T>(blk, 0), a[2 * k]);
+      a[2 * k + 1] = _mm512_fmadd_ps(wj, Half16<T>(blk, 1), a[2 * k + 1]);
+    }
+  }
+  if constexpr (Offset<T>() != 0)
+    for (int k = 0; k < NB; ++k) {
+      const __m512 off = _mm512_set1_ps(Offset<T>() * wsum[k]);
+      a[2 * k] = _mm512_sub_ps(a[2 * k], off);
+      a[2 * k + 1] = _mm512_sub_ps(a[2 * k + 1], off);
+    }
+  for (int i = 0; i < 2 * NB; ++i) _mm512_storeu_ps(acc + 32 * k0 + 16 * i, a[i]);
+}
+
+template <Elem T>
+void Head(const KeyBlock& b, const float* p, size_t v0, int hd, float corr, float* acc) {
+  int k0 = 0;
+  const int nb = hd / 32;
+  for (; k0 + 4 <= nb; k0 += 4) Blocks<T, 4>(b, p, v0, k0, corr, acc);
+  if (k0 + 2 <= nb) Blocks<T, 2>(b, p, v0, k0, corr, acc), k0 += 2;
+  if (k0 < nb) Blocks<T, 1>(b, p, v0, k0, corr, acc);
+}
+
+// Block k of G query heads that share a KV head: w [G, nb, kBlock] their
+// weights (p times the block's scale), wsum [G, nb] their sums.
+template <Elem T, int G>
+void GroupBlock(const KeyBlock& b, const float* w, const float* wsum, int nb, size_t v0, int k,
+                const float* corr, float* const* acc) {
+  __m512 a[G][2];
+  for (int u = 0; u < G; ++u)
+    for (int i = 0; i < 2; ++i)
+      a[u][i] = _mm512_mul_ps(_mm512_loadu_ps(acc[u] + 32 * k + 16 * i), _mm512_set1_ps(corr[u]));
+  for (int j = 0; j < b.n; ++j) {
+    const uint8_t* blk = static_cast<const uint8_t*>(b.v[j]) + v0 + k * BlockBytes32<T>();
+    const __m512 x0 = Half16<T>(blk, 0), x1 = Half16<T>(blk, 1);
+    for (int u = 0; u < G; ++u) {
+      const __m512 wj = _mm512_set1_ps(w[(static_cast<size_t>(u) * nb + k) * kBlock + j]);
+      a[u][0] = _mm512_fmadd_ps(wj, x0, a[u][0]);
+      a[u][1] = _mm512_fmadd_ps(wj, x1, a[u][1]);
+    }
+  }
+  if constexpr (Offset<T>() != 0)
+    for (int u = 0; u < G; ++u) {
+      const __m512 off = _mm512_set1_ps(Offset<T>() * wsum[u * nb + k]);
+      for (int i = 0; i < 2; ++i) a[u][i] = _mm512_sub_ps(a[u][i], off);
+    }
+  for (int u = 0; u < G; ++u)
+    for (int i = 0; i < 2; ++i) _mm512_storeu_ps(acc[u] + 32 * k + 16 * i, a[u][i]);
+}
+
+template <Elem T, int G>
+void Group(const KeyBlock& b, const float* w, const float* wsum, int hd, size_t v0,
+           const float* corr, float* const* acc) {
+  const int nb = hd / 32;
+  for (int k = 0; k < nb; ++k) GroupBlock<T, G>(b, w, wsum, nb, v0, k, corr, acc);
+}
+
+template <int G>
+void GroupOf(const KeyBlock& b, const float* w, const float* wsum, int hd, size_t v0,
+             const float* corr, float* const* acc) {
+  switch (b.tv) {
+    case Elem::kQ8_0:
+      return Group<Elem::kQ8_0, G>(b, w, wsum, hd, v0, corr, acc);
+    case Elem::kQ4_0:
+      return Group<Elem::kQ4_0, G>(b, w, wsum, hd, v0, corr, acc);
+    case Elem::kQ5_0:
+      return Group<Elem::kQ5_0, G>(b, w, wsum, hd, v0, corr, acc);
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void AccumulateV32GroupAvx512(const KeyBlock& b, const float* w, const float* wsum, int g,
+                              size_t v0, int head_dim, const float* corr, float* const* acc) {
+  switch (g) {
+    case 2:
+      return GroupOf<2>(b, w, wsum, head_dim, v0, corr, acc);
+    case 3:
+      return GroupOf<3>(b, w, wsum, head_dim, v0, corr, acc);
+    default:
+      return GroupOf<4>(b, w, wsum, head_dim, v0, corr, acc);
+  }
+}
+
+void AccumulateV32Avx512(const KeyBlock& b, const float* p, size_t v0, int hd, float corr,
+                         float* acc) {
+  switch (b.tv) {
+    case Elem::kQ8_0:
+      return Head<Elem::kQ8_0>(b, p, v0, hd, corr, acc);
+    case Elem::kQ4_0:
+      return Head<Elem::kQ4_0>(b, p, v0, hd, corr, acc);
+    case Elem::kQ5_0:
+      return Head<Elem::kQ5_0>(b, p, v0, hd, corr, acc);
+    default:
+      break;
+  }
+}
+
+}  // namespace rotor::attn
