@@ -113,8 +113,9 @@ void FoldAvx2(FoldState& s, const KeyBlock& b);
 // types keep fold_avx2.cc's key-by-key scores: measured faster end to end.)
 bool ScoresCachedAvx2(FoldState& s, const KeyBlock& b);
 // AVX-512 machines only: FoldAvx2 with those scores by VNNI's vpdpbusd on
-// 256-bit vectors (ScoresCachedVnni, fold_vnni_cached.cc: the same scores,
-// bit for bit).
+// 512-bit vectors, two blocks of a key in each (ScoresCachedVnni,
+// fold_vnni_cached.cc), and the V pass of block-type V on 512-bit vectors
+// (AccumulateV32Avx512 below): the same results, bit for bit.
 void FoldAvx2Vnni(FoldState& s, const KeyBlock& b);
 bool ScoresCachedVnni(FoldState& s, const KeyBlock& b);
 // AVX-512 machines only: FoldAvx2Vnni's V pass of one query head that shares

@@ -9,6 +9,7 @@ namespace rotor::attn {
 namespace {
 
 struct DotAvx2 {
+  static constexpr bool kWide = false;
   // Lane i: the sum of the products of bytes [4 i, 4 i + 4) of a (u8) and b (s8).
   static __m256i U8S8(__m256i a, __m256i b) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));

@@ -14,8 +14,9 @@
 //
 // `Dot` is the product of 32 u8 x s8 bytes into eight int32 lanes (each the
 // sum of four products): vpmaddubsw + vpmaddwd on AVX2
-// (fold_avx2_cached.cc), VNNI's vpdpbusd on 256-bit vectors on AVX-512
-// (fold_vnni_cached.cc). Both sums are exact (|k| <= 128 and |q| <= 127, or
+// (fold_avx2_cached.cc), VNNI's vpdpbusd on AVX-512 (fold_vnni_cached.cc,
+// whose Dot::kWide replaces Scores8Int by one taking two blocks of a key per
+// 512-bit vector). The sums are exact (|k| <= 128 and |q| <= 127, or
 // n <= 31: no int16 pair sum of vpmaddubsw saturates), so both give the same
 // scores, bit for bit.
 #pragma once
@@ -64,6 +65,10 @@ inline void PrefetchRows(const void* const* rows, int c, int n, int i0, int i1, 
 // after the sum: the same exact integers.
 template <class Dot, Elem T, int G>
 void Scores8Int(FoldState& s, const uint8_t* const kp[8], int h0, int c, const int32_t* qsum) {
+  if constexpr (Dot::kWide) {  // AVX-512: two blocks per vector (fold_vnni_cached.cc)
+    Dot::template Scores8<T, G>(s, kp, h0, c, qsum);
+    return;
+  }
   const int hd = s.head_dim, nb = hd / 32;
   constexpr int kBytes = BlockBytes<T, 32>();
   __m256 acc[G];

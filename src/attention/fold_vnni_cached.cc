@@ -1,6 +1,10 @@
 // AVX-512 machines' decode scores of cached block-type keys (fold_cached8.h):
-// the u8 x s8 products of 256-bit vectors by VNNI's vpdpbusd (AVX512_VNNI +
-// AVX512VL), one instruction where AVX2 takes two.
+// the u8 x s8 products by VNNI's vpdpbusd, two 32-element blocks of a key
+// per 512-bit vector (one instruction where AVX2 takes four), the eight
+// keys' int32 lanes summed across lanes for both blocks at once (Sum8x2);
+// then each block's sums take fold_cached8.h's Scores8Int's float steps in
+// the same order, so the scores are the same bit for bit
+// (KvQuantFold.Avx2VnniEqualsAvx2BitForBit).
 #include <immintrin.h>
 
 #include "attention/fold.h"
@@ -9,10 +13,113 @@
 namespace rotor::attn {
 namespace {
 
+// Lanes [0, 8) of the result: the sums of lanes [0, 8) of d[0..8) (each
+// key's first block); lanes [8, 16): of lanes [8, 16) (its second block).
+inline __m512i Sum8x2(const __m512i (&d)[8]) {
+  // e[i], 128-bit blocks: key i's first block (4 partial sums), key i's
+  // second, key i + 4's first, key i + 4's second.
+  __m512i e[4];
+  for (int i = 0; i < 4; ++i)
+    e[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(d[i], d[i + 4], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(d[i], d[i + 4], _MM_SHUFFLE(3, 1, 3, 1)));
+  // f[i], each 128-bit block: 2 partial sums of e[i]'s key, 2 of e[i + 2]'s.
+  __m512i f[2];
+  for (int i = 0; i < 2; ++i)
+    f[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(e[i], e[i + 2]),
+                            _mm512_unpackhi_epi64(e[i], e[i + 2]));
+  // Keys 0, 2, 1, 3 (first block), the same (second), 4, 6, 5, 7 (first),
+  // the same (second); put back in order (the permutation is its own inverse).
+  const __m512 f0 = _mm512_castsi512_ps(f[0]), f1 = _mm512_castsi512_ps(f[1]);
+  const __m512i r =
+      _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(f0, f1, _MM_SHUFFLE(2, 0, 2, 0))),
+                       _mm512_castps_si512(_mm512_shuffle_ps(f0, f1, _MM_SHUFFLE(3, 1, 3, 1))));
+  return _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), r);
+}
+
 struct DotVnni {
+  static constexpr bool kWide = true;
+
   // Lane i: the sum of the products of bytes [4 i, 4 i + 4) of a (u8) and b (s8).
   static __m256i U8S8(__m256i a, __m256i b) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+  }
+
+  // Scores8Int (fold_cached8.h) with blocks k and k + 1 of each key in one
+  // 512-bit vector: q8_0 as |k| (u8) times q negated where k < 0 (AVX-512
+  // has no vpsignb; where k = 0 the product is 0 either way), the nibble
+  // types as their unsigned quants. The integers are exact, so the sums
+  // are Scores8Int's; the float steps are its, block by block in order.
+  template <Elem T, int G>
+  static void Scores8(FoldState& s, const uint8_t* const kp[8], int h0, int c,
+                      const int32_t* qsum) {
+    const int hd = s.head_dim, nb = hd / 32;
+    constexpr int kBytes = BlockBytes<T, 32>();
+    __m256 acc[G];
+    for (int u = 0; u < G; ++u) acc[u] = _mm256_setzero_ps();
+    // The float steps of block k: sum (eight keys' int32) times d_k d_q into acc[u].
+    auto scale = [&](int u, int k, __m256i sum, __m256 dk) {
+      if constexpr (T != Elem::kQ8_0)
+        sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(QuantOffset<T>() * qsum[(h0 + u) * nb + k]));
+      const __m256 dq = _mm256_set1_ps(s.q8d[static_cast<size_t>(h0 + u) * nb * 8 + k * 8]);
+      acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dk, dq), acc[u]);
+    };
+    const uint8_t* blk[8];  // the eight keys' block k (its d_k first)
+    int k = 0;
+    for (; k + 2 <= nb; k += 2) {
+      __m512i q[G];
+      for (int u = 0; u < G; ++u)
+        q[u] = _mm512_loadu_si512(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k);
+      __m512i dot[G][8];
+      for (int i = 0; i < 8; ++i) {
+        const uint8_t* b0 = kp[i] + k * kBytes;
+        if constexpr (T == Elem::kQ8_0) {
+          const __m512i x =
+              _mm512_inserti64x4(_mm512_castsi256_si512(Ints32<T>(b0)), Ints32<T>(b0 + kBytes), 1);
+          const __m512i ax = _mm512_abs_epi8(x);
+          const __mmask64 neg = _mm512_movepi8_mask(x);
+          for (int u = 0; u < G; ++u)
+            dot[u][i] =
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax,
+                                    _mm512_mask_sub_epi8(q[u], neg, _mm512_setzero_si512(), q[u]));
+        } else {
+          const __m512i n = _mm512_inserti64x4(_mm512_castsi256_si512(Unsigned32<T>(b0)),
+                                               Unsigned32<T>(b0 + kBytes), 1);
+          for (int u = 0; u < G; ++u)
+            dot[u][i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), n, q[u]);
+        }
+      }
+      for (int i = 0; i < 8; ++i) blk[i] = kp[i] + k * kBytes;
+      const __m256 dk0 = F16x8(blk);
+      for (int i = 0; i < 8; ++i) blk[i] += kBytes;
+      const __m256 dk1 = F16x8(blk);
+      for (int u = 0; u < G; ++u) {
+        const __m512i sums = Sum8x2(dot[u]);
+        scale(u, k, _mm512_castsi512_si256(sums), dk0);
+        scale(u, k + 1, _mm512_extracti64x4_epi64(sums, 1), dk1);
+      }
+    }
+    if (k < nb) {  // an odd last block: 256-bit vectors, as Scores8Int
+      __m256i q[G];
+      for (int u = 0; u < G; ++u)
+        q[u] = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k));
+      __m256i dot[G][8];
+      for (int i = 0; i < 8; ++i) {
+        if constexpr (T == Elem::kQ8_0) {
+          const __m256i x = Ints32<T>(kp[i] + k * kBytes);
+          const __m256i ax = _mm256_abs_epi8(x);
+          for (int u = 0; u < G; ++u) dot[u][i] = U8S8(ax, _mm256_sign_epi8(q[u], x));
+        } else {
+          const __m256i n = Unsigned32<T>(kp[i] + k * kBytes);
+          for (int u = 0; u < G; ++u) dot[u][i] = U8S8(n, q[u]);
+        }
+      }
+      for (int i = 0; i < 8; ++i) blk[i] = kp[i] + k * kBytes;
+      const __m256 dk = F16x8(blk);
+      for (int u = 0; u < G; ++u) scale(u, k, Sum8(dot[u]), dk);
+    }
+    for (int u = 0; u < G; ++u) _mm256_storeu_ps(s.scores + (h0 + u) * kBlock + c, acc[u]);
   }
 };
 
