@@ -514,7 +514,7 @@ template <Elem T, int B>
 struct ValuesFn {
   static void Run(FoldState& s, const KeyBlock& b) { Values<T, B, false>(s, b); }
 };
-// AVX-512 machines: one head's block-type V on 512-bit vectors.
+// AVX-512 machines: block-type V in blocks of 32 on 512-bit vectors.
 template <Elem T, int B>
 struct ValuesWideFn {
   static void Run(FoldState& s, const KeyBlock& b) { Values<T, B, true>(s, b); }

@@ -57,51 +57,61 @@ inline void PrefetchRows(const void* const* rows, int c, int n, int i0, int i1, 
   }
 }
 
-// The scores of query heads [h0, h0 + G) against head g of the eight keys
-// kp (their rows' bytes at head g), into lanes [c, c + 8) of each head's
-// scratch row; the keys' integers and scales are read once for the G heads
-// (GQA). q8_0: |k| (u8) times q with k's sign (s8). The nibble types: their
-// unsigned quants n (u8) times q, less offset * sum(q) (qsum: [n_head, nb])
-// after the sum: the same exact integers.
+// Block k's eight int32 sums of query head h (the nibble types' offset *
+// sum(q) off first; qsum: [n_head, nb]) times d_k (dk, the eight keys') and
+// the query's d_q, added to acc.
+template <Elem T>
+[[gnu::always_inline]] inline void ScaleBlock(const FoldState& s, int h, int nb, int k, __m256i sum,
+                                              __m256 dk, const int32_t* qsum, __m256& acc) {
+  if constexpr (T != Elem::kQ8_0)
+    sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(QuantOffset<T>() * qsum[h * nb + k]));
+  const __m256 dq = _mm256_set1_ps(s.q8d[static_cast<size_t>(h) * nb * 8 + k * 8]);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dk, dq), acc);
+}
+
+// Block k of the eight keys kp (their rows' bytes at one KV head) scored
+// against query heads [h0, h0 + G) into acc; the keys' integers and scales
+// are read once for the G heads (GQA). q8_0: |k| (u8) times q with k's sign
+// (s8). The nibble types: their unsigned quants n (u8) times q, less
+// offset * sum(q) after the sum: the same exact integers.
+template <class Dot, Elem T, int G>
+[[gnu::always_inline]] inline void Block8Int(const FoldState& s, const uint8_t* const kp[8], int h0,
+                                             int k, const int32_t* qsum, __m256 (&acc)[G]) {
+  const int hd = s.head_dim, nb = hd / 32;
+  constexpr int kBytes = BlockBytes<T, 32>();
+  __m256i q[G];
+  for (int u = 0; u < G; ++u)
+    q[u] = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k));
+  __m256i dot[G][8];
+  for (int i = 0; i < 8; ++i) {
+    if constexpr (T == Elem::kQ8_0) {
+      const __m256i x = Ints32<T>(kp[i] + k * kBytes);
+      const __m256i ax = _mm256_abs_epi8(x);
+      for (int u = 0; u < G; ++u) dot[u][i] = Dot::U8S8(ax, _mm256_sign_epi8(q[u], x));
+    } else {
+      const __m256i n = Unsigned32<T>(kp[i] + k * kBytes);
+      for (int u = 0; u < G; ++u) dot[u][i] = Dot::U8S8(n, q[u]);
+    }
+  }
+  const uint8_t* blk[8];  // the eight keys' block k (its d_k first)
+  for (int i = 0; i < 8; ++i) blk[i] = kp[i] + k * kBytes;
+  const __m256 dk = F16x8(blk);
+  for (int u = 0; u < G; ++u) ScaleBlock<T>(s, h0 + u, nb, k, Sum8(dot[u]), dk, qsum, acc[u]);
+}
+
+// The scores of query heads [h0, h0 + G) against the eight keys kp, into
+// lanes [c, c + 8) of each head's scratch row, block by block (qsum:
+// [n_head, nb], the nibble types' query sums).
 template <class Dot, Elem T, int G>
 void Scores8Int(FoldState& s, const uint8_t* const kp[8], int h0, int c, const int32_t* qsum) {
   if constexpr (Dot::kWide) {  // AVX-512: two blocks per vector (fold_vnni_cached.cc)
     Dot::template Scores8<T, G>(s, kp, h0, c, qsum);
     return;
   }
-  const int hd = s.head_dim, nb = hd / 32;
-  constexpr int kBytes = BlockBytes<T, 32>();
   __m256 acc[G];
   for (int u = 0; u < G; ++u) acc[u] = _mm256_setzero_ps();
-  for (int k = 0; k < nb; ++k) {
-    __m256i q[G];
-    for (int u = 0; u < G; ++u)
-      q[u] = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k));
-    __m256i dot[G][8];
-    for (int i = 0; i < 8; ++i) {
-      if constexpr (T == Elem::kQ8_0) {
-        const __m256i x = Ints32<T>(kp[i] + k * kBytes);
-        const __m256i ax = _mm256_abs_epi8(x);
-        for (int u = 0; u < G; ++u)
-          dot[u][i] = Dot::U8S8(ax, _mm256_sign_epi8(q[u], x));
-      } else {
-        const __m256i n = Unsigned32<T>(kp[i] + k * kBytes);
-        for (int u = 0; u < G; ++u)
-          dot[u][i] = Dot::U8S8(n, q[u]);
-      }
-    }
-    const uint8_t* blk[8];  // the eight keys' block k (its d_k first)
-    for (int i = 0; i < 8; ++i) blk[i] = kp[i] + k * kBytes;
-    const __m256 dk = F16x8(blk);
-    for (int u = 0; u < G; ++u) {
-      __m256i sum = Sum8(dot[u]);
-      if constexpr (T != Elem::kQ8_0)
-        sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(QuantOffset<T>() * qsum[(h0 + u) * nb + k]));
-      const __m256 dq = _mm256_set1_ps(s.q8d[static_cast<size_t>(h0 + u) * nb * 8 + k * 8]);
-      acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dk, dq), acc[u]);
-    }
-  }
+  for (int k = 0; k < s.head_dim / 32; ++k) Block8Int<Dot, T, G>(s, kp, h0, k, qsum, acc);
   for (int u = 0; u < G; ++u) _mm256_storeu_ps(s.scores + (h0 + u) * kBlock + c, acc[u]);
 }
 

@@ -57,13 +57,6 @@ struct DotVnni {
     constexpr int kBytes = BlockBytes<T, 32>();
     __m256 acc[G];
     for (int u = 0; u < G; ++u) acc[u] = _mm256_setzero_ps();
-    // The float steps of block k: sum (eight keys' int32) times d_k d_q into acc[u].
-    auto scale = [&](int u, int k, __m256i sum, __m256 dk) {
-      if constexpr (T != Elem::kQ8_0)
-        sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(QuantOffset<T>() * qsum[(h0 + u) * nb + k]));
-      const __m256 dq = _mm256_set1_ps(s.q8d[static_cast<size_t>(h0 + u) * nb * 8 + k * 8]);
-      acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dk, dq), acc[u]);
-    };
     const uint8_t* blk[8];  // the eight keys' block k (its d_k first)
     int k = 0;
     for (; k + 2 <= nb; k += 2) {
@@ -95,30 +88,11 @@ struct DotVnni {
       const __m256 dk1 = F16x8(blk);
       for (int u = 0; u < G; ++u) {
         const __m512i sums = Sum8x2(dot[u]);
-        scale(u, k, _mm512_castsi512_si256(sums), dk0);
-        scale(u, k + 1, _mm512_extracti64x4_epi64(sums, 1), dk1);
+        ScaleBlock<T>(s, h0 + u, nb, k, _mm512_castsi512_si256(sums), dk0, qsum, acc[u]);
+        ScaleBlock<T>(s, h0 + u, nb, k + 1, _mm512_extracti64x4_epi64(sums, 1), dk1, qsum, acc[u]);
       }
     }
-    if (k < nb) {  // an odd last block: 256-bit vectors, as Scores8Int
-      __m256i q[G];
-      for (int u = 0; u < G; ++u)
-        q[u] = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k));
-      __m256i dot[G][8];
-      for (int i = 0; i < 8; ++i) {
-        if constexpr (T == Elem::kQ8_0) {
-          const __m256i x = Ints32<T>(kp[i] + k * kBytes);
-          const __m256i ax = _mm256_abs_epi8(x);
-          for (int u = 0; u < G; ++u) dot[u][i] = U8S8(ax, _mm256_sign_epi8(q[u], x));
-        } else {
-          const __m256i n = Unsigned32<T>(kp[i] + k * kBytes);
-          for (int u = 0; u < G; ++u) dot[u][i] = U8S8(n, q[u]);
-        }
-      }
-      for (int i = 0; i < 8; ++i) blk[i] = kp[i] + k * kBytes;
-      const __m256 dk = F16x8(blk);
-      for (int u = 0; u < G; ++u) scale(u, k, Sum8(dot[u]), dk);
-    }
+    if (k < nb) Block8Int<DotVnni, T, G>(s, kp, h0, k, qsum, acc);  // an odd last block
     for (int u = 0; u < G; ++u) _mm256_storeu_ps(s.scores + (h0 + u) * kBlock + c, acc[u]);
   }
 };
