@@ -119,18 +119,21 @@ bool ScoresCachedAvx2(FoldState& s, const KeyBlock& b);
 void FoldAvx2Vnni(FoldState& s, const KeyBlock& b);
 bool ScoresCachedVnni(FoldState& s, const KeyBlock& b);
 // AVX-512 machines only: FoldAvx2Vnni's V pass of one query head that shares
-// its KV head with no other, over block-type V in blocks of 32 (head_dim %
-// 32 == 0, up to 256): fold_avx2.cc's AccumulateV32 on 512-bit vectors, the
-// same operations per lane in the same order, so the same bits
-// (fold_values_avx512.cc). p: [b.n] the keys' weights; v0: the head's byte
-// offset in a V row; acc: [head_dim] the head's accumulators, times corr first.
+// its KV head with no other, over V of block type T (q8_0, q4_0, q5_0) in
+// blocks of 32 (head_dim % 32 == 0, up to 256): fold_avx2.cc's AccumulateV32
+// on 512-bit vectors, the same operations per lane in the same order, so the
+// same bits (fold_values_avx512.cc, which instantiates the block types).
+// p: [b.n] the keys' weights; v0: the head's byte offset in a V row; acc:
+// [head_dim] the head's accumulators, times corr first.
+template <Elem T>
 void AccumulateV32Avx512(const KeyBlock& b, const float* p, size_t v0, int head_dim, float corr,
                          float* acc);
-// The same for g (2 to 4) query heads that share a KV head (fold_avx2.cc's
-// AccumulateV32Group over the whole head): w [g, head_dim / 32, kBlock]
-// their weights times each block's scale, wsum [g, head_dim / 32] the sums
-// of w's rows, corr [g], acc [g] each head's accumulators.
-void AccumulateV32GroupAvx512(const KeyBlock& b, const float* w, const float* wsum, int g,
-                              size_t v0, int head_dim, const float* corr, float* const* acc);
+// The same for G (2 to 4) query heads that share a KV head (fold_avx2.cc's
+// AccumulateV32Group over the whole head): w [G, head_dim / 32, kBlock]
+// their weights times each block's scale, wsum [G, head_dim / 32] the sums
+// of w's rows, corr [G], acc [G] each head's accumulators.
+template <Elem T, int G>
+void AccumulateV32GroupAvx512(const KeyBlock& b, const float* w, const float* wsum, size_t v0,
+                              int head_dim, const float* corr, float* const* acc);
 
 }  // namespace rotor::attn

@@ -405,7 +405,8 @@ inline float Softmax(FoldState& s, const KeyBlock& b, int h, float* p) {
 
 // The V rows of G query heads [h0, h0 + G) of one KV head into their
 // accumulators (G > 1: AccumulateV32Group / AccumulateVGroup; G = 1: the
-// one-head kernels, 64 values per pass).
+// one-head kernels, 64 values per pass; kWide, block-type V in blocks of
+// 32: their 512-bit versions, fold_values_avx512.cc).
 template <Elem T, int B, int G, bool kWide>
 void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBlock],
                    const float* corr, const float* dv) {  // dv: BlockScales (G > 1)
@@ -417,7 +418,7 @@ void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBl
   int e0 = 0;
   if constexpr (IsBlockType(T) && B == 32) {  // hd % 32 == 0
     if constexpr (G == 1 && kWide) {
-      AccumulateV32Avx512(b, p[0], v0, hd, corr[0], acc[0]);
+      AccumulateV32Avx512<T>(b, p[0], v0, hd, corr[0], acc[0]);
     } else if constexpr (G == 1) {
       const __m256 vcorr = _mm256_set1_ps(corr[0]);
       for (; e0 + 64 <= hd; e0 += 64) AccumulateV32<T, 8>(b, p[0], v0, e0, vcorr, acc[0]);
@@ -429,7 +430,7 @@ void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBl
       for (int u = 0; u < G; ++u)
         BlockWeights(b, p[u], dv, hd, w + static_cast<size_t>(u) * nb * kBlock, wsum + u * nb);
       if constexpr (kWide)
-        AccumulateV32GroupAvx512(b, w, wsum, G, v0, hd, corr, acc);
+        AccumulateV32GroupAvx512<T, G>(b, w, wsum, v0, hd, corr, acc);
       else
         for (; e0 < hd; e0 += 16) AccumulateV32Group<T, G>(b, w, wsum, nb, v0, e0, corr, acc);
     }

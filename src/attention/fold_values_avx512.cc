@@ -14,22 +14,13 @@
 #include <cstring>
 
 #include "attention/fold.h"
+#include "attention/fold_avx2_decode.h"
 
 namespace rotor::attn {
 namespace {
 
-template <Elem T>
-constexpr int BlockBytes32() {
-  return T == Elem::kQ8_0 ? 34 : T == Elem::kQ4_0 ? 18 : 22;
-}
-
-template <Elem T>
-constexpr int Offset() {
-  return T == Elem::kQ4_0 ? 8 : T == Elem::kQ5_0 ? 16 : 0;
-}
-
 // Elements [16 half, 16 half + 16) of a 32-element block as f32: q8_0's
-// integers, the nibble types' unsigned quants n (q = n - Offset).
+// integers, the nibble types' unsigned quants n (q = n - QuantOffset).
 template <Elem T>
 inline __m512 Half16(const uint8_t* blk, int half) {
   __m512i x;
@@ -52,12 +43,6 @@ inline __m512 Half16(const uint8_t* blk, int half) {
   return _mm512_cvtepi32_ps(x);
 }
 
-inline float Half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
 // Blocks [k0, k0 + NB) of the head (elements [32 k0, 32 (k0 + NB))).
 template <Elem T, int NB>
 void Blocks(const KeyBlock& b, const float* p, size_t v0, int k0, float corr, float* acc) {
@@ -69,30 +54,21 @@ void Blocks(const KeyBlock& b, const float* p, size_t v0, int k0, float corr, fl
   for (int j = 0; j < b.n; ++j) {
     const uint8_t* head = static_cast<const uint8_t*>(b.v[j]) + v0;
     for (int k = 0; k < NB; ++k) {
-      const uint8_t* blk = head + (k0 + k) * BlockBytes32<T>();
-      const float w = p[j] * Half(blk);
-      if constexpr (Offset<T>() != 0) wsum[k] += w;
+      const uint8_t* blk = head + (k0 + k) * BlockBytes<T, 32>();
+      const float w = p[j] * Scale<T, 32>(blk, 0);
+      if constexpr (QuantOffset<T>() != 0) wsum[k] += w;
       const __m512 wj = _mm512_set1_ps(w);
       a[2 * k] = _mm512_fmadd_ps(wj, Half16<T>(blk, 0), a[2 * k]);
       a[2 * k + 1] = _mm512_fmadd_ps(wj, Half16<T>(blk, 1), a[2 * k + 1]);
     }
   }
-  if constexpr (Offset<T>() != 0)
+  if constexpr (QuantOffset<T>() != 0)
     for (int k = 0; k < NB; ++k) {
-      const __m512 off = _mm512_set1_ps(Offset<T>() * wsum[k]);
+      const __m512 off = _mm512_set1_ps(QuantOffset<T>() * wsum[k]);
       a[2 * k] = _mm512_sub_ps(a[2 * k], off);
       a[2 * k + 1] = _mm512_sub_ps(a[2 * k + 1], off);
     }
   for (int i = 0; i < 2 * NB; ++i) _mm512_storeu_ps(acc + 32 * k0 + 16 * i, a[i]);
-}
-
-template <Elem T>
-void Head(const KeyBlock& b, const float* p, size_t v0, int hd, float corr, float* acc) {
-  int k0 = 0;
-  const int nb = hd / 32;
-  for (; k0 + 4 <= nb; k0 += 4) Blocks<T, 4>(b, p, v0, k0, corr, acc);
-  if (k0 + 2 <= nb) Blocks<T, 2>(b, p, v0, k0, corr, acc), k0 += 2;
-  if (k0 < nb) Blocks<T, 1>(b, p, v0, k0, corr, acc);
 }
 
 // Block k of G query heads that share a KV head: w [G, nb, kBlock] their
@@ -105,7 +81,7 @@ void GroupBlock(const KeyBlock& b, const float* w, const float* wsum, int nb, si
     for (int i = 0; i < 2; ++i)
       a[u][i] = _mm512_mul_ps(_mm512_loadu_ps(acc[u] + 32 * k + 16 * i), _mm512_set1_ps(corr[u]));
   for (int j = 0; j < b.n; ++j) {
-    const uint8_t* blk = static_cast<const uint8_t*>(b.v[j]) + v0 + k * BlockBytes32<T>();
+    const uint8_t* blk = static_cast<const uint8_t*>(b.v[j]) + v0 + k * BlockBytes<T, 32>();
     const __m512 x0 = Half16<T>(blk, 0), x1 = Half16<T>(blk, 1);
     for (int u = 0; u < G; ++u) {
       const __m512 wj = _mm512_set1_ps(w[(static_cast<size_t>(u) * nb + k) * kBlock + j]);
@@ -113,63 +89,46 @@ void GroupBlock(const KeyBlock& b, const float* w, const float* wsum, int nb, si
       a[u][1] = _mm512_fmadd_ps(wj, x1, a[u][1]);
     }
   }
-  if constexpr (Offset<T>() != 0)
+  if constexpr (QuantOffset<T>() != 0)
     for (int u = 0; u < G; ++u) {
-      const __m512 off = _mm512_set1_ps(Offset<T>() * wsum[u * nb + k]);
+      const __m512 off = _mm512_set1_ps(QuantOffset<T>() * wsum[u * nb + k]);
       for (int i = 0; i < 2; ++i) a[u][i] = _mm512_sub_ps(a[u][i], off);
     }
   for (int u = 0; u < G; ++u)
     for (int i = 0; i < 2; ++i) _mm512_storeu_ps(acc[u] + 32 * k + 16 * i, a[u][i]);
 }
 
+}  // namespace
+
+template <Elem T>
+void AccumulateV32Avx512(const KeyBlock& b, const float* p, size_t v0, int head_dim, float corr,
+                         float* acc) {
+  int k0 = 0;
+  const int nb = head_dim / 32;
+  for (; k0 + 4 <= nb; k0 += 4) Blocks<T, 4>(b, p, v0, k0, corr, acc);
+  if (k0 + 2 <= nb) Blocks<T, 2>(b, p, v0, k0, corr, acc), k0 += 2;
+  if (k0 < nb) Blocks<T, 1>(b, p, v0, k0, corr, acc);
+}
+
 template <Elem T, int G>
-void Group(const KeyBlock& b, const float* w, const float* wsum, int hd, size_t v0,
-           const float* corr, float* const* acc) {
-  const int nb = hd / 32;
+void AccumulateV32GroupAvx512(const KeyBlock& b, const float* w, const float* wsum, size_t v0,
+                              int head_dim, const float* corr, float* const* acc) {
+  const int nb = head_dim / 32;
   for (int k = 0; k < nb; ++k) GroupBlock<T, G>(b, w, wsum, nb, v0, k, corr, acc);
 }
 
-template <int G>
-void GroupOf(const KeyBlock& b, const float* w, const float* wsum, int hd, size_t v0,
-             const float* corr, float* const* acc) {
-  switch (b.tv) {
-    case Elem::kQ8_0:
-      return Group<Elem::kQ8_0, G>(b, w, wsum, hd, v0, corr, acc);
-    case Elem::kQ4_0:
-      return Group<Elem::kQ4_0, G>(b, w, wsum, hd, v0, corr, acc);
-    case Elem::kQ5_0:
-      return Group<Elem::kQ5_0, G>(b, w, wsum, hd, v0, corr, acc);
-    default:
-      break;
-  }
-}
-
-}  // namespace
-
-void AccumulateV32GroupAvx512(const KeyBlock& b, const float* w, const float* wsum, int g,
-                              size_t v0, int head_dim, const float* corr, float* const* acc) {
-  switch (g) {
-    case 2:
-      return GroupOf<2>(b, w, wsum, head_dim, v0, corr, acc);
-    case 3:
-      return GroupOf<3>(b, w, wsum, head_dim, v0, corr, acc);
-    default:
-      return GroupOf<4>(b, w, wsum, head_dim, v0, corr, acc);
-  }
-}
-
-void AccumulateV32Avx512(const KeyBlock& b, const float* p, size_t v0, int hd, float corr,
-                         float* acc) {
-  switch (b.tv) {
-    case Elem::kQ8_0:
-      return Head<Elem::kQ8_0>(b, p, v0, hd, corr, acc);
-    case Elem::kQ4_0:
-      return Head<Elem::kQ4_0>(b, p, v0, hd, corr, acc);
-    case Elem::kQ5_0:
-      return Head<Elem::kQ5_0>(b, p, v0, hd, corr, acc);
-    default:
-      break;
-  }
-}
+// The block types' instances (fold_avx2.cc calls them for these only).
+#define ROTOR_V32_AVX512(T)                                                                        \
+  template void AccumulateV32Avx512<T>(const KeyBlock&, const float*, size_t, int, float, float*); \
+  template void AccumulateV32GroupAvx512<T, 2>(const KeyBlock&, const float*, const float*,        \
+                                               size_t, int, const float*, float* const*);          \
+  template void AccumulateV32GroupAvx512<T, 3>(const KeyBlock&, const float*, const float*,        \
+                                               size_t, int, const float*, float* const*);          \
+  template void AccumulateV32GroupAvx512<T, 4>(const KeyBlock&, const float*, const float*,        \
+                                               size_t, int, const float*, float* const*);
+ROTOR_V32_AVX512(Elem::kQ8_0)
+ROTOR_V32_AVX512(Elem::kQ4_0)
+ROTOR_V32_AVX512(Elem::kQ5_0)
+#undef ROTOR_V32_AVX512
 
 }  // namespace rotor::attn
