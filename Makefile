@@ -48,7 +48,7 @@ FUZZ_JOBS ?= 1
 
 DEB_PACKAGES := cmake gcc g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev \
 	nlohmann-json3-dev libcpp-httplib-dev libfmt-dev pkgconf \
-	libcairo2-dev tmux libpcre2-dev haproxy curl chromium clang-14 libclang-rt-14-dev
+	libcairo2-dev tmux libpcre2-dev haproxy curl chromium clang-14 libclang-rt-14-dev lld
 # node and npm run the npm clients' tests (openai, puppeteer-core); any install
 # of node will do (Debian's packages only where there is none).
 DEB_PACKAGES += $(shell command -v npm >/dev/null 2>&1 || echo nodejs npm)
