@@ -29,6 +29,7 @@ namespace rotor::cli {
 
 using bench::BenchArgs;
 using bench::BenchCase;
+using bench::BenchCaseRun;
 using bench::BenchColumns;
 using bench::BenchFormat;
 using bench::BenchModel;
@@ -147,46 +148,33 @@ int RunBench(BenchArgs a) {
   writer->Begin(rooflines);
   Progress progress;
   const int n_cases = static_cast<int>(cases->size());
-  // Cases run model by model; a model is unmapped after its last case, so its
-  // pages do not count in the next model's peak RSS.
-  std::vector<int> last_case(models.size(), -1);
-  for (int i = 0; i < n_cases; ++i) last_case[(*cases)[i].model] = i;
+  auto name = [&](int i) {
+    const BenchCase& c = (*cases)[i];
+    return fmt::format("[{}/{}] {} {} (t={}, kv={}{})", i + 1, n_cases, models[c.model].path,
+                       c.test.Name(), c.threads, c.kv.policy,
+                       c.kv.size > 0 ? fmt::format(" {}", c.kv.size) : "");
+  };
+  // The read probe beside a generation test (nullptr: none).
+  auto probe_of = [&](const BenchCase& c) -> Result<ReadProbe*> {
+    if (!a.roofline || c.test.n_prompt != 0) return nullptr;
+    Result<ReadProbe*> p = probe_for(c.threads);
+    if (!p.ok()) return p.status().WithContext("bench: --roofline");
+    return *p;
+  };
   int failed = 0;
   bool warned_rss = false;
-  for (int i = 0; i < n_cases; ++i) {
+  auto fail = [&](int i, const Status& st) {
+    ++failed;
+    fmt::print(stderr, "rotor: bench {}: error: {} (skipped)\n", name(i), st.message());
+  };
+  auto write_row = [&](int i, const BenchResult& r, const std::vector<double>& passes) {
     const BenchCase& c = (*cases)[i];
-    const BenchModel& m = models[c.model];
-    const std::string what =
-        fmt::format("[{}/{}] {} {} (t={}, kv={}{})", i + 1, n_cases, m.path, c.test.Name(),
-                    c.threads, c.kv.policy, c.kv.size > 0 ? fmt::format(" {}", c.kv.size) : "");
-    m.model->PackMatrices();  // once, at the model's first case (LoadBenchModel)
-    ReadProbe* probe = nullptr;
-    if (a.roofline && c.test.n_prompt == 0) {
-      Result<ReadProbe*> p = probe_for(c.threads);
-      if (!p.ok()) return Fail(p.status().WithContext("bench: --roofline"));
-      probe = *p;
-    }
-    std::vector<double> passes;  // GB/s, before each repetition and after the last
-    progress.Start(what);
-    Result<BenchResult> r =
-        RunBenchCase(m, c, a.repetitions, a.seed, [&](const char* phase, int rep) {
-          if (probe != nullptr && std::strcmp(phase, "run") == 0)
-            for (int i = 0; i < kProbePasses; ++i) passes.push_back(probe->Pass());
-          progress.Update(phase, rep, a.repetitions);
-        });
-    for (int i = 0; probe != nullptr && i < kProbePasses; ++i) passes.push_back(probe->Pass());
-    progress.Clear();
-    if (last_case[c.model] == i) models[c.model].model.reset();  // rows need only its numbers
-    if (!r.ok()) {
-      ++failed;
-      fmt::print(stderr, "rotor: bench {}: error: {} (skipped)\n", what, r.status().message());
-      continue;
-    }
-    if (!r->peak_rss_scoped && !warned_rss) {
+    if (!r.peak_rss_scoped && !warned_rss) {
       warned_rss = true;
-      fmt::print(stderr,
-                 "rotor: bench: cannot reset the peak RSS counter (/proc/self/clear_refs); "
-                 "peak_rss_bytes is the process's peak so far\n");
+      fmt::print(stderr, "rotor: bench: {}\n",
+                 a.interleave ? "--interleave: peak_rss_bytes is the process's peak"
+                              : "cannot reset the peak RSS counter (/proc/self/clear_refs); "
+                                "peak_rss_bytes is the process's peak so far");
     }
     const Roofline* roof = roofline_for(c.threads);
     Roofline adjacent;
@@ -199,7 +187,89 @@ int RunBench(BenchArgs a) {
       adjacent.read_best_gbps = *std::max_element(passes.begin(), passes.end());
       roof = &adjacent;
     }
-    writer->Row(MakeBenchRow(m, c, *r, roof));
+    writer->Row(MakeBenchRow(models[c.model], c, r, roof));
+  };
+  // Cases run model by model; a model is unmapped after its last case, so its
+  // pages do not count in the next model's peak RSS.
+  for (int first = 0; first < n_cases;) {
+    const int model = (*cases)[first].model;
+    int end = first;
+    while (end < n_cases && (*cases)[end].model == model) ++end;
+    models[model].model->PackMatrices();  // once, at the model's first case (LoadBenchModel)
+    if (a.interleave) {
+      // Every case of the model is started (its warm-up), then the rounds.
+      struct Live {
+        int i;
+        std::unique_ptr<BenchCaseRun> run;  // null once it failed
+        ReadProbe* probe;
+        std::vector<double> passes;  // GB/s, before and after each repetition
+      };
+      std::vector<Live> live;
+      std::map<int, std::unique_ptr<ThreadPool>> pools;  // one per thread count
+      for (int i = first; i < end; ++i) {
+        const BenchCase& c = (*cases)[i];
+        Result<ReadProbe*> probe = probe_of(c);
+        if (!probe.ok()) return Fail(probe.status());
+        std::unique_ptr<ThreadPool>& pool = pools[c.threads];
+        if (!pool) pool = std::make_unique<ThreadPool>(c.threads);
+        progress.Start(name(i));
+        Result<std::unique_ptr<BenchCaseRun>> run = BenchCaseRun::Start(
+            models[model], c, a.seed, *pool, /*scoped_rss=*/false,
+            [&](const char* phase, int rep) { progress.Update(phase, rep, a.repetitions); });
+        progress.Clear();
+        if (!run.ok()) {
+          fail(i, run.status());
+          continue;
+        }
+        live.push_back(Live{.i = i, .run = std::move(*run), .probe = *probe, .passes = {}});
+      }
+      const size_t n_live = live.size();
+      for (int rep = 1; rep <= a.repetitions; ++rep) {
+        for (size_t k = 0; k < n_live; ++k) {
+          Live& l = live[rep % 2 == 1 ? k : n_live - 1 - k];
+          if (!l.run) continue;
+          progress.Start(fmt::format("{}, round {}/{}", name(l.i), rep, a.repetitions));
+          Status st = l.run->Repetition(rep, [&](const char* phase, int r) {
+            if (l.probe != nullptr && std::strcmp(phase, "run") == 0)
+              for (int p = 0; p < kProbePasses; ++p) l.passes.push_back(l.probe->Pass());
+            progress.Update(phase, r, a.repetitions);
+          });
+          for (int p = 0; l.probe != nullptr && p < kProbePasses; ++p)
+            l.passes.push_back(l.probe->Pass());
+          progress.Clear();
+          if (!st.ok()) {
+            fail(l.i, st);
+            l.run.reset();
+          }
+        }
+      }
+      for (Live& l : live)
+        if (l.run) write_row(l.i, l.run->Finish(), l.passes);
+    } else {
+      for (int i = first; i < end; ++i) {
+        const BenchCase& c = (*cases)[i];
+        Result<ReadProbe*> probe = probe_of(c);
+        if (!probe.ok()) return Fail(probe.status());
+        std::vector<double> passes;  // GB/s, before each repetition and after the last
+        progress.Start(name(i));
+        Result<BenchResult> r =
+            RunBenchCase(models[model], c, a.repetitions, a.seed, [&](const char* phase, int rep) {
+              if (*probe != nullptr && std::strcmp(phase, "run") == 0)
+                for (int k = 0; k < kProbePasses; ++k) passes.push_back((*probe)->Pass());
+              progress.Update(phase, rep, a.repetitions);
+            });
+        for (int k = 0; *probe != nullptr && k < kProbePasses; ++k)
+          passes.push_back((*probe)->Pass());
+        progress.Clear();
+        if (!r.ok()) {
+          fail(i, r.status());
+          continue;
+        }
+        write_row(i, *r, passes);
+      }
+    }
+    models[model].model.reset();  // rows need only its numbers
+    first = end;
   }
   writer->End();
   if (failed > 0) {
@@ -260,6 +330,10 @@ Runner RegisterBench(CLI::App& app) {
                 "with --batch and -d: the depth is one prefix the sequences share (the first "
                 "computes it, the others take its K/V blocks from the prefix cache, as "
                 "llama-batched-bench's -pps); JSON kv_blocks, kv_bytes, prefix_hit_tokens");
+  sub->add_flag("--interleave", a->interleave,
+                "run each model's tests in rounds: repetition k of every test, then k + 1 (odd "
+                "rounds in the list's order, even ones reversed), so that tests compared with "
+                "each other see the host in the same state; peak_rss_bytes is then the process's");
   sub->add_option("-c,--ctx-size", a->n_ctx,
                   "context sizes (0 = what each test needs: depth + its tokens, at least "
                   "--kv-size)")

@@ -181,6 +181,7 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
                 BenchCase c;
                 c.n_seq = n_seq;
                 c.shared_prefix = a.shared_prefix;
+                c.interleave = a.interleave;
                 c.model = mi;
                 c.threads = threads;
                 c.kv = kv;

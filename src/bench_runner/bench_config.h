@@ -36,6 +36,10 @@ struct BenchArgs {
   // The sequences' depth is one shared prefix (llama-batched-bench's -pps):
   // the first computes it, the others take its blocks from the prefix cache.
   bool shared_prefix = false;
+  // Each model's cases run their repetitions in rounds: round k runs
+  // repetition k of every case, in the list's order on odd rounds and the
+  // reverse on even ones (BenchCaseRun; peak RSS is then the process's).
+  bool interleave = false;
   std::string output = "md";
   bool roofline = false;
   int roofline_mib = 1024;
@@ -83,6 +87,7 @@ struct BenchCase {
   // token of every sequence per pass (Forward::Decode). t/s is the aggregate.
   int n_seq = 1;
   bool shared_prefix = false;  // BenchArgs::shared_prefix
+  bool interleave = false;     // BenchArgs::interleave: its samples are paired by round
   BenchTest test;
 };
 

@@ -226,7 +226,7 @@ const std::vector<std::string>& BenchFieldNames() {
       "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts",
       "gbps", "gflops", "roofline_pct", "roofline_bound",
       "roofline_read_gbps", "roofline_read_best_gbps", "roofline_fma_gflops", "roofline_int8_gops", "roofline_matmul_gflops",
-      "peak_rss_bytes", "peak_rss_scope", "shared_prefix", "kv_blocks", "kv_bytes", "prefix_hit_tokens"};
+      "peak_rss_bytes", "peak_rss_scope", "shared_prefix", "kv_blocks", "kv_bytes", "prefix_hit_tokens", "interleave"};
   // clang-format on
   return kNames;
 }
@@ -283,6 +283,8 @@ Json BenchRowJson(const BenchRow& row) {
   j["kv_blocks"] = r.kv_blocks;
   j["kv_bytes"] = r.kv_bytes;
   j["prefix_hit_tokens"] = r.prefix_hit_tokens;
+  // Sample k of every test of the model ran in round k (--interleave).
+  j["interleave"] = c.interleave;
   return j;
 }
 

@@ -7,6 +7,7 @@
 #include <random>
 #include <span>
 
+#include "base/check.h"
 #include "base/memory.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
@@ -91,112 +92,154 @@ BenchStats ComputeStats(const BenchResult& r, int64_t n_tokens) {
   return s;
 }
 
-Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int repetitions,
-                                 uint64_t seed, const BenchProgress& progress) {
-  BenchResult r;
-  r.test_time = IsoNow();
-  // The peak of this case: cache, activations and the weights it touches.
-  r.peak_rss_scoped = ResetPeakRss();
-  const Model& model = *bm.model;
-  const ModelConfig& mc = model.config();
-  const BenchTest& t = c.test;
-  ThreadPool pool(c.threads);
-  const int n_seq = c.n_seq;
-  // One block pool for the case's sequences, as a server's.
-  KvBlockPool kv_pool(model.kv_shape(c.n_ctx), KvPoolOptions{.model_id = model.identity()});
-  std::vector<std::unique_ptr<KvCache>> caches;
-  for (int s = 0; s < n_seq; ++s) {
-    ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
-                     KvCache::Create(model.kv_shape(c.n_ctx), c.kv, &kv_pool));
-    if (!c.shared_prefix) cache->DisablePublishing();
-    caches.push_back(std::move(cache));
+struct BenchCaseRun::State {
+  State(const BenchModel& bm, const BenchCase& c, ThreadPool& pool)
+      : bm(bm),
+        c(c),
+        kv_pool(bm.model->kv_shape(c.n_ctx), KvPoolOptions{.model_id = bm.model->identity()}),
+        // Every sequence's chunk in one pass.
+        chunk(c.prefill_step > 0 ? c.prefill_step : std::max({c.test.n_prompt, c.test.n_depth, 1})),
+        runner(*bm.model, pool,
+               RunnerOptions{.prefill_step = chunk,
+                             .max_seqs = c.n_seq,
+                             .max_tokens = chunk * c.n_seq,
+                             .n_ctx = c.n_ctx}),
+        feeds(c.n_seq) {
+    for (Feed& f : feeds) feed_ptrs.push_back(&f);
   }
-  r.kv = caches[0]->config();
-  {
-    const ModelConfig& mc = bm.model->config();
-    r.kv_bytes_per_token = static_cast<int64_t>(mc.n_layer) * mc.n_head_kv *
-                           static_cast<int64_t>(KvHeadBytes(r.kv.types.k, mc.head_dim) +
-                                                KvHeadBytes(r.kv.types.v, mc.head_dim));
-  }
-  r.work = EstimateWork(bm, c, r.kv.size);
-  // Every sequence's chunk in one pass.
-  const int chunk = c.prefill_step > 0 ? c.prefill_step : std::max({t.n_prompt, t.n_depth, 1});
-  Runner runner(
-      model, pool,
-      RunnerOptions{
-          .prefill_step = chunk, .max_seqs = n_seq, .max_tokens = chunk * n_seq, .n_ctx = c.n_ctx});
 
-  std::mt19937_64 rng(seed);
-  const std::vector<int32_t> depth_tokens = RandomTokens(rng, t.n_depth, mc.n_vocab);
-  const std::vector<int32_t> test_tokens =
-      RandomTokens(rng, std::max(t.n_prompt, t.n_gen), mc.n_vocab);
-  std::vector<Feed> feeds(n_seq);
-  std::vector<Feed*> feed_ptrs;
-  for (Feed& f : feeds) feed_ptrs.push_back(&f);
   // Each sequence's feed, stepped together until all are done.
-  auto run = [&](auto make_feed) -> Status {
-    for (int s = 0; s < n_seq; ++s) feeds[s] = make_feed(caches[s].get());
+  template <typename MakeFeed>
+  Status Run(MakeFeed make_feed) {
+    for (int s = 0; s < c.n_seq; ++s) feeds[s] = make_feed(caches[s].get());
     while (!feeds[0].done()) RETURN_IF_ERROR(runner.Step(feed_ptrs));
     for (const Feed& f : feeds) RETURN_IF_ERROR(f.status);
     return Status::Ok();
-  };
-  const std::span<const int32_t> prompt =
-      std::span<const int32_t>(test_tokens).first(std::max(t.n_prompt, 0));
+  }
 
-  auto run_test = [&]() -> Result<int64_t> {
+  // The test itself: a prompt and the logits of its last token (pp), or
+  // n_gen passes of one token of every sequence (tg).
+  Result<int64_t> RunTest() {
+    const BenchTest& t = c.test;
     Timer timer;
-    if (t.n_prompt > 0) {  // a prompt, the logits of its last token
-      RETURN_IF_ERROR(run([&](KvCache* cache) { return Feed::Prompt(cache, prompt); }));
+    if (t.n_prompt > 0) {
+      const auto prompt = std::span<const int32_t>(test_tokens).first(t.n_prompt);
+      RETURN_IF_ERROR(Run([&](KvCache* cache) { return Feed::Prompt(cache, prompt); }));
       return timer.ElapsedNs();
     }
-    for (int i = 0; i < t.n_gen; ++i)  // one token of every sequence per pass
-      RETURN_IF_ERROR(run([&](KvCache* cache) {
+    for (int i = 0; i < t.n_gen; ++i)
+      RETURN_IF_ERROR(Run([&](KvCache* cache) {
         return Feed::Continue(cache, std::span<const int32_t>(test_tokens).subspan(i, 1));
       }));
     return timer.ElapsedNs();
-  };
-
-  if (progress) progress("warm-up", 0);
-  for (auto& cache : caches) cache->Clear();
-  RETURN_IF_ERROR(run_test());
-  for (int rep = 1; rep <= repetitions; ++rep) {
-    for (auto& cache : caches) cache->Clear();
-    if (t.n_depth > 0) {  // a prompt, no logits
-      if (progress) progress("fill", rep);
-      if (c.shared_prefix) {
-        // The first sequence computes the depth; the others take its whole
-        // blocks and compute only the rest.
-        kv_pool.DropCached();
-        const int64_t hits = kv_pool.stats().hit_tokens;
-        std::vector<Feed> fill(n_seq);
-        for (int s = 0; s < n_seq; ++s) {
-          const int64_t cached = s == 0 ? 0 : caches[s]->AttachPrefix(depth_tokens, t.n_depth);
-          fill[s] = Feed{.cache = caches[s].get(),
-                         .tokens = std::span<const int32_t>(depth_tokens).subspan(cached),
-                         .n_prompt = t.n_depth - cached,
-                         .logits_from = t.n_depth - cached};
-          Feed* one[1] = {&fill[s]};
-          while (!fill[s].done()) RETURN_IF_ERROR(runner.Step(one));
-          RETURN_IF_ERROR(fill[s].status);
-        }
-        r.prefix_hit_tokens = kv_pool.stats().hit_tokens - hits;
-      } else {
-        RETURN_IF_ERROR(run([&](KvCache* cache) {
-          return Feed{.cache = cache,
-                      .tokens = depth_tokens,
-                      .n_prompt = t.n_depth,
-                      .logits_from = t.n_depth};
-        }));
-      }
-      r.kv_blocks = kv_pool.stats().blocks_used;
-      r.kv_bytes = r.kv_blocks * static_cast<int64_t>(kv_pool.BlockBytes(c.kv.types));
-    }
-    if (progress) progress("run", rep);
-    ASSIGN_OR_RETURN(int64_t ns, run_test());
-    r.samples_ns.push_back(ns);
   }
-  r.peak_rss_bytes = PeakRssBytes();
-  return r;
+
+  // The depth as a prompt with no logits, in every sequence's cache.
+  Status Fill() {
+    const int n_seq = c.n_seq;
+    const int n_depth = c.test.n_depth;
+    if (c.shared_prefix) {
+      // The first sequence computes the depth; the others take its whole
+      // blocks and compute only the rest.
+      kv_pool.DropCached();
+      const int64_t hits = kv_pool.stats().hit_tokens;
+      std::vector<Feed> fill(n_seq);
+      for (int s = 0; s < n_seq; ++s) {
+        const int64_t cached = s == 0 ? 0 : caches[s]->AttachPrefix(depth_tokens, n_depth);
+        fill[s] = Feed{.cache = caches[s].get(),
+                       .tokens = std::span<const int32_t>(depth_tokens).subspan(cached),
+                       .n_prompt = n_depth - cached,
+                       .logits_from = n_depth - cached};
+        Feed* one[1] = {&fill[s]};
+        while (!fill[s].done()) RETURN_IF_ERROR(runner.Step(one));
+        RETURN_IF_ERROR(fill[s].status);
+      }
+      r.prefix_hit_tokens = kv_pool.stats().hit_tokens - hits;
+    } else {
+      RETURN_IF_ERROR(Run([&](KvCache* cache) {
+        return Feed{
+            .cache = cache, .tokens = depth_tokens, .n_prompt = n_depth, .logits_from = n_depth};
+      }));
+    }
+    r.kv_blocks = kv_pool.stats().blocks_used;
+    r.kv_bytes = r.kv_blocks * static_cast<int64_t>(kv_pool.BlockBytes(c.kv.types));
+    return Status::Ok();
+  }
+
+  const BenchModel& bm;
+  const BenchCase c;
+  BenchResult r;
+  KvBlockPool kv_pool;  // one block pool for the case's sequences, as a server's
+  std::vector<std::unique_ptr<KvCache>> caches;  // [n_seq], declared after the pool they draw on
+  int chunk;
+  Runner runner;
+  std::vector<int32_t> depth_tokens;  // [n_depth]
+  std::vector<int32_t> test_tokens;   // [max(n_prompt, n_gen)]
+  std::vector<Feed> feeds;            // [n_seq]
+  std::vector<Feed*> feed_ptrs;       // [n_seq]
+};
+
+BenchCaseRun::BenchCaseRun(std::unique_ptr<State> state) : s_(std::move(state)) {}
+BenchCaseRun::~BenchCaseRun() = default;
+
+Result<std::unique_ptr<BenchCaseRun>> BenchCaseRun::Start(const BenchModel& bm, const BenchCase& c,
+                                                          uint64_t seed, ThreadPool& pool,
+                                                          bool scoped_rss,
+                                                          const BenchProgress& progress) {
+  CHECK_EQ(pool.size(), c.threads);
+  BenchResult r;
+  r.test_time = IsoNow();
+  // The peak of this case: cache, activations and the weights it touches.
+  r.peak_rss_scoped = scoped_rss && ResetPeakRss();
+  auto st = std::make_unique<State>(bm, c, pool);
+  const Model& model = *bm.model;
+  const ModelConfig& mc = model.config();
+  for (int s = 0; s < c.n_seq; ++s) {
+    ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
+                     KvCache::Create(model.kv_shape(c.n_ctx), c.kv, &st->kv_pool));
+    if (!c.shared_prefix) cache->DisablePublishing();
+    st->caches.push_back(std::move(cache));
+  }
+  r.kv = st->caches[0]->config();
+  r.kv_bytes_per_token = static_cast<int64_t>(mc.n_layer) * mc.n_head_kv *
+                         static_cast<int64_t>(KvHeadBytes(r.kv.types.k, mc.head_dim) +
+                                              KvHeadBytes(r.kv.types.v, mc.head_dim));
+  r.work = EstimateWork(bm, c, r.kv.size);
+  st->r = std::move(r);
+  std::mt19937_64 rng(seed);
+  st->depth_tokens = RandomTokens(rng, c.test.n_depth, mc.n_vocab);
+  st->test_tokens = RandomTokens(rng, std::max(c.test.n_prompt, c.test.n_gen), mc.n_vocab);
+
+  if (progress) progress("warm-up", 0);  // the test at depth 0
+  for (auto& cache : st->caches) cache->Clear();
+  RETURN_IF_ERROR(st->RunTest());
+  return std::unique_ptr<BenchCaseRun>(new BenchCaseRun(std::move(st)));
+}
+
+Status BenchCaseRun::Repetition(int rep, const BenchProgress& progress) {
+  for (auto& cache : s_->caches) cache->Clear();
+  if (s_->c.test.n_depth > 0) {
+    if (progress) progress("fill", rep);
+    RETURN_IF_ERROR(s_->Fill());
+  }
+  if (progress) progress("run", rep);
+  ASSIGN_OR_RETURN(int64_t ns, s_->RunTest());
+  s_->r.samples_ns.push_back(ns);
+  return Status::Ok();
+}
+
+BenchResult BenchCaseRun::Finish() {
+  s_->r.peak_rss_bytes = PeakRssBytes();
+  return s_->r;
+}
+
+Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int repetitions,
+                                 uint64_t seed, const BenchProgress& progress) {
+  ThreadPool pool(c.threads);
+  ASSIGN_OR_RETURN(std::unique_ptr<BenchCaseRun> run,
+                   BenchCaseRun::Start(bm, c, seed, pool, /*scoped_rss=*/true, progress));
+  for (int rep = 1; rep <= repetitions; ++rep) RETURN_IF_ERROR(run->Repetition(rep, progress));
+  return run->Finish();
 }
 
 }  // namespace rotor::bench

@@ -14,10 +14,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "bench_runner/bench_config.h"
 
 namespace rotor::bench {
@@ -62,6 +64,38 @@ BenchStats ComputeStats(const BenchResult& r, int64_t n_tokens);
 
 // Progress of a running case: phase is "warm-up", "fill" or "run", rep counts from 1.
 using BenchProgress = std::function<void(const char* phase, int rep)>;
+
+// One case's state across its repetitions: its caches, block pool, runner
+// and token ids. Start() builds them and runs the untimed warm-up; each
+// Repetition() clears the caches, fills the depth (untimed) and times one run.
+// RunBenchCase runs the repetitions back to back; `rotor bench --interleave`
+// keeps several cases alive and runs their repetitions in turn, so that each
+// round sees the host in the same state (the K/V types' ratio at depth is
+// then measured within one round, not minutes apart).
+class BenchCaseRun {
+ public:
+  // `pool` runs the case (its size must be c.threads) and outlives the run.
+  // scoped_rss: reset the peak RSS counter here, so that Finish() reports
+  // this case's peak (false when other cases share the process's peak).
+  static Result<std::unique_ptr<BenchCaseRun>> Start(const BenchModel& model, const BenchCase& c,
+                                                     uint64_t seed, ThreadPool& pool,
+                                                     bool scoped_rss,
+                                                     const BenchProgress& progress);
+  ~BenchCaseRun();
+  BenchCaseRun(const BenchCaseRun&) = delete;
+  BenchCaseRun& operator=(const BenchCaseRun&) = delete;
+
+  // Repetition `rep` (from 1): fill, then the timed run; its time is
+  // appended to the result's samples.
+  Status Repetition(int rep, const BenchProgress& progress);
+  // The result so far, with the peak RSS read now.
+  BenchResult Finish();
+
+ private:
+  struct State;
+  explicit BenchCaseRun(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
 
 // Runs one case. Errors (e.g. a KV policy this build does not have) leave
 // nothing behind; the caller decides whether the sweep goes on.

@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
 
 namespace rotor::bench {
 namespace {
@@ -66,6 +70,55 @@ TEST(BenchRunTest, RunsACaseAndReportsEveryRepetition) {
   EXPECT_GT(r->kv_bytes_per_token, 0);
   EXPECT_EQ(runs, 3);
   EXPECT_GE(fills, 3);
+}
+
+// Two cases alive at once on one pool, their repetitions taking turns (as
+// `rotor bench --interleave` runs them): each keeps its own caches, so each
+// fills and holds what it holds when run alone.
+TEST(BenchRunTest, CasesTakeTurnsOnOnePool) {
+  Result<BenchModel> m = LoadBenchModel(Model());
+  ASSERT_TRUE(m.ok()) << m.message();
+  BenchCase a;
+  a.threads = 2;
+  a.n_ctx = 64;
+  a.prefill_step = 8;
+  a.test = BenchTest{.n_prompt = 0, .n_gen = 4, .n_depth = 40};
+  BenchCase b = a;
+  b.kv.types = KvTypes{.k = KvType::kQ8_0, .v = KvType::kQ4_0};
+  b.test.n_depth = 20;
+  ThreadPool pool(2);
+  std::vector<std::string> phases;
+  auto log = [&](char who) {
+    return [&phases, who](const char* phase, int rep) {
+      phases.push_back(std::string(1, who) + ":" + phase + std::to_string(rep));
+    };
+  };
+  Result<std::unique_ptr<BenchCaseRun>> ra =
+      BenchCaseRun::Start(*m, a, 1234, pool, /*scoped_rss=*/false, log('a'));
+  ASSERT_TRUE(ra.ok()) << ra.message();
+  Result<std::unique_ptr<BenchCaseRun>> rb =
+      BenchCaseRun::Start(*m, b, 1234, pool, /*scoped_rss=*/false, log('b'));
+  ASSERT_TRUE(rb.ok()) << rb.message();
+  for (int rep = 1; rep <= 2; ++rep) {
+    ASSERT_TRUE((*ra)->Repetition(rep, log('a')).ok());
+    ASSERT_TRUE((*rb)->Repetition(rep, log('b')).ok());
+  }
+  EXPECT_THAT(phases,
+              ::testing::ElementsAre("a:warm-up0", "b:warm-up0", "a:fill1", "a:run1", "b:fill1",
+                                     "b:run1", "a:fill2", "a:run2", "b:fill2", "b:run2"));
+  const BenchResult x = (*ra)->Finish(), y = (*rb)->Finish();
+  EXPECT_EQ(x.samples_ns.size(), 2u);
+  EXPECT_EQ(y.samples_ns.size(), 2u);
+  EXPECT_FALSE(x.peak_rss_scoped);
+  EXPECT_EQ(y.kv.types.k, KvType::kQ8_0);
+  // The blocks each holds after its fill are those of the same case run alone.
+  Result<BenchResult> alone_a = RunBenchCase(*m, a, 1, 1234, nullptr);
+  Result<BenchResult> alone_b = RunBenchCase(*m, b, 1, 1234, nullptr);
+  ASSERT_TRUE(alone_a.ok() && alone_b.ok());
+  EXPECT_EQ(x.kv_blocks, alone_a->kv_blocks);
+  EXPECT_EQ(y.kv_blocks, alone_b->kv_blocks);
+  EXPECT_GT(x.kv_blocks, y.kv_blocks);  // 40 tokens of depth against 20
+  EXPECT_TRUE(alone_a->peak_rss_scoped || alone_a->peak_rss_bytes > 0);
 }
 
 TEST(BenchRunTest, UnknownPolicyIsAnError) {

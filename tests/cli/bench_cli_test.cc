@@ -322,6 +322,39 @@ TEST(BenchCliTest, KvTypeSweep) {
   EXPECT_THAT(md.out, HasSubstr("| f16/q4_0+rot |"));  // offsets are the keys' alone
 }
 
+// --interleave: every test warms up, then round k runs repetition k of each,
+// in the list's order on odd rounds and reversed on even ones; the rows keep
+// the list's order, each with all its samples, and say they were paired.
+TEST(BenchCliTest, InterleaveRunsRepetitionsInRounds) {
+  CliResult r = RunRotor({"bench", "-m", BundledModel(), "--kv-type", "f16,q8_0,q4_0", "--tests",
+                          "tg4@d40", "-r", "3", "-t", "1", "--interleave", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json rows = Json::parse(r.out);
+  ASSERT_EQ(rows.size(), 3u);
+  const char* types[] = {"f16", "q8_0", "q4_0"};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rows[i]["type_k"], types[i]);
+    EXPECT_EQ(rows[i]["samples_ns"].size(), 3u);
+    EXPECT_EQ(rows[i]["interleave"], true);
+    EXPECT_EQ(rows[i]["peak_rss_scope"], "process");
+  }
+  std::vector<std::string> order;  // "case/round" from the progress lines
+  const std::regex line(R"(bench \[(\d)/3\].*, round (\d)/3)");
+  for (const std::string& l : Lines(r.err)) {
+    std::smatch mt;
+    if (std::regex_search(l, mt, line)) order.push_back(mt[1].str() + "/" + mt[2].str());
+  }
+  EXPECT_THAT(order,
+              ::testing::ElementsAre("1/1", "2/1", "3/1", "3/2", "2/2", "1/2", "1/3", "2/3", "3/3"))
+      << r.err;
+  // Without the flag: one test after the other, each with its own peak.
+  CliResult plain = RunRotor(
+      {"bench", "-m", BundledModel(), "--tests", "tg4@d40", "-r", "2", "-t", "1", "-o", "jsonl"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(Json::parse(plain.out)["interleave"], false);
+  EXPECT_THAT(plain.err, ::testing::Not(HasSubstr("round")));
+}
+
 struct BenchError {
   std::string name;
   std::vector<std::string> args;
