@@ -202,7 +202,7 @@ int RunBench(BenchArgs a) {
         int i;
         std::unique_ptr<BenchCaseRun> run;  // null once it failed
         ReadProbe* probe;
-        std::vector<double> passes;  // GB/s, before and after each repetition
+        std::vector<double> passes;  // GB/s, before and after each round's timed steps
       };
       std::vector<Live> live;
       std::map<int, std::unique_ptr<ThreadPool>> pools;  // one per thread count
@@ -225,23 +225,54 @@ int RunBench(BenchArgs a) {
       }
       const size_t n_live = live.size();
       for (int rep = 1; rep <= a.repetitions; ++rep) {
-        for (size_t k = 0; k < n_live; ++k) {
-          Live& l = live[rep % 2 == 1 ? k : n_live - 1 - k];
-          if (!l.run) continue;
-          progress.Start(fmt::format("{}, round {}/{}", name(l.i), rep, a.repetitions));
-          Status st = l.run->Repetition(rep, [&](const char* phase, int r) {
-            if (l.probe != nullptr && std::strcmp(phase, "run") == 0)
-              for (int p = 0; p < kProbePasses; ++p) l.passes.push_back(l.probe->Pass());
-            progress.Update(phase, r, a.repetitions);
-          });
-          for (int p = 0; l.probe != nullptr && p < kProbePasses; ++p)
-            l.passes.push_back(l.probe->Pass());
+        // This round's order: the list's on odd rounds, reversed on even ones.
+        std::vector<Live*> order;
+        for (size_t k = 0; k < n_live; ++k)
+          order.push_back(&live[rep % 2 == 1 ? k : n_live - 1 - k]);
+        auto drop = [&](Live& l, const Status& st) {
+          fail(l.i, st);
+          l.run.reset();
+        };
+        for (Live* l : order) {  // every depth first (untimed)
+          if (!l->run) continue;
+          progress.Start(fmt::format("{}, round {}/{}", name(l->i), rep, a.repetitions));
+          Status st = l->run->Fill(
+              rep, [&](const char* phase, int r) { progress.Update(phase, r, a.repetitions); });
           progress.Clear();
-          if (!st.ok()) {
-            fail(l.i, st);
-            l.run.reset();
-          }
+          if (!st.ok()) drop(*l, st);
         }
+        // Then the tests' timed units in turn, with the read probe before and
+        // after them (the same passes for every test of the round).
+        std::vector<double> round_passes;
+        auto probe_passes = [&] {
+          for (Live* l : order)
+            if (l->run && l->probe != nullptr) {
+              for (int p = 0; p < kProbePasses; ++p) round_passes.push_back(l->probe->Pass());
+              return;
+            }
+        };
+        progress.Start(fmt::format("round {}/{}: the tests' steps in turn", rep, a.repetitions));
+        probe_passes();
+        std::vector<Live*> pending;
+        for (Live* l : order)
+          if (l->run) pending.push_back(l);
+        while (!pending.empty()) {
+          std::vector<Live*> next;
+          for (Live* l : pending) {
+            Result<bool> done = l->run->Step();
+            if (!done.ok()) {
+              drop(*l, done.status());
+            } else if (!*done) {
+              next.push_back(l);
+            }
+          }
+          pending = std::move(next);
+        }
+        probe_passes();
+        progress.Clear();
+        for (Live* l : order)
+          if (l->probe != nullptr)
+            l->passes.insert(l->passes.end(), round_passes.begin(), round_passes.end());
       }
       for (Live& l : live)
         if (l.run) write_row(l.i, l.run->Finish(), l.passes);

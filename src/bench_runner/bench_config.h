@@ -36,9 +36,10 @@ struct BenchArgs {
   // The sequences' depth is one shared prefix (llama-batched-bench's -pps):
   // the first computes it, the others take its blocks from the prefix cache.
   bool shared_prefix = false;
-  // Each model's cases run their repetitions in rounds: round k runs
-  // repetition k of every case, in the list's order on odd rounds and the
-  // reverse on even ones (BenchCaseRun; peak RSS is then the process's).
+  // Each model's cases run their repetitions in rounds: round k fills every
+  // case's depth, in the list's order on odd rounds and the reverse on even
+  // ones, then takes the cases' timed steps in turn (BenchCaseRun; peak RSS
+  // is then the process's).
   bool interleave = false;
   std::string output = "md";
   bool roofline = false;

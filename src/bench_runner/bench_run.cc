@@ -117,21 +117,28 @@ struct BenchCaseRun::State {
     return Status::Ok();
   }
 
-  // The test itself: a prompt and the logits of its last token (pp), or
-  // n_gen passes of one token of every sequence (tg).
-  Result<int64_t> RunTest() {
+  // The test itself, one timed unit per call: the whole prompt and the
+  // logits of its last token (pp), or one pass of one token of every
+  // sequence (tg: n_gen calls). Returns true when the test is done; its
+  // time (the sum of its units) is then in `elapsed_ns`.
+  Result<bool> StepTest() {
     const BenchTest& t = c.test;
+    if (next == 0) elapsed_ns = 0;
     Timer timer;
     if (t.n_prompt > 0) {
       const auto prompt = std::span<const int32_t>(test_tokens).first(t.n_prompt);
       RETURN_IF_ERROR(Run([&](KvCache* cache) { return Feed::Prompt(cache, prompt); }));
-      return timer.ElapsedNs();
-    }
-    for (int i = 0; i < t.n_gen; ++i)
+      next = t.n_prompt;
+    } else {
       RETURN_IF_ERROR(Run([&](KvCache* cache) {
-        return Feed::Continue(cache, std::span<const int32_t>(test_tokens).subspan(i, 1));
+        return Feed::Continue(cache, std::span<const int32_t>(test_tokens).subspan(next, 1));
       }));
-    return timer.ElapsedNs();
+      ++next;
+    }
+    elapsed_ns += timer.ElapsedNs();
+    const bool done = next == std::max(t.n_prompt, t.n_gen);
+    if (done) next = 0;
+    return done;
   }
 
   // The depth as a prompt with no logits, in every sequence's cache.
@@ -177,6 +184,8 @@ struct BenchCaseRun::State {
   std::vector<int32_t> test_tokens;   // [max(n_prompt, n_gen)]
   std::vector<Feed> feeds;            // [n_seq]
   std::vector<Feed*> feed_ptrs;       // [n_seq]
+  int next = 0;                       // the test's next token (0: not started)
+  int64_t elapsed_ns = 0;             // of the test's units so far
 };
 
 BenchCaseRun::BenchCaseRun(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -212,19 +221,32 @@ Result<std::unique_ptr<BenchCaseRun>> BenchCaseRun::Start(const BenchModel& bm, 
 
   if (progress) progress("warm-up", 0);  // the test at depth 0
   for (auto& cache : st->caches) cache->Clear();
-  RETURN_IF_ERROR(st->RunTest());
+  for (bool done = false; !done;) {
+    ASSIGN_OR_RETURN(done, st->StepTest());
+  }
   return std::unique_ptr<BenchCaseRun>(new BenchCaseRun(std::move(st)));
 }
 
-Status BenchCaseRun::Repetition(int rep, const BenchProgress& progress) {
+Status BenchCaseRun::Fill(int rep, const BenchProgress& progress) {
+  CHECK_EQ(s_->next, 0);
   for (auto& cache : s_->caches) cache->Clear();
-  if (s_->c.test.n_depth > 0) {
-    if (progress) progress("fill", rep);
-    RETURN_IF_ERROR(s_->Fill());
-  }
+  if (s_->c.test.n_depth == 0) return Status::Ok();
+  if (progress) progress("fill", rep);
+  return s_->Fill();
+}
+
+Result<bool> BenchCaseRun::Step() {
+  ASSIGN_OR_RETURN(bool done, s_->StepTest());
+  if (done) s_->r.samples_ns.push_back(s_->elapsed_ns);
+  return done;
+}
+
+Status BenchCaseRun::Repetition(int rep, const BenchProgress& progress) {
+  RETURN_IF_ERROR(Fill(rep, progress));
   if (progress) progress("run", rep);
-  ASSIGN_OR_RETURN(int64_t ns, s_->RunTest());
-  s_->r.samples_ns.push_back(ns);
+  for (bool done = false; !done;) {
+    ASSIGN_OR_RETURN(done, Step());
+  }
   return Status::Ok();
 }
 

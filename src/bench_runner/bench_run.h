@@ -66,12 +66,15 @@ BenchStats ComputeStats(const BenchResult& r, int64_t n_tokens);
 using BenchProgress = std::function<void(const char* phase, int rep)>;
 
 // One case's state across its repetitions: its caches, block pool, runner
-// and token ids. Start() builds them and runs the untimed warm-up; each
-// Repetition() clears the caches, fills the depth (untimed) and times one run.
-// RunBenchCase runs the repetitions back to back; `rotor bench --interleave`
-// keeps several cases alive and runs their repetitions in turn, so that each
-// round sees the host in the same state (the K/V types' ratio at depth is
-// then measured within one round, not minutes apart).
+// and token ids. Start() builds them and runs the untimed warm-up. A
+// repetition is Fill() (clear the caches, fill the depth: untimed), then
+// Step() until it returns true: each call times one unit of the test (a
+// pp prompt whole; one tg pass of one token per sequence), and their sum is
+// the repetition's sample. RunBenchCase runs the repetitions back to back;
+// `rotor bench --interleave` keeps a model's cases alive, fills each, then
+// takes their tg steps in turn, so that the cases compared see the host in
+// the same state, milliseconds apart (the K/V types' ratio at depth is then
+// measured step by step, not minutes apart).
 class BenchCaseRun {
  public:
   // `pool` runs the case (its size must be c.threads) and outlives the run.
@@ -85,8 +88,12 @@ class BenchCaseRun {
   BenchCaseRun(const BenchCaseRun&) = delete;
   BenchCaseRun& operator=(const BenchCaseRun&) = delete;
 
-  // Repetition `rep` (from 1): fill, then the timed run; its time is
-  // appended to the result's samples.
+  // Clears the caches and fills the depth (progress "fill", rep from 1).
+  Status Fill(int rep, const BenchProgress& progress);
+  // The next timed unit of the test; true when the test is done and its
+  // time was appended to the result's samples.
+  Result<bool> Step();
+  // Fill, then every step (progress "run" between them).
   Status Repetition(int rep, const BenchProgress& progress);
   // The result so far, with the peak RSS read now.
   BenchResult Finish();

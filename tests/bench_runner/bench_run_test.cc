@@ -72,9 +72,9 @@ TEST(BenchRunTest, RunsACaseAndReportsEveryRepetition) {
   EXPECT_GE(fills, 3);
 }
 
-// Two cases alive at once on one pool, their repetitions taking turns (as
-// `rotor bench --interleave` runs them): each keeps its own caches, so each
-// fills and holds what it holds when run alone.
+// Two cases alive at once on one pool, taking turns (as `rotor bench
+// --interleave` runs them: fills, then steps): each keeps its own caches, so
+// each fills and holds what it holds when run alone.
 TEST(BenchRunTest, CasesTakeTurnsOnOnePool) {
   Result<BenchModel> m = LoadBenchModel(Model());
   ASSERT_TRUE(m.ok()) << m.message();
@@ -100,12 +100,23 @@ TEST(BenchRunTest, CasesTakeTurnsOnOnePool) {
       BenchCaseRun::Start(*m, b, 1234, pool, /*scoped_rss=*/false, log('b'));
   ASSERT_TRUE(rb.ok()) << rb.message();
   for (int rep = 1; rep <= 2; ++rep) {
-    ASSERT_TRUE((*ra)->Repetition(rep, log('a')).ok());
-    ASSERT_TRUE((*rb)->Repetition(rep, log('b')).ok());
+    if (rep == 1) {  // filled one after the other, then their tg steps in turn
+      ASSERT_TRUE((*ra)->Fill(rep, log('a')).ok());
+      ASSERT_TRUE((*rb)->Fill(rep, log('b')).ok());
+      phases.push_back("steps");
+      for (int step = 1; step <= 4; ++step) {  // tg4: four timed units each
+        Result<bool> da = (*ra)->Step(), db = (*rb)->Step();
+        ASSERT_TRUE(da.ok() && db.ok());
+        EXPECT_EQ(*da, step == 4);
+        EXPECT_EQ(*db, step == 4);
+      }
+    } else {
+      ASSERT_TRUE((*ra)->Repetition(rep, log('a')).ok());
+      ASSERT_TRUE((*rb)->Repetition(rep, log('b')).ok());
+    }
   }
-  EXPECT_THAT(phases,
-              ::testing::ElementsAre("a:warm-up0", "b:warm-up0", "a:fill1", "a:run1", "b:fill1",
-                                     "b:run1", "a:fill2", "a:run2", "b:fill2", "b:run2"));
+  EXPECT_THAT(phases, ::testing::ElementsAre("a:warm-up0", "b:warm-up0", "a:fill1", "b:fill1",
+                                             "steps", "a:fill2", "a:run2", "b:fill2", "b:run2"));
   const BenchResult x = (*ra)->Finish(), y = (*rb)->Finish();
   EXPECT_EQ(x.samples_ns.size(), 2u);
   EXPECT_EQ(y.samples_ns.size(), 2u);

@@ -322,9 +322,10 @@ TEST(BenchCliTest, KvTypeSweep) {
   EXPECT_THAT(md.out, HasSubstr("| f16/q4_0+rot |"));  // offsets are the keys' alone
 }
 
-// --interleave: every test warms up, then round k runs repetition k of each,
-// in the list's order on odd rounds and reversed on even ones; the rows keep
-// the list's order, each with all its samples, and say they were paired.
+// --interleave: every test warms up, then round k fills each test's depth,
+// in the list's order on odd rounds and reversed on even ones, and takes the
+// tests' steps in turn; the rows keep the list's order, each with all its
+// samples, and say they were paired.
 TEST(BenchCliTest, InterleaveRunsRepetitionsInRounds) {
   CliResult r = RunRotor({"bench", "-m", BundledModel(), "--kv-type", "f16,q8_0,q4_0", "--tests",
                           "tg4@d40", "-r", "3", "-t", "1", "--interleave", "-o", "json"});
