@@ -241,15 +241,16 @@ int RunBench(BenchArgs a) {
           progress.Clear();
           if (!st.ok()) drop(*l, st);
         }
-        // Then the tests' timed units in turn, with the read probe before and
-        // after them (the same passes for every test of the round).
-        std::vector<double> round_passes;
+        // Then the tests' timed units in turn, with the read probes before
+        // and after them (each probe's passes go to every test of its
+        // thread count in the round).
+        std::map<ReadProbe*, std::vector<double>> round_passes;
         auto probe_passes = [&] {
+          std::set<ReadProbe*> done;
           for (Live* l : order)
-            if (l->run && l->probe != nullptr) {
-              for (int p = 0; p < kProbePasses; ++p) round_passes.push_back(l->probe->Pass());
-              return;
-            }
+            if (l->run && l->probe != nullptr && done.insert(l->probe).second)
+              for (int p = 0; p < kProbePasses; ++p)
+                round_passes[l->probe].push_back(l->probe->Pass());
         };
         progress.Start(fmt::format("round {}/{}: the tests' steps in turn", rep, a.repetitions));
         probe_passes();
@@ -271,8 +272,10 @@ int RunBench(BenchArgs a) {
         probe_passes();
         progress.Clear();
         for (Live* l : order)
-          if (l->probe != nullptr)
-            l->passes.insert(l->passes.end(), round_passes.begin(), round_passes.end());
+          if (l->probe != nullptr) {
+            const std::vector<double>& p = round_passes[l->probe];
+            l->passes.insert(l->passes.end(), p.begin(), p.end());
+          }
       }
       for (Live& l : live)
         if (l.run) write_row(l.i, l.run->Finish(), l.passes);
