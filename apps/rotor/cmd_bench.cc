@@ -223,16 +223,16 @@ int RunBench(BenchArgs a) {
         }
         live.push_back(Live{.i = i, .run = std::move(*run), .probe = *probe, .passes = {}});
       }
+      auto drop = [&](Live& l, const Status& st) {
+        fail(l.i, st);
+        l.run.reset();
+      };
       const size_t n_live = live.size();
       for (int rep = 1; rep <= a.repetitions; ++rep) {
         // This round's order: the list's on odd rounds, reversed on even ones.
         std::vector<Live*> order;
         for (size_t k = 0; k < n_live; ++k)
           order.push_back(&live[rep % 2 == 1 ? k : n_live - 1 - k]);
-        auto drop = [&](Live& l, const Status& st) {
-          fail(l.i, st);
-          l.run.reset();
-        };
         for (Live* l : order) {  // every depth first (untimed)
           if (!l->run) continue;
           progress.Start(fmt::format("{}, round {}/{}", name(l->i), rep, a.repetitions));
@@ -365,9 +365,10 @@ Runner RegisterBench(CLI::App& app) {
                 "computes it, the others take its K/V blocks from the prefix cache, as "
                 "llama-batched-bench's -pps); JSON kv_blocks, kv_bytes, prefix_hit_tokens");
   sub->add_flag("--interleave", a->interleave,
-                "run each model's tests in rounds: repetition k of every test, then k + 1 (odd "
-                "rounds in the list's order, even ones reversed), so that tests compared with "
-                "each other see the host in the same state; peak_rss_bytes is then the process's");
+                "run each model's tests in rounds: round k fills every test's depth (odd rounds "
+                "in the list's order, even ones reversed), then times one step of each test in "
+                "turn, so that tests compared with each other see the host in the same state; "
+                "peak_rss_bytes is then the process's");
   sub->add_option("-c,--ctx-size", a->n_ctx,
                   "context sizes (0 = what each test needs: depth + its tokens, at least "
                   "--kv-size)")

@@ -129,7 +129,6 @@ TEST(BenchRunTest, CasesTakeTurnsOnOnePool) {
   EXPECT_EQ(x.kv_blocks, alone_a->kv_blocks);
   EXPECT_EQ(y.kv_blocks, alone_b->kv_blocks);
   EXPECT_GT(x.kv_blocks, y.kv_blocks);  // 40 tokens of depth against 20
-  EXPECT_TRUE(alone_a->peak_rss_scoped || alone_a->peak_rss_bytes > 0);
 }
 
 TEST(BenchRunTest, UnknownPolicyIsAnError) {
