@@ -83,8 +83,13 @@ float* AttentionScratch::Partials(int64_t n_tasks) {
 }
 
 attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Thread& th,
-                              int n_head, int n_head_kv) {
+                              int n_head, int n_head_kv, int first_kv_head) {
   attn::FoldState st;
+  if (a.cache->k_center != nullptr) {
+    const size_t at = static_cast<size_t>(first_kv_head) * a.head_dim;
+    st.k_center = a.cache->k_center + at;
+    st.k_scale = a.cache->k_scale + at;
+  }
   st.n_head = n_head;
   st.n_head_kv = n_head_kv;
   st.head_dim = a.head_dim;
@@ -147,7 +152,7 @@ class TaskRunner {
     for (int u = 0; u < n; ++u) {
       Token& tk = tokens_[u];
       tk.th = scratch.thread(thread, u);
-      tk.state = MakeFoldState(a, tk.th, a.n_head, a.n_head_kv);
+      tk.state = MakeFoldState(a, tk.th, a.n_head, a.n_head_kv, 0);
       SetBlockTypes(*a.cache, a.head_dim, tk.block);
     }
   }
@@ -409,7 +414,7 @@ void SetChunks(ThreadPool& pool, std::span<const AttentionArgs> batch, Attention
                std::vector<Cut>& cuts) {
   auto in_place = [](const KvLayerView& v, bool is_v) {
     return (is_v ? v.types.v : v.types.k) == KvType::kF32 && !(is_v ? v.rotate_v : v.rotate_k) &&
-           (is_v || v.k_offset == nullptr);
+           (is_v || (v.k_offset == nullptr && v.k_center == nullptr));
   };
   size_t bytes = 0;
   for (const AttentionArgs& a : batch)
@@ -440,7 +445,9 @@ void SetChunks(ThreadPool& pool, std::span<const AttentionArgs> batch, Attention
       *row_bytes = a.n_head_kv * KvHeadBytes(t, a.head_dim);
       *chunk = buf;
       const float* offset = is_v ? nullptr : view.k_offset;  // [row], or none
-      if (rotate || offset != nullptr) rot.resize(static_cast<size_t>(pool.size()) * row);
+      const float* center = is_v ? nullptr : view.k_center;  // [row], or none (with k_scale)
+      if (rotate || offset != nullptr || center != nullptr)
+        rot.resize(static_cast<size_t>(pool.size()) * row);
       uint8_t* out = buf;
       const size_t out_row = *row_bytes;
       auto store = [&](int64_t j0, int64_t j1, int thread) {
@@ -449,6 +456,10 @@ void SetChunks(ThreadPool& pool, std::span<const AttentionArgs> batch, Attention
           const float* x = src + j * a.kv_stride;
           if (offset != nullptr) {  // as KvCache::Store: minus the offsets, then rotated
             for (int64_t e = 0; e < row; ++e) r[e] = x[e] - offset[e];
+            x = r;
+          }
+          if (center != nullptr) {  // as KvCache::Store: deferred keys centered and scaled
+            KvCenterKeys(x, center, view.k_scale, row, r);
             x = r;
           }
           if (rotate) {

@@ -8,9 +8,10 @@
 namespace rotor {
 
 // A fold state over a thread's scratch for n_head query heads sharing
-// n_head_kv kv heads (q and the running state are set by the caller).
+// n_head_kv kv heads, the layer's heads from first_kv_head on (q and the
+// running state are set by the caller).
 attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Thread& th,
-                              int n_head, int n_head_kv);
+                              int n_head, int n_head_kv, int first_kv_head);
 
 // Folds a key block with the fold its cut chose (ChooseFold in attention.cc).
 inline void FoldWith(const AttentionScratch::Cut& cut, attn::FoldState& s,

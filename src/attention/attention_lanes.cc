@@ -56,7 +56,7 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
       const size_t v_col = static_cast<size_t>(k0) * v_head_bytes;
       AttentionScratch::Thread th = scratch.thread(thread);
       AttentionScratch::LaneBuffers& buf = *bufs[p];
-      attn::FoldState st = MakeFoldState(a, th, q_heads, k1 - k0);
+      attn::FoldState st = MakeFoldState(a, th, q_heads, k1 - k0, k0);
       st.q = a.q + i * a.q_stride + static_cast<int64_t>(k0) * group * hd;
       st.q8_of = nullptr;
       std::fill(st.m, st.m + q_heads, -std::numeric_limits<float>::infinity());
@@ -139,7 +139,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
     std::vector<attn::FoldState> st(nl);
     for (int l = 0; l < nl; ++l) {
       attn::FoldState& s = st[l];
-      s = MakeFoldState(a, th, q_heads, lane_heads);
+      s = MakeFoldState(a, th, q_heads, lane_heads, (g0 + l) * lane_heads);
       s.scores = th.scores + static_cast<size_t>(l) * q_heads * attn::kBlock;
       s.m = th.m + l * q_heads;
       s.l = th.l + l * q_heads;

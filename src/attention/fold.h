@@ -34,6 +34,11 @@ struct FoldState {
   int8_t* q8 = nullptr;           // [n_head, head_dim] quants
   float* q8d = nullptr;           // [n_head, head_dim / 8 * 8]: block b's scale at [b * 8, b * 8 + 8)
   const float* q8_of = nullptr;   // the q they were made from; null: not yet (set q8_of = null with q)
+  // Deferred keys stored centered and scaled (key offsets on): a stored
+  // head's value x reads as center + scale * x, before it is rotated.
+  // [n_head_kv, head_dim] each, the state's kv heads; both null otherwise.
+  const float* k_center = nullptr;
+  const float* k_scale = nullptr;
 };
 
 // Quantizes s.q (n_head heads) into s.q8 / s.q8d in blocks of `qblock`

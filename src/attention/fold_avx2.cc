@@ -44,14 +44,22 @@ inline void Prefetch(const KeyBlock& b, int j, int k_bytes, int v_bytes) {
       _mm_prefetch(static_cast<const char*>(b.k[j + kAheadK]) + o, _MM_HINT_T0);
 }
 
+// Key values e.. of a head stored centered and scaled (kc, ks: the head's
+// [head_dim] centers and half-widths; FoldState::k_center), read back.
+inline __m256 Uncenter(__m256 x, const float* kc, const float* ks, int e) {
+  return _mm256_fmadd_ps(x, _mm256_loadu_ps(ks + e), _mm256_loadu_ps(kc + e));
+}
+
 // Raw q.k of query heads [h0, h0 + G) with key j's head `head`, decoded
-// eight values at a time and rotated by cr / sr ([head_dim] each) when
-// given; two accumulators per query head.
+// eight values at a time (read back through kc / ks when given) and rotated
+// by cr / sr ([head_dim] each) when given; two accumulators per query head.
 template <Elem T, int B, int G>
-void DotFloat(FoldState& s, const uint8_t* head, const float* cr, const float* sr, int h0, int j) {
+void DotFloat(FoldState& s, const uint8_t* head, const float* cr, const float* sr, const float* kc,
+              const float* ks, int h0, int j) {
   const int hd = s.head_dim;
   auto key = [&](int e) {
-    const __m256 x = Load8<T, B>(head, e);
+    __m256 x = Load8<T, B>(head, e);
+    if (ks != nullptr) x = Uncenter(x, kc, ks, e);
     if (cr == nullptr) return x;
     const __m256 sw = _mm256_permute_ps(x, 0xB1);  // swap the lanes of each pair
     return _mm256_fmadd_ps(_mm256_loadu_ps(cr + e), x, _mm256_mul_ps(_mm256_loadu_ps(sr + e), sw));
@@ -79,8 +87,8 @@ void DotFloat(FoldState& s, const uint8_t* head, const float* cr, const float* s
 // DotFloat for block-type keys in blocks of 32 (to rotate: deferred RoPE):
 // each block's integers and scale decoded once, 32 values at a time.
 template <Elem T, int G>
-void DotFloat32(FoldState& s, const uint8_t* head, const float* cr, const float* sr, int h0,
-                int j) {
+void DotFloat32(FoldState& s, const uint8_t* head, const float* cr, const float* sr,
+                const float* kc, const float* ks, int h0, int j) {
   const int hd = s.head_dim;
   __m256 a[G][2];
   for (int u = 0; u < G; ++u) a[u][0] = a[u][1] = _mm256_setzero_ps();
@@ -93,6 +101,7 @@ void DotFloat32(FoldState& s, const uint8_t* head, const float* cr, const float*
     for (int r = 0; r < 4; ++r) {
       const int e = e0 + 8 * r;
       __m256 k = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(quarter[r])), d);
+      if (ks != nullptr) k = Uncenter(k, kc, ks, e);
       if (cr != nullptr) {
         const __m256 sw = _mm256_permute_ps(k, 0xB1);  // swap the lanes of each pair
         k = _mm256_fmadd_ps(_mm256_loadu_ps(cr + e), k, _mm256_mul_ps(_mm256_loadu_ps(sr + e), sw));
@@ -163,6 +172,8 @@ void Scores(FoldState& s, const KeyBlock& b) {
     for (int g = 0; g < s.n_head_kv; ++g) {
       const uint8_t* head =
           static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
+      const float* kc = s.k_center == nullptr ? nullptr : s.k_center + static_cast<size_t>(g) * hd;
+      const float* ks = s.k_scale == nullptr ? nullptr : s.k_scale + static_cast<size_t>(g) * hd;
       for (int h0 = g * group; h0 < (g + 1) * group; h0 += kHeads) {
         const int n = std::min(kHeads, (g + 1) * group - h0);
         // The kernel for n heads at once, n a template argument.
@@ -176,14 +187,19 @@ void Scores(FoldState& s, const KeyBlock& b) {
         };
         if constexpr (IsBlockType(T) && B == 32) {
           // (Keys stored rotated in blocks of 32 are scored by ScoresCachedAvx2.)
-          if (cr == nullptr)
+          if (cr == nullptr && ks == nullptr)
             run([&](auto g) { DotInt<T, 32, decltype(g)::value>(s, head, h0, j); });
-          else run([&](auto g) { DotFloat32<T, decltype(g)::value>(s, head, cr, sr, h0, j); });
+          else
+            run([&](auto g) { DotFloat32<T, decltype(g)::value>(s, head, cr, sr, kc, ks, h0, j); });
         } else if constexpr (IsBlockType(T)) {
-          if (cr == nullptr) run([&](auto g) { DotInt<T, B, decltype(g)::value>(s, head, h0, j); });
-          else run([&](auto g) { DotFloat<T, B, decltype(g)::value>(s, head, cr, sr, h0, j); });
+          if (cr == nullptr && ks == nullptr)
+            run([&](auto g) { DotInt<T, B, decltype(g)::value>(s, head, h0, j); });
+          else
+            run([&](auto g) {
+              DotFloat<T, B, decltype(g)::value>(s, head, cr, sr, kc, ks, h0, j);
+            });
         } else {
-          run([&](auto g) { DotFloat<T, B, decltype(g)::value>(s, head, cr, sr, h0, j); });
+          run([&](auto g) { DotFloat<T, B, decltype(g)::value>(s, head, cr, sr, kc, ks, h0, j); });
         }
       }
     }
@@ -527,7 +543,9 @@ void Fold(FoldState& s, const KeyBlock& b) {
   const bool block_ok = b.qblock == 8 || b.qblock == 16 || b.qblock == 32;
   if (s.head_dim % 8 != 0 || s.head_dim > 256 || (blocks && !block_ok) || b.n == 0)
     return FoldScalar(s, b);
-  if (!(kVnni ? ScoresCachedVnni(s, b) : ScoresCachedAvx2(s, b))) WithType<ScoresFn>(b.tk, s, b);
+  const bool cached =
+      s.k_scale == nullptr && (kVnni ? ScoresCachedVnni(s, b) : ScoresCachedAvx2(s, b));
+  if (!cached) WithType<ScoresFn>(b.tk, s, b);
   if constexpr (kVnni)
     WithType<ValuesWideFn>(b.tv, s, b);
   else

@@ -156,8 +156,12 @@ void FoldAvx512(FoldState& s, const KeyBlock& b) {
   // a time).
   const bool cached_blocks = IsBlockType(b.tk) && b.n > 0 && b.cos[0] == nullptr;
   if (s.n_head > s.n_head_kv || cached_blocks) return FoldAvx2Vnni(s, b);
-  if (b.tk == Elem::kF32 && b.tv == Elem::kF32) FoldTyped<false>(s, b);
-  else if (b.tk == Elem::kF16 && b.tv == Elem::kF16) FoldTyped<true>(s, b);
+  // (Keys stored centered read back in FoldQuantAvx512's decode.)
+  const bool plain = s.k_scale == nullptr;
+  if (plain && b.tk == Elem::kF32 && b.tv == Elem::kF32)
+    FoldTyped<false>(s, b);
+  else if (plain && b.tk == Elem::kF16 && b.tv == Elem::kF16)
+    FoldTyped<true>(s, b);
   else FoldQuantAvx512(s, b);
 }
 

@@ -96,14 +96,22 @@ void Scores(FoldState& s, const KeyBlock& b) {
     }
     for (int g = 0; g < s.n_head_kv; ++g) {
       const uint8_t* head = static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
+      const float* kc = s.k_center == nullptr ? nullptr : s.k_center + static_cast<size_t>(g) * hd;
+      const float* ks = s.k_scale == nullptr ? nullptr : s.k_scale + static_cast<size_t>(g) * hd;
+      // Values [16 i, 16 i + 16) of the key head, read back (uncentered) when stored centered.
+      auto load = [&](int i) {
+        const __m512 x = Load16<TK>(head, i);
+        if (ks == nullptr) return x;
+        return _mm512_fmadd_ps(x, _mm512_loadu_ps(ks + 16 * i), _mm512_loadu_ps(kc + 16 * i));
+      };
       if (rotate) {
         for (int i = 0; i < NV; ++i) {
-          const __m512 x = Load16<TK>(head, i);
+          const __m512 x = load(i);
           const __m512 sw = _mm512_permute_ps(x, 0xB1);  // swap lanes of each pair
           k[i] = _mm512_fmadd_ps(cr[i], x, _mm512_mul_ps(sr[i], sw));
         }
       } else {
-        for (int i = 0; i < NV; ++i) k[i] = Load16<TK>(head, i);
+        for (int i = 0; i < NV; ++i) k[i] = load(i);
       }
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const float* q = s.q + h * hd;

@@ -58,7 +58,8 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
       cosr = c, sinr = sn;
     }
     for (int g = 0; g < s.n_head_kv; ++g) {
-      if (cosr == nullptr && nb > 0) {  // integer dot products, block by block
+      if (cosr == nullptr && nb > 0 &&
+          s.k_scale == nullptr) {  // integer dot products, block by block
         if (s.q8_of != s.q) QuantizeQuery(s, qb);
         const uint8_t* head = static_cast<const uint8_t*>(b.k[j]) +
                               static_cast<size_t>(g) * b.k_head_bytes;
@@ -78,6 +79,11 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
         continue;
       }
       DecodeHead(b.tk, b.k_head_bytes, hd, b.k[j], g, vrow.data());
+      if (s.k_scale != nullptr) {  // stored centered and scaled: read back
+        const float* kc = s.k_center + static_cast<size_t>(g) * hd;
+        const float* ks = s.k_scale + static_cast<size_t>(g) * hd;
+        for (int d = 0; d < hd; ++d) vrow[d] = std::fma(vrow[d], ks[d], kc[d]);
+      }
       if (cosr != nullptr) {  // deferred: rotate the key by -distance
         for (int d = 0; d < hd; ++d)
           s.k_rot[d] = cosr[d] * vrow[d] + sinr[d] * vrow[s.partner[d]];

@@ -89,8 +89,18 @@ KvCache::~KvCache() {
 }
 
 const float* KvCache::KeyOffset(int layer, int head) const {
-  if (!config_.k_offset) return nullptr;
+  if (!config_.k_offset || config_.rope_k != RopeK::kCached) return nullptr;
   return shape_.k_offsets->Layer(layer) + static_cast<size_t>(head) * shape_.head_dim;
+}
+
+const float* KvCache::KeyCenter(int layer, int head) const {
+  if (!config_.k_offset || config_.rope_k != RopeK::kDeferred) return nullptr;
+  return shape_.k_offsets->Center(layer) + static_cast<size_t>(head) * shape_.head_dim;
+}
+
+const float* KvCache::KeyScale(int layer, int head) const {
+  if (!config_.k_offset || config_.rope_k != RopeK::kDeferred) return nullptr;
+  return shape_.k_offsets->Scale(layer) + static_cast<size_t>(head) * shape_.head_dim;
 }
 
 void KvCache::Store(bool is_v, int layer, int head, uint8_t* dst, const float* src, int n_heads,
@@ -101,6 +111,10 @@ void KvCache::Store(bool is_v, int layer, int head, uint8_t* dst, const float* s
   const float* m = is_v ? nullptr : KeyOffset(layer, head);
   if (m != nullptr) {
     for (int64_t i = 0; i < n; ++i) store_row_[i] = src[i] - m[i];
+    src = store_row_.data();
+  }
+  if (const float* c = is_v ? nullptr : KeyCenter(layer, head)) {
+    KvCenterKeys(src, c, KeyScale(layer, head), n, store_row_.data());
     src = store_row_.data();
   }
   if (is_v ? config_.rotate : RotateK()) {
@@ -122,6 +136,10 @@ void KvCache::Load(bool is_v, int layer, int head, const uint8_t* src, float* ds
   if (is_v ? config_.rotate : RotateK()) KvHadamard(dst, n, KvQuantBlock(hd));
   if (const float* m = is_v ? nullptr : KeyOffset(layer, head))
     for (int64_t i = 0; i < n; ++i) dst[i] += m[i];
+  if (const float* c = is_v ? nullptr : KeyCenter(layer, head)) {
+    const float* sc = KeyScale(layer, head);
+    for (int64_t i = 0; i < n; ++i) dst[i] = c[i] + sc[i] * dst[i];
+  }
 }
 
 void KvCache::ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t delta) {
@@ -410,6 +428,8 @@ KvLayerView KvCache::View(int layer) {
   view.rotate_k = RotateK();
   view.rotate_v = config_.rotate;
   view.k_offset = KeyOffset(layer, 0);
+  view.k_center = KeyCenter(layer, 0);
+  view.k_scale = KeyScale(layer, 0);
   view.k_row_bytes = KRowBytes();
   view.v_row_bytes = VRowBytes();
   view.layer = layer;

@@ -66,8 +66,13 @@ struct KvLayerView {
   int first_lane = 0;
   int n_lanes = 1;
   int lane_heads = 0;
-  // [n_head_kv, head_dim] what stored keys have subtracted (kv_key_offsets.h), or null.
+  // Cached RoPE: [n_head_kv, head_dim] what stored keys have subtracted
+  // (kv_key_offsets.h), or null.
   const float* k_offset = nullptr;
+  // Deferred RoPE: keys stored as (k - k_center) / k_scale, [n_head_kv,
+  // head_dim] each (kv_key_offsets.h), or both null.
+  const float* k_center = nullptr;
+  const float* k_scale = nullptr;
   const void* KRow(int32_t cell) const {
     return blocks[cell >> block_shift] + k_off + (cell & ((1 << block_shift) - 1)) * k_row_bytes;
   }
@@ -225,6 +230,9 @@ class KvCache {
   void Load(bool is_v, int layer, int head, const uint8_t* src, float* dst, int n_heads) const;
   // Layer `layer`'s key offsets from kv head `head` on, or null (none).
   const float* KeyOffset(int layer, int head) const;
+  // Deferred keys' channel centers and half-widths from kv head `head`, or null.
+  const float* KeyCenter(int layer, int head) const;
+  const float* KeyScale(int layer, int head) const;
   bool RotateK() const { return config_.rotate && config_.rope_k == RopeK::kCached; }
   // Re-rotates the stored keys a lane keeps in a cell by delta positions.
   void RotateLane(int lane, int32_t cell, int32_t delta);

@@ -87,9 +87,10 @@ constexpr KvOptionSpec kTable[] = {
      "Hadamard rotation of the stored heads (V, and K under cached RoPE): spreads outliers "
      "before quantization"},
     {KvOpt::kKeyOffset, "--kv-k-offset", "", "kv_k_offset", false, 0, 0,
-     "on for q8_0 / q4_0 / q5_0 K under cached RoPE, else off",
-     "store keys minus the model's mean key per channel (cached RoPE; exact: softmax ignores "
-     "the shift): the large constant channels of post-RoPE keys stop setting the block scales"},
+     "on for q8_0 / q4_0 / q5_0 K, else off",
+     "cached RoPE: store keys minus the model's mean key per channel (exact: softmax ignores "
+     "the shift); deferred RoPE: store each channel centered and scaled to its range (read "
+     "back in attention). The widest channels of a key stop setting its block scales"},
 };
 static_assert(std::size(kTable) == kKvOptCount);
 
@@ -295,17 +296,13 @@ Result<KvConfig> ResolveKvConfig(const KvConfig& config, const KvShape& shape,
   if (c.rotate && KvQuantBlock(shape.head_dim) == 0)
     return Errorf("kv: {} on needs a head size that is a multiple of 8; this model's is {}",
                   KvOption(KvOpt::kRotate).Name(spelling), shape.head_dim);
-  // Key offsets: on by default for block-type keys under cached RoPE (they
-  // lower the 4- and 5-bit types' KL divergence several fold:
-  // docs/EVALUATION.md) when the model has them. Under deferred RoPE a
-  // constant offset of the unrotated keys is not one of the rotated keys, so
-  // softmax would not ignore it.
+  // Key offsets: on by default for block-type keys (they lower the 4- and
+  // 5-bit types' KL divergence several fold: docs/EVALUATION.md) when the
+  // model has them. Under cached RoPE keys are stored minus the model's
+  // offsets; under deferred RoPE as channels centered and scaled to their
+  // ranges (kv_key_offsets.h).
   const std::string_view offset = KvOption(KvOpt::kKeyOffset).Name(spelling);
-  if (!c.Given(KvOpt::kKeyOffset))
-    c.k_offset = KvTypeQuantized(c.types.k) && c.rope_k == RopeK::kCached && shape.k_offsets;
-  if (c.k_offset && c.rope_k != RopeK::kCached)
-    return Errorf("kv: {} on needs keys stored after RoPE ({} cached)", offset,
-                  KvOption(KvOpt::kRopeK).Name(spelling));
+  if (!c.Given(KvOpt::kKeyOffset)) c.k_offset = KvTypeQuantized(c.types.k) && shape.k_offsets;
   if (c.k_offset && shape.k_offsets == nullptr)
     return Errorf("kv: {} on: this cache's model has no key offsets", offset);
   return c;
@@ -342,7 +339,8 @@ std::string DescribeKvConfig(const KvConfig& c) {
     s += fmt::format(", {} positions", KvPositionsName(c.positions));
   s += fmt::format(", {} keys, {} K/V", RopeKName(c.rope_k), KvTypesName(c.types));
   if (c.rotate) s += " (rotated)";
-  if (c.k_offset) s += " (key offsets)";
+  if (c.k_offset)
+    s += c.rope_k == RopeK::kCached ? " (key offsets)" : " (key channels centered and scaled)";
   return s;
 }
 

@@ -118,7 +118,8 @@ struct KvConfig {
   KvPositions positions = KvPositions::kOriginal;  // the evicting policies' resolve: compact
   KvTypes types;        // element types of K and V (default f16)
   bool rotate = false;  // Hadamard-rotated K (cached RoPE) and V heads
-  bool k_offset = false;  // keys stored minus the model's key offsets (cached RoPE)
+  bool k_offset =
+      false;  // keys stored minus the key offsets (cached RoPE) or centered and scaled (deferred)
   uint32_t given = 0;  // KvOptBit of every option set explicitly
 
   bool Given(KvOpt o) const { return (given & KvOptBit(o)) != 0; }

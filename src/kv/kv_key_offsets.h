@@ -12,7 +12,16 @@
 // shifts (attention.cc). Readers of stored keys in f32 (re-rotation, CellK)
 // add m back.
 //
-// m is a property of the model, not of a sequence: every cache of a model
+// Keys stored before RoPE (deferred) cannot take a constant offset (each is
+// rotated by its own distance in attention, and the offset with it), but
+// their channels keep their ranges at every position: there keys are stored
+// as x = (k - c) / s per channel, c the middle and s the half-width of the
+// channel's range over the calibration run, and attention reads them back as
+// c + s x before it rotates them. The head's one block scale then no longer
+// follows its widest channel (stories260K's 4-bit keys: PPL +9.7% cached,
+// +0.9% deferred with them; docs/EVALUATION.md, "Key channels").
+//
+// m, c and s are properties of the model, not of a sequence: every cache of a model
 // stores keys with the same m, so blocks are shared across sequences (prefix
 // caching) and KV files move between processes. The model computes it once,
 // on first use, from a fixed calibration run (model/key_offsets.cc).
@@ -26,14 +35,22 @@ namespace rotor {
 
 class KvKeyOffsets {
  public:
-  // compute: [n_layer, n_head_kv, head_dim] floats; called once, on the first Layer().
+  // compute: [3, n_layer, n_head_kv, head_dim] floats: the offsets m of
+  // post-RoPE keys, then the centers c and half-widths s (all > 0) of
+  // pre-RoPE keys; called once, on the first use.
   using Compute = std::function<std::vector<float>()>;
   KvKeyOffsets(Compute compute, int n_layer, int row_floats);
 
-  // Layer `layer`'s offsets: [n_head_kv, head_dim].
-  const float* Layer(int layer) const;
+  // Layer `layer`'s offsets of post-RoPE keys: [n_head_kv, head_dim].
+  const float* Layer(int layer) const { return Part(0, layer); }
+  // Layer `layer`'s channel centers and half-widths of pre-RoPE keys:
+  // [n_head_kv, head_dim] each.
+  const float* Center(int layer) const { return Part(1, layer); }
+  const float* Scale(int layer) const { return Part(2, layer); }
 
  private:
+  const float* Part(int part, int layer) const;
+
   Compute compute_;
   int n_layer_ = 0;
   int row_floats_ = 0;  // n_head_kv * head_dim

@@ -186,4 +186,8 @@ void KvDequantizeHeads(KvType t, int head_dim, int n_heads, const uint8_t* src, 
 
 void KvHadamard(float* x, int64_t n, int block) { ops::Hadamard(x, n, block); }
 
+void KvCenterKeys(const float* k, const float* center, const float* scale, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = (k[i] - center[i]) / scale[i];
+}
+
 }  // namespace rotor

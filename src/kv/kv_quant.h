@@ -77,4 +77,9 @@ float KvUnpackBlock(KvType t, int block, const uint8_t* src, int8_t* q);
 // of block, block a power of two). Applying it twice gives x back (to rounding).
 void KvHadamard(float* x, int64_t n, int block);
 
+// Deferred keys as stored with key offsets on (kv_key_offsets.h): out[i] =
+// (k[i] - center[i]) / scale[i] for n values (out may be k). The cache's
+// stores and attention's rows of a ubatch both use it: the same bytes.
+void KvCenterKeys(const float* k, const float* center, const float* scale, int64_t n, float* out);
+
 }  // namespace rotor

@@ -1,6 +1,6 @@
 // The model's key offsets (kv/kv_key_offsets.h): per layer, kv head and
 // channel, the constant that best fits the post-RoPE keys of the trained
-// context, from a fixed calibration run.
+// context, and the range of the pre-RoPE keys, from a fixed calibration run.
 #pragma once
 
 #include <vector>
@@ -20,7 +20,10 @@ inline constexpr int kKeyOffsetSpan = 32768;
 // (BOS first; key_offsets.cc) through a deferred (pre-RoPE) f32 cache on a
 // pool of n_threads, takes the mean pre-RoPE key c of tokens kKeyOffsetSkip..
 // and returns c rotated by every position of the trained context (at most
-// kKeyOffsetSpan) and averaged, per layer: [n_layer, n_head_kv, head_dim].
+// kKeyOffsetSpan) and averaged, per layer: [n_layer, n_head_kv, head_dim];
+// followed by the middles c and half-widths s of each pre-RoPE channel's
+// range over the same tokens (ChannelRanges, key_offsets.cc), in the same
+// shape each: [3, n_layer, n_head_kv, head_dim] (kv/kv_key_offsets.h).
 // The same model gives the same
 // values whatever n_threads (the forward pass does not split a reduction by
 // thread count at this length): every process agrees on them.

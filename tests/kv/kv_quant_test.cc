@@ -259,6 +259,7 @@ struct FoldCase {
   bool deferred;
   int per_block = attn::kBlock;  // keys per fold call (the last call: the rest)
   bool two_level = false;        // deferred: every other key's rotation in two levels
+  bool centered = false;         // deferred: keys stored centered and scaled (FoldState::k_center)
 };
 
 // Runs the keys through `fold` from a fresh state, per_block keys per call;
@@ -293,6 +294,11 @@ std::vector<float> RunFold(void (*fold)(attn::FoldState&, const attn::KeyBlock&)
   }
   std::vector<int> partner(hd);
   for (int d = 0; d < hd; ++d) partner[d] = d ^ 1;
+  // Centers and half-widths of the stored keys' channels: [n_head_kv, head_dim].
+  const std::vector<float> center =
+      testing::RandomNormal(static_cast<size_t>(c.n_head_kv) * hd, seed + 5, 4.f);
+  std::vector<float> scale = testing::RandomNormal(center.size(), seed + 6);
+  for (float& x : scale) x = 0.25f + std::fabs(x);
   std::vector<float> scores(static_cast<size_t>(c.n_head) * attn::kBlock), k_rot(hd), csbuf(2 * hd),
       m(c.n_head, -std::numeric_limits<float>::infinity()), l(c.n_head, 0.f),
       acc(static_cast<size_t>(c.n_head) * hd, 0.f), q8d(static_cast<size_t>(c.n_head) * hd);
@@ -304,6 +310,7 @@ std::vector<float> RunFold(void (*fold)(attn::FoldState&, const attn::KeyBlock&)
   s.scores = scores.data(), s.k_rot = k_rot.data(), s.cs = csbuf.data();
   s.m = m.data(), s.l = l.data(), s.acc = acc.data();
   s.q8 = q8.data(), s.q8d = q8d.data();
+  if (c.centered) s.k_center = center.data(), s.k_scale = scale.data();
   attn::KeyBlock b;
   b.tk = static_cast<attn::Elem>(tk), b.tv = static_cast<attn::Elem>(tv);
   b.k_head_bytes = static_cast<int>(KvHeadBytes(tk, hd));
@@ -331,15 +338,26 @@ std::vector<float> RunFold(void (*fold)(attn::FoldState&, const attn::KeyBlock&)
 
 TEST(KvQuantFold, Avx512EqualsScalarReference) {
   if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this machine";
-  const FoldCase cases[] = {{4, 2, 64, 1, false},  {4, 2, 64, 77, false}, {3, 3, 32, 13, false},
-                            {8, 2, 96, 65, false}, {2, 1, 128, 29, true}, {6, 3, 64, 130, true},
-                            {2, 2, 256, 17, false}, {4, 4, 32, 7, true}};
+  const FoldCase cases[] = {{4, 2, 64, 1, false},
+                            {4, 2, 64, 77, false},
+                            {3, 3, 32, 13, false},
+                            {8, 2, 96, 65, false},
+                            {2, 1, 128, 29, true},
+                            {6, 3, 64, 130, true},
+                            {2, 2, 256, 17, false},
+                            {4, 4, 32, 7, true},
+                            // keys stored centered: FoldQuantAvx512 (one query head per
+                            // KV head, every type pair) and FoldAvx2Vnni (GQA)
+                            {4, 4, 32, 7, true, attn::kBlock, false, true},
+                            {2, 2, 128, 70, true, 33, true, true},
+                            {6, 3, 64, 130, true, attn::kBlock, true, true}};
   for (const FoldCase& c : cases)
     for (KvType tk : testing::kAllKvTypes)
       for (KvType tv : testing::kAllKvTypes) {
-        SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads "
-                                          << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim
-                                          << " keys " << c.n_keys << (c.deferred ? " deferred" : ""));
+        SCOPED_TRACE(::testing::Message()
+                     << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads " << c.n_head << "/"
+                     << c.n_head_kv << " hd " << c.head_dim << " keys " << c.n_keys
+                     << (c.deferred ? " deferred" : "") << (c.centered ? " centered" : ""));
         const uint32_t seed = c.head_dim * 31 + c.n_keys;
         const std::vector<float> want = RunFold(attn::FoldScalar, c, tk, tv, seed);
         const std::vector<float> got = RunFold(attn::FoldAvx512, c, tk, tv, seed);
@@ -359,15 +377,35 @@ TEST(KvQuantFold, Avx512EqualsScalarReference) {
 // deferred RoPE (one- and two-level rotation rows), every K/V type pair.
 // The last three: one query head per KV head with 3, 4 and 5 blocks of 32
 // (AVX-512's V pass of one head takes up to 4 blocks per pass over the keys).
-const FoldCase kAvx2Cases[] = {
-    {1, 1, 8, 1, false, 1},       {4, 2, 8, 29, true, 7, true},   {4, 1, 16, 45, false, 45},
-    {2, 2, 40, 97, false, 33},    {4, 1, 40, 64, true, 64, true}, {8, 2, 48, 77, false, 13},
-    {3, 3, 64, 131, false, 64},   {4, 2, 64, 3, true, 3},         {8, 2, 64, 150, true, 61, true},
-    {12, 12, 64, 70, false, 37},  {4, 1, 128, 65, false, 64},     {2, 1, 128, 40, true, 17, true},
-    {8, 2, 256, 66, false, 33},   {2, 2, 256, 19, true, 19},      {6, 3, 96, 100, false, 50},
-    {8, 8, 24, 9, true, 9, true}, {6, 2, 64, 90, false, 64},      {8, 1, 64, 71, false, 40},
-    {12, 4, 32, 33, true, 33},    {16, 2, 96, 64, false, 64},     {6, 2, 40, 20, false, 20},
-    {4, 4, 96, 45, false, 20},    {3, 3, 128, 67, false, 64},     {2, 2, 160, 33, false, 33}};
+const FoldCase kAvx2Cases[] = {{1, 1, 8, 1, false, 1},
+                               {4, 2, 8, 29, true, 7, true},
+                               {4, 1, 16, 45, false, 45},
+                               {2, 2, 40, 97, false, 33},
+                               {4, 1, 40, 64, true, 64, true},
+                               {8, 2, 48, 77, false, 13},
+                               {3, 3, 64, 131, false, 64},
+                               {4, 2, 64, 3, true, 3},
+                               {8, 2, 64, 150, true, 61, true},
+                               {12, 12, 64, 70, false, 37},
+                               {4, 1, 128, 65, false, 64},
+                               {2, 1, 128, 40, true, 17, true},
+                               {8, 2, 256, 66, false, 33},
+                               {2, 2, 256, 19, true, 19},
+                               {6, 3, 96, 100, false, 50},
+                               {8, 8, 24, 9, true, 9, true},
+                               {6, 2, 64, 90, false, 64},
+                               {8, 1, 64, 71, false, 40},
+                               {12, 4, 32, 33, true, 33},
+                               {16, 2, 96, 64, false, 64},
+                               {6, 2, 40, 20, false, 20},
+                               {4, 4, 96, 45, false, 20},
+                               {3, 3, 128, 67, false, 64},
+                               {2, 2, 160, 33, false, 33},
+                               // Deferred keys stored centered and scaled (blocks of 8, 16 and 32).
+                               {4, 2, 8, 29, true, 7, true, true},
+                               {4, 4, 48, 33, true, 33, false, true},
+                               {2, 1, 128, 40, true, 17, true, true},
+                               {12, 4, 32, 33, true, 33, false, true}};
 
 TEST(KvQuantFold, Avx2EqualsScalarReference) {
   if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
@@ -379,11 +417,11 @@ TEST(KvQuantFold, Avx2EqualsScalarReference) {
       for (KvType tv : testing::kAllKvTypes) {
         if (!sweep.Next({static_cast<int>(&c - cases), static_cast<int>(tk), static_cast<int>(tv)}))
           continue;
-        SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads "
-                                          << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim
-                                          << " keys " << c.n_keys << " by " << c.per_block
-                                          << (c.deferred ? " deferred" : "")
-                                          << (c.two_level ? " two-level" : ""));
+        SCOPED_TRACE(::testing::Message()
+                     << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads " << c.n_head << "/"
+                     << c.n_head_kv << " hd " << c.head_dim << " keys " << c.n_keys << " by "
+                     << c.per_block << (c.deferred ? " deferred" : "")
+                     << (c.two_level ? " two-level" : "") << (c.centered ? " centered" : ""));
         const uint32_t seed = c.head_dim * 31 + c.n_keys;
         const std::vector<float> want = RunFold(attn::FoldScalar, c, tk, tv, seed);
         const std::vector<float> got = RunFold(attn::FoldAvx2, c, tk, tv, seed);
