@@ -99,7 +99,7 @@ void LaneWeightsAvx512(const float* scores, size_t stride, int n_heads, int n_ke
                        const float* l, float* out);
 // head_dim % 16 == 0 and normal pairs (or cached keys). GQA and block-type
 // keys under cached RoPE go to FoldAvx2Vnni, the other types than f32 / f32
-// and f16 / f16 to FoldQuantAvx512.
+// and f16 / f16, and keys stored centered (k_center), to FoldQuantAvx512.
 void FoldAvx512(FoldState& s, const KeyBlock& b);
 // Any mix of types with qblock 32 (head_dim % 32 == 0, up to 256; else
 // FoldScalar): keys decoded (and rotated) in f32 registers, V decoded in

@@ -18,8 +18,9 @@
 // as x = (k - c) / s per channel, c the middle and s the half-width of the
 // channel's range over the calibration run, and attention reads them back as
 // c + s x before it rotates them. The head's one block scale then no longer
-// follows its widest channel (stories260K's 4-bit keys: PPL +9.7% cached,
-// +0.9% deferred with them; docs/EVALUATION.md, "Key channels").
+// follows its widest channel (stories260K's q4_0 K and V: PPL +10.5% over
+// f32 cached with offsets, +0.91% deferred with these; docs/EVALUATION.md,
+// "Key channels").
 //
 // m, c and s are properties of the model, not of a sequence: every cache of a model
 // stores keys with the same m, so blocks are shared across sequences (prefix
