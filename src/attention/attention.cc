@@ -400,6 +400,7 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a, int max_tile) {
   // shared).
   const bool deferred = a.cache->rope_k == RopeK::kDeferred;
   c.tiled = !few && !deferred && (c.avx2 || c.avx512) && max_tile > 0;
+  CHECK(!c.tiled || a.cache->k_center == nullptr);  // the tile folds do not read centered keys
   if (c.tiled)
     c.tile = std::clamp(n_tokens / (2 * pool.size()), 1,
                         std::min(max_tile, AttentionScratch::kTileTokens));
