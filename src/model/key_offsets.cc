@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string_view>
 
 #include "base/check.h"
 #include "base/log.h"
-#include "base/timer.h"
 #include "base/thread_pool.h"
+#include "base/timer.h"
 #include "kv/kv_cache.h"
 #include "model/forward.h"
 #include "ops/rope.h"
@@ -125,13 +126,15 @@ std::vector<float> ComputeKeyOffsets(const Model& model, int n_threads) {
   std::vector<float> lo(row), hi(row);  // [n_head_kv * head_dim] each channel's range
   for (int l = 0; l < mc.n_layer; ++l) {
     std::fill(sum.begin(), sum.end(), 0.0);
+    std::fill(lo.begin(), lo.end(), std::numeric_limits<float>::infinity());
+    std::fill(hi.begin(), hi.end(), -std::numeric_limits<float>::infinity());
     for (int32_t c = kKeyOffsetSkip; c < n; ++c) {
       CHECK_EQ((*cache)->CellIndex(c), c);
       const std::vector<float> k = (*cache)->CellK(l, c);
       for (size_t e = 0; e < row; ++e) {
         sum[e] += k[e];
-        lo[e] = c == kKeyOffsetSkip ? k[e] : std::min(lo[e], k[e]);
-        hi[e] = c == kKeyOffsetSkip ? k[e] : std::max(hi[e], k[e]);
+        lo[e] = std::min(lo[e], k[e]);
+        hi[e] = std::max(hi[e], k[e]);
       }
     }
     ChannelRanges(lo, hi, hd, out.data() + part + l * row, out.data() + 2 * part + l * row);

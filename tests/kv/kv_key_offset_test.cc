@@ -114,6 +114,13 @@ TEST(KeyOffsets, ExactOnF32CachesUnderEveryPolicy) {
         const std::vector<float> offset = AllLogits(m, With(base, KvType::kF32, KvType::kF32, "on"),
                                                     prompt, 7, 512, &offset_cache);
         ASSERT_TRUE(offset_cache->config().k_offset);
+        // The transform this rope mode stores is the one in force (not none).
+        const KvLayerView view = offset_cache->View(0);
+        if (rope_k == RopeK::kCached)
+          ASSERT_TRUE(view.k_offset != nullptr && view.k_center == nullptr);
+        else
+          ASSERT_TRUE(view.k_offset == nullptr && view.k_center != nullptr &&
+                      view.k_scale != nullptr);
         EXPECT_LT(MaxAbsDiff(plain, offset), 1e-3 * MaxAbs(plain));
         if (p.policy == "full")
           for (int l = 0; l < m.config().n_layer; ++l) {
