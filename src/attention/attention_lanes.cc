@@ -144,6 +144,10 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
       s.m = th.m + l * q_heads;
       s.l = th.l + l * q_heads;
       s.acc = th.acc + static_cast<size_t>(l) * q_heads * hd;
+      // The query's quantized form too: each lane's own (the lanes fold
+      // block by block in turn, each checking its q8_of).
+      s.q8 = th.q8 + static_cast<size_t>(l) * q_heads * hd;
+      s.q8d = th.q8d + static_cast<size_t>(l) * q_heads * hd;
     }
     std::vector<int> n_keys(nl);
     attn::KeyBlock block;
