@@ -26,6 +26,7 @@ AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int
           2 * static_cast<size_t>(n_head) * head_dim;
   slot_ = (slot_ + 15) / 16 * 16;
   per_thread_ = slot_ + 3 * head_dim + kBlock * 2 * head_dim + n_head * head_dim +
+                static_cast<size_t>(n_head) * attn::PairStride(head_dim) +
                 (n_head * head_dim + 3) / 4 + 2 * kBlock * head_dim;
   per_thread_ = (per_thread_ + 15) / 16 * 16 + slot_ * (kTileTokens - 1);
   buf_.Resize(per_thread_ * n_threads);
@@ -48,6 +49,7 @@ AttentionScratch::Thread AttentionScratch::thread(int t, int slot) {
   th.k_rot = p, p += head_dim_;
   th.cs = p, p += 2 * head_dim_;
   th.q8d = p, p += static_cast<size_t>(n_head_) * head_dim_;
+  th.qp = p, p += static_cast<size_t>(n_head_) * attn::PairStride(head_dim_);
   th.tile_k = p, p += static_cast<size_t>(kBlock) * head_dim_;
   th.tile_v = p, p += static_cast<size_t>(kBlock) * head_dim_;
   th.q8 = reinterpret_cast<int8_t*>(p);
@@ -102,7 +104,11 @@ attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Th
   st.acc = th.acc;
   st.q8 = th.q8;
   st.q8d = th.q8d;
-  if (a.rope != nullptr) st.partner = a.rope->partner().data();
+  st.qp = th.qp;
+  if (a.rope != nullptr) {
+    st.partner = a.rope->partner().data();
+    st.normal_pairs = a.rope->config().layout == ops::RopeLayout::kNormal;
+  }
   return st;
 }
 
@@ -253,7 +259,7 @@ class TaskRunner {
     if (tk.sink_pass && a_.cache->k_offset != nullptr)  // the pass-0 scores as the sinks' (below)
       for (int h = 0; h < a_.n_head; ++h) tk.state.m[h] -= tk.th.far[h];
     tk.state.q = tk.sink_pass ? tk.q_sink : tk.q;
-    tk.state.q8_of = nullptr;
+    tk.state.q8_of = tk.state.qp_of = nullptr;
   }
 
   void Add(Token& tk, const void* k, const void* v, int32_t pos_k, TextIndex idx) {

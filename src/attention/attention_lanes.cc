@@ -58,7 +58,7 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
       AttentionScratch::LaneBuffers& buf = *bufs[p];
       attn::FoldState st = MakeFoldState(a, th, q_heads, k1 - k0, k0);
       st.q = a.q + i * a.q_stride + static_cast<int64_t>(k0) * group * hd;
-      st.q8_of = nullptr;
+      st.q8_of = st.qp_of = nullptr;
       std::fill(st.m, st.m + q_heads, -std::numeric_limits<float>::infinity());
       std::fill(st.l, st.l + q_heads, 0.f);
       std::fill(st.acc, st.acc + static_cast<size_t>(q_heads) * hd, 0.f);
@@ -144,10 +144,11 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
       s.m = th.m + l * q_heads;
       s.l = th.l + l * q_heads;
       s.acc = th.acc + static_cast<size_t>(l) * q_heads * hd;
-      // The query's quantized form too: each lane's own (the lanes fold
-      // block by block in turn, each checking its q8_of).
+      // The query's quantized forms too: each lane's own (the lanes fold
+      // block by block in turn, each checking its q8_of / qp_of).
       s.q8 = th.q8 + static_cast<size_t>(l) * q_heads * hd;
       s.q8d = th.q8d + static_cast<size_t>(l) * q_heads * hd;
+      s.qp = th.qp + static_cast<size_t>(l) * q_heads * attn::PairStride(hd);
     }
     std::vector<int> n_keys(nl);
     attn::KeyBlock block;
@@ -160,7 +161,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
         hi = std::max(hi, cells.hi(lane));
         attn::FoldState& s = st[l];
         s.q = a.q + i * a.q_stride + static_cast<int64_t>(g0 + l) * q_heads * hd;
-        s.q8_of = nullptr;
+        s.q8_of = s.qp_of = nullptr;
         std::fill(s.m, s.m + q_heads, -std::numeric_limits<float>::infinity());
         std::fill(s.l, s.l + q_heads, 0.f);
         std::fill(s.acc, s.acc + static_cast<size_t>(q_heads) * hd, 0.f);

@@ -17,6 +17,8 @@ enum class Elem : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kQ8_0 = 3, kQ4_0 = 4,
 // static: internal to each translation unit (ISA units are compiled with other flags).
 static constexpr bool IsBlockType(Elem e) { return e == Elem::kQ8_0 || e == Elem::kQ4_0 || e == Elem::kQ5_0; }
 
+struct KeyBlock;
+
 struct FoldState {
   int n_head = 0, n_head_kv = 0, head_dim = 0;
   float scale = 1.0f;
@@ -39,7 +41,44 @@ struct FoldState {
   // [n_head_kv, head_dim] each, the state's kv heads; both null otherwise.
   const float* k_center = nullptr;
   const float* k_scale = nullptr;
+  // Deferred block-type keys in blocks of 32 are scored by pair products
+  // (PreparePairQuery below): the query's factors, PairStride(head_dim)
+  // floats per head.
+  float* qp = nullptr;           // [n_head, PairStride(head_dim)]
+  const float* qp_of = nullptr;  // the q they were made from; null: not yet (as q8_of)
 };
+
+// Pair products (deferred RoPE, adjacent pairs (a, b) = (2 i, 2 i + 1), keys
+// of a block type in blocks of 32). A key k = c + s * d * x (center, channel
+// scale, block scale, integers; c = 0, s = 1 when not centered) rotated by
+// a pair's (cos, sin) = (C, S) scores
+//   q_a (C k_a + S k_b) + q_b (C k_b - S k_a) = C A + S B,
+//   A = q_a k_a + q_b k_b = alpha + d (u_a x_a + u_b x_b),
+//   B = q_a k_b - q_b k_a = beta  + d (w_a x_a + w_b x_b),
+// u = (q_a s_a, q_b s_b), w = (-q_b s_a, q_a s_b), alpha = q_a c_a + q_b c_b,
+// beta = q_a c_b - q_b c_a. u and w are quantized once per head and step to
+// int16 with one scale qs (amax / 32767), so each pair's integer part is one
+// vpmaddwd lane, exact in int32; alpha and beta are kept divided by qs. Per
+// lane (pair i of a block), block after block:
+//   acc = fma(fma(A', d, alpha'), C, acc); acc = fma(fma(B', d, beta'), S, acc)
+// and the score is qs times the lanes' sum in PairSum's order. Every path
+// (scalar, AVX2, AVX-512) takes these steps, so they agree bit for bit.
+// Per head: for each block k, 32 int16 of u then 32 of w (32 floats' room
+// at 32 k), then at head_dim + 32 k its 16 alpha' then 16 beta', then qs at
+// 2 head_dim.
+inline constexpr int PairStride(int head_dim) { return 2 * head_dim + 16; }
+// Fills s.qp from s.q (and s.k_center / s.k_scale); sets s.qp_of.
+void PreparePairQuery(FoldState& s);
+// Whether key block b is scored by pair products in state s: block-type
+// keys in blocks of 32, every key with a rotation row, normal pairs.
+bool PairScored(const FoldState& s, const KeyBlock& b);
+// The scalar reference of those scores: raw q.k of every key and query head
+// into s.scores (unscaled, as the fast paths leave them).
+void ScoresPairsScalar(FoldState& s, const KeyBlock& b);
+// The same on 512-bit (AVX-512BW) and 256-bit (AVX2) vectors; false
+// (nothing done) where PairScored is false.
+bool ScoresPairsAvx512(FoldState& s, const KeyBlock& b);
+bool ScoresPairsAvx2(FoldState& s, const KeyBlock& b);
 
 // Quantizes s.q (n_head heads) into s.q8 / s.q8d in blocks of `qblock`
 // elements: d = amax / 127, q = round(x / d) (q8_0's rule); sets s.q8_of.
@@ -85,8 +124,10 @@ void FoldTileAvx2(Tile& t, const KeyBlock& b);
 
 // Scalar reference, any types and head size. Block-type keys without a
 // rotation row (cached RoPE) are scored by integer dot products with the
-// quantized query (as the fast paths); rotated ones (deferred RoPE) and every
-// other type as f32. V heads are decoded value by value into the accumulators.
+// quantized query (as the fast paths); rotated ones (deferred RoPE) by pair
+// products in blocks of 32 (PairScored: ScoresPairsScalar, as the fast
+// paths), else as f32 like every other type. V heads are decoded value by
+// value into the accumulators.
 void FoldScalar(FoldState& s, const KeyBlock& b);
 
 // A token's attention probabilities over n_keys keys, summed over its query
@@ -97,13 +138,16 @@ void LaneWeightsScalar(const float* scores, size_t stride, int n_heads, int n_ke
                        const float* l, float* out);
 void LaneWeightsAvx512(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
                        const float* l, float* out);
-// head_dim % 16 == 0 and normal pairs (or cached keys). GQA and block-type
-// keys under cached RoPE go to FoldAvx2Vnni, the other types than f32 / f32
-// and f16 / f16, and keys stored centered (k_center), to FoldQuantAvx512.
+// head_dim % 16 == 0 and normal pairs (or cached keys). GQA, block-type
+// keys under cached RoPE and deferred block-type keys in blocks of 32 (pair
+// products, ScoresPairsAvx512) go to FoldAvx2Vnni, the other types than
+// f32 / f32 and f16 / f16, and keys stored centered (k_center), to
+// FoldQuantAvx512.
 void FoldAvx512(FoldState& s, const KeyBlock& b);
 // Any mix of types with qblock 32 (head_dim % 32 == 0, up to 256; else
-// FoldScalar): keys decoded (and rotated) in f32 registers, V decoded in
-// registers (fold_quant_avx512.cc).
+// FoldScalar): keys decoded (and rotated) in f32 registers (deferred
+// block-type keys: pair products), V decoded in registers
+// (fold_quant_avx512.cc).
 void FoldQuantAvx512(FoldState& s, const KeyBlock& b);
 void LaneWeightsAvx2(const float* scores, size_t stride, int n_heads, int n_keys, const float* m,
                      const float* l, float* out);

@@ -4,7 +4,9 @@
 // products with the query quantized once per head (QuantizeQuery), exact in
 // int32 (no VNNI in AVX2): blocks of 32 eight keys at a time by
 // fold_avx2_cached.cc; blocks of 8 and 16 by vpmaddwd on 16 int8 of q and k
-// sign-extended to int16; each block's sum scaled by its d_k * d_q. Keys to rotate
+// sign-extended to int16; each block's sum scaled by its d_k * d_q.
+// Block-type keys to rotate (deferred RoPE) in blocks of 32 are scored by
+// pair products (fold_pairs_avx2.cc). Other keys to rotate
 // (deferred RoPE, adjacent pairs) and the float types are decoded into f32
 // registers and rotated there; V heads are decoded in registers into the
 // accumulators (the nibble types by their unsigned quants, the offset taken
@@ -543,9 +545,9 @@ void Fold(FoldState& s, const KeyBlock& b) {
   const bool block_ok = b.qblock == 8 || b.qblock == 16 || b.qblock == 32;
   if (s.head_dim % 8 != 0 || s.head_dim > 256 || (blocks && !block_ok) || b.n == 0)
     return FoldScalar(s, b);
-  const bool cached =
-      s.k_scale == nullptr && (kVnni ? ScoresCachedVnni(s, b) : ScoresCachedAvx2(s, b));
-  if (!cached) WithType<ScoresFn>(b.tk, s, b);
+  bool scored = s.k_scale == nullptr && (kVnni ? ScoresCachedVnni(s, b) : ScoresCachedAvx2(s, b));
+  if (!scored) scored = kVnni ? ScoresPairsAvx512(s, b) : ScoresPairsAvx2(s, b);
+  if (!scored) WithType<ScoresFn>(b.tk, s, b);
   if constexpr (kVnni)
     WithType<ValuesWideFn>(b.tv, s, b);
   else

@@ -153,9 +153,10 @@ void FoldAvx512(FoldState& s, const KeyBlock& b) {
   // (BENCHMARKS.md, twenty-second session) for GQA (it decodes each K and V
   // head once for the query heads that share it; here: once per query head)
   // and for block-type keys under cached RoPE (integer scores, eight keys at
-  // a time).
+  // a time) or deferred in blocks of 32 (pair products): their V pass on
+  // block types is the faster one.
   const bool cached_blocks = IsBlockType(b.tk) && b.n > 0 && b.cos[0] == nullptr;
-  if (s.n_head > s.n_head_kv || cached_blocks) return FoldAvx2Vnni(s, b);
+  if (s.n_head > s.n_head_kv || cached_blocks || PairScored(s, b)) return FoldAvx2Vnni(s, b);
   // (Keys stored centered read back in FoldQuantAvx512's decode.)
   const bool plain = s.k_scale == nullptr;
   if (plain && b.tk == Elem::kF32 && b.tv == Elem::kF32)

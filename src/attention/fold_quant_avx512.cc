@@ -192,7 +192,7 @@ void ValuesOf(FoldState& s, const KeyBlock& b) {
 
 template <int NV>
 void FoldNV(FoldState& s, const KeyBlock& b) {
-  ScoresOf<NV>(s, b);
+  if (!ScoresPairsAvx512(s, b)) ScoresOf<NV>(s, b);
   ValuesOf<NV>(s, b);
 }
 

@@ -45,7 +45,14 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
   vrow.resize(hd);
   kq.resize(hd);
   dk.resize(nb);
-  for (int j = 0; j < b.n; ++j) {
+  // Deferred block-type keys in blocks of 32: pair products, as the fast paths.
+  const bool pairs = PairScored(s, b);
+  if (pairs) {
+    ScoresPairsScalar(s, b);
+    for (int h = 0; h < s.n_head; ++h)
+      for (int j = 0; j < b.n; ++j) s.scores[h * kBlock + j] *= s.scale;
+  }
+  for (int j = 0; j < (pairs ? 0 : b.n); ++j) {
     const float* cosr = b.cos[j];
     const float* sinr = b.sin[j];
     if (b.cos2[j] != nullptr) {  // angle addition of the two levels

@@ -262,64 +262,68 @@ struct FoldCase {
   bool centered = false;         // deferred: keys stored centered and scaled (FoldState::k_center)
 };
 
-// Runs the keys through `fold` from a fresh state, per_block keys per call;
-// returns m, l and acc.
-std::vector<float> RunFold(void (*fold)(attn::FoldState&, const attn::KeyBlock&),
-                           const FoldCase& c, KvType tk, KvType tv, uint32_t seed) {
-  const int hd = c.head_dim;
-  const std::vector<float> q = testing::RandomNormal(static_cast<size_t>(c.n_head) * hd, seed);
-  const std::vector<float> kf = testing::RandomNormal(static_cast<size_t>(c.n_keys) * c.n_head_kv * hd, seed + 1, 2.f);
-  const std::vector<float> vf = testing::RandomNormal(kf.size(), seed + 2);
-  const size_t kb = KvHeadBytes(tk, hd) * c.n_head_kv, vb = KvHeadBytes(tv, hd) * c.n_head_kv;
-  std::vector<uint8_t> k(kb * c.n_keys), v(vb * c.n_keys);
-  for (int j = 0; j < c.n_keys; ++j) {
-    KvQuantizeHeads(tk, hd, c.n_head_kv, kf.data() + static_cast<size_t>(j) * c.n_head_kv * hd, k.data() + j * kb);
-    KvQuantizeHeads(tv, hd, c.n_head_kv, vf.data() + static_cast<size_t>(j) * c.n_head_kv * hd, v.data() + j * vb);
+// A case's query, keys, values, rotation rows and fold state (fresh).
+struct FoldInputs {
+  FoldInputs(const FoldCase& c, KvType tk, KvType tv, uint32_t seed) : c(c) {
+    const int hd = c.head_dim;
+    q = testing::RandomNormal(static_cast<size_t>(c.n_head) * hd, seed);
+    const std::vector<float> kf =
+        testing::RandomNormal(static_cast<size_t>(c.n_keys) * c.n_head_kv * hd, seed + 1, 2.f);
+    const std::vector<float> vf = testing::RandomNormal(kf.size(), seed + 2);
+    kb = KvHeadBytes(tk, hd) * c.n_head_kv, vb = KvHeadBytes(tv, hd) * c.n_head_kv;
+    k.resize(kb * c.n_keys), v.resize(vb * c.n_keys);
+    for (int j = 0; j < c.n_keys; ++j) {
+      KvQuantizeHeads(tk, hd, c.n_head_kv, kf.data() + static_cast<size_t>(j) * c.n_head_kv * hd,
+                      k.data() + j * kb);
+      KvQuantizeHeads(tv, hd, c.n_head_kv, vf.data() + static_cast<size_t>(j) * c.n_head_kv * hd,
+                      v.data() + j * vb);
+    }
+    // Rotation rows of a deferred key (any angles: the kernels only combine
+    // them), and the fine level of a two-level rotation (other angles).
+    Rows(testing::RandomNormal(static_cast<size_t>(c.n_keys) * hd, seed + 3), cs, sn);
+    Rows(testing::RandomNormal(static_cast<size_t>(c.n_keys) * hd, seed + 4), cs2, sn2);
+    partner.resize(hd);
+    for (int d = 0; d < hd; ++d) partner[d] = d ^ 1;
+    // Centers and half-widths of the stored keys' channels: [n_head_kv, head_dim].
+    center = testing::RandomNormal(static_cast<size_t>(c.n_head_kv) * hd, seed + 5, 4.f);
+    scale = testing::RandomNormal(center.size(), seed + 6);
+    for (float& x : scale) x = 0.25f + std::fabs(x);
+    scores.resize(static_cast<size_t>(c.n_head) * attn::kBlock), k_rot.resize(hd),
+        csbuf.resize(2 * hd);
+    m.assign(c.n_head, -std::numeric_limits<float>::infinity()), l.assign(c.n_head, 0.f);
+    acc.assign(static_cast<size_t>(c.n_head) * hd, 0.f),
+        q8d.resize(static_cast<size_t>(c.n_head) * hd);
+    q8.resize(static_cast<size_t>(c.n_head) * hd);
+    qp.resize(static_cast<size_t>(c.n_head) * attn::PairStride(hd));
+    s.n_head = c.n_head, s.n_head_kv = c.n_head_kv, s.head_dim = hd;
+    s.scale = 1.f / std::sqrt(static_cast<float>(hd));
+    s.q = q.data(), s.partner = partner.data();
+    s.scores = scores.data(), s.k_rot = k_rot.data(), s.cs = csbuf.data();
+    s.m = m.data(), s.l = l.data(), s.acc = acc.data();
+    s.q8 = q8.data(), s.q8d = q8d.data(), s.qp = qp.data();
+    if (c.centered) s.k_center = center.data(), s.k_scale = scale.data();
+    b.tk = static_cast<attn::Elem>(tk), b.tv = static_cast<attn::Elem>(tv);
+    b.k_head_bytes = static_cast<int>(KvHeadBytes(tk, hd));
+    b.v_head_bytes = static_cast<int>(KvHeadBytes(tv, hd));
+    b.qblock = KvQuantBlock(hd);
   }
-  // Rotation rows of a deferred key (any angles: the kernels only combine them).
-  const std::vector<float> angles = testing::RandomNormal(static_cast<size_t>(c.n_keys) * hd, seed + 3);
-  std::vector<float> cs(angles.size()), sn(angles.size());
-  for (size_t i = 0; i < angles.size(); ++i) {
-    const float a = angles[i - i % 2];  // one angle per pair
-    cs[i] = std::cos(a);
-    sn[i] = (i % 2 == 0 ? -1.f : 1.f) * std::sin(a);
+
+  // cos / sin rows of one angle per pair (the sign of sin on the pair's first lane).
+  static void Rows(const std::vector<float>& angles, std::vector<float>& cos,
+                   std::vector<float>& sin) {
+    cos.resize(angles.size()), sin.resize(angles.size());
+    for (size_t i = 0; i < angles.size(); ++i) {
+      const float a = angles[i - i % 2];
+      cos[i] = std::cos(a);
+      sin[i] = (i % 2 == 0 ? -1.f : 1.f) * std::sin(a);
+    }
   }
-  // The fine level of a two-level rotation: cos2 / sin2 rows of other angles.
-  const std::vector<float> fine = testing::RandomNormal(static_cast<size_t>(c.n_keys) * hd, seed + 4);
-  std::vector<float> cs2(fine.size()), sn2(fine.size());
-  for (size_t i = 0; i < fine.size(); ++i) {
-    const float a = fine[i - i % 2];
-    cs2[i] = std::cos(a);
-    sn2[i] = (i % 2 == 0 ? -1.f : 1.f) * std::sin(a);
-  }
-  std::vector<int> partner(hd);
-  for (int d = 0; d < hd; ++d) partner[d] = d ^ 1;
-  // Centers and half-widths of the stored keys' channels: [n_head_kv, head_dim].
-  const std::vector<float> center =
-      testing::RandomNormal(static_cast<size_t>(c.n_head_kv) * hd, seed + 5, 4.f);
-  std::vector<float> scale = testing::RandomNormal(center.size(), seed + 6);
-  for (float& x : scale) x = 0.25f + std::fabs(x);
-  std::vector<float> scores(static_cast<size_t>(c.n_head) * attn::kBlock), k_rot(hd), csbuf(2 * hd),
-      m(c.n_head, -std::numeric_limits<float>::infinity()), l(c.n_head, 0.f),
-      acc(static_cast<size_t>(c.n_head) * hd, 0.f), q8d(static_cast<size_t>(c.n_head) * hd);
-  std::vector<int8_t> q8(static_cast<size_t>(c.n_head) * hd);
-  attn::FoldState s;
-  s.n_head = c.n_head, s.n_head_kv = c.n_head_kv, s.head_dim = hd;
-  s.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  s.q = q.data(), s.partner = partner.data();
-  s.scores = scores.data(), s.k_rot = k_rot.data(), s.cs = csbuf.data();
-  s.m = m.data(), s.l = l.data(), s.acc = acc.data();
-  s.q8 = q8.data(), s.q8d = q8d.data();
-  if (c.centered) s.k_center = center.data(), s.k_scale = scale.data();
-  attn::KeyBlock b;
-  b.tk = static_cast<attn::Elem>(tk), b.tv = static_cast<attn::Elem>(tv);
-  b.k_head_bytes = static_cast<int>(KvHeadBytes(tk, hd));
-  b.v_head_bytes = static_cast<int>(KvHeadBytes(tv, hd));
-  b.qblock = KvQuantBlock(hd);
-  for (int j0 = 0; j0 < c.n_keys; j0 += c.per_block) {
-    b.n = std::min(c.per_block, c.n_keys - j0);
-    for (int j = 0; j < b.n; ++j) {
-      const size_t row = static_cast<size_t>(j0 + j) * hd;
+
+  // The key block of keys [j0, j0 + n).
+  const attn::KeyBlock& Block(int j0, int n) {
+    b.n = n;
+    for (int j = 0; j < n; ++j) {
+      const size_t row = static_cast<size_t>(j0 + j) * c.head_dim;
       b.k[j] = k.data() + (j0 + j) * kb;
       b.v[j] = v.data() + (j0 + j) * vb;
       b.cos[j] = c.deferred ? cs.data() + row : nullptr;
@@ -328,11 +332,29 @@ std::vector<float> RunFold(void (*fold)(attn::FoldState&, const attn::KeyBlock&)
       b.cos2[j] = two ? cs2.data() + row : nullptr;
       b.sin2[j] = two ? sn2.data() + row : nullptr;
     }
-    fold(s, b);
+    return b;
   }
-  std::vector<float> out = m;
-  out.insert(out.end(), l.begin(), l.end());
-  out.insert(out.end(), acc.begin(), acc.end());
+
+  FoldCase c;
+  size_t kb = 0, vb = 0;  // bytes of a K (V) row
+  std::vector<float> q, cs, sn, cs2, sn2, center, scale, scores, k_rot, csbuf, m, l, acc, q8d, qp;
+  std::vector<uint8_t> k, v;
+  std::vector<int8_t> q8;
+  std::vector<int> partner;
+  attn::FoldState s;
+  attn::KeyBlock b;
+};
+
+// Runs the keys through `fold` from a fresh state, per_block keys per call;
+// returns m, l and acc.
+std::vector<float> RunFold(void (*fold)(attn::FoldState&, const attn::KeyBlock&), const FoldCase& c,
+                           KvType tk, KvType tv, uint32_t seed) {
+  FoldInputs in(c, tk, tv, seed);
+  for (int j0 = 0; j0 < c.n_keys; j0 += c.per_block)
+    fold(in.s, in.Block(j0, std::min(c.per_block, c.n_keys - j0)));
+  std::vector<float> out = in.m;
+  out.insert(out.end(), in.l.begin(), in.l.end());
+  out.insert(out.end(), in.acc.begin(), in.acc.end());
   return out;
 }
 
@@ -465,6 +487,111 @@ TEST(KvQuantFold, Avx2VnniEqualsAvx2BitForBit) {
         EXPECT_EQ(RunFold(attn::FoldAvx2Vnni, c, tk, tv, seed), RunFold(attn::FoldAvx2, c, tk, tv, seed));
       }
   EXPECT_TRUE(sweep.EveryValueRan());
+}
+
+// ---- Pair products (fold.h): deferred block-type keys in blocks of 32.
+
+// Cases: head sizes 32 to 256 (1 to 8 blocks), GQA groups of 1, 3 and 4,
+// odd key counts, one- and two-level rotations, keys centered or not.
+const FoldCase kPairCases[] = {{1, 1, 32, 1, true, 1},
+                               {3, 1, 64, 37, true, 37, true},
+                               {4, 4, 64, 64, true, 64, true, true},
+                               {12, 4, 96, 23, true, 23, false, true},
+                               {2, 2, 128, 45, true, 45, true, true},
+                               {8, 2, 160, 17, true, 17, true},
+                               {4, 1, 224, 9, true, 9, false, true},
+                               {2, 1, 256, 33, true, 33, true, true}};
+
+// The scores (unscaled) of the case's first key block by `scores`.
+std::vector<float> PairScores(bool (*scores)(attn::FoldState&, const attn::KeyBlock&),
+                              const FoldCase& c, KvType tk, uint32_t seed) {
+  FoldInputs in(c, tk, KvType::kF16, seed);
+  const attn::KeyBlock& b = in.Block(0, c.n_keys);
+  EXPECT_TRUE(attn::PairScored(in.s, b));
+  EXPECT_TRUE(scores(in.s, b));
+  std::vector<float> out;
+  for (int h = 0; h < c.n_head; ++h)
+    out.insert(out.end(), in.scores.begin() + h * attn::kBlock,
+               in.scores.begin() + h * attn::kBlock + c.n_keys);
+  return out;
+}
+
+bool ScalarPairs(attn::FoldState& s, const attn::KeyBlock& b) {
+  attn::ScoresPairsScalar(s, b);
+  return true;
+}
+
+// The AVX2 and AVX-512 kernels take the scalar reference's steps lane for
+// lane (the same exact integers, the same fused multiply-adds in the same
+// order, the same sum of lanes): the same scores, bit for bit.
+TEST(KvQuantFold, PairScoresEqualTheScalarReferenceBitForBit) {
+  for (const FoldCase& c : kPairCases)
+    for (KvType tk : {KvType::kQ8_0, KvType::kQ4_0, KvType::kQ5_0}) {
+      SCOPED_TRACE(::testing::Message()
+                   << KvTypeName(tk) << " heads " << c.n_head << "/" << c.n_head_kv << " hd "
+                   << c.head_dim << " keys " << c.n_keys << (c.two_level ? " two-level" : "")
+                   << (c.centered ? " centered" : ""));
+      const uint32_t seed = c.head_dim * 17 + c.n_keys;
+      const std::vector<float> want = PairScores(ScalarPairs, c, tk, seed);
+      if (BestIsa() >= Isa::kAvx2) {
+        EXPECT_EQ(PairScores(attn::ScoresPairsAvx2, c, tk, seed), want) << "AVX2";
+      }
+      if (BestIsa() == Isa::kAvx512) {
+        EXPECT_EQ(PairScores(attn::ScoresPairsAvx512, c, tk, seed), want) << "AVX-512";
+      }
+    }
+}
+
+// Against plain f32 arithmetic: each key decoded, read back (c + s x),
+// rotated lane by lane and dotted with the query. The query's factors are
+// rounded to int16 (half a step of amax / 32767 each), so a score may move
+// by about amax / 65534 times the sum of the key's |d x|; measured 7.6e-6
+// of sum |q| |k| (printed); bound 2e-5.
+TEST(KvQuantFold, PairScoresNearPlainRotation) {
+  double worst = 0;
+  for (const FoldCase& c : kPairCases)
+    for (KvType tk : {KvType::kQ8_0, KvType::kQ4_0, KvType::kQ5_0}) {
+      SCOPED_TRACE(::testing::Message()
+                   << KvTypeName(tk) << " hd " << c.head_dim << " keys " << c.n_keys);
+      const uint32_t seed = c.head_dim * 17 + c.n_keys;
+      const std::vector<float> got = PairScores(ScalarPairs, c, tk, seed);
+      FoldInputs in(c, tk, KvType::kF16, seed);
+      const int hd = c.head_dim, group = c.n_head / c.n_head_kv;
+      std::vector<float> key(hd);
+      for (int j = 0; j < c.n_keys; ++j) {
+        const attn::KeyBlock& b = in.Block(j, 1);
+        std::vector<double> cr(hd), sr(hd);  // the key's rotation, combined in double
+        for (int d = 0; d < hd; ++d) {
+          cr[d] = b.cos[0][d], sr[d] = b.sin[0][d];
+          if (b.cos2[0] != nullptr) {
+            cr[d] = static_cast<double>(b.cos[0][d]) * b.cos2[0][d] -
+                    static_cast<double>(b.sin[0][d]) * b.sin2[0][d];
+            sr[d] = static_cast<double>(b.sin[0][d]) * b.cos2[0][d] +
+                    static_cast<double>(b.cos[0][d]) * b.sin2[0][d];
+          }
+        }
+        for (int g = 0; g < c.n_head_kv; ++g) {
+          KvDequantizeHeads(tk, hd, 1, static_cast<const uint8_t*>(b.k[0]) + g * b.k_head_bytes,
+                            key.data());
+          if (c.centered)
+            for (int d = 0; d < hd; ++d)
+              key[d] = in.center[g * hd + d] + in.scale[g * hd + d] * key[d];
+          for (int h = g * group; h < (g + 1) * group; ++h) {
+            double dot = 0, mag = 0;
+            for (int d = 0; d < hd; ++d) {
+              const double kr = cr[d] * key[d] + sr[d] * key[d ^ 1];
+              dot += in.q[h * hd + d] * kr;
+              mag += std::fabs(in.q[h * hd + d]) * (std::fabs(key[d]) + std::fabs(key[d ^ 1]));
+            }
+            const double err = std::fabs(got[h * c.n_keys + j] - dot) / mag;
+            worst = std::max(worst, err);
+            ASSERT_LE(err, 2e-5) << "head " << h << " key " << j << ": " << got[h * c.n_keys + j]
+                                 << " vs " << dot;
+          }
+        }
+      }
+    }
+  std::printf("largest difference: %.3g of sum |q| |k|\n", worst);
 }
 
 }  // namespace

@@ -1,0 +1,160 @@
+// Pair-product scores of deferred block-type keys on 512-bit vectors
+// (fold.h, "Pair products"): a block of 32 values is 16 rotation pairs,
+// one vector of int16 integers; vpmaddwd gives each pair's A' and B' with
+// the query's two int16 factors, then four fused multiply-adds per block
+// take in the block scale, the centers and the key's rotation. Where the
+// decode-and-rotate path (fold_quant_avx512.cc) spends about 26 operations
+// per 32 values, this takes about 10 (q8_0). The steps per lane are
+// ScoresPairsScalar's, so the scores are the same bit for bit.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "attention/fold.h"
+
+namespace rotor::attn {
+namespace {
+
+template <Elem T>
+constexpr int BlockBytes() {
+  return T == Elem::kQ8_0 ? 34 : T == Elem::kQ4_0 ? 18 : 22;
+}
+
+// A block's 32 signed integers as int16, in element order.
+template <Elem T>
+inline __m512i Ints16(const uint8_t* blk) {
+  if constexpr (T == Elem::kQ8_0) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
+  } else {
+    // byte i of qs: element i (low nibble), element i + 16 (high nibble)
+    constexpr int qs = T == Elem::kQ5_0 ? 6 : 2;
+    const __m256i n =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qs)));
+    __m512i x =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(n, _mm256_set1_epi16(15))),
+                           _mm256_srli_epi16(n, 4), 1);
+    if constexpr (T == Elem::kQ4_0) return _mm512_sub_epi16(x, _mm512_set1_epi16(8));
+    uint32_t qh;  // bit i: element i's fifth bit
+    std::memcpy(&qh, blk + 2, 4);
+    x = _mm512_mask_add_epi16(x, static_cast<__mmask32>(qh), x, _mm512_set1_epi16(16));
+    return _mm512_sub_epi16(x, _mm512_set1_epi16(16));
+  }
+}
+
+inline float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// The even lanes of 32 floats at p: one value per rotation pair.
+inline __m512 Even(const float* p) {
+  const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  return _mm512_permutex2var_ps(_mm512_loadu_ps(p), idx, _mm512_loadu_ps(p + 16));
+}
+
+// PairSum's order (fold_pairs.cc): lanes i + (i + 8), then fold_avx2's Hsum.
+// (Sums of 16 keys at once by four levels of shuffles, three operations a
+// sum instead of eight, made decode slower end to end: 0.9x q4_0, 0.7x
+// q8_0 at depth 4096; BENCHMARKS.md.)
+inline float Sum(__m512 v) {
+  const __m256 w = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1));
+  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+constexpr int kAheadK = 4;  // keys whose K row is fetched ahead of its use
+
+template <Elem T, int NB>
+void Scores(FoldState& s, const KeyBlock& b) {
+  constexpr int hd = 32 * NB, stride = PairStride(hd);
+  const int group = s.n_head / s.n_head_kv;
+  const int k_bytes = s.n_head_kv * b.k_head_bytes, v_bytes = s.n_head_kv * b.v_head_bytes;
+  __m512 cr[NB], sr[NB];
+  __m512i x[NB];
+  __m512 dk[NB];
+  for (int j = 0; j < b.n; ++j) {
+    for (int o = 0; o < v_bytes; o += 64)
+      _mm_prefetch(static_cast<const char*>(b.v[j]) + o, _MM_HINT_T0);
+    if (j + kAheadK < b.n)
+      for (int o = 0; o < k_bytes; o += 64)
+        _mm_prefetch(static_cast<const char*>(b.k[j + kAheadK]) + o, _MM_HINT_T0);
+    for (int k = 0; k < NB; ++k) {
+      const __m512 c1 = Even(b.cos[j] + 32 * k), s1 = Even(b.sin[j] + 32 * k);
+      if (b.cos2[j] != nullptr) {
+        const __m512 c2 = Even(b.cos2[j] + 32 * k), s2 = Even(b.sin2[j] + 32 * k);
+        cr[k] = _mm512_fnmadd_ps(s1, s2, _mm512_mul_ps(c1, c2));
+        sr[k] = _mm512_fmadd_ps(c1, s2, _mm512_mul_ps(s1, c2));
+      } else {
+        cr[k] = c1, sr[k] = s1;
+      }
+    }
+    for (int g = 0; g < s.n_head_kv; ++g) {
+      const uint8_t* head =
+          static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
+      for (int k = 0; k < NB; ++k) {
+        x[k] = Ints16<T>(head + k * BlockBytes<T>());
+        dk[k] = _mm512_set1_ps(Half(head + k * BlockBytes<T>()));
+      }
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const float* f = s.qp + static_cast<size_t>(h) * stride;
+        __m512 acc = _mm512_setzero_ps();
+        for (int k = 0; k < NB; ++k) {
+          const __m512i u = _mm512_loadu_si512(f + 32 * k), w = _mm512_loadu_si512(f + 32 * k + 16);
+          const __m512 a = _mm512_cvtepi32_ps(_mm512_madd_epi16(x[k], u));
+          const __m512 bb = _mm512_cvtepi32_ps(_mm512_madd_epi16(x[k], w));
+          acc = _mm512_fmadd_ps(_mm512_fmadd_ps(a, dk[k], _mm512_loadu_ps(f + hd + 32 * k)), cr[k],
+                                acc);
+          acc = _mm512_fmadd_ps(_mm512_fmadd_ps(bb, dk[k], _mm512_loadu_ps(f + hd + 32 * k + 16)),
+                                sr[k], acc);
+        }
+        s.scores[h * kBlock + j] = f[2 * hd] * Sum(acc);
+      }
+    }
+  }
+}
+
+template <Elem T>
+bool ScoresOf(FoldState& s, const KeyBlock& b) {
+  switch (s.head_dim / 32) {
+    case 1:
+      return Scores<T, 1>(s, b), true;
+    case 2:
+      return Scores<T, 2>(s, b), true;
+    case 3:
+      return Scores<T, 3>(s, b), true;
+    case 4:
+      return Scores<T, 4>(s, b), true;
+    case 5:
+      return Scores<T, 5>(s, b), true;
+    case 6:
+      return Scores<T, 6>(s, b), true;
+    case 7:
+      return Scores<T, 7>(s, b), true;
+    case 8:
+      return Scores<T, 8>(s, b), true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool ScoresPairsAvx512(FoldState& s, const KeyBlock& b) {
+  if (!PairScored(s, b) || s.head_dim > 256) return false;
+  if (s.qp_of != s.q) PreparePairQuery(s);
+  switch (b.tk) {
+    case Elem::kQ8_0:
+      return ScoresOf<Elem::kQ8_0>(s, b);
+    case Elem::kQ4_0:
+      return ScoresOf<Elem::kQ4_0>(s, b);
+    case Elem::kQ5_0:
+      return ScoresOf<Elem::kQ5_0>(s, b);
+    default:
+      return false;
+  }
+}
+
+}  // namespace rotor::attn
