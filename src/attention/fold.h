@@ -57,15 +57,16 @@ struct FoldState {
 //   B = q_a k_b - q_b k_a = beta  + d (w_a x_a + w_b x_b),
 // u = (q_a s_a, q_b s_b), w = (-q_b s_a, q_a s_b), alpha = q_a c_a + q_b c_b,
 // beta = q_a c_b - q_b c_a. u and w are quantized once per head and step to
-// int16 with one scale qs (amax / 32767), so each pair's integer part is one
-// vpmaddwd lane, exact in int32; alpha and beta are kept divided by qs. Per
-// lane (pair i of a block), block after block:
-//   acc = fma(fma(A', d, alpha'), C, acc); acc = fma(fma(B', d, beta'), S, acc)
-// and the score is qs times the lanes' sum in PairSum's order. Every path
-// (scalar, AVX2, AVX-512) takes these steps, so they agree bit for bit.
+// int16, one scale per block of 32 (q_k = amax / 32767: one per head lost
+// small channels' precision, KLD +0.5% on q4_0), so each pair's integer part
+// is one vpmaddwd lane A' (B'), exact in int32. Per lane (pair i of block
+// k), block after block, with dq = d * q_k:
+//   acc = fma(fma(A', dq, alpha), C, acc); acc = fma(fma(B', dq, beta), S, acc)
+// and the score is the lanes' sum in PairSum's order. Every path (scalar,
+// AVX2, AVX-512) takes these steps, so they agree bit for bit.
 // Per head: for each block k, 32 int16 of u then 32 of w (32 floats' room
-// at 32 k), then at head_dim + 32 k its 16 alpha' then 16 beta', then qs at
-// 2 head_dim.
+// at 32 k), then at head_dim + 32 k its 16 alpha then 16 beta, then q_k at
+// 2 head_dim + k.
 inline constexpr int PairStride(int head_dim) { return 2 * head_dim + 16; }
 // Fills s.qp from s.q (and s.k_center / s.k_scale); sets s.qp_of.
 void PreparePairQuery(FoldState& s);

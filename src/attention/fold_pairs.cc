@@ -25,18 +25,18 @@ void PreparePairQuery(FoldState& s) {
     const float* kc = s.k_center == nullptr ? nullptr : s.k_center + static_cast<size_t>(g) * hd;
     const float* ks = s.k_scale == nullptr ? nullptr : s.k_scale + static_cast<size_t>(g) * hd;
     float* out = s.qp + static_cast<size_t>(h) * stride;
-    float amax = 0.f;
     for (int a = 0; a < hd; a += 2) {
       const float sa = ks == nullptr ? 1.f : ks[a], sb = ks == nullptr ? 1.f : ks[a + 1];
       u[a] = q[a] * sa, u[a + 1] = q[a + 1] * sb;
       w[a] = -q[a + 1] * sa, w[a + 1] = q[a] * sb;
-      amax = std::max(
-          {amax, std::fabs(u[a]), std::fabs(u[a + 1]), std::fabs(w[a]), std::fabs(w[a + 1])});
     }
-    const float qs = amax > 0.f ? amax / 32767.f : 1.f;
     int16_t* qi = reinterpret_cast<int16_t*>(out);  // block k: u at [64 k], w at [64 k + 32]
-    float* ab = out + hd;  // block k: alpha' at [32 k], beta' at [32 k + 16]
+    float* ab = out + hd;                           // block k: alpha at [32 k], beta at [32 k + 16]
     for (int k = 0; k < hd / 32; ++k) {
+      float amax = 0.f;
+      for (int e = 32 * k; e < 32 * k + 32; ++e)
+        amax = std::max({amax, std::fabs(u[e]), std::fabs(w[e])});
+      const float qs = amax > 0.f ? amax / 32767.f : 1.f;
       for (int e = 0; e < 32; ++e) {
         qi[64 * k + e] = static_cast<int16_t>(std::lrint(u[32 * k + e] / qs));
         qi[64 * k + 32 + e] = static_cast<int16_t>(std::lrint(w[32 * k + e] / qs));
@@ -44,12 +44,11 @@ void PreparePairQuery(FoldState& s) {
       for (int i = 0; i < 16; ++i) {
         const int a = 32 * k + 2 * i;
         const float ca = kc == nullptr ? 0.f : kc[a], cb = kc == nullptr ? 0.f : kc[a + 1];
-        const float alpha = q[a] * ca + q[a + 1] * cb, beta = q[a] * cb - q[a + 1] * ca;
-        ab[32 * k + i] = alpha / qs;
-        ab[32 * k + 16 + i] = beta / qs;
+        ab[32 * k + i] = q[a] * ca + q[a + 1] * cb;
+        ab[32 * k + 16 + i] = q[a] * cb - q[a + 1] * ca;
       }
+      out[2 * hd + k] = qs;
     }
-    out[2 * hd] = qs;
   }
   s.qp_of = s.q;
 }
@@ -113,12 +112,12 @@ void ScoresPairsScalar(FoldState& s, const KeyBlock& b) {
             const int e = 32 * k + 2 * i, p = 16 * k + i;
             const int32_t a = qi[64 * k + 2 * i] * x[e] + qi[64 * k + 2 * i + 1] * x[e + 1];
             const int32_t bb = qi[64 * k + 32 + 2 * i] * x[e] + qi[64 * k + 33 + 2 * i] * x[e + 1];
+            const float dq = dk[k] * f[2 * hd + k];  // block and query scales
+            acc[i] = std::fma(std::fma(static_cast<float>(a), dq, ab[32 * k + i]), cr[p], acc[i]);
             acc[i] =
-                std::fma(std::fma(static_cast<float>(a), dk[k], ab[32 * k + i]), cr[p], acc[i]);
-            acc[i] = std::fma(std::fma(static_cast<float>(bb), dk[k], ab[32 * k + 16 + i]), sr[p],
-                              acc[i]);
+                std::fma(std::fma(static_cast<float>(bb), dq, ab[32 * k + 16 + i]), sr[p], acc[i]);
           }
-        s.scores[h * kBlock + j] = f[2 * hd] * PairSum(acc);
+        s.scores[h * kBlock + j] = PairSum(acc);
       }
     }
   }

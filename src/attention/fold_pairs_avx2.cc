@@ -73,18 +73,19 @@ void Scores(FoldState& s, const KeyBlock& b) {
                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(f + 32 * k + 16 + 8 * half));
               const __m256 a = _mm256_cvtepi32_ps(_mm256_madd_epi16(x, qu));
               const __m256 bb = _mm256_cvtepi32_ps(_mm256_madd_epi16(x, qw));
+              const __m256 dq =
+                  _mm256_mul_ps(d, _mm256_set1_ps(f[2 * hd + k]));  // block and query scales
               __m256& ac = acc[u][half];
               ac = _mm256_fmadd_ps(
-                  _mm256_fmadd_ps(a, d, _mm256_loadu_ps(f + hd + 32 * k + 8 * half)), c, ac);
+                  _mm256_fmadd_ps(a, dq, _mm256_loadu_ps(f + hd + 32 * k + 8 * half)), c, ac);
               ac = _mm256_fmadd_ps(
-                  _mm256_fmadd_ps(bb, d, _mm256_loadu_ps(f + hd + 32 * k + 16 + 8 * half)), sn, ac);
+                  _mm256_fmadd_ps(bb, dq, _mm256_loadu_ps(f + hd + 32 * k + 16 + 8 * half)), sn,
+                  ac);
             }
           }
         }
-        for (int u = 0; u < n; ++u) {
-          const float qs = s.qp[static_cast<size_t>(h0 + u) * stride + 2 * hd];
-          s.scores[(h0 + u) * kBlock + j] = qs * Hsum(_mm256_add_ps(acc[u][0], acc[u][1]));
-        }
+        for (int u = 0; u < n; ++u)
+          s.scores[(h0 + u) * kBlock + j] = Hsum(_mm256_add_ps(acc[u][0], acc[u][1]));
       }
     }
   }

@@ -105,12 +105,14 @@ void Scores(FoldState& s, const KeyBlock& b) {
           const __m512i u = _mm512_loadu_si512(f + 32 * k), w = _mm512_loadu_si512(f + 32 * k + 16);
           const __m512 a = _mm512_cvtepi32_ps(_mm512_madd_epi16(x[k], u));
           const __m512 bb = _mm512_cvtepi32_ps(_mm512_madd_epi16(x[k], w));
-          acc = _mm512_fmadd_ps(_mm512_fmadd_ps(a, dk[k], _mm512_loadu_ps(f + hd + 32 * k)), cr[k],
-                                acc);
-          acc = _mm512_fmadd_ps(_mm512_fmadd_ps(bb, dk[k], _mm512_loadu_ps(f + hd + 32 * k + 16)),
+          const __m512 dq =
+              _mm512_mul_ps(dk[k], _mm512_set1_ps(f[2 * hd + k]));  // block and query scales
+          acc =
+              _mm512_fmadd_ps(_mm512_fmadd_ps(a, dq, _mm512_loadu_ps(f + hd + 32 * k)), cr[k], acc);
+          acc = _mm512_fmadd_ps(_mm512_fmadd_ps(bb, dq, _mm512_loadu_ps(f + hd + 32 * k + 16)),
                                 sr[k], acc);
         }
-        s.scores[h * kBlock + j] = f[2 * hd] * Sum(acc);
+        s.scores[h * kBlock + j] = Sum(acc);
       }
     }
   }

@@ -544,9 +544,9 @@ TEST(KvQuantFold, PairScoresEqualTheScalarReferenceBitForBit) {
 
 // Against plain f32 arithmetic: each key decoded, read back (c + s x),
 // rotated lane by lane and dotted with the query. The query's factors are
-// rounded to int16 (half a step of amax / 32767 each), so a score may move
-// by about amax / 65534 times the sum of the key's |d x|; measured 7.6e-6
-// of sum |q| |k| (printed); bound 2e-5.
+// rounded to int16 (half a step of their block's amax / 32767 each), so a
+// score may move by about amax / 65534 times the sum of the key's |d x|;
+// measured 6.4e-6 of sum |q| |k| (printed); bound 2e-5.
 TEST(KvQuantFold, PairScoresNearPlainRotation) {
   double worst = 0;
   for (const FoldCase& c : kPairCases)
