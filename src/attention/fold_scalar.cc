@@ -45,14 +45,16 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
   vrow.resize(hd);
   kq.resize(hd);
   dk.resize(nb);
-  // Deferred block-type keys in blocks of 32: pair products, as the fast paths.
+  // Deferred block-type keys in blocks of 32: pair products, as the fast
+  // paths; the loop below scores the other keys one by one.
   const bool pairs = PairScored(s, b);
   if (pairs) {
     ScoresPairsScalar(s, b);
     for (int h = 0; h < s.n_head; ++h)
       for (int j = 0; j < b.n; ++j) s.scores[h * kBlock + j] *= s.scale;
   }
-  for (int j = 0; j < (pairs ? 0 : b.n); ++j) {
+  const int n_by_key = pairs ? 0 : b.n;
+  for (int j = 0; j < n_by_key; ++j) {
     const float* cosr = b.cos[j];
     const float* sinr = b.sin[j];
     if (b.cos2[j] != nullptr) {  // angle addition of the two levels
