@@ -106,7 +106,7 @@ void ScoresPairsScalar(FoldState& s, const KeyBlock& b) {
         const float* f = s.qp + static_cast<size_t>(h) * stride;
         const int16_t* qi = reinterpret_cast<const int16_t*>(f);
         const float* ab = f + hd;
-        float acc[16] = {};
+        float acc[16] = {}, acc_s[16] = {};  // per lane: the cosine and the sine terms
         for (int k = 0; k < nb; ++k)
           for (int i = 0; i < 16; ++i) {
             const int e = 32 * k + 2 * i, p = 16 * k + i;
@@ -114,9 +114,10 @@ void ScoresPairsScalar(FoldState& s, const KeyBlock& b) {
             const int32_t bb = qi[64 * k + 32 + 2 * i] * x[e] + qi[64 * k + 33 + 2 * i] * x[e + 1];
             const float dq = dk[k] * f[2 * hd + k];  // block and query scales
             acc[i] = std::fma(std::fma(static_cast<float>(a), dq, ab[32 * k + i]), cr[p], acc[i]);
-            acc[i] =
-                std::fma(std::fma(static_cast<float>(bb), dq, ab[32 * k + 16 + i]), sr[p], acc[i]);
+            acc_s[i] = std::fma(std::fma(static_cast<float>(bb), dq, ab[32 * k + 16 + i]), sr[p],
+                                acc_s[i]);
           }
+        for (int i = 0; i < 16; ++i) acc[i] += acc_s[i];
         s.scores[h * kBlock + j] = PairSum(acc);
       }
     }

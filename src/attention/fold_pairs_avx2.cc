@@ -57,8 +57,9 @@ void Scores(FoldState& s, const KeyBlock& b) {
       for (int h0 = g * group; h0 < (g + 1) * group; h0 += 2) {
         // Two query heads per pass over the key head's blocks (one at the end of an odd group).
         const int n = h0 + 1 < (g + 1) * group ? 2 : 1;
-        __m256 acc[2][2];
-        for (int u = 0; u < 2; ++u) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
+        __m256 acc[2][2], acc_s[2][2];  // [head][half]: the cosine and the sine terms
+        for (int u = 0; u < 2; ++u)
+          acc[u][0] = acc[u][1] = acc_s[u][0] = acc_s[u][1] = _mm256_setzero_ps();
         for (int k = 0; k < nb; ++k) {
           const __m256 d = _mm256_set1_ps(Scale<T, 32>(head, 32 * k));
           for (int half = 0; half < 2; ++half) {
@@ -75,17 +76,18 @@ void Scores(FoldState& s, const KeyBlock& b) {
               const __m256 bb = _mm256_cvtepi32_ps(_mm256_madd_epi16(x, qw));
               const __m256 dq =
                   _mm256_mul_ps(d, _mm256_set1_ps(f[2 * hd + k]));  // block and query scales
-              __m256& ac = acc[u][half];
+              __m256 &ac = acc[u][half], &as = acc_s[u][half];
               ac = _mm256_fmadd_ps(
                   _mm256_fmadd_ps(a, dq, _mm256_loadu_ps(f + hd + 32 * k + 8 * half)), c, ac);
-              ac = _mm256_fmadd_ps(
+              as = _mm256_fmadd_ps(
                   _mm256_fmadd_ps(bb, dq, _mm256_loadu_ps(f + hd + 32 * k + 16 + 8 * half)), sn,
-                  ac);
+                  as);
             }
           }
         }
         for (int u = 0; u < n; ++u)
-          s.scores[(h0 + u) * kBlock + j] = Hsum(_mm256_add_ps(acc[u][0], acc[u][1]));
+          s.scores[(h0 + u) * kBlock + j] = Hsum(_mm256_add_ps(
+              _mm256_add_ps(acc[u][0], acc_s[u][0]), _mm256_add_ps(acc[u][1], acc_s[u][1])));
       }
     }
   }
