@@ -59,9 +59,10 @@ struct Data {
   }
 };
 
-// The sum of a vector's lanes (the reduce intrinsics warn under a target attribute).
+// The 16 lanes of a vector read as floats and added: keeps a result alive (the
+// reduce intrinsics warn under a target attribute).
 template <class V>
-float Lanes(V v) {
+ROTOR_VNNI float Lanes(V v) {
   alignas(64) float f[16];
   std::memcpy(f, &v, 64);
   float s = 0;
@@ -77,7 +78,7 @@ ROTOR_VNNI inline void DotMem(__m512i& acc, __m512i w, const int32_t* a) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
 }
 
-ROTOR_VNNI [[gnu::noinline]] int64_t Peak12(const Data& d, int64_t reps) {
+[[gnu::noinline]] ROTOR_VNNI int64_t Peak12(const Data& d, int64_t reps) {
   __m512i acc[12];
   const __m512i a = _mm512_set1_epi8(3), w = _mm512_load_si512(d.w[0][0]);
 #pragma GCC unroll 12
@@ -93,7 +94,7 @@ ROTOR_VNNI [[gnu::noinline]] int64_t Peak12(const Data& d, int64_t reps) {
 
 // kMode 0: dots8, 1: scaled8, 2: kernel8.
 template <int kMode>
-ROTOR_VNNI [[gnu::noinline]] float OneGroup(const Data& d, int64_t reps) {
+[[gnu::noinline]] ROTOR_VNNI float OneGroup(const Data& d, int64_t reps) {
   __m512 acc[8];    // [token] x 16 rows
   __m512i act[8];   // [token]: registers standing in for the broadcasts
   __m512i keep[8];  // dots8: the chains across blocks
@@ -145,7 +146,7 @@ ROTOR_VNNI [[gnu::noinline]] float OneGroup(const Data& d, int64_t reps) {
 
 // Tokens [t0, t0 + 4) of block j against both groups: each broadcast from
 // memory feeds two vpdpbusd.
-ROTOR_VNNI [[gnu::always_inline]] inline void SharedPass(const Data& d, int j, int t0,
+[[gnu::always_inline]] ROTOR_VNNI inline void SharedPass(const Data& d, int j, int t0,
                                                          __m512* acc) {
   const int32_t* aj = d.a[j];
   __m512i sum[2][4];
@@ -178,7 +179,7 @@ ROTOR_VNNI [[gnu::always_inline]] inline void SharedPass(const Data& d, int j, i
   }
 }
 
-ROTOR_VNNI [[gnu::noinline]] float Shared8(const Data& d, int64_t reps) {
+[[gnu::noinline]] ROTOR_VNNI float Shared8(const Data& d, int64_t reps) {
   __m512 acc[16];  // [group x token] x 16 rows
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
