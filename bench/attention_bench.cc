@@ -13,8 +13,8 @@
 #include "base/cpu.h"
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
-#include "kv/kv_quant.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_quant.h"
 
 namespace rotor {
 namespace {
@@ -24,6 +24,7 @@ struct Shape {
 };
 constexpr Shape kStories110M{12, 12, 64};
 constexpr Shape kLlama1B{32, 8, 64};
+constexpr Shape kLlama8B{32, 8, 128};
 
 // `tokens` query tokens (a ubatch: causal among themselves) at depth d,
 // in tiles of at most max_tile tokens.
@@ -90,10 +91,12 @@ void RunAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType type, i
     Attend(pool, a, scratch);
     benchmark::DoNotOptimize(out.data());
   }
-  const double bytes = 2.0 * depth * s.n_head_kv * static_cast<double>(KvHeadBytes(type, s.head_dim));
+  const double bytes =
+      2.0 * depth * s.n_head_kv * static_cast<double>(KvHeadBytes(type, s.head_dim));
   state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1000);
-  state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tok/s"] =
+      benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_DecodeAttention(benchmark::State& state, Shape s, RopeK rope_k, KvType type) {
@@ -111,7 +114,7 @@ void PrefillArgs(benchmark::internal::Benchmark* b) {
   for (int tile : {0, 8, 16, 32}) b->Args({8192, 2, kKvBlockCells, 1, tile});
   b->UseRealTime();
 }
-#define PREFILL_CASES(name, shape, T)                                                          \
+#define PREFILL_CASES(name, shape, T)                                                      \
   BENCHMARK_CAPTURE(BM_PrefillAttention, prefill_##name, shape, RopeK::kCached, KvType::T) \
       ->Apply(PrefillArgs);
 PREFILL_CASES(stories110m_f16, kStories110M, kF16)
@@ -122,7 +125,7 @@ PREFILL_CASES(llama1b_q8_0, kLlama1B, kQ8_0)
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
-    for (int depth : {512, 2048, 8192, 32768})  // 32768: past L3
+    for (int depth : {512, 2048, 8192, 32768})      // 32768: past L3
       b->Args({depth, threads, kKvBlockCells, 1});  // every row has the 4 arguments the body reads
   b->UseRealTime();
 }
@@ -150,12 +153,12 @@ void DramArgs(benchmark::internal::Benchmark* b) {
   b->Args({8192, 2, kKvBlockCells, 12});
   b->UseRealTime();
 }
-#define DRAM_CASES(name, T)                                                                \
-  BENCHMARK_CAPTURE(BM_DecodeAttention, dram_stories110m_cached_##name, kStories110M,    \
-                    RopeK::kCached, KvType::T)                                             \
-      ->Apply(DramArgs);                                                                   \
+#define DRAM_CASES(name, T)                                                                   \
+  BENCHMARK_CAPTURE(BM_DecodeAttention, dram_stories110m_cached_##name, kStories110M,         \
+                    RopeK::kCached, KvType::T)                                                \
+      ->Apply(DramArgs);                                                                      \
   BENCHMARK_CAPTURE(BM_DecodeAttention, dram_llama1b_cached_##name, kLlama1B, RopeK::kCached, \
-                    KvType::T)                                                             \
+                    KvType::T)                                                                \
       ->Apply(DramArgs);
 DRAM_CASES(f16, kF16)
 DRAM_CASES(q8_0, kQ8_0)
@@ -167,13 +170,17 @@ BENCHMARK_CAPTURE(BM_DecodeAttention, blocks_llama1b_deferred_f16, kLlama1B, Rop
                   KvType::kF16)
     ->Apply(BlockArgs);
 
-BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached, kStories110M, RopeK::kCached, KvType::kF32)
+BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached, kStories110M, RopeK::kCached,
+                  KvType::kF32)
     ->Apply(Args);
-BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred, kStories110M, RopeK::kDeferred, KvType::kF32)
+BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred, kStories110M, RopeK::kDeferred,
+                  KvType::kF32)
     ->Apply(Args);
-BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached_f16, kStories110M, RopeK::kCached, KvType::kF16)
+BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_cached_f16, kStories110M, RopeK::kCached,
+                  KvType::kF16)
     ->Apply(Args);
-BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred_f16, kStories110M, RopeK::kDeferred, KvType::kF16)
+BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred_f16, kStories110M, RopeK::kDeferred,
+                  KvType::kF16)
     ->Apply(Args);
 // The block types and bf16 (issue #20), decode at depth: the integer K path
 // (cached) and the decoded one (deferred).
@@ -184,7 +191,8 @@ BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred_f16, kStories110M, Ro
   BENCHMARK_CAPTURE(BM_DecodeAttention, stories110m_deferred_##name, kStories110M,               \
                     RopeK::kDeferred, KvType::T)                                                 \
       ->Apply(Args);                                                                             \
-  BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached_##name, kLlama1B, RopeK::kCached, KvType::T) \
+  BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached_##name, kLlama1B, RopeK::kCached,         \
+                    KvType::T)                                                                   \
       ->Apply(Args);
 KV_TYPE_CASES(bf16, kBF16)
 KV_TYPE_CASES(q8_0, kQ8_0)
@@ -208,15 +216,15 @@ void IsaArgs(benchmark::internal::Benchmark* b) {
   b->Args({4096, 1, kKvBlockCells, 1});
   b->UseRealTime();
 }
-#define ISA_CASES(name, rope, T)                                                                   \
+#define ISA_CASES(name, rope, T)                                                                \
   BENCHMARK_CAPTURE(BM_DecodeAttentionIsa, isa_stories110m_##name##_scalar, kStories110M, rope, \
-                    KvType::T, Isa::kScalar)                                                     \
-      ->Apply(IsaArgs);                                                                          \
+                    KvType::T, Isa::kScalar)                                                    \
+      ->Apply(IsaArgs);                                                                         \
   BENCHMARK_CAPTURE(BM_DecodeAttentionIsa, isa_stories110m_##name##_avx2, kStories110M, rope,   \
-                    KvType::T, Isa::kAvx2)                                                       \
-      ->Apply(IsaArgs);                                                                          \
+                    KvType::T, Isa::kAvx2)                                                      \
+      ->Apply(IsaArgs);                                                                         \
   BENCHMARK_CAPTURE(BM_DecodeAttentionIsa, isa_stories110m_##name##_avx512, kStories110M, rope, \
-                    KvType::T, Isa::kAvx512)                                                     \
+                    KvType::T, Isa::kAvx512)                                                    \
       ->Apply(IsaArgs);
 ISA_CASES(cached_f32, RopeK::kCached, kF32)
 ISA_CASES(deferred_f32, RopeK::kDeferred, kF32)
@@ -230,18 +238,33 @@ ISA_CASES(cached_q4_0, RopeK::kCached, kQ4_0)
 ISA_CASES(deferred_q4_0, RopeK::kDeferred, kQ4_0)
 // The GQA shape (4 query heads per KV head), AVX2: the folds' sharing of a
 // KV head's decoded keys and values among its query heads.
-#define GQA_ISA_CASE(name, T)                                                                   \
-  BENCHMARK_CAPTURE(BM_DecodeAttentionIsa, isa_llama1b_cached_##name##_avx2, kLlama1B,         \
-                    RopeK::kCached, KvType::T, Isa::kAvx2)                                      \
+#define GQA_ISA_CASE(name, T)                                                          \
+  BENCHMARK_CAPTURE(BM_DecodeAttentionIsa, isa_llama1b_cached_##name##_avx2, kLlama1B, \
+                    RopeK::kCached, KvType::T, Isa::kAvx2)                             \
       ->Apply(IsaArgs);
 GQA_ISA_CASE(f16, kF16)
 GQA_ISA_CASE(q8_0, kQ8_0)
 GQA_ISA_CASE(q4_0, kQ4_0)
+// Deferred block-type keys on AVX-512 (pair products) in the GQA shapes:
+// head size 64 (2 blocks a head) and 128 (Llama 3 8B's: 4 blocks).
+#define PAIR_ISA_CASE(shape_name, shape, name, T)                                              \
+  BENCHMARK_CAPTURE(BM_DecodeAttentionIsa, isa_##shape_name##_deferred_##name##_avx512, shape, \
+                    RopeK::kDeferred, KvType::T, Isa::kAvx512)                                 \
+      ->Apply(IsaArgs);
+PAIR_ISA_CASE(llama1b, kLlama1B, q8_0, kQ8_0)
+PAIR_ISA_CASE(llama1b, kLlama1B, q4_0, kQ4_0)
+PAIR_ISA_CASE(llama8b, kLlama8B, q8_0, kQ8_0)
+PAIR_ISA_CASE(llama8b, kLlama8B, q4_0, kQ4_0)
 
-BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached, kLlama1B, RopeK::kCached, KvType::kF32)->Apply(Args);
-BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred, kLlama1B, RopeK::kDeferred, KvType::kF32)->Apply(Args);
-BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached_f16, kLlama1B, RopeK::kCached, KvType::kF16)->Apply(Args);
-BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred_f16, kLlama1B, RopeK::kDeferred, KvType::kF16)->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached, kLlama1B, RopeK::kCached, KvType::kF32)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred, kLlama1B, RopeK::kDeferred, KvType::kF32)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_cached_f16, kLlama1B, RopeK::kCached, KvType::kF16)
+    ->Apply(Args);
+BENCHMARK_CAPTURE(BM_DecodeAttention, llama1b_deferred_f16, kLlama1B, RopeK::kDeferred,
+                  KvType::kF16)
+    ->Apply(Args);
 
 // The query quantized to q8_0 for the integer scores of block-type keys
 // (attn::QuantizeQuery: once per decode step, layer and thread): heads x
