@@ -7,39 +7,57 @@
 #include <cstdint>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 #include "attention/fold.h"
 #include "base/check.h"
 #include "kv/kv_quant.h"
 
 namespace rotor::attn {
 
+namespace {
+
+// x rounded to the nearest integer, ties to even (std::lrint in the default
+// rounding mode), as int16. x86-64 takes cvtss2si inline, where GCC calls
+// lrintf out of line (about a fifth of this function's time); NaN gives
+// lrint's value there too.
+inline int16_t RoundToInt16(float x) {
+#if defined(__SSE2__)
+  return static_cast<int16_t>(_mm_cvtss_si32(_mm_set_ss(x)));
+#else
+  return static_cast<int16_t>(std::lrint(x));
+#endif
+}
+
+}  // namespace
+
 void PreparePairQuery(FoldState& s) {
   CHECK(s.qp != nullptr);
   const int hd = s.head_dim, group = s.n_head / s.n_head_kv, stride = PairStride(hd);
-  thread_local std::vector<float> u, w;  // [head_dim] each: one head's factors before rounding
-  u.resize(hd);
-  w.resize(hd);
   for (int h = 0; h < s.n_head; ++h) {
     const int g = h / group;
     const float* q = s.q + static_cast<size_t>(h) * hd;
     const float* kc = s.k_center == nullptr ? nullptr : s.k_center + static_cast<size_t>(g) * hd;
     const float* ks = s.k_scale == nullptr ? nullptr : s.k_scale + static_cast<size_t>(g) * hd;
     float* out = s.qp + static_cast<size_t>(h) * stride;
-    for (int a = 0; a < hd; a += 2) {
-      const float sa = ks == nullptr ? 1.f : ks[a], sb = ks == nullptr ? 1.f : ks[a + 1];
-      u[a] = q[a] * sa, u[a + 1] = q[a + 1] * sb;
-      w[a] = -q[a + 1] * sa, w[a + 1] = q[a] * sb;
-    }
     int16_t* qi = reinterpret_cast<int16_t*>(out);  // block k: u at [64 k], w at [64 k + 32]
     float* ab = out + hd;                           // block k: alpha at [32 k], beta at [32 k + 16]
     for (int k = 0; k < hd / 32; ++k) {
+      float u[32], w[32];  // the block's factors before rounding
       float amax = 0.f;
-      for (int e = 32 * k; e < 32 * k + 32; ++e)
-        amax = std::max({amax, std::fabs(u[e]), std::fabs(w[e])});
+      for (int a = 32 * k; a < 32 * k + 32; a += 2) {
+        const float sa = ks == nullptr ? 1.f : ks[a], sb = ks == nullptr ? 1.f : ks[a + 1];
+        const int e = a - 32 * k;
+        u[e] = q[a] * sa, u[e + 1] = q[a + 1] * sb;
+        w[e] = -q[a + 1] * sa, w[e + 1] = q[a] * sb;
+      }
+      for (int e = 0; e < 32; ++e) amax = std::max({amax, std::fabs(u[e]), std::fabs(w[e])});
       const float qs = amax > 0.f ? amax / 32767.f : 1.f;
       for (int e = 0; e < 32; ++e) {
-        qi[64 * k + e] = static_cast<int16_t>(std::lrint(u[32 * k + e] / qs));
-        qi[64 * k + 32 + e] = static_cast<int16_t>(std::lrint(w[32 * k + e] / qs));
+        qi[64 * k + e] = RoundToInt16(u[e] / qs);
+        qi[64 * k + 32 + e] = RoundToInt16(w[e] / qs);
       }
       for (int i = 0; i < 16; ++i) {
         const int a = 32 * k + 2 * i;
