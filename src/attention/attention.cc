@@ -78,6 +78,11 @@ float* AttentionScratch::QueryRot(size_t elements) {
   return q_rot_.data();
 }
 
+float* AttentionScratch::PairQuery(size_t elements) {
+  if (pair_query_.size() < elements) pair_query_.Resize(elements);
+  return pair_query_.data();
+}
+
 float* AttentionScratch::Partials(int64_t n_tasks) {
   const size_t need = static_cast<size_t>(n_tasks) * n_head_ * (head_dim_ + 2);
   if (partials_.size() < need) partials_.Resize(need);  // grows to its bound once
@@ -260,6 +265,11 @@ class TaskRunner {
       for (int h = 0; h < a_.n_head; ++h) tk.state.m[h] -= tk.th.far[h];
     tk.state.q = tk.sink_pass ? tk.q_sink : tk.q;
     tk.state.q8_of = tk.state.qp_of = nullptr;
+    if (cut_.pair_query != nullptr && !tk.sink_pass) {  // made before the tasks (PairQueries)
+      tk.state.qp =
+          cut_.pair_query + static_cast<size_t>(tk.i) * a_.n_head * attn::PairStride(a_.head_dim);
+      tk.state.qp_of = tk.state.q;
+    }
   }
 
   void Add(Token& tk, const void* k, const void* v, int32_t pos_k, TextIndex idx) {
@@ -520,6 +530,38 @@ void RunTask(const AttentionArgs& a, const Cut& c, int64_t task, AttentionScratc
   }
 }
 
+// A token split over several tasks (decode) would have each task make its
+// query's pair-product factors (the pool's 8 tasks of one token at 2
+// threads: 8 times): for split ubatches of deferred block-type keys they are
+// made here once per token, before the tasks, and each task reads them
+// (Cut::pair_query). The same function on the same query: the same factors.
+void PairQueries(std::span<const AttentionArgs> batch, AttentionScratch& scratch,
+                 std::vector<Cut>& cuts) {
+  const auto wants = [](const AttentionArgs& a, const Cut& c) {
+    return c.splits > 1 && a.cache->rope_k == RopeK::kDeferred && a.head_dim % 32 == 0 &&
+           attn::IsBlockType(static_cast<attn::Elem>(a.cache->types.k));
+  };
+  size_t total = 0;
+  for (size_t b = 0; b < batch.size(); ++b)
+    if (wants(batch[b], cuts[b]))
+      total += static_cast<size_t>(batch[b].plan->n_tokens) * batch[b].n_head *
+               attn::PairStride(batch[b].head_dim);
+  if (total == 0) return;
+  float* next = scratch.PairQuery(total);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const AttentionArgs& a = batch[b];
+    if (!wants(a, cuts[b])) continue;
+    cuts[b].pair_query = next;
+    attn::FoldState st = MakeFoldState(a, scratch.thread(0), a.n_head, a.n_head_kv, 0);
+    for (int i = 0; i < a.plan->n_tokens; ++i) {
+      st.q = a.q + i * a.q_stride;
+      st.qp = next;
+      attn::PreparePairQuery(st);
+      next += static_cast<size_t>(a.n_head) * attn::PairStride(a.head_dim);
+    }
+  }
+}
+
 // Merges the partial softmax states of each token's splits into a.out.
 void MergeSplits(const AttentionArgs& a, const Cut& c, const float* partials) {
   const int nh = a.n_head, hd = a.head_dim, splits = c.splits;
@@ -607,6 +649,7 @@ void AttendBatch(ThreadPool& pool, std::span<const AttentionArgs> batch_in,
     }
   }
   SetChunks(pool, batch, scratch, cuts);
+  PairQueries(batch, scratch, cuts);
   if (n_tasks > 0) {
     const size_t part_stride = static_cast<size_t>(batch[0].n_head) * (batch[0].head_dim + 2);
     // [n_partials, part_stride]: the split tasks' softmax states.

@@ -104,6 +104,11 @@ class AttentionScratch {
     const uint8_t* chunk_k = nullptr;
     const uint8_t* chunk_v = nullptr;
     size_t chunk_k_row_bytes = 0, chunk_v_row_bytes = 0;
+    // Split tokens of deferred block-type keys: each token's pair-product
+    // factors (attn::PreparePairQuery), made once for all its splits:
+    // [n_tokens, n_head, attn::PairStride(head_dim)]; null: each task makes
+    // its own.
+    float* pair_query = nullptr;
   };
   std::vector<Cut>& cuts() { return cuts_; }  // capacity kept between calls
   // The batch's arguments with rotated queries (--kv-rotate).
@@ -112,6 +117,8 @@ class AttentionScratch {
   uint8_t* ChunkBytes(size_t bytes);
   // Rotated copies of the ubatches' queries (--kv-rotate), grown once.
   float* QueryRot(size_t elements);
+  // The split tokens' pair-product factors (Cut::pair_query), grown once.
+  float* PairQuery(size_t elements);
 
  private:
   int n_threads_, n_head_, head_dim_;
@@ -122,6 +129,7 @@ class AttentionScratch {
   AlignedBuffer<float> partials_;
   AlignedBuffer<uint8_t> chunk_bytes_;
   AlignedBuffer<float> q_rot_;
+  AlignedBuffer<float> pair_query_;
   std::vector<LaneBuffers> lanes_;
   std::vector<Cut> cuts_;
   std::vector<AttentionArgs> rotated_args_;
