@@ -265,7 +265,9 @@ class TaskRunner {
       for (int h = 0; h < a_.n_head; ++h) tk.state.m[h] -= tk.th.far[h];
     tk.state.q = tk.sink_pass ? tk.q_sink : tk.q;
     tk.state.q8_of = tk.state.qp_of = nullptr;
-    if (cut_.pair_query != nullptr && !tk.sink_pass) {  // made before the tasks (PairQueries)
+    tk.state.qp = tk.th.qp;  // the thread's own rows, written there when needed
+    // Made before the tasks (PairQueries), read only here.
+    if (cut_.pair_query != nullptr && !tk.sink_pass) {
       tk.state.qp =
           cut_.pair_query + static_cast<size_t>(tk.i) * a_.n_head * attn::PairStride(a_.head_dim);
       tk.state.qp_of = tk.state.q;
