@@ -21,8 +21,9 @@ namespace {
 
 // x rounded to the nearest integer, ties to even (std::lrint in the default
 // rounding mode), as int16. x86-64 takes cvtss2si inline, where GCC calls
-// lrintf out of line (about a fifth of this function's time); NaN gives
-// lrint's value there too.
+// lrintf out of line (with the block's factors in a local array, this
+// function went from 2.7% to 1.6% of a deferred q4_0 fold's samples); NaN
+// gives lrint's value there too.
 inline int16_t RoundToInt16(float x) {
 #if defined(__SSE2__)
   return static_cast<int16_t>(_mm_cvtss_si32(_mm_set_ss(x)));
