@@ -53,8 +53,8 @@ struct Data {
     for (auto& b : a)
       for (auto& v : b) v = static_cast<int32_t>(rng() & 0x3f3f3f3f);
     for (auto& b : a) {
-      const float one = 1e-6f;
-      for (int t = 0; t < 8; ++t) std::memcpy(&b[72 + t], &one, 4);
+      const float scale = 1e-6f;  // the activations' block scales: small sums stay finite
+      for (int t = 0; t < 8; ++t) std::memcpy(&b[72 + t], &scale, 4);
     }
   }
 };
