@@ -14,7 +14,11 @@
 //   kernel8     + each token's 4 activation bytes broadcast from memory into
 //               every vpdpbusd: the kernel's form
 //   shared8     as kernel8 with 32 rows (two groups) per pass and 4 tokens,
-//               two passes: each broadcast feeds two vpdpbusd
+//               two passes: each broadcast feeds two vpdpbusd. Its 16 f32
+//               accumulators and 8 sums do not all fit the 32 registers:
+//               GCC 12 keeps 11 accumulators on the stack (an FMA from
+//               memory and a store per block each), as a kernel of this
+//               form would, so the figure includes that cost.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
