@@ -11,6 +11,7 @@
 
 namespace rotor::bench {
 namespace {
+namespace bench_output_test {
 
 using ::testing::HasSubstr;
 
@@ -116,5 +117,6 @@ TEST_F(BenchOutputTest, MarkdownTableNamesTheTest) {
   EXPECT_THAT(md, HasSubstr("10000"));
 }
 
+}  // namespace bench_output_test
 }  // namespace
 }  // namespace rotor::bench

@@ -12,6 +12,7 @@
 
 namespace rotor::bench {
 namespace {
+namespace bench_run_test {
 
 std::string Model() { return std::string(ROTOR_MODELS_DIR) + "/stories260K.gguf"; }
 
@@ -142,5 +143,6 @@ TEST(BenchRunTest, UnknownPolicyIsAnError) {
   EXPECT_FALSE(r.ok());
 }
 
+}  // namespace bench_run_test
 }  // namespace
 }  // namespace rotor::bench

@@ -10,6 +10,7 @@
 #include "rotor/rotor.h"
 
 namespace {
+namespace capi_vocab_test {
 
 const std::string kModel = ROTOR_MODELS_DIR "/stories260K.gguf";
 const std::string kGpt2Vocab = ROTOR_TESTDATA_DIR "/ggml-vocab-gpt-2.gguf";
@@ -134,4 +135,5 @@ TEST(CApiVocab, TokenPieces) {
   rotor_model_free(spm);
 }
 
+}  // namespace capi_vocab_test
 }  // namespace

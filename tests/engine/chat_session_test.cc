@@ -13,6 +13,7 @@
 
 namespace rotor {
 namespace {
+namespace chat_session_test {
 
 const std::string kModel = ROTOR_MODELS_DIR "/stories260K.gguf";
 
@@ -448,5 +449,6 @@ TEST(ChatSession, RejectsBadOptions) {
   EXPECT_FALSE(ChatSession::Create(*e, o).ok());
 }
 
+}  // namespace chat_session_test
 }  // namespace
 }  // namespace rotor

@@ -13,6 +13,7 @@
 
 namespace rotor {
 namespace {
+namespace constrained_generate_test {
 
 using nlohmann::json;
 
@@ -242,5 +243,6 @@ TEST(ConstrainedGenerate, UnconstrainedRunsAreUnchanged) {
   EXPECT_EQ(a.tokens, b->tokens);
 }
 
+}  // namespace constrained_generate_test
 }  // namespace
 }  // namespace rotor

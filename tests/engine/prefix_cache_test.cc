@@ -18,6 +18,7 @@
 
 namespace rotor {
 namespace {
+namespace prefix_cache_test {
 
 std::unique_ptr<Engine> NewEngine(bool prefix_cache, int64_t kv_memory_bytes = 0) {
   auto e = Engine::Create(EngineOptions{.model_path = testing::kStories,
@@ -321,5 +322,6 @@ TEST(KvMemoryFlag, ParsesMibFractionsAndPercentages) {
   }
 }
 
+}  // namespace prefix_cache_test
 }  // namespace
 }  // namespace rotor

@@ -13,6 +13,7 @@
 
 namespace rotor {
 namespace {
+namespace prompt_cache_test {
 
 const std::string kModel = ROTOR_MODELS_DIR "/stories260K.gguf";
 
@@ -107,5 +108,6 @@ TEST(PromptCache, RefusesPoliciesThatDoNotSharePrefixesAndAnEngineWithoutAPrefix
   EXPECT_NE(s.message().find("--no-prefix-cache"), std::string::npos) << s.message();
 }
 
+}  // namespace prompt_cache_test
 }  // namespace
 }  // namespace rotor

@@ -17,6 +17,7 @@
 
 namespace rotor {
 namespace {
+namespace score_test {
 
 using ::testing::HasSubstr;
 
@@ -111,5 +112,6 @@ TEST(Score, TooLongEmptyOrUnknownTokensAreErrors) {
   EXPECT_THAT(r.message(), HasSubstr("token id 1048576 is out of range"));
 }
 
+}  // namespace score_test
 }  // namespace
 }  // namespace rotor

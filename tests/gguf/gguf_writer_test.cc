@@ -12,6 +12,7 @@
 
 namespace rotor {
 namespace {
+namespace gguf_writer_test {
 
 const std::string kStories = std::string(ROTOR_MODELS_DIR) + "/stories260K.gguf";
 
@@ -315,5 +316,6 @@ TEST(GgufWriter, CopiesVocabularyBetweenFiles) {
             *(*src)->GetIntArray("tokenizer.ggml.token_type"));
 }
 
+}  // namespace gguf_writer_test
 }  // namespace
 }  // namespace rotor

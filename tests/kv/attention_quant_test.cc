@@ -21,6 +21,7 @@
 
 namespace rotor {
 namespace {
+namespace attention_quant_test {
 
 struct Shape {
   int n_head, n_head_kv, head_dim;
@@ -131,5 +132,6 @@ TEST(AttentionQuant, NearF32CacheWithinEachTypesBoundOnEveryIsa) {
   EXPECT_TRUE(sweep.EveryValueRan());
 }
 
+}  // namespace attention_quant_test
 }  // namespace
 }  // namespace rotor

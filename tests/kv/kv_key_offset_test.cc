@@ -19,6 +19,7 @@
 
 namespace rotor::testing {
 namespace {
+namespace kv_key_offset_test {
 
 KvConfig With(KvConfig kv, KvType k, KvType v, std::string_view offset) {
   kv.types = {k, v};
@@ -242,5 +243,6 @@ TEST(KeyOffsets, FilesAndPrefixRootsKeepThemApart) {
   }
 }
 
+}  // namespace kv_key_offset_test
 }  // namespace
 }  // namespace rotor::testing

@@ -15,6 +15,7 @@
 
 namespace rotor {
 namespace {
+namespace model_config_test {
 
 std::string TempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
@@ -318,5 +319,6 @@ TEST(ModelConfig, PartialRotaryAndSlidingWindowLoad) {
               {"rope_freqs.weight", "expected [8]"});
 }
 
+}  // namespace model_config_test
 }  // namespace
 }  // namespace rotor

@@ -20,6 +20,7 @@
 
 namespace rotor {
 namespace {
+namespace model_load_test {
 
 const std::string kModel = ROTOR_MODELS_DIR "/stories260K.gguf";
 
@@ -223,11 +224,13 @@ TEST(ModelLoad, MixedTypeFilesLoadAndTrackF32) {
   }
 }
 
+}  // namespace model_load_test
 }  // namespace
 }  // namespace rotor
 
 namespace rotor {
 namespace {
+namespace model_load_test {
 
 // rotor synth's weights keep a greedy run alive: with the real Llama-2
 // vocabulary, 64 greedy tokens are not one token repeated.
@@ -250,5 +253,6 @@ TEST(Synth, GreedyRunIsNotDegenerate) {
   }
 }
 
+}  // namespace model_load_test
 }  // namespace
 }  // namespace rotor

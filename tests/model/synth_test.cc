@@ -16,6 +16,7 @@
 
 namespace rotor {
 namespace {
+namespace synth_test {
 
 std::string TempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
@@ -113,5 +114,6 @@ TEST(SynthPresets, NewShapesKeepGreedyRunsDiverse) {
   }
 }
 
+}  // namespace synth_test
 }  // namespace
 }  // namespace rotor

@@ -14,6 +14,7 @@
 
 namespace rotor::serve::testing {
 namespace {
+namespace server_slots_test {
 
 const char* kStory =
     "Once upon a time, there was a little girl named Lily. She loved to play in the park with "
@@ -165,5 +166,6 @@ TEST(ServerSlots, WithoutASlotSavePathSlotActionsAreNotSupported) {
       << r.dump();
 }
 
+}  // namespace server_slots_test
 }  // namespace
 }  // namespace rotor::serve::testing
