@@ -1,6 +1,7 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -13,15 +14,18 @@ namespace rotor {
 namespace {
 // A waiting thread first spins on the pause instruction (about 30 us on the
 // Xeon of docs/BENCHMARKS.md, 15 ns a pause), then yields its core between
-// looks (about 250 ns a yield there, so about 300 us in all when nothing
-// else wants the core), and only then sleeps. Decode issues thousands of
-// small jobs a second: the spin catches the next one at once. The yields
-// matter when there are more runnable threads than cores (two engines on
-// one machine, ctest -j with threaded tests): a spinning thread would keep
-// its core from the thread that has the work, and the job would wait for
-// it (docs/RELIABILITY.md, "Time").
+// looks, and only then sleeps. Decode issues thousands of small jobs a
+// second: the spin catches the next one at once. The yields matter when
+// there are more runnable threads than cores (two engines on one machine,
+// ctest -j with threaded tests): a spinning thread would keep its core from
+// the thread that has the work, and the job would wait for it
+// (docs/RELIABILITY.md, "Time"). A worker yields for kYieldTime at most, by
+// the clock: a yield took 250 ns on that Xeon (1,200 of them were 300 us)
+// but 1.2-1.6 us on the 2-vCPU VMs of later sessions, where the same count
+// kept a core busy for about 2 ms after every job, all through a
+// grammar-bound token's sampling (docs/RELIABILITY.md, "Time").
 constexpr int kPauseIterations = 2000;
-constexpr int kYieldIterations = 1200;
+constexpr auto kYieldTime = std::chrono::microseconds(300);
 constexpr uint32_t kOpen = 1u << 31;
 
 // The spin-th look of a wait: a pause, or a yield once the pauses are spent.
@@ -80,9 +84,16 @@ void ThreadPool::WorkerLoop(int thread) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < kPauseIterations + kYieldIterations; ++spin) {
-      Pause(spin);
+    for (int spin = 0; gen == seen && spin < kPauseIterations; ++spin) {
+      ROTOR_PAUSE();
       gen = generation_.load(std::memory_order_acquire);
+    }
+    if (gen == seen) {
+      const auto until = std::chrono::steady_clock::now() + kYieldTime;
+      do {
+        std::this_thread::yield();
+        gen = generation_.load(std::memory_order_acquire);
+      } while (gen == seen && std::chrono::steady_clock::now() < until);
     }
     if (gen == seen) {
       std::unique_lock<std::mutex> lock(mu_);
