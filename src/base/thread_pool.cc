@@ -23,7 +23,7 @@ namespace {
 // the clock: a yield took 250 ns on that Xeon (1,200 of them were 300 us)
 // but 1.2-1.6 us on the 2-vCPU VMs of later sessions, where the same count
 // kept a core busy for about 2 ms after every job, all through a
-// grammar-bound token's sampling (docs/RELIABILITY.md, "Time").
+// grammar-bound token's sampling (docs/BENCHMARKS.md, "Forty-fifth session").
 constexpr int kPauseIterations = 2000;
 constexpr auto kYieldTime = std::chrono::microseconds(300);
 constexpr uint32_t kOpen = 1u << 31;
