@@ -100,8 +100,9 @@ TEST(ThreadPool, SurvivesIdleSleep) {
 }
 
 // More threads than cores, with gaps between jobs that end in each phase of a
-// worker's wait (on the machine of docs/BENCHMARKS.md: pausing up to about
-// 30 us, yielding up to about 330 us, then asleep), and in each job the
+// worker's wait (pausing for 2,000 looks, 30-40 us on the machines of
+// docs/BENCHMARKS.md, then yielding for 300 us by the clock, then asleep:
+// 0 and 5 us, 100 us, 600 and 3000 us), and in each job the
 // first task a worker runs sleeping 200 us, so that the caller waits for it
 // at the end of the job: every job still runs each task once.
 TEST(ThreadPool, MoreThreadsThanCoresThroughEveryWaitPhase) {
