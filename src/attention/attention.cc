@@ -214,6 +214,9 @@ class TaskRunner {
     attn::FoldState state;
     attn::KeyBlock block;
     int far_used = 0;
+    // Deferred keys in tiles: each key's distance from this token (the
+    // tile computes the rotation rows; RotateTile).
+    int64_t dist[kBlock];
     int i = 0;  // in the ubatch
     TextIndex t = 0;
     int32_t pos_q = 0, delta = 0;
@@ -306,7 +309,10 @@ class TaskRunner {
     b.k[n] = k;
     b.v[n] = v;
     b.cos[n] = b.sin[n] = b.cos2[n] = b.sin2[n] = nullptr;
-    if (deferred_) SetRotation(*a_.rope, distance, b, n, tk.th.far, &tk.far_used);
+    if (deferred_ && cut_.tiled)
+      tk.dist[n] = distance;
+    else if (deferred_)
+      SetRotation(*a_.rope, distance, b, n, tk.th.far, &tk.far_used);
     if (++b.n < kBlock) return;
     if (cut_.tiled) full_ = true;  // folded with the tokens that share its keys
     else Flush(tk);
@@ -352,15 +358,65 @@ class TaskRunner {
       if (!tk.active || b.n == 0 || b.n > rb.n) continue;
       if (ready_only && b.n < kBlock && !tk.done) continue;
       bool prefix = true;
-      for (int j = 0; j < b.n && prefix; ++j) prefix = b.k[j] == rb.k[j] && b.v[j] == rb.v[j];
+      for (int j = 0; j < b.n && prefix; ++j)
+        prefix = b.k[j] == rb.k[j] && b.v[j] == rb.v[j] &&
+                 (!deferred_ || tk.dist[j] - tk.dist[0] == ref.dist[j] - ref.dist[0]);
       if (!prefix) continue;
       members[tile.n] = &tk;
       tile.s[tile.n] = &tk.state;
       tile.n_keys[tile.n++] = b.n;
     }
+    if (deferred_) RotateTile(ref, members, tile.n);
     if (cut_.avx2 || cut_.avx512) attn::FoldTileAvx2(tile, rb);
     else attn::FoldTileScalar(tile, rb);
-    for (int m = 0; m < tile.n; ++m) members[m]->block.n = 0;
+    for (int m = 0; m < tile.n; ++m) {
+      members[m]->block.n = 0;
+      if (deferred_) members[m]->state.q = members[m]->q;  // RotateTile's is for this block only
+    }
+  }
+
+  // Deferred keys in a tile. A token scores key j as <q, R(-d_j) k_j>
+  // (d_j: its distance), and R(-d_j) = R(-d_0) R(d_0 - d_j), so it is
+  // <R(d_0) q, R(d_0 - d_j) k_j>. d_0 - d_j, the key's position after the
+  // block's first key, is the same for every member (FoldGroup groups only
+  // those): the block carries rows R(d_0 - d_j) (= the table's row of
+  // d_j - d_0), which the tile fold applies to each key once for all
+  // members, and each member's query is rotated by R(d_0), its own distance
+  // to the first key, into its q_sink buffer (deferred keys have no sinks'
+  // pass). Both rows are relative, so the angles stay small at any text
+  // position, and a token's rotated keys and query do not depend on the
+  // other tokens of its tile. Per block that is one row per key and one
+  // rotation of each member's query: about 1/64 of the fold's products.
+  void RotateTile(Token& ref, Token* const* members, int n_members) {
+    const RopeDistanceTable& table = *a_.rope;
+    const int hd = a_.head_dim, nh = a_.n_head;
+    attn::KeyBlock& b = ref.block;
+    float* rows = tokens_[0].th.far;  // [kBlock, 2, head_dim]
+    for (int j = 0; j < b.n; ++j) {
+      b.cos2[j] = b.sin2[j] = nullptr;
+      const int64_t after = ref.dist[0] - ref.dist[j];       // cells in text order: j
+      if (after >= 0 && after < RopeDistanceTable::kFine) {  // Row(-after), stored
+        b.cos[j] = table.FineCos(after), b.sin[j] = table.FineSinNegated(after);
+        continue;
+      }
+      float* row = rows + static_cast<size_t>(j) * 2 * hd;
+      table.Row(-after, row, row + hd);
+      b.cos[j] = row, b.sin[j] = row + hd;
+    }
+    // Tiles of deferred keys run only with normal pairs (ChooseFold), whose
+    // lanes the rotation kernels pair as l and l ^ 1.
+    CHECK(table.config().layout == ops::RopeLayout::kNormal);
+    float cs[2 * 256];  // [2, head_dim]: R(d_0) as a table row (head_dim <= 256: ChooseFold)
+    for (int m = 0; m < n_members; ++m) {
+      Token& tk = *members[m];
+      table.Row(-tk.dist[0], cs, cs + hd);
+      float* q = tk.th.q_sink;  // [n_head, head_dim]
+      if (cut_.avx2 || cut_.avx512)
+        attn::RotateRowsAvx2(cs, cs + hd, tk.q, nh, hd, q);
+      else
+        attn::RotateRowsScalar(cs, cs + hd, tk.q, nh, hd, q);
+      tk.state.q = q;
+    }
   }
 
   void Flush(Token& tk) {
@@ -410,15 +466,14 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a, int max_tile) {
   c.per_split = (n_cells + c.splits - 1) / c.splits;
   // Many tokens: tiles of tokens share each key's read, still two tasks or
   // more per thread.
-  // Tiles need rotated keys (cached RoPE: every token reads the same rows)
-  // and a fast fold (FoldTileAvx2, also on AVX-512 machines). Few tokens
+  // Tiles need a fast fold (FoldTileAvx2, also on AVX-512 machines); deferred
+  // keys are rotated in the tile relative to each block's first key
+  // (TaskRunner::RotateTile). Few tokens
   // take the one-token folds at every depth, split or not: they read K and V
   // in place, where the tile fold decodes each K head to f32 first (a
   // quarter of a batch-8 decode step at depth 0 on AVX-512, for nothing
   // shared).
-  const bool deferred = a.cache->rope_k == RopeK::kDeferred;
-  c.tiled = !few && !deferred && (c.avx2 || c.avx512) && max_tile > 0;
-  CHECK(!c.tiled || a.cache->k_center == nullptr);  // the tile folds do not read centered keys
+  c.tiled = !few && (c.avx2 || c.avx512) && max_tile > 0;
   if (c.tiled)
     c.tile = std::clamp(n_tokens / (2 * pool.size()), 1,
                         std::min(max_tile, AttentionScratch::kTileTokens));

@@ -104,11 +104,17 @@ struct KeyBlock {
 // A tile: one block of keys folded into the states of n query tokens at once
 // (prefill: a token's keys are mostly the same as its neighbours'). Token u
 // takes the block's first n_keys[u] keys (0 to b.n: the ubatch's own keys
-// are a causal prefix). The keys carry no rotation rows (cached RoPE). Each
-// K and V head of the block is decoded to f32 once per tile into the
-// scratch, then scored against every query row of the tile as a small
-// matrix product; block-type keys are scored in f32 (not by the quantized
-// query's integer dot products of the one-token folds).
+// are a causal prefix). Each K and V head of the block is decoded to f32
+// once per tile into the scratch, then scored against every query row of
+// the tile as a small matrix product; block-type keys are scored in f32
+// (not by the quantized query's integer dot products of the one-token
+// folds).
+// Under cached RoPE the keys carry no rotation rows. Deferred keys carry one
+// whole row per key (cos / sin, cos2 / sin2 null), the same for every token
+// of the tile: key j is decoded (read back as center + scale x when the
+// states' k_center is set), then rotated by its row, k'_l = cos_l k_l +
+// sin_l k_partner(l), and each state's q is already rotated to match
+// (attention.cc, TaskRunner::RotateTile).
 inline constexpr int kTileMax = 32;
 struct Tile {
   int n = 0;
@@ -121,8 +127,18 @@ struct Tile {
 void FoldTileScalar(Tile& t, const KeyBlock& b);
 // head_dim % 8 == 0 up to 256 and qblock 8, 16 or 32 (else FoldTileScalar):
 // the query rows in chunks of 4 against 16 keys in registers
-// (fold_tile_avx2.cc). Runs on AVX-512 machines too.
+// (fold_tile_avx2.cc). Runs on AVX-512 machines too. Deferred keys' rows
+// must rotate normal pairs (partner(l) = l ^ 1).
 void FoldTileAvx2(Tile& t, const KeyBlock& b);
+
+// n_rows rows of head_dim floats rotated by one rotation row (normal pairs):
+// y_l = cos_l x_l + sin_l x_(l ^ 1) (a deferred tile member's query,
+// attention.cc RotateTile). x: [n_rows, head_dim], y the same (not x).
+void RotateRowsScalar(const float* cos, const float* sin, const float* x, int n_rows, int head_dim,
+                      float* y);
+// head_dim % 8 == 0 (else RotateRowsScalar).
+void RotateRowsAvx2(const float* cos, const float* sin, const float* x, int n_rows, int head_dim,
+                    float* y);
 
 // Scalar reference, any types and head size. Block-type keys without a
 // rotation row (cached RoPE) are scored by integer dot products with the

@@ -141,6 +141,16 @@ void FoldTileScalar(Tile& t, const KeyBlock& b) {
         const size_t at = (static_cast<size_t>(j) * s.n_head_kv + g) * hd;
         DecodeHead(b.tk, b.k_head_bytes, hd, b.k[j], g, k.data() + at);
         DecodeHead(b.tv, b.v_head_bytes, hd, b.v[j], g, v.data() + at);
+        if (b.cos[j] == nullptr) continue;
+        // Deferred: read back from the stored centered form, then rotated
+        // by the key's row (fold.h, Tile).
+        float* kj = k.data() + at;
+        if (s.k_center != nullptr)
+          for (int d = 0; d < hd; ++d)
+            kj[d] = s.k_center[g * hd + d] + s.k_scale[g * hd + d] * kj[d];
+        std::vector<float> x(kj, kj + hd);
+        for (int d = 0; d < hd; ++d)
+          kj[d] = b.cos[j][d] * x[d] + b.sin[j][d] * x[s.partner != nullptr ? s.partner[d] : d ^ 1];
       }
     for (int h = 0; h < s.n_head; ++h) {
       const int g = h / group;
@@ -167,6 +177,15 @@ void FoldTileScalar(Tile& t, const KeyBlock& b) {
       s.l[h] = sum;
       s.m[h] = new_max;
     }
+  }
+}
+
+void RotateRowsScalar(const float* cos, const float* sin, const float* x, int n_rows, int head_dim,
+                      float* y) {
+  for (int r = 0; r < n_rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * head_dim;
+    float* yr = y + static_cast<size_t>(r) * head_dim;
+    for (int l = 0; l < head_dim; ++l) yr[l] = cos[l] * xr[l] + sin[l] * xr[l ^ 1];
   }
 }
 

@@ -57,8 +57,12 @@ inline void Transpose8(__m256 r[8]) {
 }
 
 // K head g of keys [0, n) into kt ([head_dim, kBlock]), keys [n, n8) zero.
-template <Elem T, int B>
-void DecodeK(const KeyBlock& b, int g, int n, int n8, int hd, float* kt) {
+// kRot (deferred keys): each key read back as center + scale x (when center
+// is not null: head g's [head_dim] each), then rotated by its row in b.cos /
+// b.sin (normal pairs: a lane's partner is its neighbour in the vector).
+template <Elem T, int B, bool kRot>
+void DecodeK(const KeyBlock& b, int g, int n, int n8, int hd, const float* center,
+             const float* scale, float* kt) {
   for (int j0 = 0; j0 < n8; j0 += 8) {
     const uint8_t* head[8];
     for (int i = 0; i < 8; ++i)
@@ -69,6 +73,15 @@ void DecodeK(const KeyBlock& b, int g, int n, int n8, int hd, float* kt) {
       __m256 r[8];
       for (int i = 0; i < 8; ++i)
         r[i] = head[i] != nullptr ? Load8<T, B>(head[i], e) : _mm256_setzero_ps();
+      if constexpr (kRot) {
+        for (int i = 0; i < 8 && head[i] != nullptr; ++i) {
+          if (center != nullptr)
+            r[i] = _mm256_fmadd_ps(r[i], _mm256_loadu_ps(scale + e), _mm256_loadu_ps(center + e));
+          const __m256 swapped = _mm256_permute_ps(r[i], 0xB1);  // lanes 2i <-> 2i + 1
+          r[i] = _mm256_fmadd_ps(_mm256_loadu_ps(b.cos[j0 + i] + e), r[i],
+                                 _mm256_mul_ps(_mm256_loadu_ps(b.sin[j0 + i] + e), swapped));
+        }
+      }
       Transpose8(r);
       for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (e + i) * kBlock + j0, r[i]);
     }
@@ -248,32 +261,56 @@ void AccumulateTyped(Row* rows, int n_rows, const KeyBlock& b, int g, int hd, in
   ByRows<AccumulateFn>(rows, n_rows, TypedV<T, B>{&b, g}, hd, n);
 }
 
-using DecodeKFn = void (*)(const KeyBlock&, int, int, int, int, float*);
+using DecodeKFn = void (*)(const KeyBlock&, int, int, int, int, const float*, const float*, float*);
 using DecodeVFn = void (*)(const KeyBlock&, int, int, int, float*);
 
 template <Elem T>
-void PickDecoders(int qblock, bool is_v, DecodeKFn* k, DecodeVFn* v, AccumulateTypedFn* a) {
+void PickDecoders(int qblock, bool is_v, bool rot, DecodeKFn* k, DecodeVFn* v,
+                  AccumulateTypedFn* a) {
   auto set = [&]<int B>() {
     if (is_v) *v = DecodeV<T, B>, *a = AccumulateTyped<T, B>;
-    else *k = DecodeK<T, B>;
+    else
+      *k = rot ? DecodeK<T, B, true> : DecodeK<T, B, false>;
   };
   if (!IsBlockType(T) || qblock == 32) set.template operator()<32>();
   else if (qblock == 16) set.template operator()<16>();
   else set.template operator()<8>();
 }
 
-void Pick(Elem t, int qblock, bool is_v, DecodeKFn* k, DecodeVFn* v, AccumulateTypedFn* a) {
+void Pick(Elem t, int qblock, bool is_v, bool rot, DecodeKFn* k, DecodeVFn* v,
+          AccumulateTypedFn* a) {
   switch (t) {
-    case Elem::kF32: return PickDecoders<Elem::kF32>(qblock, is_v, k, v, a);
-    case Elem::kF16: return PickDecoders<Elem::kF16>(qblock, is_v, k, v, a);
-    case Elem::kBF16: return PickDecoders<Elem::kBF16>(qblock, is_v, k, v, a);
-    case Elem::kQ8_0: return PickDecoders<Elem::kQ8_0>(qblock, is_v, k, v, a);
-    case Elem::kQ4_0: return PickDecoders<Elem::kQ4_0>(qblock, is_v, k, v, a);
-    case Elem::kQ5_0: return PickDecoders<Elem::kQ5_0>(qblock, is_v, k, v, a);
+    case Elem::kF32:
+      return PickDecoders<Elem::kF32>(qblock, is_v, rot, k, v, a);
+    case Elem::kF16:
+      return PickDecoders<Elem::kF16>(qblock, is_v, rot, k, v, a);
+    case Elem::kBF16:
+      return PickDecoders<Elem::kBF16>(qblock, is_v, rot, k, v, a);
+    case Elem::kQ8_0:
+      return PickDecoders<Elem::kQ8_0>(qblock, is_v, rot, k, v, a);
+    case Elem::kQ4_0:
+      return PickDecoders<Elem::kQ4_0>(qblock, is_v, rot, k, v, a);
+    case Elem::kQ5_0:
+      return PickDecoders<Elem::kQ5_0>(qblock, is_v, rot, k, v, a);
   }
 }
 
 }  // namespace
+
+void RotateRowsAvx2(const float* cos, const float* sin, const float* x, int n_rows, int head_dim,
+                    float* y) {
+  if (head_dim % 8 != 0) return RotateRowsScalar(cos, sin, x, n_rows, head_dim, y);
+  for (int r = 0; r < n_rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * head_dim;
+    float* yr = y + static_cast<size_t>(r) * head_dim;
+    for (int e = 0; e < head_dim; e += 8) {
+      const __m256 v = _mm256_loadu_ps(xr + e);
+      _mm256_storeu_ps(yr + e, _mm256_fmadd_ps(_mm256_loadu_ps(cos + e), v,
+                                               _mm256_mul_ps(_mm256_loadu_ps(sin + e),
+                                                             _mm256_permute_ps(v, 0xB1))));
+    }
+  }
+}
 
 void FoldTileAvx2(Tile& t, const KeyBlock& b) {
   const FoldState& s0 = *t.s[0];
@@ -288,8 +325,10 @@ void FoldTileAvx2(Tile& t, const KeyBlock& b) {
   DecodeKFn decode_k = nullptr;
   DecodeVFn decode_v = nullptr;
   AccumulateTypedFn accumulate_typed = nullptr;
-  Pick(b.tk, b.qblock, /*is_v=*/false, &decode_k, &decode_v, &accumulate_typed);
-  Pick(b.tv, b.qblock, /*is_v=*/true, &decode_k, &decode_v, &accumulate_typed);
+  // Deferred keys: every key carries its row (fold.h, Tile).
+  const bool rot = b.cos[0] != nullptr;
+  Pick(b.tk, b.qblock, /*is_v=*/false, rot, &decode_k, &decode_v, &accumulate_typed);
+  Pick(b.tv, b.qblock, /*is_v=*/true, rot, &decode_k, &decode_v, &accumulate_typed);
   thread_local std::vector<Row> rows;  // [t.n * group] token-major
   rows.resize(static_cast<size_t>(t.n) * group);
   // One pass of rows over V (a decode step's token, or a few query heads):
@@ -297,7 +336,9 @@ void FoldTileAvx2(Tile& t, const KeyBlock& b) {
   const bool v_in_place = static_cast<int>(rows.size()) <= kRows;
   for (int g = 0; g < s0.n_head_kv; ++g) {
     if (g + 1 < s0.n_head_kv) Prefetch(b, g + 1, n);
-    decode_k(b, g, n, n8, hd, t.kt);
+    const size_t at = static_cast<size_t>(g) * hd;
+    decode_k(b, g, n, n8, hd, s0.k_center != nullptr ? s0.k_center + at : nullptr,
+             s0.k_scale != nullptr ? s0.k_scale + at : nullptr, t.kt);
     if (!v_in_place) decode_v(b, g, n, hd, t.vf);
     for (int u = 0; u < t.n; ++u) {
       FoldState& s = *t.s[u];

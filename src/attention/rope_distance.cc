@@ -22,6 +22,8 @@ RopeDistanceTable::RopeDistanceTable(const ops::RopeConfig& cfg, int64_t max_dis
   fine_cos_.resize(static_cast<size_t>(kFine) * hd);
   fine_sin_.resize(static_cast<size_t>(kFine) * hd);
   for (int64_t d = 0; d < kFine; ++d) Compute(d, &fine_cos_[d * hd], &fine_sin_[d * hd]);
+  fine_sin_neg_.resize(fine_sin_.size());
+  for (size_t i = 0; i < fine_sin_.size(); ++i) fine_sin_neg_[i] = -fine_sin_[i];
 }
 
 // Rotation by -theta of pair (a, b): a' = a cos + b sin, b' = b cos - a sin.
@@ -35,6 +37,19 @@ void RopeDistanceTable::Compute(int64_t d, float* cos, float* sin) const {
     const int b = partner_[a];
     cos[a] = c, cos[b] = c;
     sin[a] = s, sin[b] = -s;
+  }
+}
+
+void RopeDistanceTable::Row(int64_t d, float* cos, float* sin) const {
+  const int64_t a = d < 0 ? -d : d;
+  if (a >= max_distance_) return Compute(d, cos, sin);
+  const int hd = cfg_.head_dim;
+  const float *c1 = CoarseCos(a), *s1 = CoarseSin(a), *c2 = FineCos(a), *s2 = FineSin(a);
+  // R(d) = R(-d)^T: the same cosines, the sines negated.
+  const float sign = d < 0 ? -1.f : 1.f;
+  for (int l = 0; l < hd; ++l) {
+    cos[l] = c1[l] * c2[l] - s1[l] * s2[l];
+    sin[l] = sign * (s1[l] * c2[l] + c1[l] * s2[l]);
   }
 }
 

@@ -34,9 +34,21 @@ class RopeDistanceTable {
   const float* CoarseSin(int64_t d) const { return coarse_sin_.data() + (d / kFine) * cfg_.head_dim; }
   const float* FineCos(int64_t d) const { return fine_cos_.data() + (d % kFine) * cfg_.head_dim; }
   const float* FineSin(int64_t d) const { return fine_sin_.data() + (d % kFine) * cfg_.head_dim; }
+  // The fine rows' sines negated: with FineCos, the row of distance -d for
+  // d in [0, 64), what Row(-d) computes (a key d cells after a tile block's
+  // first, TaskRunner::RotateTile).
+  const float* FineSinNegated(int64_t d) const {
+    return fine_sin_neg_.data() + (d % kFine) * cfg_.head_dim;
+  }
   // The same rows for any distance (keys farther than the table: sinks in
   // original-position mode), computed into cos/sin [head_dim].
   void Compute(int64_t d, float* cos, float* sin) const;
+  // The whole row of any distance d, negative too, into cos/sin [head_dim]:
+  // the two levels combined by angle addition (as the folds combine them)
+  // when |d| is within the table, the row of -d's transpose (sin negated)
+  // for d < 0, else Compute. The prefill tiles of deferred keys rotate keys
+  // and queries by such rows (attention.cc, TaskRunner::RotateTile).
+  void Row(int64_t d, float* cos, float* sin) const;
   // Lane partner of each lane in a rotation pair.
   const std::vector<int>& partner() const { return partner_; }
 
@@ -46,6 +58,7 @@ class RopeDistanceTable {
   std::vector<int> partner_;   // [head_dim]
   std::vector<float> coarse_cos_, coarse_sin_;  // [max_distance / 64 + 1, head_dim]
   std::vector<float> fine_cos_, fine_sin_;      // [64, head_dim]
+  std::vector<float> fine_sin_neg_;             // [64, head_dim]
 };
 
 }  // namespace rotor

@@ -1,17 +1,20 @@
 // Prefill tiles (attention.cc TaskRunner, FoldTileAvx2): a token's attention
 // is the same, bit for bit, whatever tile it is folded in and however its
-// sequence is cut into ubatches; and near the one-token folds.
+// sequence is cut into ubatches; and near the one-token folds. Under cached
+// and deferred RoPE (deferred keys are rotated in the tile, relative to each
+// block's first key: TaskRunner::RotateTile).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "attend_util.h"
 #include "attention/attention.h"
 #include "base/cpu.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_key_offsets.h"
 #include "kv/kv_quant.h"
-#include "attend_util.h"
 #include "kv_test_util.h"
 
 namespace rotor {
@@ -26,7 +29,20 @@ std::vector<float> Attend(const KvConfig& base, KvTypes types, int depth,
                           const std::vector<int>& ubatches, int max_tile) {
   const int q_dim = kHeads * kDim, kv_dim = kHeadsKv * kDim;
   ops::RopeConfig rope{kDim, kDim};
+  // Random key offsets (cached RoPE), centers and scales (deferred), as a
+  // model's calibration gives them: block-type keys use them by default.
+  const KvKeyOffsets offsets(
+      [] {
+        std::mt19937 g(3);
+        std::normal_distribution<float> n(0.f, 1.f);
+        std::vector<float> v(3 * kHeadsKv * kDim);  // [3, 1 layer, kHeadsKv, kDim]
+        for (size_t i = 0; i < v.size(); ++i)
+          v[i] = i < 2 * kHeadsKv * kDim ? n(g) : 1.f + 0.5f * std::fabs(n(g));
+        return v;
+      },
+      1, kHeadsKv * kDim);
   KvShape shape{1, kHeadsKv, kDim, 1024, rope};
+  shape.k_offsets = &offsets;
   KvConfig cfg = base;
   cfg.types = types;
   auto cache = std::move(KvCache::Create(shape, cfg)).value();
@@ -67,44 +83,54 @@ const KvTypes kTypes[] = {{KvType::kF32, KvType::kF32},
 
 TEST(AttentionTile, SameBitsInAnyTileAndAnyCut) {
   if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "tiles run on AVX2 and AVX-512 machines";
-  for (const KvTypes& t : kTypes) {
-    SCOPED_TRACE(KvTypesName(t));
-    const KvConfig full = testing::Kv("full", 0);
-    const std::vector<float> want = Attend(full, t, 300, {70}, AttentionScratch::kTileTokens);
-    for (int max_tile : {1, 7}) EXPECT_EQ(Attend(full, t, 300, {70}, max_tile), want) << max_tile;
-    // A prefix hit or another chunk size: the same tokens in other ubatches.
-    EXPECT_EQ(Attend(full, t, 300, {30, 40}, AttentionScratch::kTileTokens), want);
-    EXPECT_EQ(Attend(full, t, 300, {4, 9, 57}, 5), want);
-    // Tokens that see different cells (a window) or two passes (sinks at a
-    // shifted distance: compact positions): the tile size still changes
-    // nothing.
-    for (const KvConfig& cfg : {testing::Kv("window", 100),
-                                testing::Kv("sink", 128, 4, RopeK::kCached, KvPositions::kCompact)}) {
-      const std::vector<float> w = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
-      EXPECT_EQ(Attend(cfg, t, 300, {70}, 1), w);
-      EXPECT_EQ(Attend(cfg, t, 300, {70}, 6), w);
+  for (const RopeK rk : {RopeK::kCached, RopeK::kDeferred})
+    for (const KvTypes& t : kTypes) {
+      SCOPED_TRACE(KvTypesName(t) + (rk == RopeK::kDeferred ? " deferred" : " cached"));
+      const KvConfig full = testing::Kv("full", 0, 4, rk);
+      const std::vector<float> want = Attend(full, t, 300, {70}, AttentionScratch::kTileTokens);
+      for (int max_tile : {1, 7}) EXPECT_EQ(Attend(full, t, 300, {70}, max_tile), want) << max_tile;
+      // A prefix hit or another chunk size: the same tokens in other ubatches.
+      EXPECT_EQ(Attend(full, t, 300, {30, 40}, AttentionScratch::kTileTokens), want);
+      EXPECT_EQ(Attend(full, t, 300, {4, 9, 57}, 5), want);
+      // Tokens that see different cells (a window) or sinks at a shifted
+      // distance (compact positions: two passes when cached, other rows per
+      // token when deferred): the tile size still changes nothing.
+      for (const KvConfig& cfg : {testing::Kv("window", 100, 4, rk),
+                                  testing::Kv("sink", 128, 4, rk, KvPositions::kCompact)}) {
+        const std::vector<float> w = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
+        EXPECT_EQ(Attend(cfg, t, 300, {70}, 1), w);
+        EXPECT_EQ(Attend(cfg, t, 300, {70}, 6), w);
+      }
     }
-  }
 }
 
 // Against the one-token folds (max_tile 0): float keys within rounding,
-// block-type keys within the difference of their integer scoring.
+// block-type keys within the difference of their integer scoring (cached:
+// the quantized query's integer products; deferred: pair products with the
+// query's int16 factors). Deferred tiles rotate keys and queries by rows
+// relative to each block's first key, the one-token folds each key by its
+// distance, so float keys differ by that rounding too. Under a window and
+// sinks at shifted distances too (deferred: each token's own rows).
 TEST(AttentionTile, NearTheOneTokenFolds) {
-  for (const KvTypes& t : kTypes) {
-    SCOPED_TRACE(KvTypesName(t));
-    const KvConfig full = testing::Kv("full", 0);
-    const std::vector<float> tiled = Attend(full, t, 300, {70}, AttentionScratch::kTileTokens);
-    const std::vector<float> alone = Attend(full, t, 300, {70}, 0);
-    double diff = 0, scale = 0;
-    for (size_t e = 0; e < tiled.size(); ++e) {
-      diff = std::max(diff, std::fabs(static_cast<double>(tiled[e]) - alone[e]));
-      scale = std::max(scale, std::fabs(static_cast<double>(alone[e])));
-    }
-    const bool blocks = KvTypeQuantized(t.k);
-    EXPECT_LE(diff / scale, blocks ? 0.05 : 1e-5);
-    std::printf("%-10s tiles against one-token folds: %.3g relative\n", KvTypesName(t).c_str(),
-                diff / scale);
-  }
+  for (const RopeK rk : {RopeK::kCached, RopeK::kDeferred})
+    for (const KvConfig& cfg : {testing::Kv("full", 0, 4, rk), testing::Kv("window", 100, 4, rk),
+                                testing::Kv("sink", 128, 4, rk, KvPositions::kCompact)})
+      for (const KvTypes& t : kTypes) {
+        const std::string name =
+            KvTypesName(t) + (rk == RopeK::kDeferred ? " deferred " : " cached ") + cfg.policy;
+        SCOPED_TRACE(name);
+        const std::vector<float> tiled = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
+        const std::vector<float> alone = Attend(cfg, t, 300, {70}, 0);
+        double diff = 0, scale = 0;
+        for (size_t e = 0; e < tiled.size(); ++e) {
+          diff = std::max(diff, std::fabs(static_cast<double>(tiled[e]) - alone[e]));
+          scale = std::max(scale, std::fabs(static_cast<double>(alone[e])));
+        }
+        const bool blocks = KvTypeQuantized(t.k);
+        EXPECT_LE(diff / scale, blocks ? 0.05 : 1e-5);
+        std::printf("%-28s tiles against one-token folds: %.3g relative\n", name.c_str(),
+                    diff / scale);
+      }
 }
 
 }  // namespace

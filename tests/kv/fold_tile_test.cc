@@ -1,7 +1,8 @@
 // The tile fold (fold.h, Tile): one key block folded into several query
 // tokens' online softmax at once, every token taking a prefix of the block.
 // FoldTileAvx2 against FoldTileScalar on every K/V type pair and odd sizes,
-// and FoldTileScalar against the one-token FoldScalar it replaces in prefill.
+// with deferred keys' rotation rows and centers too, and FoldTileScalar
+// against the one-token FoldScalar it replaces in prefill.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "attention/fold.h"
+#include "attention/rope_distance.h"
 #include "base/cpu.h"
 #include "kv/kv_quant.h"
 #include "kv_quant_test_util.h"
@@ -55,9 +57,23 @@ struct TokenState {
 enum class How { kTileAvx2, kTileScalar, kOneByOne };
 
 // Folds n_keys random keys of types tk / tv into n_tokens tokens, per_block
-// keys per call; returns every token's m, l and acc.
-std::vector<float> RunTile(How how, const TileCase& c, KvType tk, KvType tv, uint32_t seed) {
+// keys per call; returns every token's m, l and acc. deferred: every key
+// carries a whole rotation row (distances -40, -37, ...: both signs, in and
+// past the fine rows), and is stored centered and scaled (random centers
+// and scales, as fold.h's Tile reads them).
+std::vector<float> RunTile(How how, const TileCase& c, KvType tk, KvType tv, uint32_t seed,
+                           bool deferred = false) {
   const int hd = c.head_dim;
+  const RopeDistanceTable table(ops::RopeConfig{hd, hd}, 256);
+  // [n_keys, 2, head_dim] each key's row; [n_head_kv, head_dim] centers, scales.
+  std::vector<float> rows(deferred ? static_cast<size_t>(c.n_keys) * 2 * hd : 0);
+  for (int j = 0; deferred && j < c.n_keys; ++j)
+    table.Row(3 * j - 40, rows.data() + static_cast<size_t>(j) * 2 * hd,
+              rows.data() + static_cast<size_t>(j) * 2 * hd + hd);
+  const std::vector<float> center =
+      testing::RandomNormal(static_cast<size_t>(c.n_head_kv) * hd, seed + 3);
+  std::vector<float> scale = testing::RandomNormal(center.size(), seed + 4, 0.3f);
+  for (float& x : scale) x = 1.f + x;
   const size_t kb = KvHeadBytes(tk, hd) * c.n_head_kv, vb = KvHeadBytes(tv, hd) * c.n_head_kv;
   const std::vector<float> kf = testing::RandomNormal(static_cast<size_t>(c.n_keys) * c.n_head_kv * hd, seed + 1, 2.f);
   const std::vector<float> vf = testing::RandomNormal(kf.size(), seed + 2);
@@ -69,7 +85,10 @@ std::vector<float> RunTile(How how, const TileCase& c, KvType tk, KvType tv, uin
   }
   std::vector<TokenState> tokens;
   tokens.reserve(c.n_tokens);
-  for (int u = 0; u < c.n_tokens; ++u) tokens.emplace_back(c, seed + 10 + u);
+  for (int u = 0; u < c.n_tokens; ++u) {
+    tokens.emplace_back(c, seed + 10 + u);
+    if (deferred) tokens.back().s.k_center = center.data(), tokens.back().s.k_scale = scale.data();
+  }
   // [kBlock, head_dim] each: the tile's decoded K (transposed) and V heads.
   std::vector<float> kt(static_cast<size_t>(attn::kBlock) * hd), vt(kt.size());
   attn::KeyBlock b;
@@ -83,6 +102,10 @@ std::vector<float> RunTile(How how, const TileCase& c, KvType tk, KvType tv, uin
       b.k[j] = k.data() + (j0 + j) * kb;
       b.v[j] = v.data() + (j0 + j) * vb;
       b.cos[j] = b.sin[j] = b.cos2[j] = b.sin2[j] = nullptr;
+      if (deferred) {
+        b.cos[j] = rows.data() + static_cast<size_t>(j0 + j) * 2 * hd;
+        b.sin[j] = b.cos[j] + hd;
+      }
     }
     if (how == How::kOneByOne) {
       for (int u = 0; u < c.n_tokens; ++u) {
@@ -145,14 +168,67 @@ TEST(FoldTile, Avx2EqualsScalarReference) {
                                           << " tokens " << c.n_tokens << " keys " << c.n_keys
                                           << " by " << c.per_block << (c.causal ? " causal" : ""));
         const uint32_t seed = c.head_dim * 31 + c.n_keys;
-        const double w = Worst(RunTile(How::kTileAvx2, c, tk, tv, seed), RunTile(How::kTileScalar, c, tk, tv, seed));
-        // The same decoded values; only the order of the f32 sums, fused
-        // multiply-adds and the vectorized exp (~1e-7 relative) differ.
-        ASSERT_LE(w, 1e-5);
-        worst = std::max(worst, w);
+        for (bool deferred : {false, true}) {
+          SCOPED_TRACE(deferred ? "deferred" : "cached");
+          const double w = Worst(RunTile(How::kTileAvx2, c, tk, tv, seed, deferred),
+                                 RunTile(How::kTileScalar, c, tk, tv, seed, deferred));
+          // The same decoded values; only the order of the f32 sums, fused
+          // multiply-adds and the vectorized exp (~1e-7 relative) differ.
+          ASSERT_LE(w, 1e-5);
+          worst = std::max(worst, w);
+        }
       }
   std::printf("largest relative difference: %.3g\n", worst);
   EXPECT_TRUE(sweep.EveryValueRan());
+}
+
+// A deferred tile member's query rotation (attention.cc RotateTile).
+TEST(FoldTile, RotateRowsAvx2EqualsScalarReference) {
+  if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  for (int hd : {8, 24, 64, 128, 256})
+    for (int64_t d : {-300, -5, 0, 7, 100}) {
+      const RopeDistanceTable table(ops::RopeConfig{hd, hd}, 128);
+      std::vector<float> cs(2 * hd);  // [2, head_dim]
+      table.Row(d, cs.data(), cs.data() + hd);
+      const int rows = 3;
+      const std::vector<float> x = testing::RandomNormal(static_cast<size_t>(rows) * hd, hd + 1);
+      std::vector<float> want(x.size()), got(x.size());
+      attn::RotateRowsScalar(cs.data(), cs.data() + hd, x.data(), rows, hd, want.data());
+      attn::RotateRowsAvx2(cs.data(), cs.data() + hd, x.data(), rows, hd, got.data());
+      // One fused multiply-add against a multiply and an add.
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-6f) << hd << " " << d;
+      // A rotation: each pair keeps its length.
+      for (int l = 0; l < rows * hd; l += 2)
+        ASSERT_NEAR(std::hypot(got[l], got[l + 1]), std::hypot(x[l], x[l + 1]), 1e-5f);
+    }
+}
+
+// Row(d) is the table's rotation by -d: two rows compose by adding their
+// distances, and a row and the row of -d undo each other.
+TEST(RopeDistanceTable, RowOfAnyDistanceComposes) {
+  const int hd = 64;
+  const RopeDistanceTable table(ops::RopeConfig{hd, hd}, 1024);
+  std::vector<float> a(2 * hd), b(2 * hd), ab(2 * hd), far(2 * hd);
+  for (auto [d1, d2] :
+       {std::pair<int64_t, int64_t>{5, -5}, {-70, 30}, {-1000, 999}, {700, -2000}}) {
+    table.Row(d1, a.data(), a.data() + hd);
+    table.Row(d2, b.data(), b.data() + hd);
+    table.Compute(d1 + d2, far.data(), far.data() + hd);
+    for (int l = 0; l < hd; ++l) {
+      ab[l] = a[l] * b[l] - a[hd + l] * b[hd + l];  // angle addition, sign folded in
+      ab[hd + l] = a[hd + l] * b[l] + a[l] * b[hd + l];
+      ASSERT_NEAR(ab[l], far[l], 1e-3f) << d1 << " + " << d2 << " lane " << l;
+      ASSERT_NEAR(ab[hd + l], far[hd + l], 1e-3f) << d1 << " + " << d2 << " lane " << l;
+    }
+  }
+  // The stored negated fine rows are Row of the negative distance, bit for bit.
+  for (int64_t d = 0; d < RopeDistanceTable::kFine; ++d) {
+    table.Row(-d, a.data(), a.data() + hd);
+    for (int l = 0; l < hd; ++l) {
+      ASSERT_EQ(a[l], table.FineCos(d)[l]);
+      ASSERT_EQ(a[hd + l], table.FineSinNegated(d)[l]);
+    }
+  }
 }
 
 // The tile fold against folding each token alone (what decode and the
