@@ -367,8 +367,12 @@ class TaskRunner {
       tile.n_keys[tile.n++] = b.n;
     }
     if (deferred_) RotateTile(ref, members, tile.n);
-    if (cut_.avx2 || cut_.avx512) attn::FoldTileAvx2(tile, rb);
-    else attn::FoldTileScalar(tile, rb);
+    if (cut_.avx512)
+      attn::FoldTileAvx512(tile, rb);
+    else if (cut_.avx2)
+      attn::FoldTileAvx2(tile, rb);
+    else
+      attn::FoldTileScalar(tile, rb);
     for (int m = 0; m < tile.n; ++m) {
       members[m]->block.n = 0;
       if (deferred_) members[m]->state.q = members[m]->q;  // RotateTile's is for this block only

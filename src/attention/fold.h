@@ -123,6 +123,16 @@ struct Tile {
   float* kt = nullptr;  // scratch [head_dim, kBlock]: one K head of the block, transposed
   float* vf = nullptr;  // scratch [kBlock, head_dim]: one V head of the block
 };
+// One query row of a tile: a token's query head and its softmax state.
+struct TileRow {
+  const float* q;  // [head_dim]
+  float* sc;       // [kBlock] scaled scores, then exp(score - max)
+  float* acc;      // [head_dim]
+  float* m;
+  float* l;
+  int n;       // keys this row takes (a prefix of the block)
+  float corr;  // exp(old max - new max)
+};
 // Scalar reference of the tile fold: any types and head size.
 void FoldTileScalar(Tile& t, const KeyBlock& b);
 // head_dim % 8 == 0 up to 256 and qblock 8, 16 or 32 (else FoldTileScalar):
@@ -130,6 +140,19 @@ void FoldTileScalar(Tile& t, const KeyBlock& b);
 // (fold_tile_avx2.cc). Runs on AVX-512 machines too. Deferred keys' rows
 // must rotate normal pairs (partner(l) = l ^ 1).
 void FoldTileAvx2(Tile& t, const KeyBlock& b);
+// AVX-512 machines, head_dim % 16 == 0 (else FoldTileAvx2): FoldTileAvx2
+// with its scores and V sums on 512-bit vectors (32 keys, 32 values of a
+// row per step; fold_tile_avx512.cc); the decoding and softmax are
+// FoldTileAvx2's. Every score and sum takes the AVX2 kernels' chain of
+// fused multiply-adds, so the results are FoldTileAvx2's, bit for bit.
+void FoldTileAvx512(Tile& t, const KeyBlock& b);
+// Its kernels: the scaled scores of n_rows rows against keys [0, n8) of kt
+// ([head_dim, kBlock], keys past n8 not read), and acc = acc * corr + sum
+// over keys [0, n) of p * v for n_rows rows (each row's keys past its own n
+// have p = 0), vf [n, head_dim].
+void ScoreTileRowsAvx512(TileRow* rows, int n_rows, const float* kt, int head_dim, int n8,
+                         float scale);
+void AccumulateTileRowsAvx512(TileRow* rows, int n_rows, const float* vf, int head_dim, int n);
 
 // n_rows rows of head_dim floats rotated by one rotation row (normal pairs):
 // y_l = cos_l x_l + sin_l x_(l ^ 1) (a deferred tile member's query,

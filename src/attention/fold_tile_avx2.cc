@@ -21,16 +21,7 @@ namespace {
 
 constexpr int kRows = 4;  // query rows per register block
 
-// One query row of the tile: a token's query head and its softmax state.
-struct Row {
-  const float* q;  // [head_dim]
-  float* sc;       // [kBlock] scaled scores, then exp(score - max)
-  float* acc;      // [head_dim]
-  float* m;
-  float* l;
-  int n;           // keys this row takes (a prefix of the block)
-  float corr;      // exp(old max - new max)
-};
+using Row = TileRow;  // one query row of the tile (fold.h)
 
 // Transposes the 8 x 8 floats of r in place.
 inline void Transpose8(__m256 r[8]) {
@@ -312,7 +303,11 @@ void RotateRowsAvx2(const float* cos, const float* sin, const float* x, int n_ro
   }
 }
 
-void FoldTileAvx2(Tile& t, const KeyBlock& b) {
+namespace {
+
+// The tile fold; `wide`: the scores and the decoded V's sums by the 512-bit
+// kernels (head_dim % 16 == 0, AVX-512 machines), the same bits.
+void FoldTile(Tile& t, const KeyBlock& b, bool wide) {
   const FoldState& s0 = *t.s[0];
   const int hd = s0.head_dim, group = s0.n_head / s0.n_head_kv;
   const bool blocks = IsBlockType(b.tk) || IsBlockType(b.tv);
@@ -350,13 +345,26 @@ void FoldTileAvx2(Tile& t, const KeyBlock& b) {
       }
     }
     const int n_rows = static_cast<int>(rows.size());
-    ByRows<ScoreFn>(rows.data(), n_rows, static_cast<const float*>(t.kt), hd, n8, s0.scale);
+    if (wide)
+      ScoreTileRowsAvx512(rows.data(), n_rows, t.kt, hd, n8, s0.scale);
+    else
+      ByRows<ScoreFn>(rows.data(), n_rows, static_cast<const float*>(t.kt), hd, n8, s0.scale);
     for (Row& r : rows) SoftmaxRow(r, n8);
     if (v_in_place)
       accumulate_typed(rows.data(), n_rows, b, g, hd, n);
+    else if (wide)
+      AccumulateTileRowsAvx512(rows.data(), n_rows, t.vf, hd, n);
     else
       ByRows<AccumulateFn>(rows.data(), n_rows, DecodedV{t.vf, hd}, hd, n);
   }
+}
+
+}  // namespace
+
+void FoldTileAvx2(Tile& t, const KeyBlock& b) { FoldTile(t, b, /*wide=*/false); }
+
+void FoldTileAvx512(Tile& t, const KeyBlock& b) {
+  FoldTile(t, b, /*wide=*/t.s[0]->head_dim % 16 == 0);
 }
 
 }  // namespace rotor::attn

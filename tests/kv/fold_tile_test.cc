@@ -54,7 +54,7 @@ struct TokenState {
   }
 };
 
-enum class How { kTileAvx2, kTileScalar, kOneByOne };
+enum class How { kTileAvx512, kTileAvx2, kTileScalar, kOneByOne };
 
 // Folds n_keys random keys of types tk / tv into n_tokens tokens, per_block
 // keys per call; returns every token's m, l and acc. deferred: every key
@@ -121,7 +121,9 @@ std::vector<float> RunTile(How how, const TileCase& c, KvType tk, KvType tv, uin
       t.s[t.n] = &tokens[u].s;
       t.n_keys[t.n++] = KeysOf(c, u, n);
     }
-    (how == How::kTileAvx2 ? attn::FoldTileAvx2 : attn::FoldTileScalar)(t, b);
+    (how == How::kTileAvx512 ? attn::FoldTileAvx512
+     : how == How::kTileAvx2 ? attn::FoldTileAvx2
+                             : attn::FoldTileScalar)(t, b);
   }
   std::vector<float> out;
   for (const TokenState& ts : tokens) {
@@ -179,6 +181,30 @@ TEST(FoldTile, Avx2EqualsScalarReference) {
         }
       }
   std::printf("largest relative difference: %.3g\n", worst);
+  EXPECT_TRUE(sweep.EveryValueRan());
+}
+
+// The 512-bit products run each key's and each value's chain of fused
+// multiply-adds in the AVX2 kernels' order: the same bits, every type pair,
+// head size (those not a multiple of 16 run the AVX2 ones) and tile shape.
+TEST(FoldTile, Avx512EqualsAvx2BitForBit) {
+  if (BestIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this machine";
+  testing::Sweep sweep(5);
+  for (const TileCase& c : kCases)
+    for (KvType tk : testing::kAllKvTypes)
+      for (KvType tv : testing::kAllKvTypes) {
+        if (!sweep.Next(
+                {static_cast<int>(&c - kCases), static_cast<int>(tk), static_cast<int>(tv)}))
+          continue;
+        SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads "
+                                          << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim
+                                          << " tokens " << c.n_tokens << " keys " << c.n_keys);
+        const uint32_t seed = c.head_dim * 29 + c.n_keys;
+        for (bool deferred : {false, true})
+          ASSERT_EQ(RunTile(How::kTileAvx512, c, tk, tv, seed, deferred),
+                    RunTile(How::kTileAvx2, c, tk, tv, seed, deferred))
+              << (deferred ? "deferred" : "cached");
+      }
   EXPECT_TRUE(sweep.EveryValueRan());
 }
 
