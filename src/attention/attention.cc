@@ -147,7 +147,7 @@ namespace {
 // have gathered and at its end, as a token alone would. The tile's tokens
 // walk the keys in step: tokens that see the same keys (every cell of the
 // cache, and the ubatch's own keys causally) fill the same blocks at the
-// same time, folded together by one tile fold (FoldTileAvx2) that decodes
+// same time, folded together by one tile fold (FoldTileAvx2 or -Avx512) that decodes
 // each K/V head once for all of them; a token whose keys differ is folded on
 // its own by the same kernel. That kernel computes each token's row the same
 // whatever else is in the tile, so a token's result depends on neither its
@@ -470,7 +470,7 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a, int max_tile) {
   c.per_split = (n_cells + c.splits - 1) / c.splits;
   // Many tokens: tiles of tokens share each key's read, still two tasks or
   // more per thread.
-  // Tiles need a fast fold (FoldTileAvx2, also on AVX-512 machines); deferred
+  // Tiles need a fast fold (FoldTileAvx2, FoldTileAvx512 on AVX-512); deferred
   // keys are rotated in the tile relative to each block's first key
   // (TaskRunner::RotateTile). Few tokens
   // take the one-token folds at every depth, split or not: they read K and V

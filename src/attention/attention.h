@@ -97,7 +97,7 @@ class AttentionScratch {
     int64_t first_partial = 0;  // in Partials(), when splits > 1
     bool avx512 = false;  // FoldAvx512 (ChooseFold in attention.cc)
     bool avx2 = false;    // else FoldAvx2; neither: FoldScalar
-    bool tiled = false;   // tiles of tokens fold shared key blocks (FoldTileAvx2)
+    bool tiled = false;   // tiles of tokens fold shared key blocks (FoldTileAvx2, -Avx512)
     // The ubatch's own K and V as attention reads them: args.k / args.v, or
     // their rounding (and rotation) to the cache's types: [n_tokens,
     // n_head_kv] heads of the K (V) type, rows chunk_{k,v}_row_bytes apart.
