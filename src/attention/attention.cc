@@ -390,7 +390,8 @@ class TaskRunner {
   // pass). Both rows are relative, so the angles stay small at any text
   // position, and a token's rotated keys and query do not depend on the
   // other tokens of its tile. Per block that is one row per key and one
-  // rotation of each member's query: about 1/64 of the fold's products.
+  // rotation of each member's query (2-3% of a deferred prefill's samples
+  // at depth 4096, BENCHMARKS.md "Deferred keys in prefill tiles").
   void RotateTile(Token& ref, Token* const* members, int n_members) {
     const RopeDistanceTable& table = *a_.rope;
     const int hd = a_.head_dim, nh = a_.n_head;
@@ -415,10 +416,7 @@ class TaskRunner {
       Token& tk = *members[m];
       table.Row(-tk.dist[0], cs, cs + hd);
       float* q = tk.th.q_sink;  // [n_head, head_dim]
-      if (cut_.avx2 || cut_.avx512)
-        attn::RotateRowsAvx2(cs, cs + hd, tk.q, nh, hd, q);
-      else
-        attn::RotateRowsScalar(cs, cs + hd, tk.q, nh, hd, q);
+      attn::RotateRowsAvx2(cs, cs + hd, tk.q, nh, hd, q);  // tiles run on AVX2 or AVX-512 only
       tk.state.q = q;
     }
   }

@@ -136,6 +136,7 @@ void FoldTileScalar(Tile& t, const KeyBlock& b) {
     if (n == 0) continue;
     std::vector<float> k(static_cast<size_t>(n) * s.n_head_kv * hd);  // [n, n_head_kv, head_dim]
     std::vector<float> v(k.size());                                    // [n, n_head_kv, head_dim]
+    std::vector<float> x(hd);  // [head_dim] a deferred key before its rotation
     for (int j = 0; j < n; ++j)
       for (int g = 0; g < s.n_head_kv; ++g) {
         const size_t at = (static_cast<size_t>(j) * s.n_head_kv + g) * hd;
@@ -148,7 +149,7 @@ void FoldTileScalar(Tile& t, const KeyBlock& b) {
         if (s.k_center != nullptr)
           for (int d = 0; d < hd; ++d)
             kj[d] = s.k_center[g * hd + d] + s.k_scale[g * hd + d] * kj[d];
-        std::vector<float> x(kj, kj + hd);
+        std::copy(kj, kj + hd, x.begin());
         for (int d = 0; d < hd; ++d)
           kj[d] = b.cos[j][d] * x[d] + b.sin[j][d] * x[s.partner != nullptr ? s.partner[d] : d ^ 1];
       }
