@@ -167,6 +167,12 @@ void DramArgs(benchmark::internal::Benchmark* b) {
       ->Apply(DramArgs);                                                                      \
   BENCHMARK_CAPTURE(BM_DecodeAttention, dram_llama1b_cached_##name, kLlama1B, RopeK::kCached, \
                     KvType::T)                                                                \
+      ->Apply(DramArgs);                                                                      \
+  BENCHMARK_CAPTURE(BM_DecodeAttention, dram_stories110m_deferred_##name, kStories110M,       \
+                    RopeK::kDeferred, KvType::T)                                              \
+      ->Apply(DramArgs);                                                                      \
+  BENCHMARK_CAPTURE(BM_DecodeAttention, dram_llama1b_deferred_##name, kLlama1B,               \
+                    RopeK::kDeferred, KvType::T)                                              \
       ->Apply(DramArgs);
 DRAM_CASES(f16, kF16)
 DRAM_CASES(q8_0, kQ8_0)
