@@ -81,6 +81,15 @@ void ScoresPairsScalar(FoldState& s, const KeyBlock& b);
 // (nothing done) where PairScored is false.
 bool ScoresPairsAvx512(FoldState& s, const KeyBlock& b);
 bool ScoresPairsAvx2(FoldState& s, const KeyBlock& b);
+// Raw scores of any key type with 32-value blocks, head sizes 32, 64, 96,
+// 128 and 256 (false, nothing done, otherwise), each KV head's key decoded
+// and rotated once in f32 and dotted with its query heads in f32
+// (fold_quant_avx512.cc). FoldAvx2Vnni takes it instead of the pair
+// products for deferred block-type keys of GQA groups of 4 or more query
+// heads, where one decode serves the group: 1.03-1.28x (median 1.10) the
+// pair products' attention on the 1B shape (BENCHMARKS.md, "Forty-seventh
+// session").
+bool ScoresDecodedAvx512(FoldState& s, const KeyBlock& b);
 
 // Quantizes s.q (n_head heads) into s.q8 / s.q8d in blocks of `qblock`
 // elements: d = amax / 127, q = round(x / d) (q8_0's rule); sets s.q8_of.

@@ -546,6 +546,8 @@ void Fold(FoldState& s, const KeyBlock& b) {
   if (s.head_dim % 8 != 0 || s.head_dim > 256 || (blocks && !block_ok) || b.n == 0)
     return FoldScalar(s, b);
   bool scored = s.k_scale == nullptr && (kVnni ? ScoresCachedVnni(s, b) : ScoresCachedAvx2(s, b));
+  if (!scored && kVnni && s.n_head >= 4 * s.n_head_kv && PairScored(s, b))
+    scored = ScoresDecodedAvx512(s, b);  // a GQA group shares each key's decode
   if (!scored) scored = kVnni ? ScoresPairsAvx512(s, b) : ScoresPairsAvx2(s, b);
   if (!scored) WithType<ScoresFn>(b.tk, s, b);
   if constexpr (kVnni)

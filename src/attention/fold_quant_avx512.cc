@@ -6,7 +6,9 @@
 // written. FoldAvx512 sends block-type keys under cached RoPE to FoldAvx2Vnni
 // (integer dot products by VNNI, eight keys at a time: faster on Zen 4 than
 // this file's four keys per 512-bit pass were, BENCHMARKS.md); here any key
-// is decoded to f32, so every input is still folded correctly.
+// is decoded to f32, so every input is still folded correctly. Its scores
+// also serve FoldAvx2Vnni for deferred block-type keys of GQA groups of 4 or
+// more (ScoresDecodedAvx512): one decode per KV head serves the group.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 
 #include "attention/fold.h"
 #include "attention/fold_avx512_exp.h"
+#include "attention/fold_avx512_sum.h"
 
 namespace rotor::attn {
 namespace {
@@ -113,12 +116,18 @@ void Scores(FoldState& s, const KeyBlock& b) {
       } else {
         for (int i = 0; i < NV; ++i) k[i] = load(i);
       }
-      for (int h = g * group; h < (g + 1) * group; ++h) {
+      const auto dot = [&](int h) {
         const float* q = s.q + h * hd;
-        __m512 dot = _mm512_mul_ps(_mm512_loadu_ps(q), k[0]);
-        for (int i = 1; i < NV; ++i) dot = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * i), k[i], dot);
-        s.scores[h * kBlock + j] = _mm512_reduce_add_ps(dot);
-      }
+        __m512 d = _mm512_mul_ps(_mm512_loadu_ps(q), k[0]);
+        for (int i = 1; i < NV; ++i) d = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * i), k[i], d);
+        return d;
+      };
+      int h = g * group;
+      for (; h + 4 <= (g + 1) * group; h += 4)  // a GQA group's heads four per sum
+        Sum4(dot(h), dot(h + 1), dot(h + 2), dot(h + 3), &s.scores[h * kBlock + j],
+             &s.scores[(h + 1) * kBlock + j], &s.scores[(h + 2) * kBlock + j],
+             &s.scores[(h + 3) * kBlock + j]);
+      for (; h < (g + 1) * group; ++h) s.scores[h * kBlock + j] = _mm512_reduce_add_ps(dot(h));
     }
   }
 }
@@ -197,6 +206,24 @@ void FoldNV(FoldState& s, const KeyBlock& b) {
 }
 
 }  // namespace
+
+bool ScoresDecodedAvx512(FoldState& s, const KeyBlock& b) {
+  if (b.qblock != 32 && IsBlockType(b.tk)) return false;
+  switch (s.head_dim) {
+    case 32:
+      return ScoresOf<2>(s, b), true;
+    case 64:
+      return ScoresOf<4>(s, b), true;
+    case 96:
+      return ScoresOf<6>(s, b), true;
+    case 128:
+      return ScoresOf<8>(s, b), true;
+    case 256:
+      return ScoresOf<16>(s, b), true;
+    default:
+      return false;
+  }
+}
 
 void FoldQuantAvx512(FoldState& s, const KeyBlock& b) {
   if (b.qblock != 32 && (IsBlockType(b.tk) || IsBlockType(b.tv))) return FoldScalar(s, b);
