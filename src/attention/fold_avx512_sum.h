@@ -9,11 +9,12 @@
 namespace rotor::attn {
 namespace {
 
-// The sums of a, b, c and d at once, each in PairSum's order (fold_pairs.cc): [a.lo | b.lo]
-// + [a.hi | b.hi] as fold_pairs_avx512.cc's Sum2, the same for c and d; then the two halves of
-// each head's eight (blocks 0 and 2 of both against 1 and 3), then (0 + 2),
-// (1 + 3) and their sum in every 128-bit block (13 operations and three
-// extractions where two Sum2 take 20 and two).
+// The sums of a, b, c and d at once, each in PairSum's order
+// (fold_pairs.cc): [a.lo | b.lo] + [a.hi | b.hi] as fold_pairs_avx512.cc's
+// Sum2, the same for c and d; then the two halves of each head's eight
+// (blocks 0 and 2 of both against 1 and 3), then (0 + 2), (1 + 3) and their
+// sum in every 128-bit block (13 operations and three extractions where two
+// Sum2 take 20 and two).
 inline void Sum4(__m512 a, __m512 b, __m512 c, __m512 d, float* sa, float* sb, float* sc,
                  float* sd) {
   const __m512 ab =

@@ -106,7 +106,6 @@ TEST(Bpe, ConcurrentEncodesAgree) {
 
 // Encoding 1 MB of text takes well under a second (a priority queue of
 // merge ranks per word; no quadratic rescans).
-// Seconds of the fastest of `runs` encodings of `text` (best-of damps a busy machine).
 // This thread's CPU seconds: unlike wall time, they do not count the moments
 // the scheduler gives the core to the suite's other tests (ctest runs one
 // more test than there are cores).
@@ -116,6 +115,7 @@ double ThreadSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// CPU seconds of the fastest of `runs` encodings of `text` (best-of damps a busy machine).
 double BestEncodeSeconds(const Tokenizer& tok, const std::string& text, int runs,
                          std::vector<int32_t>* ids) {
   double best = 1e30;
