@@ -177,6 +177,11 @@ void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum
 // w.packed (row r = 16 g + lane; rows >= w.n are not written).
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
                   int64_t ldy);
+// Blocks [j0, j1) of the m tokens of x [m, k] quantized to q8_0 into the
+// activation tiles at acts (above, kPackedActBytes): the same bytes as
+// QuantizeActivations and ref::PackActivations, one pass per block.
+void PackActivationTiles(const float* x, int64_t m, int64_t k, int64_t j0, int64_t j1,
+                         uint8_t* acts);
 // q4_1, q5_0, q5_1, iq4_nl, q2_K .. q6_K -> f32, equal to ref::DequantizeRow.
 void DequantizeBlocks(DType t, const void* src, float* dst, int64_t n);
 }  // namespace avx512

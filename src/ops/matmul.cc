@@ -91,37 +91,6 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
   });
 }
 
-// Blocks [j0, j1) of token t of m, quantized (q [k], d [k / 32]), into the
-// packed kernels' activation tiles at acts (kernels.h: kPackedActBytes): per
-// block its 8 int32 quads, sum(q), d, the sum of its first 16 q, d * sum(q),
-// -128 sum(q) and -8 sum(q).
-void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int64_t k,
-                     int64_t j0, int64_t j1, uint8_t* acts) {
-  const int64_t nb = k / 32, tile = t / internal::kPackedTileTokens;
-  const int64_t tt = t % internal::kPackedTileTokens;
-  const int64_t tokens =
-      std::min<int64_t>(internal::kPackedTileTokens, m - tile * internal::kPackedTileTokens);
-  int32_t* base = reinterpret_cast<int32_t*>(
-      acts + tile * internal::kPackedTileTokens * nb * internal::kPackedActBytes);
-  CHECK(0 <= j0 && j0 <= j1 && j1 <= nb);
-  for (int64_t j = j0; j < j1; ++j) {
-    int32_t* aj = base + j * tokens * (internal::kPackedActBytes / 4);
-    const int8_t* qj = q + j * 32;  // [32]
-    int32_t quads[8];               // [8]
-    std::memcpy(quads, qj, sizeof(quads));
-    for (int i = 0; i < 8; ++i) aj[i * tokens + tt] = quads[i];
-    int32_t lo = 0, hi = 0;
-    for (int i = 0; i < 16; ++i) lo += qj[i], hi += qj[16 + i];
-    const float xsum = d[j] * static_cast<float>(lo + hi);
-    aj[internal::kActSum * tokens + tt] = lo + hi;
-    std::memcpy(&aj[internal::kActScale * tokens + tt], &d[j], 4);
-    aj[internal::kActSumLo * tokens + tt] = lo;
-    std::memcpy(&aj[internal::kActXsum * tokens + tt], &xsum, 4);
-    aj[internal::kActBiasQ8 * tokens + tt] = -128 * (lo + hi);
-    aj[internal::kActBiasQ4 * tokens + tt] = -8 * (lo + hi);
-  }
-}
-
 // Every product of `outs` (all packed, one k) for m tokens on the ISA (AVX-512
 // or AVX2): X quantized once
 // into the tile layout, then the 16-row groups of all the weights, laid end to
@@ -144,12 +113,15 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
   // side by side, so threads holding tokens of one tile wrote the same cache
   // lines (split by blocks, batch 8 decode ran 14-44% faster: BENCHMARKS.md,
   // "Activation tiles split by blocks"). Ranges of 8 blocks hold whole
-  // lines of every tile (8 x T tokens x 56 bytes = 7 T lines).
+  // lines of every tile (8 x T tokens x 56 bytes = 7 T lines). AVX-512
+  // quantizes and lays out each block in one pass (batch 8 decode 1.035x
+  // the two passes below: BENCHMARKS.md, "Forty-eighth session").
   auto pack = [&](int64_t j0, int64_t j1, int) {
+    if (isa == Isa::kAvx512) return internal::avx512::PackActivationTiles(x, m, k, j0, j1, acts);
     for (int64_t t = 0; t < m; ++t) {
       QuantizeActivationsOn(isa, x + t * k + j0 * 32, qx + t * qs + j0 * 32, dx + t * ds + j0,
                             (j1 - j0) * 32);
-      PackActivations(qx + t * qs, dx + t * ds, t, m, k, j0, j1, acts);
+      ref::PackActivations(qx + t * qs, dx + t * ds, t, m, k, j0, j1, acts);
     }
   };
   static_assert(8 * internal::kPackedActBytes % 64 == 0);

@@ -1,6 +1,7 @@
 // AVX-512 row conversions, dot products and activation quantization.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ops/kernels.h"
@@ -84,6 +85,22 @@ inline __m512i RoundHalfAway(__m512 v) {
   return _mm512_cvtps_epi32(_mm512_mask_add_ps(t, up, t, one));
 }
 
+// Block x[0, 32) as q8_0 (ref::QuantizeActivations, bit for bit): its scale
+// into *d, its 32 quants returned in order.
+inline __m256i QuantizeBlock(const float* x, float* d) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+  const float amax =
+      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
+  const float db = amax / 127.f;
+  const float id = db != 0.f ? 1.f / db : 0.f;
+  *d = db;
+  const __m512 vid = _mm512_set1_ps(id);
+  const __m128i q0 = _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v0, vid)));
+  const __m128i q1 = _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v1, vid)));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+}
+
 }  // namespace
 
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
@@ -117,19 +134,41 @@ void AxpyRow(DType t, float a, const void* row, float* y, int64_t n) {
 
 // Same results as ref::QuantizeActivations, bit for bit.
 void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  for (int64_t b = 0; b < k / 32; ++b) {
-    const __m512 v0 = _mm512_loadu_ps(x + b * 32), v1 = _mm512_loadu_ps(x + b * 32 + 16);
-    const float amax = _mm512_reduce_max_ps(
-        _mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
-    const float db = amax / 127.f;
-    const float id = db != 0.f ? 1.f / db : 0.f;
-    d[b] = db;
-    const __m512 vid = _mm512_set1_ps(id);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32),
-                     _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v0, vid))));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32 + 16),
-                     _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v1, vid))));
+  for (int64_t b = 0; b < k / 32; ++b)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), QuantizeBlock(x + b * 32, d + b));
+}
+
+void PackActivationTiles(const float* x, int64_t m, int64_t k, int64_t j0, int64_t j1,
+                         uint8_t* acts) {
+  constexpr int kFields = kPackedActBytes / 4;
+  const int64_t nb = k / 32;
+  const __m256i zero = _mm256_setzero_si256(), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t t0 = 0; t0 < m; t0 += kPackedTileTokens) {
+    const int tokens = static_cast<int>(std::min<int64_t>(kPackedTileTokens, m - t0));
+    int32_t* tile = reinterpret_cast<int32_t*>(acts + t0 * nb * kPackedActBytes);
+    // quad i of a token at i * tokens
+    const __m256i quad_at =
+        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(tokens));
+    for (int64_t j = j0; j < j1; ++j) {
+      int32_t* aj = tile + j * tokens * kFields;  // [kFields][tokens]
+      for (int t = 0; t < tokens; ++t) {
+        float d;
+        const __m256i q = QuantizeBlock(x + (t0 + t) * k + j * 32, &d);  // [32]
+        _mm256_i32scatter_epi32(aj + t, quad_at, q, 4);
+        // Sums of q + 128 per 8 bytes: [0, 8), [8, 16) | [16, 24), [24, 32).
+        const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(q, flip), zero);
+        const __m128i s_lo = _mm256_castsi256_si128(s), s_hi = _mm256_extracti128_si256(s, 1);
+        const int32_t lo = _mm_cvtsi128_si32(s_lo) + _mm_extract_epi32(s_lo, 2) - 16 * 128;
+        const int32_t sum = lo + _mm_cvtsi128_si32(s_hi) + _mm_extract_epi32(s_hi, 2) - 16 * 128;
+        const float xsum = d * static_cast<float>(sum);
+        aj[kActSum * tokens + t] = sum;
+        std::memcpy(&aj[kActScale * tokens + t], &d, 4);
+        aj[kActSumLo * tokens + t] = lo;
+        std::memcpy(&aj[kActXsum * tokens + t], &xsum, 4);
+        aj[kActBiasQ8 * tokens + t] = -128 * sum;
+        aj[kActBiasQ4 * tokens + t] = -8 * sum;
+      }
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/memory.h"
@@ -245,6 +246,35 @@ TEST(MatmulPackedTest, Avx2EqualsAvx512BitForBit) {
       }
       Matmul(pool, w.view, x.data(), m, y5.data(), c.n, scratch);
       ASSERT_EQ(y2, y5) << DTypeName(c.type) << " k " << c.k << " m " << m;
+    }
+  }
+}
+
+// The AVX-512 activation tiles (quantized and laid out in one pass) hold the
+// bytes of the reference: QuantizeActivations, then PackActivations per token.
+// Blocks of zeros, of one tiny value and of halves that round away from zero;
+// partial tiles; block ranges that start and end inside the row.
+TEST(MatmulPackedTest, Avx512ActivationTilesEqualTheReference) {
+  if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "needs AVX-512";
+  for (int64_t k : {32, 96, 800}) {
+    const int64_t nb = k / 32;
+    for (int64_t m : {1, 3, 8, 9, 13, 16, 17}) {
+      std::vector<float> x = testing::RandomVector(m * k, 23 + static_cast<uint32_t>(m), 3.f);
+      std::fill(x.begin(), x.begin() + 32, 0.f);  // token 0, block 0: zeros
+      if (nb > 1) x[32 + 5] = 1e-30f;             // block 1: one tiny value
+      for (int i = 0; i < 32; ++i) x[(m - 1) * k + i] = 0.5f * static_cast<float>(i - 16);
+      const int64_t bytes = m * nb * internal::kPackedActBytes;
+      for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, nb}, {nb / 3, nb - nb / 4}}) {
+        std::vector<uint8_t> want(bytes, 0xAB), got(bytes, 0xAB);  // [m, nb, 56] in tiles
+        std::vector<int8_t> q(k);                                  // [k]
+        std::vector<float> d(nb);                                  // [nb]
+        for (int64_t t = 0; t < m; ++t) {
+          ref::QuantizeActivations(x.data() + t * k, q.data(), d.data(), k);
+          ref::PackActivations(q.data(), d.data(), t, m, k, j0, j1, want.data());
+        }
+        internal::avx512::PackActivationTiles(x.data(), m, k, j0, j1, got.data());
+        ASSERT_EQ(got, want) << "k " << k << " m " << m << " blocks [" << j0 << ", " << j1 << ")";
+      }
     }
   }
 }

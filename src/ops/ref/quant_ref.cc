@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "ops/kernels.h"
 #include "ops/ref/blocks_ref.h"
 #include "ops/ref/ref.h"
 #include "tensor/fp16.h"
@@ -179,6 +180,37 @@ void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out) {
 void QuantizeQ8BlocksF32(const float* x, int64_t n, int block, int8_t* q, float* d) {
   CHECK(block > 0 && n % block == 0);
   for (int64_t b = 0; b < n / block; ++b) d[b] = QuantizeQ8(x + b * block, block, q + b * block);
+}
+
+// Blocks [j0, j1) of token t of m, quantized (q [k], d [k / 32]), into the
+// packed kernels' activation tiles at acts (kernels.h: kPackedActBytes): per
+// block its 8 int32 quads, sum(q), d, the sum of its first 16 q, d * sum(q),
+// -128 sum(q) and -8 sum(q).
+void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int64_t k, int64_t j0,
+                     int64_t j1, uint8_t* acts) {
+  const int64_t nb = k / 32, tile = t / internal::kPackedTileTokens;
+  const int64_t tt = t % internal::kPackedTileTokens;
+  const int64_t tokens =
+      std::min<int64_t>(internal::kPackedTileTokens, m - tile * internal::kPackedTileTokens);
+  int32_t* base = reinterpret_cast<int32_t*>(acts + tile * internal::kPackedTileTokens * nb *
+                                                        internal::kPackedActBytes);
+  CHECK(0 <= j0 && j0 <= j1 && j1 <= nb);
+  for (int64_t j = j0; j < j1; ++j) {
+    int32_t* aj = base + j * tokens * (internal::kPackedActBytes / 4);
+    const int8_t* qj = q + j * 32;  // [32]
+    int32_t quads[8];               // [8]
+    std::memcpy(quads, qj, sizeof(quads));
+    for (int i = 0; i < 8; ++i) aj[i * tokens + tt] = quads[i];
+    int32_t lo = 0, hi = 0;
+    for (int i = 0; i < 16; ++i) lo += qj[i], hi += qj[16 + i];
+    const float xsum = d[j] * static_cast<float>(lo + hi);
+    aj[internal::kActSum * tokens + tt] = lo + hi;
+    std::memcpy(&aj[internal::kActScale * tokens + tt], &d[j], 4);
+    aj[internal::kActSumLo * tokens + tt] = lo;
+    std::memcpy(&aj[internal::kActXsum * tokens + tt], &xsum, 4);
+    aj[internal::kActBiasQ8 * tokens + tt] = -128 * (lo + hi);
+    aj[internal::kActBiasQ4 * tokens + tt] = -8 * (lo + hi);
+  }
 }
 
 }  // namespace rotor::ops::ref

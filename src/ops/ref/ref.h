@@ -21,6 +21,11 @@ void AxpyRow(DType t, float a, const void* row, float* y, int64_t n);
 // Activations for the integer kernels: per block of 32, d = amax / 127 kept in
 // f32, q = roundf(x / d) in [-127, 127]. q: [k], d: [k / 32].
 void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k);
+// Blocks [j0, j1) of token t of m, quantized by QuantizeActivations (q [k],
+// d [k / 32]), into the packed kernels' activation tiles at acts
+// (ops/kernels.h, kPackedActBytes).
+void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int64_t k, int64_t j0,
+                     int64_t j1, uint8_t* acts);
 // q8_0 blocks of `block` values (ops::QuantizeQ8Blocks).
 void QuantizeQ8Blocks(const float* x, int64_t n, int block, uint8_t* out);
 // ops::QuantizeQ8BlocksF32: q [n], d [n / block].
