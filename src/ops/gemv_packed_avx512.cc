@@ -32,9 +32,9 @@ namespace {
 // (its 16 rows' quants) and dw its 16 scales. Every token takes the same
 // operations whatever kN, kStride and t0: the f32 steps below, once per block.
 // With pf, the lines kPackedPrefetch ahead (pf = wj + kPackedPrefetch) are
-// fetched one per vector, among the products, and those kPackedPrefetchL2
-// ahead into L2 (packed_avx512.h).
-template <DType kT, int kStride, int kN>
+// fetched one per vector, among the products, and with kL2 those
+// kPackedPrefetchL2 ahead into L2 (packed_avx512.h).
+template <DType kT, int kStride, int kN, bool kL2>
 [[gnu::always_inline]] inline void BlockTokens(const uint8_t* wj, const int32_t* aj, int t0,
                                                __m512 dw, __m512* acc, const char* pf) {
   // -(the stored unsigned q - the value) * sum(activations), from memory
@@ -56,7 +56,7 @@ template <DType kT, int kStride, int kN>
   if constexpr (kT == DType::kQ8_0) {
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) {
-      if (pf) PrefetchAhead(pf + 64 * q);
+      if (pf) PrefetchAhead<kL2>(pf + 64 * q);
       const __m512i w = _mm512_load_si512(wj + q * 64);
 #pragma GCC unroll 8
       for (int t = 0; t < kN; ++t)
@@ -66,7 +66,7 @@ template <DType kT, int kStride, int kN>
     const __m512i low4 = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
-      if (pf) PrefetchAhead(pf + 64 * q);
+      if (pf) PrefetchAhead<kL2>(pf + 64 * q);
       const __m512i v = _mm512_load_si512(wj + q * 64);
       const __m512i lo = _mm512_and_si512(v, low4);       // elements 4q..
       const __m512i hi16 = _mm512_andnot_si512(low4, v);  // 16 x elements 16 + 4q..
@@ -96,9 +96,10 @@ template <DType kT, int kStride, int kN>
 
 // The prefetch pointer of block j (wj), after fetching the line before it
 // (the pair's scales) on even blocks.
+template <bool kL2>
 inline const char* PrefetchStart(const uint8_t* wj, int64_t j) {
   const char* pf = reinterpret_cast<const char*>(wj) + kPackedPrefetch;
-  if (j % 2 == 0) PrefetchAhead(pf - 64);
+  if (j % 2 == 0) PrefetchAhead<kL2>(pf - 64);
   return pf;
 }
 
@@ -126,9 +127,9 @@ template <DType kT, int kTok>
   for (int64_t j = 0; j < nb; ++j) {
     const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes);
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
-    const char* pf = PrefetchStart(wj, j);
+    const char* pf = PrefetchStart<kPrefetchL2<kTok>>(wj, j);
     const __m512 dw = BlockScales<kT>(group, j);
-    BlockTokens<kT, kTok, kTok>(wj, aj, 0, dw, acc, pf);
+    BlockTokens<kT, kTok, kTok, kPrefetchL2<kTok>>(wj, aj, 0, dw, acc, pf);
   }
 #pragma GCC unroll 16
   for (int t = 0; t < kTok; ++t) _mm512_mask_storeu_ps(y + t * ldy, RowsMask(valid), acc[t]);
@@ -153,15 +154,16 @@ void PackedGroupPair(const uint8_t* group, int64_t nb, const uint8_t* acts0, con
     const int32_t* a0 = reinterpret_cast<const int32_t*>(acts0 + j * kTok0 * kPackedActBytes);
     const int32_t* a1 = reinterpret_cast<const int32_t*>(acts1 + j * kTok1 * kPackedActBytes);
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
-    const char* pf = PrefetchStart(wj, j);
+    const char* pf = PrefetchStart<false>(wj, j);
     const __m512 dw = BlockScales<kT>(group, j);
-    BlockTokens<kT, kTok0, kSub>(wj, a0, 0, dw, acc, pf);
-    if constexpr (kSub < kTok0) BlockTokens<kT, kTok0, kSub>(wj, a0, kSub, dw, acc + kSub, nullptr);
+    BlockTokens<kT, kTok0, kSub, false>(wj, a0, 0, dw, acc, pf);
+    if constexpr (kSub < kTok0)
+      BlockTokens<kT, kTok0, kSub, false>(wj, a0, kSub, dw, acc + kSub, nullptr);
     if constexpr (kTok1 <= kSub) {
-      BlockTokens<kT, kTok1, kTok1>(wj, a1, 0, dw, acc + kTok0, nullptr);
+      BlockTokens<kT, kTok1, kTok1, false>(wj, a1, 0, dw, acc + kTok0, nullptr);
     } else {
-      BlockTokens<kT, kTok1, kSub>(wj, a1, 0, dw, acc + kTok0, nullptr);
-      BlockTokens<kT, kTok1, kTok1 - kSub>(wj, a1, kSub, dw, acc + kTok0 + kSub, nullptr);
+      BlockTokens<kT, kTok1, kSub, false>(wj, a1, 0, dw, acc + kTok0, nullptr);
+      BlockTokens<kT, kTok1, kTok1 - kSub, false>(wj, a1, kSub, dw, acc + kTok0 + kSub, nullptr);
     }
   }
 #pragma GCC unroll 16

@@ -40,12 +40,20 @@ inline void PrefetchLineL2(const void* p) {
   asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
 }
 
-// The line p (kPackedPrefetch ahead of the weights in use) into L1, and the
-// one kPackedPrefetchL2 ahead into L2.
+// The line p (kPackedPrefetch ahead of the weights in use) into L1, and with
+// kL2 the one kPackedPrefetchL2 ahead into L2. Passes over 8 or more tokens
+// are bound by their arithmetic, not by the read, and the L2 prefetch is one
+// more instruction per line: the q8_0 kernel at m = 8 ran 1.08x faster
+// without it, weights in cache or in DRAM, on an AMD EPYC (Zen 5), while one
+// token ran 0.95-0.97x (BENCHMARKS.md, "Forty-eighth session").
+template <bool kL2 = true>
 inline void PrefetchAhead(const char* p) {
   PrefetchLine(p);
-  PrefetchLineL2(p + (kPackedPrefetchL2 - kPackedPrefetch));
+  if constexpr (kL2) PrefetchLineL2(p + (kPackedPrefetchL2 - kPackedPrefetch));
 }
+// Whether a pass over kTokens tokens also prefetches into L2 (PrefetchAhead).
+template <int kTokens>
+inline constexpr bool kPrefetchL2 = kTokens < 8;
 
 // acc += u8 x s8 products of w and the 4 activation bytes at a, broadcast.
 // (GCC 12 does not fold _mm512_set1_epi32 into the instruction's {1to16}
