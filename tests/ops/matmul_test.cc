@@ -262,7 +262,11 @@ TEST(MatmulPackedTest, Avx512ActivationTilesEqualTheReference) {
       std::vector<float> x = testing::RandomVector(m * k, 23 + static_cast<uint32_t>(m), 3.f);
       std::fill(x.begin(), x.begin() + 32, 0.f);  // token 0, block 0: zeros
       if (nb > 1) x[32 + 5] = 1e-30f;             // block 1: one tiny value
-      for (int i = 0; i < 32; ++i) x[(m - 1) * k + i] = 0.5f * static_cast<float>(i - 16);
+      // The last token's last block: amax 127, so d = 1 and every other value
+      // is a half that roundf takes away from zero.
+      float* halves = x.data() + (m - 1) * k + (nb - 1) * 32;  // [32]
+      for (int i = 0; i < 31; ++i) halves[i] = static_cast<float>(i) - 15.5f;
+      halves[31] = 127.f;
       const int64_t bytes = m * nb * internal::kPackedActBytes;
       for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, nb}, {nb / 3, nb - nb / 4}}) {
         std::vector<uint8_t> want(bytes, 0xAB), got(bytes, 0xAB);  // [m, nb, 56] in tiles
