@@ -125,6 +125,22 @@ inline __m256 Load8(const uint8_t* head, int e) {
   }
 }
 
+// Elements [e, e + 32) (e a multiple of 32) of a head of block type T in
+// blocks of 32 as f32, out[i] holding [e + 8i, e + 8i + 8): the values of
+// Load8 four times (the same products d * q), the block's integers unpacked
+// once and its scale read once.
+template <Elem T>
+inline void DecodeBlock32(const uint8_t* head, int e, __m256 out[4]) {
+  static_assert(IsBlockType(T));
+  const uint8_t* blk = head + (e / 32) * BlockBytes<T, 32>();
+  const __m256i q = Ints32<T>(blk);
+  const __m256 d = _mm256_set1_ps(Scale<T, 32>(head, e));
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int i = 0; i < 4; ++i)
+    out[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[i])), d);
+}
+
 // The f16 values at p[0..8) as f32, gathered into lanes by vpinsrw (eight
 // 2-byte stores read back as one vector would stall store forwarding).
 inline __m256 F16x8(const uint8_t* const p[8]) {

@@ -47,6 +47,11 @@ inline void Transpose8(__m256 r[8]) {
   r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+// Whether T in blocks of B is decoded a whole 32-element block at a time
+// (DecodeBlock32; head_dim is then a multiple of 32, kv_quant.h).
+template <Elem T, int B>
+constexpr bool kWholeBlocks = IsBlockType(T) && B == 32;
+
 // K head g of keys [0, n) into kt ([head_dim, kBlock]), keys [n, n8) zero.
 // kRot (deferred keys): each key read back as center + scale x (when center
 // is not null: head g's [head_dim] each), then rotated by its row in b.cos /
@@ -60,10 +65,9 @@ void DecodeK(const KeyBlock& b, int g, int n, int n8, int hd, const float* cente
       head[i] = j0 + i < n ? static_cast<const uint8_t*>(b.k[j0 + i]) +
                                  static_cast<size_t>(g) * b.k_head_bytes
                            : nullptr;
-    for (int e = 0; e < hd; e += 8) {
-      __m256 r[8];
-      for (int i = 0; i < 8; ++i)
-        r[i] = head[i] != nullptr ? Load8<T, B>(head[i], e) : _mm256_setzero_ps();
+    // Elements [e, e + 8) of the 8 keys (r[i]: key j0 + i) rotated and
+    // stored transposed.
+    auto put = [&](__m256 r[8], int e) {
       if constexpr (kRot) {
         for (int i = 0; i < 8 && head[i] != nullptr; ++i) {
           if (center != nullptr)
@@ -75,6 +79,25 @@ void DecodeK(const KeyBlock& b, int g, int n, int n8, int hd, const float* cente
       }
       Transpose8(r);
       for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (e + i) * kBlock + j0, r[i]);
+    };
+    if constexpr (kWholeBlocks<T, B>) {
+      for (int e = 0; e < hd; e += 32) {
+        __m256 r[4][8];  // [part of the block][key]
+        for (int i = 0; i < 8; ++i) {
+          __m256 x[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                         _mm256_setzero_ps()};
+          if (head[i] != nullptr) DecodeBlock32<T>(head[i], e, x);
+          for (int p = 0; p < 4; ++p) r[p][i] = x[p];
+        }
+        for (int p = 0; p < 4; ++p) put(r[p], e + 8 * p);
+      }
+    } else {
+      for (int e = 0; e < hd; e += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i)
+          r[i] = head[i] != nullptr ? Load8<T, B>(head[i], e) : _mm256_setzero_ps();
+        put(r, e);
+      }
     }
   }
 }
@@ -85,7 +108,16 @@ void DecodeV(const KeyBlock& b, int g, int n, int hd, float* vf) {
   for (int j = 0; j < n; ++j) {
     const uint8_t* head =
         static_cast<const uint8_t*>(b.v[j]) + static_cast<size_t>(g) * b.v_head_bytes;
-    for (int e = 0; e < hd; e += 8) _mm256_storeu_ps(vf + j * hd + e, Load8<T, B>(head, e));
+    float* row = vf + j * hd;
+    if constexpr (kWholeBlocks<T, B>) {
+      for (int e = 0; e < hd; e += 32) {
+        __m256 x[4];
+        DecodeBlock32<T>(head, e, x);
+        for (int p = 0; p < 4; ++p) _mm256_storeu_ps(row + e + 8 * p, x[p]);
+      }
+    } else {
+      for (int e = 0; e < hd; e += 8) _mm256_storeu_ps(row + e, Load8<T, B>(head, e));
+    }
   }
 }
 
@@ -305,8 +337,8 @@ void RotateRowsAvx2(const float* cos, const float* sin, const float* x, int n_ro
 
 namespace {
 
-// The tile fold; `wide`: the scores and the decoded V's sums by the 512-bit
-// kernels (head_dim % 16 == 0, AVX-512 machines), the same bits.
+// The tile fold; `wide`: the K decoding, the scores and the decoded V's sums
+// by the 512-bit kernels (head_dim % 16 == 0, AVX-512 machines), the same bits.
 void FoldTile(Tile& t, const KeyBlock& b, bool wide) {
   const FoldState& s0 = *t.s[0];
   const int hd = s0.head_dim, group = s0.n_head / s0.n_head_kv;
@@ -332,8 +364,10 @@ void FoldTile(Tile& t, const KeyBlock& b, bool wide) {
   for (int g = 0; g < s0.n_head_kv; ++g) {
     if (g + 1 < s0.n_head_kv) Prefetch(b, g + 1, n);
     const size_t at = static_cast<size_t>(g) * hd;
-    decode_k(b, g, n, n8, hd, s0.k_center != nullptr ? s0.k_center + at : nullptr,
-             s0.k_scale != nullptr ? s0.k_scale + at : nullptr, t.kt);
+    const float* center = s0.k_center != nullptr ? s0.k_center + at : nullptr;
+    const float* k_scale = s0.k_scale != nullptr ? s0.k_scale + at : nullptr;
+    if (!wide || !DecodeTileKAvx512(b, g, n, n8, hd, center, k_scale, t.kt))
+      decode_k(b, g, n, n8, hd, center, k_scale, t.kt);
     if (!v_in_place) decode_v(b, g, n, hd, t.vf);
     for (int u = 0; u < t.n; ++u) {
       FoldState& s = *t.s[u];
