@@ -151,8 +151,8 @@ void FoldTileScalar(Tile& t, const KeyBlock& b);
 void FoldTileAvx2(Tile& t, const KeyBlock& b);
 // AVX-512 machines, head_dim % 16 == 0 (else FoldTileAvx2): FoldTileAvx2
 // with its scores and V sums on 512-bit vectors (32 keys, 32 values of a
-// row per step; fold_tile_avx512.cc), K decoded 16 keys at a time; V's
-// decoding and the softmax are FoldTileAvx2's. Every score and sum takes the AVX2 kernels' chain of
+// row per step; fold_tile_avx512.cc); the decoding and softmax are
+// FoldTileAvx2's. Every score and sum takes the AVX2 kernels' chain of
 // fused multiply-adds, so the results are FoldTileAvx2's, bit for bit.
 void FoldTileAvx512(Tile& t, const KeyBlock& b);
 // Its kernels: the scaled scores of n_rows rows against keys [0, n8) of kt
@@ -162,13 +162,6 @@ void FoldTileAvx512(Tile& t, const KeyBlock& b);
 void ScoreTileRowsAvx512(TileRow* rows, int n_rows, const float* kt, int head_dim, int n8,
                          float scale);
 void AccumulateTileRowsAvx512(TileRow* rows, int n_rows, const float* vf, int head_dim, int n);
-// And its K decoding: K head g of keys [0, n) into kt as FoldTileAvx2
-// decodes it (the same values; keys from n to n8 rounded up to 16 zero,
-// deferred keys rotated by b.cos / b.sin), 16 keys x 16 elements at a time;
-// false, nothing written, for block types in blocks other than 32 or
-// head_dim % 16 != 0.
-bool DecodeTileKAvx512(const KeyBlock& b, int g, int n, int n8, int head_dim, const float* center,
-                       const float* scale, float* kt);
 
 // n_rows rows of head_dim floats rotated by one rotation row (normal pairs):
 // y_l = cos_l x_l + sin_l x_(l ^ 1) (a deferred tile member's query,

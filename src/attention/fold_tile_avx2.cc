@@ -337,8 +337,8 @@ void RotateRowsAvx2(const float* cos, const float* sin, const float* x, int n_ro
 
 namespace {
 
-// The tile fold; `wide`: the K decoding, the scores and the decoded V's sums
-// by the 512-bit kernels (head_dim % 16 == 0, AVX-512 machines), the same bits.
+// The tile fold; `wide`: the scores and the decoded V's sums by the 512-bit
+// kernels (head_dim % 16 == 0, AVX-512 machines), the same bits.
 void FoldTile(Tile& t, const KeyBlock& b, bool wide) {
   const FoldState& s0 = *t.s[0];
   const int hd = s0.head_dim, group = s0.n_head / s0.n_head_kv;
@@ -364,10 +364,8 @@ void FoldTile(Tile& t, const KeyBlock& b, bool wide) {
   for (int g = 0; g < s0.n_head_kv; ++g) {
     if (g + 1 < s0.n_head_kv) Prefetch(b, g + 1, n);
     const size_t at = static_cast<size_t>(g) * hd;
-    const float* center = s0.k_center != nullptr ? s0.k_center + at : nullptr;
-    const float* k_scale = s0.k_scale != nullptr ? s0.k_scale + at : nullptr;
-    if (!wide || !DecodeTileKAvx512(b, g, n, n8, hd, center, k_scale, t.kt))
-      decode_k(b, g, n, n8, hd, center, k_scale, t.kt);
+    decode_k(b, g, n, n8, hd, s0.k_center != nullptr ? s0.k_center + at : nullptr,
+             s0.k_scale != nullptr ? s0.k_scale + at : nullptr, t.kt);
     if (!v_in_place) decode_v(b, g, n, hd, t.vf);
     for (int u = 0; u < t.n; ++u) {
       FoldState& s = *t.s[u];
