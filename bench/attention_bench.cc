@@ -120,6 +120,7 @@ void PrefillArgs(benchmark::internal::Benchmark* b) {
 PREFILL_CASES(stories110m_f16, kStories110M, kF16)
 PREFILL_CASES(stories110m_q8_0, kStories110M, kQ8_0)
 PREFILL_CASES(stories110m_q4_0, kStories110M, kQ4_0)
+PREFILL_CASES(stories110m_q5_0, kStories110M, kQ5_0)
 PREFILL_CASES(llama1b_f16, kLlama1B, kF16)
 PREFILL_CASES(llama1b_q8_0, kLlama1B, kQ8_0)
 // Deferred keys: rotated in the tiles relative to each block's first key.
@@ -129,6 +130,8 @@ PREFILL_CASES(llama1b_q8_0, kLlama1B, kQ8_0)
       ->Apply(PrefillArgs);
 PREFILL_DEFERRED_CASES(stories110m_f16, kStories110M, kF16)
 PREFILL_DEFERRED_CASES(stories110m_q8_0, kStories110M, kQ8_0)
+PREFILL_DEFERRED_CASES(stories110m_q4_0, kStories110M, kQ4_0)
+PREFILL_DEFERRED_CASES(stories110m_q5_0, kStories110M, kQ5_0)
 PREFILL_DEFERRED_CASES(llama1b_q8_0, kLlama1B, kQ8_0)
 
 void Args(benchmark::internal::Benchmark* b) {
