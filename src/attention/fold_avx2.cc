@@ -95,14 +95,11 @@ void DotFloat32(FoldState& s, const uint8_t* head, const float* cr, const float*
   __m256 a[G][2];
   for (int u = 0; u < G; ++u) a[u][0] = a[u][1] = _mm256_setzero_ps();
   for (int e0 = 0; e0 < hd; e0 += 32) {
-    const uint8_t* blk = head + (e0 / 32) * BlockBytes<T, 32>();
-    const __m256 d = _mm256_set1_ps(Scale<T, 32>(blk, 0));
-    const __m256i x = Ints32<T>(blk);
-    const __m128i lo = _mm256_castsi256_si128(x), hi = _mm256_extracti128_si256(x, 1);
-    const __m128i quarter[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    __m256 block[4];
+    DecodeBlock32<T>(head, e0, block);
     for (int r = 0; r < 4; ++r) {
       const int e = e0 + 8 * r;
-      __m256 k = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(quarter[r])), d);
+      __m256 k = block[r];
       if (ks != nullptr) k = Uncenter(k, kc, ks, e);
       if (cr != nullptr) {
         const __m256 sw = _mm256_permute_ps(k, 0xB1);  // swap the lanes of each pair

@@ -134,7 +134,7 @@ inline void DecodeBlock32(const uint8_t* head, int e, __m256 out[4]) {
   static_assert(IsBlockType(T));
   const uint8_t* blk = head + (e / 32) * BlockBytes<T, 32>();
   const __m256i q = Ints32<T>(blk);
-  const __m256 d = _mm256_set1_ps(Scale<T, 32>(head, e));
+  const __m256 d = _mm256_set1_ps(Scale<T, 32>(blk, 0));
   const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
   const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
   for (int i = 0; i < 4; ++i)
