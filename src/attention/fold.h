@@ -102,7 +102,12 @@ struct KeyBlock {
   int qblock = 32;                         // elements per block of the block types
   const void* k[kBlock];      // each [n_head_kv] heads
   const void* v[kBlock];      // each [n_head_kv] heads
-  const float* cos[kBlock];   // deferred: [head_dim] rotation rows; null when keys are rotated
+  // Deferred: [head_dim] rotation rows; null when keys are stored rotated.
+  // A block's keys are all of one kind (every key of a deferred cache carries
+  // its row, even at distance 0): the folds choose one path per block, some
+  // from its first key (FoldAvx512), and the pair products take a block only
+  // when every key is rotated (PairScored).
+  const float* cos[kBlock];
   const float* sin[kBlock];
   // Deferred, two-level: the fine rows to combine with cos/sin by angle
   // addition; null when cos/sin are the whole rotation.

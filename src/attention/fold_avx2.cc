@@ -86,34 +86,6 @@ void DotFloat(FoldState& s, const uint8_t* head, const float* cr, const float* s
   for (int u = 0; u < G; ++u) s.scores[(h0 + u) * kBlock + j] = Hsum(_mm256_add_ps(a0[u], a1[u]));
 }
 
-// DotFloat for block-type keys in blocks of 32 (to rotate: deferred RoPE):
-// each block's integers and scale decoded once, 32 values at a time.
-template <Elem T, int G>
-void DotFloat32(FoldState& s, const uint8_t* head, const float* cr, const float* sr,
-                const float* kc, const float* ks, int h0, int j) {
-  const int hd = s.head_dim;
-  __m256 a[G][2];
-  for (int u = 0; u < G; ++u) a[u][0] = a[u][1] = _mm256_setzero_ps();
-  for (int e0 = 0; e0 < hd; e0 += 32) {
-    __m256 block[4];
-    DecodeBlock32<T>(head, e0, block);
-    for (int r = 0; r < 4; ++r) {
-      const int e = e0 + 8 * r;
-      __m256 k = block[r];
-      if (ks != nullptr) k = Uncenter(k, kc, ks, e);
-      if (cr != nullptr) {
-        const __m256 sw = _mm256_permute_ps(k, 0xB1);  // swap the lanes of each pair
-        k = _mm256_fmadd_ps(_mm256_loadu_ps(cr + e), k, _mm256_mul_ps(_mm256_loadu_ps(sr + e), sw));
-      }
-      for (int u = 0; u < G; ++u)
-        a[u][r & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(s.q + static_cast<size_t>(h0 + u) * hd + e),
-                                      k, a[u][r & 1]);
-    }
-  }
-  for (int u = 0; u < G; ++u)
-    s.scores[(h0 + u) * kBlock + j] = Hsum(_mm256_add_ps(a[u][0], a[u][1]));
-}
-
 // The same for a block-type key head without rotation: integer dot products
 // of 16 elements at a time (the last 8 alone when head_dim % 16 == 8), lanes
 // 0-3 of a product from elements [e, e + 8), lanes 4-7 from [e + 8, e + 16),
@@ -184,13 +156,10 @@ void Scores(FoldState& s, const KeyBlock& b) {
             default: return kernel(std::integral_constant<int, 4>{});
           }
         };
-        if constexpr (IsBlockType(T) && B == 32) {
-          // (Keys stored rotated in blocks of 32 are scored by ScoresCachedAvx2.)
-          if (cr == nullptr && ks == nullptr)
-            run([&](auto g) { DotInt<T, 32, decltype(g)::value>(s, head, h0, j); });
-          else
-            run([&](auto g) { DotFloat32<T, decltype(g)::value>(s, head, cr, sr, kc, ks, h0, j); });
-        } else if constexpr (IsBlockType(T)) {
+        // (Block-type keys in blocks of 32 are scored by ScoresCachedAvx2
+        // when stored rotated and by the pair products when deferred: these
+        // dots serve them only where those decline.)
+        if constexpr (IsBlockType(T)) {
           if (cr == nullptr && ks == nullptr)
             run([&](auto g) { DotInt<T, B, decltype(g)::value>(s, head, h0, j); });
           else
