@@ -21,9 +21,10 @@ AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int
     : n_threads_(n_threads), n_head_(n_head), head_dim_(head_dim) {
   // Slot 0 of a thread: every buffer of Thread; slots 1 and up (the other
   // tokens of a tile, which only the tile fold reads): the softmax state,
-  // the scores, q_sink and far's first n_head floats (OffsetDots).
+  // the scores, q_sink, far's first n_head floats (OffsetDots) and the
+  // tile's quantized query (tq8, tqd, tqs).
   slot_ = static_cast<size_t>(n_head) * kBlock + 3 * static_cast<size_t>(n_head) +
-          2 * static_cast<size_t>(n_head) * head_dim;
+          2 * static_cast<size_t>(n_head) * head_dim + TileQueryFloats();
   slot_ = (slot_ + 15) / 16 * 16;
   per_thread_ = slot_ + 3 * head_dim + kBlock * 2 * head_dim + n_head * head_dim +
                 static_cast<size_t>(n_head) * attn::PairStride(head_dim) +
@@ -44,6 +45,10 @@ AttentionScratch::Thread AttentionScratch::thread(int t, int slot) {
   th.acc = p, p += static_cast<size_t>(n_head_) * head_dim_;
   th.q_sink = p, p += static_cast<size_t>(n_head_) * head_dim_;
   th.far = p, p += n_head_;
+  const size_t blocks = static_cast<size_t>(n_head_) * head_dim_ / 32;
+  th.tqd = p, p += blocks;
+  th.tqs = reinterpret_cast<int32_t*>(p), p += blocks;
+  th.tq8 = reinterpret_cast<int8_t*>(p), p += (static_cast<size_t>(n_head_) * head_dim_ + 3) / 4;
   if (slot > 0) return th;  // the rest stays null
   th.far = p, p += static_cast<size_t>(kBlock) * 2 * head_dim_;  // [kBlock, 2, head_dim]
   th.k_rot = p, p += head_dim_;
@@ -164,6 +169,11 @@ class TaskRunner {
       Token& tk = tokens_[u];
       tk.th = scratch.thread(thread, u);
       tk.state = MakeFoldState(a, tk.th, a.n_head, a.n_head_kv, 0);
+      if (cut.tiled && cut.avx512) {  // integer scores of block-type keys (VNNI)
+        tk.state.tq8 = tk.th.tq8;
+        tk.state.tqd = tk.th.tqd;
+        tk.state.tqs = tk.th.tqs;
+      }
       SetBlockTypes(*a.cache, a.head_dim, tk.block);
     }
   }
@@ -267,7 +277,7 @@ class TaskRunner {
     if (tk.sink_pass && a_.cache->k_offset != nullptr)  // the pass-0 scores as the sinks' (below)
       for (int h = 0; h < a_.n_head; ++h) tk.state.m[h] -= tk.th.far[h];
     tk.state.q = tk.sink_pass ? tk.q_sink : tk.q;
-    tk.state.q8_of = tk.state.qp_of = nullptr;
+    tk.state.q8_of = tk.state.qp_of = tk.state.tq_of = nullptr;
     tk.state.qp = tk.th.qp;  // the thread's own rows, written there when needed
     // Made before the tasks (PairQueries), read only here.
     if (cut_.pair_query != nullptr && !tk.sink_pass) {

@@ -64,6 +64,10 @@ class AttentionScratch {
     float* qp = nullptr;      // [n_head, 2 * head_dim + 16] pair products' query (FoldState::qp)
     float* tile_k = nullptr;  // [head_dim, kBlock] a K head of a key block, decoded (attn::Tile)
     float* tile_v = nullptr;  // [kBlock, head_dim] a V head of a key block, decoded
+    // A tile token's query in q8_0 blocks of 32 (attn::FoldState::tq8).
+    int8_t* tq8 = nullptr;    // [n_head, head_dim]
+    float* tqd = nullptr;     // [n_head, head_dim / 32]
+    int32_t* tqs = nullptr;   // [n_head, head_dim / 32]
   };
   // Slot `slot` (< kTileTokens) of thread t: one query token of a tile.
   Thread thread(int t, int slot = 0);
@@ -123,6 +127,11 @@ class AttentionScratch {
  private:
   int n_threads_, n_head_, head_dim_;
   int max_tile_ = kTileTokens;
+  // Floats of a slot's tq8, tqd and tqs.
+  size_t TileQueryFloats() const {
+    const size_t n = static_cast<size_t>(n_head_) * head_dim_;
+    return 2 * (n / 32) + (n + 3) / 4;
+  }
   size_t per_thread_;  // floats of a thread: slot 0, then kTileTokens - 1 slots of slot_
   size_t slot_;
   AlignedBuffer<float> buf_;

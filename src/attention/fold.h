@@ -46,6 +46,15 @@ struct FoldState {
   // floats per head.
   float* qp = nullptr;           // [n_head, PairStride(head_dim)]
   const float* qp_of = nullptr;  // the q they were made from; null: not yet (as q8_of)
+  // Tiles (FoldTile*) score block-type keys stored rotated in blocks of 32
+  // by integer dot products with the query in q8_0 blocks of 32 when every
+  // state of the tile has these buffers (attention.cc gives them where the
+  // tile fold is FoldTileAvx512, whose VNNI products make that pay; null:
+  // the decoded keys are scored in f32). TileQuantize fills them.
+  int8_t* tq8 = nullptr;         // [n_head, head_dim] the query's quants
+  float* tqd = nullptr;          // [n_head, head_dim / 32] their blocks' scales
+  int32_t* tqs = nullptr;        // [n_head, head_dim / 32] their blocks' sums of quants
+  const float* tq_of = nullptr;  // the q they were made from; null: not yet (as q8_of)
 };
 
 // Pair products (deferred RoPE, adjacent pairs (a, b) = (2 i, 2 i + 1), keys
@@ -120,9 +129,11 @@ struct KeyBlock {
 // takes the block's first n_keys[u] keys (0 to b.n: the ubatch's own keys
 // are a causal prefix). Each K and V head of the block is decoded to f32
 // once per tile into the scratch, then scored against every query row of
-// the tile as a small matrix product; block-type keys are scored in f32
-// (not by the quantized query's integer dot products of the one-token
-// folds).
+// the tile as a small matrix product. Block-type keys stored rotated in
+// blocks of 32 are instead scored by integer dot products with the query in
+// q8_0 blocks, as the one-token folds score them, where the states carry
+// the buffers for it (FoldState::tq8: on AVX-512 machines, whose VNNI
+// makes it pay; ScoreTileIntAvx512); elsewhere in f32.
 // Under cached RoPE the keys carry no rotation rows. Deferred keys carry one
 // whole row per key (cos / sin, cos2 / sin2 null), the same for every token
 // of the tile: key j is decoded (read back as center + scale x when the
@@ -146,9 +157,32 @@ struct TileRow {
   float* l;
   int n;       // keys this row takes (a prefix of the block)
   float corr;  // exp(old max - new max)
+  // Integer scores (FoldState::tq8): the head's quants [head_dim], block
+  // scales and block sums [head_dim / 32].
+  const int8_t* q8 = nullptr;
+  const float* qd = nullptr;
+  const int32_t* qs = nullptr;
 };
 // Scalar reference of the tile fold: any types and head size.
 void FoldTileScalar(Tile& t, const KeyBlock& b);
+// Whether a tile scores its block's keys by integer products: K of a block
+// type in blocks of 32 stored rotated (no rotation rows), every state with
+// FoldState::tq8 buffers.
+bool TileScoresIntegers(const Tile& t, const KeyBlock& b);
+// Fills s.tq8, tqd and tqs from s.q (every head; head_dim % 32 == 0): ops'
+// q8_0 rule in blocks of 32, the same quants and scales as QuantizeQuery's.
+void TileQuantize(FoldState& s);
+// Integer scores of a tile: for each of n_rows rows (q8, qd, qs set) and
+// each key j < n8 of KV head g of the block (keys j >= n score 0), the sum
+// over the head's blocks i, in order, of fma(isum_i, d_key_i * qd_i, .)
+// with isum_i the exact integer dot product of the row's quants and the
+// key's integers, times scale, into row.sc[j]. The reference, and the
+// 512-bit one (VNNI's vpdpbusd on the key block's integers laid out four
+// values of a key per lane, in `scratch`: head_dim * 72 bytes), the same bits.
+void ScoreTileIntScalar(TileRow* rows, int n_rows, const KeyBlock& b, int g, int n, int n8,
+                        int head_dim, float scale);
+void ScoreTileIntAvx512(TileRow* rows, int n_rows, const KeyBlock& b, int g, int n, int n8,
+                        int head_dim, float scale, void* scratch);
 // head_dim % 8 == 0 up to 256 and qblock 8, 16 or 32 (else FoldTileScalar):
 // the query rows in chunks of 4 against 16 keys in registers
 // (fold_tile_avx2.cc). Runs on AVX-512 machines too. Deferred keys' rows

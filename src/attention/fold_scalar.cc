@@ -129,7 +129,52 @@ void FoldScalar(FoldState& s, const KeyBlock& b) {
   }
 }
 
+bool TileScoresIntegers(const Tile& t, const KeyBlock& b) {
+  if (!IsBlockType(b.tk) || b.qblock != 32 || b.n == 0 || b.cos[0] != nullptr) return false;
+  for (int u = 0; u < t.n; ++u)
+    if (t.s[u]->tq8 == nullptr) return false;
+  return true;
+}
+
+void TileQuantize(FoldState& s) {
+  const int64_t n = static_cast<int64_t>(s.n_head) * s.head_dim;
+  ops::QuantizeQ8BlocksF32(s.q, n, 32, s.tq8, s.tqd);
+  for (int64_t i = 0; i < n / 32; ++i) {
+    int32_t sum = 0;
+    for (int e = 0; e < 32; ++e) sum += s.tq8[i * 32 + e];
+    s.tqs[i] = sum;
+  }
+  s.tq_of = s.q;
+}
+
+void ScoreTileIntScalar(TileRow* rows, int n_rows, const KeyBlock& b, int g, int n, int n8,
+                        int head_dim, float scale) {
+  const int nb = head_dim / 32;
+  const KvType tk = TypeOf(b.tk);
+  const size_t block_bytes = KvBlockBytes(tk, 32);
+  std::vector<int8_t> kq(head_dim);  // [head_dim] one key head's integers
+  std::vector<float> dk(nb);         // [head_dim / 32] its blocks' scales
+  for (int j = 0; j < n8; ++j) {
+    if (j < n) {
+      const uint8_t* head =
+          static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
+      for (int i = 0; i < nb; ++i)
+        dk[i] = KvUnpackBlock(tk, 32, head + i * block_bytes, kq.data() + i * 32);
+    }
+    for (int r = 0; r < n_rows; ++r) {
+      float sc = 0.f;
+      for (int i = 0; j < n && i < nb; ++i) {
+        int32_t isum = 0;
+        for (int e = 0; e < 32; ++e) isum += rows[r].q8[i * 32 + e] * kq[i * 32 + e];
+        sc = std::fma(static_cast<float>(isum), dk[i] * rows[r].qd[i], sc);
+      }
+      rows[r].sc[j] = sc * scale;
+    }
+  }
+}
+
 void FoldTileScalar(Tile& t, const KeyBlock& b) {
+  const bool integers = TileScoresIntegers(t, b);
   for (int u = 0; u < t.n; ++u) {
     FoldState& s = *t.s[u];
     const int hd = s.head_dim, group = s.n_head / s.n_head_kv, n = t.n_keys[u];
@@ -153,15 +198,24 @@ void FoldTileScalar(Tile& t, const KeyBlock& b) {
         for (int d = 0; d < hd; ++d)
           kj[d] = b.cos[j][d] * x[d] + b.sin[j][d] * x[s.partner != nullptr ? s.partner[d] : d ^ 1];
       }
+    if (integers && s.tq_of != s.q) TileQuantize(s);
     for (int h = 0; h < s.n_head; ++h) {
       const int g = h / group;
       float* sc = s.scores + h * kBlock;
       float block_max = -std::numeric_limits<float>::infinity();
+      if (integers) {
+        const size_t at = static_cast<size_t>(h) * hd;
+        TileRow row{s.q + at, sc, nullptr, nullptr, nullptr, n, 1.f};
+        row.q8 = s.tq8 + at, row.qd = s.tqd + at / 32, row.qs = s.tqs + at / 32;
+        ScoreTileIntScalar(&row, 1, b, g, n, n, hd, s.scale);
+      }
       for (int j = 0; j < n; ++j) {
-        const float* kj = k.data() + (static_cast<size_t>(j) * s.n_head_kv + g) * hd;
-        float dot = 0.f;
-        for (int d = 0; d < hd; ++d) dot += s.q[h * hd + d] * kj[d];
-        sc[j] = dot * s.scale;
+        if (!integers) {
+          const float* kj = k.data() + (static_cast<size_t>(j) * s.n_head_kv + g) * hd;
+          float dot = 0.f;
+          for (int d = 0; d < hd; ++d) dot += s.q[h * hd + d] * kj[d];
+          sc[j] = dot * s.scale;
+        }
         block_max = std::max(block_max, sc[j]);
       }
       const float new_max = std::max(s.m[h], block_max);

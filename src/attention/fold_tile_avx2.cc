@@ -354,6 +354,12 @@ void FoldTile(Tile& t, const KeyBlock& b, bool wide) {
   AccumulateTypedFn accumulate_typed = nullptr;
   // Deferred keys: every key carries its row (fold.h, Tile).
   const bool rot = b.cos[0] != nullptr;
+  // Block-type keys scored by integers (fold.h, FoldState::tq8): the rows'
+  // quantized queries, made once per token and query.
+  const bool integers = TileScoresIntegers(t, b);
+  if (integers)
+    for (int u = 0; u < t.n; ++u)
+      if (t.s[u]->tq_of != t.s[u]->q) TileQuantize(*t.s[u]);
   Pick(b.tk, b.qblock, /*is_v=*/false, rot, &decode_k, &decode_v, &accumulate_typed);
   Pick(b.tv, b.qblock, /*is_v=*/true, rot, &decode_k, &decode_v, &accumulate_typed);
   thread_local std::vector<Row> rows;  // [t.n * group] token-major
@@ -364,20 +370,29 @@ void FoldTile(Tile& t, const KeyBlock& b, bool wide) {
   for (int g = 0; g < s0.n_head_kv; ++g) {
     if (g + 1 < s0.n_head_kv) Prefetch(b, g + 1, n);
     const size_t at = static_cast<size_t>(g) * hd;
-    decode_k(b, g, n, n8, hd, s0.k_center != nullptr ? s0.k_center + at : nullptr,
-             s0.k_scale != nullptr ? s0.k_scale + at : nullptr, t.kt);
+    if (!integers)
+      decode_k(b, g, n, n8, hd, s0.k_center != nullptr ? s0.k_center + at : nullptr,
+               s0.k_scale != nullptr ? s0.k_scale + at : nullptr, t.kt);
     if (!v_in_place) decode_v(b, g, n, hd, t.vf);
     for (int u = 0; u < t.n; ++u) {
       FoldState& s = *t.s[u];
       for (int i = 0; i < group; ++i) {
         const int h = g * group + i;
-        rows[u * group + i] = Row{s.q + static_cast<size_t>(h) * hd, s.scores + h * kBlock,
-                                  s.acc + static_cast<size_t>(h) * hd, s.m + h, s.l + h,
-                                  t.n_keys[u], 1.f};
+        Row& row = rows[u * group + i];
+        row = Row{s.q + static_cast<size_t>(h) * hd, s.scores + h * kBlock,
+                  s.acc + static_cast<size_t>(h) * hd, s.m + h, s.l + h, t.n_keys[u], 1.f};
+        if (integers) {
+          const size_t hq = static_cast<size_t>(h) * hd;
+          row.q8 = s.tq8 + hq, row.qd = s.tqd + hq / 32, row.qs = s.tqs + hq / 32;
+        }
       }
     }
     const int n_rows = static_cast<int>(rows.size());
-    if (wide)
+    if (integers && wide)
+      ScoreTileIntAvx512(rows.data(), n_rows, b, g, n, n8, hd, s0.scale, t.kt);
+    else if (integers)
+      ScoreTileIntScalar(rows.data(), n_rows, b, g, n, n8, hd, s0.scale);
+    else if (wide)
       ScoreTileRowsAvx512(rows.data(), n_rows, t.kt, hd, n8, s0.scale);
     else
       ByRows<ScoreFn>(rows.data(), n_rows, static_cast<const float*>(t.kt), hd, n8, s0.scale);

@@ -29,18 +29,27 @@ struct TileCase {
   bool causal = false;           // token u takes fewer keys of each block, down to none
 };
 
+// Whether a tile with the quantized-query buffers scores the case's keys by
+// integers (block-type keys stored rotated in blocks of 32).
+bool IntegerScored(const TileCase& c, KvType tk) {
+  return KvTypeQuantized(tk) && c.head_dim % 32 == 0;
+}
+
 // Keys each token takes of a block of n: all, or (causal) a prefix shorter
 // by 5 per token before the last, down to none.
 int KeysOf(const TileCase& c, int u, int n) {
   return c.causal ? std::clamp(n - 5 * (c.n_tokens - 1 - u), 0, n) : n;
 }
 
-// One token's fold state and its buffers.
+// One token's fold state and its buffers; `integers`: with the tile's
+// quantized-query buffers (FoldState::tq8), so tiles score block-type keys
+// in blocks of 32 stored rotated by integers.
 struct TokenState {
-  std::vector<float> q, scores, k_rot, cs, m, l, acc, q8d;
-  std::vector<int8_t> q8;
+  std::vector<float> q, scores, k_rot, cs, m, l, acc, q8d, tqd;
+  std::vector<int8_t> q8, tq8;
+  std::vector<int32_t> tqs;
   attn::FoldState s;
-  TokenState(const TileCase& c, uint32_t seed) {
+  TokenState(const TileCase& c, uint32_t seed, bool integers = false) {
     const size_t n = static_cast<size_t>(c.n_head) * c.head_dim;
     q = testing::RandomNormal(n, seed);
     scores.resize(static_cast<size_t>(c.n_head) * attn::kBlock);
@@ -51,6 +60,10 @@ struct TokenState {
     s.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
     s.q = q.data(), s.scores = scores.data(), s.k_rot = k_rot.data(), s.cs = cs.data();
     s.m = m.data(), s.l = l.data(), s.acc = acc.data(), s.q8 = q8.data(), s.q8d = q8d.data();
+    if (integers) {
+      tq8.resize(n), tqd.resize(n / 32), tqs.resize(n / 32);
+      s.tq8 = tq8.data(), s.tqd = tqd.data(), s.tqs = tqs.data();
+    }
   }
 };
 
@@ -62,7 +75,7 @@ enum class How { kTileAvx512, kTileAvx2, kTileScalar, kOneByOne };
 // past the fine rows), and is stored centered and scaled (random centers
 // and scales, as fold.h's Tile reads them).
 std::vector<float> RunTile(How how, const TileCase& c, KvType tk, KvType tv, uint32_t seed,
-                           bool deferred = false) {
+                           bool deferred = false, bool integers = false) {
   const int hd = c.head_dim;
   const RopeDistanceTable table(ops::RopeConfig{hd, hd}, 256);
   // [n_keys, 2, head_dim] each key's row; [n_head_kv, head_dim] centers, scales.
@@ -86,7 +99,7 @@ std::vector<float> RunTile(How how, const TileCase& c, KvType tk, KvType tv, uin
   std::vector<TokenState> tokens;
   tokens.reserve(c.n_tokens);
   for (int u = 0; u < c.n_tokens; ++u) {
-    tokens.emplace_back(c, seed + 10 + u);
+    tokens.emplace_back(c, seed + 10 + u, integers);
     if (deferred) tokens.back().s.k_center = center.data(), tokens.back().s.k_scale = scale.data();
   }
   // [kBlock, head_dim] each: the tile's decoded K (transposed) and V heads.
@@ -170,10 +183,11 @@ TEST(FoldTile, Avx2EqualsScalarReference) {
                                           << " tokens " << c.n_tokens << " keys " << c.n_keys
                                           << " by " << c.per_block << (c.causal ? " causal" : ""));
         const uint32_t seed = c.head_dim * 31 + c.n_keys;
-        for (bool deferred : {false, true}) {
-          SCOPED_TRACE(deferred ? "deferred" : "cached");
-          const double w = Worst(RunTile(How::kTileAvx2, c, tk, tv, seed, deferred),
-                                 RunTile(How::kTileScalar, c, tk, tv, seed, deferred));
+        for (int variant = 0; variant < (IntegerScored(c, tk) ? 3 : 2); ++variant) {
+          const bool deferred = variant == 1, integers = variant == 2;
+          SCOPED_TRACE(deferred ? "deferred" : integers ? "cached, integer scores" : "cached");
+          const double w = Worst(RunTile(How::kTileAvx2, c, tk, tv, seed, deferred, integers),
+                                 RunTile(How::kTileScalar, c, tk, tv, seed, deferred, integers));
           // The same decoded values; only the order of the f32 sums, fused
           // multiply-adds and the vectorized exp (~1e-7 relative) differ.
           ASSERT_LE(w, 1e-5);
@@ -200,12 +214,89 @@ TEST(FoldTile, Avx512EqualsAvx2BitForBit) {
                                           << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim
                                           << " tokens " << c.n_tokens << " keys " << c.n_keys);
         const uint32_t seed = c.head_dim * 29 + c.n_keys;
-        for (bool deferred : {false, true})
-          ASSERT_EQ(RunTile(How::kTileAvx512, c, tk, tv, seed, deferred),
-                    RunTile(How::kTileAvx2, c, tk, tv, seed, deferred))
-              << (deferred ? "deferred" : "cached");
+        for (int variant = 0; variant < (IntegerScored(c, tk) ? 3 : 2); ++variant) {
+          const bool deferred = variant == 1, integers = variant == 2;
+          ASSERT_EQ(RunTile(How::kTileAvx512, c, tk, tv, seed, deferred, integers),
+                    RunTile(How::kTileAvx2, c, tk, tv, seed, deferred, integers))
+              << (deferred ? "deferred" : integers ? "cached, integer scores" : "cached");
+        }
       }
   EXPECT_TRUE(sweep.EveryValueRan());
+}
+
+// ScoreTileIntAvx512 (VNNI on the keys' unsigned integers, each row's sum
+// started at -offset * its block's quant sum) against ScoreTileIntScalar
+// (plain integer sums): the same bits, for every block type, head sizes 32
+// to 256, 1 to 64 keys (one to four groups of 16, zero keys past n), 1 to 9
+// rows (register blocks of 4 and every remainder), and keys and queries
+// at their types' extremes (q8_0 -127 and 127, nibbles 0 and their top).
+TEST(FoldTile, IntegerScoresEqualTheScalarReferenceBitForBit) {
+  if (BestIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this machine";
+  std::mt19937 rng(7);
+  for (KvType tk : {KvType::kQ8_0, KvType::kQ4_0, KvType::kQ5_0})
+    for (int hd : {32, 64, 96, 128, 256})
+      for (int n : {1, 7, 8, 16, 17, 31, 32, 33, 48, 63, 64})
+        for (int n_rows : {1, 4, 5, 9}) {
+          SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << " hd " << hd << " keys " << n
+                                            << " rows " << n_rows);
+          const int n_head_kv = 2, g = 1, n8 = (n + 7) / 8 * 8;
+          const size_t kb = KvHeadBytes(tk, hd) * n_head_kv;
+          std::vector<float> kf = testing::RandomNormal(static_cast<size_t>(n) * n_head_kv * hd,
+                                                        hd * 100 + n, 3.f);
+          // Key 0's head g: one value far out in each block, so the others
+          // round to the extremes' neighbours and it to the extreme itself.
+          for (int e = 0; e < hd; e += 32) kf[g * hd + e + 5] = (e / 32) % 2 == 0 ? 100.f : -100.f;
+          std::vector<uint8_t> k(kb * n);
+          for (int j = 0; j < n; ++j)
+            KvQuantizeHeads(tk, hd, n_head_kv, kf.data() + static_cast<size_t>(j) * n_head_kv * hd,
+                            k.data() + j * kb);
+          attn::KeyBlock b;
+          b.tk = static_cast<attn::Elem>(tk);
+          b.k_head_bytes = static_cast<int>(KvHeadBytes(tk, hd));
+          b.qblock = 32;
+          b.n = n;
+          for (int j = 0; j < n; ++j) b.k[j] = k.data() + j * kb, b.cos[j] = nullptr;
+          // Each row's query in q8_0 blocks (TileQuantize), one row at +-127.
+          std::vector<float> q =
+              testing::RandomNormal(static_cast<size_t>(n_rows) * hd, hd + n + n_rows);
+          for (int e = 0; e < hd; ++e) q[e] = e % 3 == 0 ? 1.f : -1.f;
+          std::vector<int8_t> q8(q.size());
+          std::vector<float> qd(q.size() / 32);
+          std::vector<int32_t> qs(q.size() / 32);
+          attn::FoldState s;
+          s.n_head = n_rows, s.head_dim = hd, s.q = q.data();
+          s.tq8 = q8.data(), s.tqd = qd.data(), s.tqs = qs.data();
+          attn::TileQuantize(s);
+          std::vector<float> want(static_cast<size_t>(n_rows) * attn::kBlock, -1.f);
+          std::vector<float> got(want.size(), -2.f);
+          std::vector<float> scratch(static_cast<size_t>(hd) * attn::kBlock);
+          auto rows_of = [&](std::vector<float>& sc) {
+            std::vector<attn::TileRow> rows(n_rows);
+            for (int r = 0; r < n_rows; ++r) {
+              rows[r].sc = sc.data() + r * attn::kBlock;
+              rows[r].q8 = q8.data() + r * hd;
+              rows[r].qd = qd.data() + r * hd / 32;
+              rows[r].qs = qs.data() + r * hd / 32;
+            }
+            return rows;
+          };
+          std::vector<attn::TileRow> rw = rows_of(want), rg = rows_of(got);
+          attn::ScoreTileIntScalar(rw.data(), n_rows, b, g, n, n8, hd, 0.125f);
+          attn::ScoreTileIntAvx512(rg.data(), n_rows, b, g, n, n8, hd, 0.125f, scratch.data());
+          for (int r = 0; r < n_rows; ++r)
+            for (int j = 0; j < n8; ++j)
+              ASSERT_EQ(got[r * attn::kBlock + j], want[r * attn::kBlock + j])
+                  << "row " << r << " key " << j;
+          // The scores are the keys' dot products with the rounded query.
+          std::vector<float> key(hd);
+          KvDequantizeHeads(tk, hd, 1, k.data() + g * b.k_head_bytes, key.data());
+          double dot = 0, mag = 0;
+          for (int e = 0; e < hd; ++e) {
+            const double qe = static_cast<double>(q8[e]) * qd[e / 32];
+            dot += qe * key[e], mag += std::fabs(qe * key[e]);
+          }
+          ASSERT_NEAR(want[0], 0.125 * dot, 1e-5 * mag);
+        }
 }
 
 // A deferred tile member's query rotation (attention.cc RotateTile).
@@ -260,10 +351,11 @@ TEST(RopeDistanceTable, RowOfAnyDistanceComposes) {
 // The tile fold against folding each token alone (what decode and the
 // tokens of an untiled ubatch do): float keys give the same scores; block-type
 // keys differ by the one-token fold's quantized query (q8_0 blocks: integer
-// dot products), which the tile does not quantize: it scores the decoded
-// keys with the f32 query.
+// dot products), which a tile without the quantized-query buffers does not
+// quantize: it scores the decoded keys with the f32 query. With them (blocks
+// of 32) it takes the same integers.
 TEST(FoldTile, ScalarEqualsOneTokenFolds) {
-  double worst_float = 0, worst_int = 0;
+  double worst_float = 0, worst_int = 0, worst_tile_int = 0;
   for (const TileCase& c : kCases)
     for (KvType tk : testing::kAllKvTypes) {
       const KvType tv = tk == KvType::kF32 ? KvType::kQ4_0 : KvType::kF16;
@@ -271,6 +363,14 @@ TEST(FoldTile, ScalarEqualsOneTokenFolds) {
                                         << c.head_dim << " tokens " << c.n_tokens);
       const uint32_t seed = c.head_dim * 17 + c.n_tokens;
       const double w = Worst(RunTile(How::kTileScalar, c, tk, tv, seed), RunTile(How::kOneByOne, c, tk, tv, seed));
+      if (IntegerScored(c, tk)) {
+        // With the quantized-query buffers the tile's integers are the one-token
+        // fold's (the same quants of the query): only f32 rounding differs.
+        const double wi = Worst(RunTile(How::kTileScalar, c, tk, tv, seed, false, true),
+                                RunTile(How::kOneByOne, c, tk, tv, seed));
+        ASSERT_LE(wi, 1e-5) << "integer scores";
+        worst_tile_int = std::max(worst_tile_int, wi);
+      }
       if (KvTypeQuantized(tk)) {
         ASSERT_LE(w, 0.12);  // measured: at most 0.079 (q4_0 keys in blocks of 16)
         worst_int = std::max(worst_int, w);
@@ -279,8 +379,10 @@ TEST(FoldTile, ScalarEqualsOneTokenFolds) {
         worst_float = std::max(worst_float, w);
       }
     }
-  std::printf("largest relative difference: %.3g (float keys), %.3g (block-type keys)\n",
-              worst_float, worst_int);
+  std::printf(
+      "largest relative difference: %.3g (float keys), %.3g (block-type keys, f32 tile scores), "
+      "%.3g (integer tile scores)\n",
+      worst_float, worst_int, worst_tile_int);
 }
 
 }  // namespace
