@@ -27,27 +27,6 @@ constexpr int32_t KeyOffset() {
   return T == Elem::kQ8_0 ? 128 : QuantOffset<T>();
 }
 
-// r[i]: eight 32-bit values of row i; afterwards r[i] holds value i of each
-// row (an 8 x 8 transpose).
-inline void Transpose8x8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
 // KV head g of keys [0, n) of the block, keys [n, n16) zero: kt [head_dim /
 // 32, 8, kBlock] the unsigned stored integers, lane j of row (i, l) holding
 // values 4 l .. 4 l + 3 of key j's block i; kd [head_dim / 32, kBlock] the
@@ -79,7 +58,7 @@ void LayOutKeys(const KeyBlock& b, int g, int n, int n16, int hd, int32_t* kt, f
         r[i] = _mm256_castsi256_ps(u);
         kd[i_b * kBlock + j0 + i] = Scale<T, 32>(blk, 0);
       }
-      Transpose8x8(r);
+      Transpose8(r);  // r[l]: 32-bit group l of the 8 keys
       for (int l = 0; l < 8; ++l)
         _mm256_storeu_ps(reinterpret_cast<float*>(kt + (i_b * 8 + l) * kBlock + j0), r[l]);
     }
