@@ -21,34 +21,40 @@ AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int
     : n_threads_(n_threads), n_head_(n_head), head_dim_(head_dim) {
   // Slot 0 of a thread: every buffer of Thread; slots 1 and up (the other
   // tokens of a tile, which only the tile fold reads): the softmax state,
-  // the scores, q_sink, far's first n_head floats (OffsetDots) and the
-  // tile's quantized query (tq8, tqd, tqs).
+  // the scores, q_sink and far's first n_head floats (OffsetDots). After
+  // the slots, each slot's quantized query for tiles (tq8, tqd, tqs), apart
+  // from what decode reads.
   slot_ = static_cast<size_t>(n_head) * kBlock + 3 * static_cast<size_t>(n_head) +
-          2 * static_cast<size_t>(n_head) * head_dim + TileQueryFloats();
+          2 * static_cast<size_t>(n_head) * head_dim;
   slot_ = (slot_ + 15) / 16 * 16;
-  per_thread_ = slot_ + 3 * head_dim + kBlock * 2 * head_dim + n_head * head_dim +
-                static_cast<size_t>(n_head) * attn::PairStride(head_dim) +
-                (n_head * head_dim + 3) / 4 + 2 * kBlock * head_dim;
-  per_thread_ = (per_thread_ + 15) / 16 * 16 + slot_ * (kTileTokens - 1);
+  const size_t n = static_cast<size_t>(n_head) * head_dim;
+  tile_query_ = (2 * (n / 32) + (n + 3) / 4 + 15) / 16 * 16;
+  slots_ = slot_ + 3 * head_dim + kBlock * 2 * head_dim + n_head * head_dim +
+           static_cast<size_t>(n_head) * attn::PairStride(head_dim) +
+           (n_head * head_dim + 3) / 4 + 2 * kBlock * head_dim;
+  slots_ = (slots_ + 15) / 16 * 16 + slot_ * (kTileTokens - 1);
+  per_thread_ = slots_ + tile_query_ * kTileTokens;
   buf_.Resize(per_thread_ * n_threads);
   lanes_.resize(n_threads);
 }
 
 AttentionScratch::Thread AttentionScratch::thread(int t, int slot) {
   CHECK(slot >= 0 && slot < kTileTokens);
-  float* p = buf_.data() + per_thread_ * t;
+  float* const base = buf_.data() + per_thread_ * t;
   Thread th;
-  if (slot > 0) p += per_thread_ - slot_ * (kTileTokens - slot);
+  float* q = base + slots_ + tile_query_ * slot;
+  const size_t blocks = static_cast<size_t>(n_head_) * head_dim_ / 32;
+  th.tqd = q, q += blocks;
+  th.tqs = reinterpret_cast<int32_t*>(q), q += blocks;
+  th.tq8 = reinterpret_cast<int8_t*>(q);
+  float* p = base;
+  if (slot > 0) p += slots_ - slot_ * (kTileTokens - slot);
   th.scores = p, p += static_cast<size_t>(n_head_) * kBlock;
   th.m = p, p += n_head_;
   th.l = p, p += n_head_;
   th.acc = p, p += static_cast<size_t>(n_head_) * head_dim_;
   th.q_sink = p, p += static_cast<size_t>(n_head_) * head_dim_;
   th.far = p, p += n_head_;
-  const size_t blocks = static_cast<size_t>(n_head_) * head_dim_ / 32;
-  th.tqd = p, p += blocks;
-  th.tqs = reinterpret_cast<int32_t*>(p), p += blocks;
-  th.tq8 = reinterpret_cast<int8_t*>(p), p += (static_cast<size_t>(n_head_) * head_dim_ + 3) / 4;
   if (slot > 0) return th;  // the rest stays null
   th.far = p, p += static_cast<size_t>(kBlock) * 2 * head_dim_;  // [kBlock, 2, head_dim]
   th.k_rot = p, p += head_dim_;

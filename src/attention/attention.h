@@ -127,12 +127,9 @@ class AttentionScratch {
  private:
   int n_threads_, n_head_, head_dim_;
   int max_tile_ = kTileTokens;
-  // Floats of a slot's tq8, tqd and tqs.
-  size_t TileQueryFloats() const {
-    const size_t n = static_cast<size_t>(n_head_) * head_dim_;
-    return 2 * (n / 32) + (n + 3) / 4;
-  }
-  size_t per_thread_;  // floats of a thread: slot 0, then kTileTokens - 1 slots of slot_
+  size_t per_thread_;  // floats of a thread: slots_, then kTileTokens of tile_query_
+  size_t slots_;       // slot 0, then kTileTokens - 1 slots of slot_
+  size_t tile_query_;  // a slot's tq8, tqd and tqs
   size_t slot_;
   AlignedBuffer<float> buf_;
   AlignedBuffer<float> partials_;
