@@ -157,11 +157,13 @@ struct TileRow {
   float* l;
   int n;       // keys this row takes (a prefix of the block)
   float corr;  // exp(old max - new max)
-  // Integer scores (FoldState::tq8): the head's quants [head_dim], block
-  // scales and block sums [head_dim / 32].
-  const int8_t* q8 = nullptr;
-  const float* qd = nullptr;
-  const int32_t* qs = nullptr;
+};
+// A row's query for integer scores (FoldState::tq8): its head's quants
+// [head_dim], block scales and block sums [head_dim / 32].
+struct TileQuery {
+  const int8_t* q8;
+  const float* qd;
+  const int32_t* qs;
 };
 // Scalar reference of the tile fold: any types and head size.
 void FoldTileScalar(Tile& t, const KeyBlock& b);
@@ -172,17 +174,17 @@ bool TileScoresIntegers(const Tile& t, const KeyBlock& b);
 // Fills s.tq8, tqd and tqs from s.q (every head; head_dim % 32 == 0): ops'
 // q8_0 rule in blocks of 32, the same quants and scales as QuantizeQuery's.
 void TileQuantize(FoldState& s);
-// Integer scores of a tile: for each of n_rows rows (q8, qd, qs set) and
+// Integer scores of a tile: for each of n_rows rows (its query: queries[r]) and
 // each key j < n8 of KV head g of the block (keys j >= n score 0), the sum
 // over the head's blocks i, in order, of fma(isum_i, d_key_i * qd_i, .)
 // with isum_i the exact integer dot product of the row's quants and the
 // key's integers, times scale, into row.sc[j]. The reference, and the
 // 512-bit one (VNNI's vpdpbusd on the key block's integers laid out four
 // values of a key per lane, in `scratch`: head_dim * 72 bytes), the same bits.
-void ScoreTileIntScalar(TileRow* rows, int n_rows, const KeyBlock& b, int g, int n, int n8,
-                        int head_dim, float scale);
-void ScoreTileIntAvx512(TileRow* rows, int n_rows, const KeyBlock& b, int g, int n, int n8,
-                        int head_dim, float scale, void* scratch);
+void ScoreTileIntScalar(TileRow* rows, const TileQuery* queries, int n_rows, const KeyBlock& b,
+                        int g, int n, int n8, int head_dim, float scale);
+void ScoreTileIntAvx512(TileRow* rows, const TileQuery* queries, int n_rows, const KeyBlock& b,
+                        int g, int n, int n8, int head_dim, float scale, void* scratch);
 // head_dim % 8 == 0 up to 256 and qblock 8, 16 or 32 (else FoldTileScalar):
 // the query rows in chunks of 4 against 16 keys in registers
 // (fold_tile_avx2.cc). Runs on AVX-512 machines too. Deferred keys' rows

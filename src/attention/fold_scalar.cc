@@ -147,8 +147,8 @@ void TileQuantize(FoldState& s) {
   s.tq_of = s.q;
 }
 
-void ScoreTileIntScalar(TileRow* rows, int n_rows, const KeyBlock& b, int g, int n, int n8,
-                        int head_dim, float scale) {
+void ScoreTileIntScalar(TileRow* rows, const TileQuery* queries, int n_rows, const KeyBlock& b,
+                        int g, int n, int n8, int head_dim, float scale) {
   const int nb = head_dim / 32;
   const KvType tk = TypeOf(b.tk);
   const size_t block_bytes = KvBlockBytes(tk, 32);
@@ -165,8 +165,8 @@ void ScoreTileIntScalar(TileRow* rows, int n_rows, const KeyBlock& b, int g, int
       float sc = 0.f;
       for (int i = 0; j < n && i < nb; ++i) {
         int32_t isum = 0;
-        for (int e = 0; e < 32; ++e) isum += rows[r].q8[i * 32 + e] * kq[i * 32 + e];
-        sc = std::fma(static_cast<float>(isum), dk[i] * rows[r].qd[i], sc);
+        for (int e = 0; e < 32; ++e) isum += queries[r].q8[i * 32 + e] * kq[i * 32 + e];
+        sc = std::fma(static_cast<float>(isum), dk[i] * queries[r].qd[i], sc);
       }
       rows[r].sc[j] = sc * scale;
     }
@@ -206,8 +206,8 @@ void FoldTileScalar(Tile& t, const KeyBlock& b) {
       if (integers) {
         const size_t at = static_cast<size_t>(h) * hd;
         TileRow row{s.q + at, sc, nullptr, nullptr, nullptr, n, 1.f};
-        row.q8 = s.tq8 + at, row.qd = s.tqd + at / 32, row.qs = s.tqs + at / 32;
-        ScoreTileIntScalar(&row, 1, b, g, n, n, hd, s.scale);
+        const TileQuery query{s.tq8 + at, s.tqd + at / 32, s.tqs + at / 32};
+        ScoreTileIntScalar(&row, &query, 1, b, g, n, n, hd, s.scale);
       }
       for (int j = 0; j < n; ++j) {
         if (!integers) {

@@ -340,6 +340,8 @@ void FoldTile(Tile& t, const KeyBlock& b, bool wide) {
   Pick(b.tv, b.qblock, /*is_v=*/true, rot, &decode_k, &decode_v, &accumulate_typed);
   thread_local std::vector<Row> rows;  // [t.n * group] token-major
   rows.resize(static_cast<size_t>(t.n) * group);
+  thread_local std::vector<TileQuery> queries;  // [t.n * group] the rows' integer queries
+  if (integers) queries.resize(rows.size());
   // One pass of rows over V (a decode step's token, or a few query heads):
   // V is read where it is, not decoded into t.vf first.
   const bool v_in_place = static_cast<int>(rows.size()) <= kRows;
@@ -354,20 +356,20 @@ void FoldTile(Tile& t, const KeyBlock& b, bool wide) {
       FoldState& s = *t.s[u];
       for (int i = 0; i < group; ++i) {
         const int h = g * group + i;
-        Row& row = rows[u * group + i];
-        row = Row{s.q + static_cast<size_t>(h) * hd, s.scores + h * kBlock,
-                  s.acc + static_cast<size_t>(h) * hd, s.m + h, s.l + h, t.n_keys[u], 1.f};
+        rows[u * group + i] = Row{s.q + static_cast<size_t>(h) * hd, s.scores + h * kBlock,
+                                  s.acc + static_cast<size_t>(h) * hd, s.m + h, s.l + h,
+                                  t.n_keys[u], 1.f};
         if (integers) {
           const size_t hq = static_cast<size_t>(h) * hd;
-          row.q8 = s.tq8 + hq, row.qd = s.tqd + hq / 32, row.qs = s.tqs + hq / 32;
+          queries[u * group + i] = TileQuery{s.tq8 + hq, s.tqd + hq / 32, s.tqs + hq / 32};
         }
       }
     }
     const int n_rows = static_cast<int>(rows.size());
     if (integers && wide)
-      ScoreTileIntAvx512(rows.data(), n_rows, b, g, n, n8, hd, s0.scale, t.kt);
+      ScoreTileIntAvx512(rows.data(), queries.data(), n_rows, b, g, n, n8, hd, s0.scale, t.kt);
     else if (integers)
-      ScoreTileIntScalar(rows.data(), n_rows, b, g, n, n8, hd, s0.scale);
+      ScoreTileIntScalar(rows.data(), queries.data(), n_rows, b, g, n, n8, hd, s0.scale);
     else if (wide)
       ScoreTileRowsAvx512(rows.data(), n_rows, t.kt, hd, n8, s0.scale);
     else

@@ -67,7 +67,8 @@ void LayOutKeys(const KeyBlock& b, int g, int n, int n16, int hd, int32_t* kt, f
 
 // The scores of R rows against KG groups of 16 keys from key k0 on.
 template <Elem T, int R, int KG>
-void ScoreRows(TileRow* rows, int k0, const int32_t* kt, const float* kd, int hd, float scale) {
+void ScoreRows(TileRow* rows, const TileQuery* queries, int k0, const int32_t* kt, const float* kd,
+               int hd, float scale) {
   kt += k0, kd += k0;
   const int nb = hd / 32;
   __m512 sc[R][KG];
@@ -76,7 +77,7 @@ void ScoreRows(TileRow* rows, int k0, const int32_t* kt, const float* kd, int hd
   for (int i = 0; i < nb; ++i) {
     __m512i acc[R][KG];
     for (int r = 0; r < R; ++r) {
-      const __m512i start = _mm512_set1_epi32(-KeyOffset<T>() * rows[r].qs[i]);
+      const __m512i start = _mm512_set1_epi32(-KeyOffset<T>() * queries[r].qs[i]);
       for (int k = 0; k < KG; ++k) acc[r][k] = start;
     }
     for (int l = 0; l < 8; ++l) {
@@ -84,13 +85,13 @@ void ScoreRows(TileRow* rows, int k0, const int32_t* kt, const float* kd, int hd
       for (int k = 0; k < KG; ++k) key[k] = _mm512_loadu_si512(kt + (i * 8 + l) * kBlock + 16 * k);
       for (int r = 0; r < R; ++r) {
         int32_t q4;
-        std::memcpy(&q4, rows[r].q8 + 32 * i + 4 * l, 4);
+        std::memcpy(&q4, queries[r].q8 + 32 * i + 4 * l, 4);
         const __m512i q = _mm512_set1_epi32(q4);
         for (int k = 0; k < KG; ++k) acc[r][k] = _mm512_dpbusd_epi32(acc[r][k], key[k], q);
       }
     }
     for (int r = 0; r < R; ++r) {
-      const __m512 qd = _mm512_set1_ps(rows[r].qd[i]);
+      const __m512 qd = _mm512_set1_ps(queries[r].qd[i]);
       for (int k = 0; k < KG; ++k)
         sc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][k]),
                                    _mm512_mul_ps(_mm512_loadu_ps(kd + i * kBlock + 16 * k), qd),
@@ -104,26 +105,26 @@ void ScoreRows(TileRow* rows, int k0, const int32_t* kt, const float* kd, int hd
 }
 
 template <Elem T, int KG>
-void ScoreAllRows(TileRow* rows, int n_rows, int k0, const int32_t* kt, const float* kd, int hd,
-                  float scale) {
+void ScoreAllRows(TileRow* rows, const TileQuery* queries, int n_rows, int k0, const int32_t* kt,
+                  const float* kd, int hd, float scale) {
   int r = 0;
   for (; r + kRowsInt <= n_rows; r += kRowsInt)
-    ScoreRows<T, kRowsInt, KG>(rows + r, k0, kt, kd, hd, scale);
+    ScoreRows<T, kRowsInt, KG>(rows + r, queries + r, k0, kt, kd, hd, scale);
   switch (n_rows - r) {
     case 1:
-      return ScoreRows<T, 1, KG>(rows + r, k0, kt, kd, hd, scale);
+      return ScoreRows<T, 1, KG>(rows + r, queries + r, k0, kt, kd, hd, scale);
     case 2:
-      return ScoreRows<T, 2, KG>(rows + r, k0, kt, kd, hd, scale);
+      return ScoreRows<T, 2, KG>(rows + r, queries + r, k0, kt, kd, hd, scale);
     case 3:
-      return ScoreRows<T, 3, KG>(rows + r, k0, kt, kd, hd, scale);
+      return ScoreRows<T, 3, KG>(rows + r, queries + r, k0, kt, kd, hd, scale);
     default:
       return;
   }
 }
 
 template <Elem T>
-void ScoreTile(TileRow* rows, int n_rows, const KeyBlock& b, int g, int n, int n8, int hd,
-               float scale, void* scratch) {
+void ScoreTile(TileRow* rows, const TileQuery* queries, int n_rows, const KeyBlock& b, int g, int n,
+               int n8, int hd, float scale, void* scratch) {
   const int n16 = (n8 + 15) / 16 * 16;
   int32_t* kt = static_cast<int32_t*>(scratch);   // [head_dim / 32, 8, kBlock]
   float* kd = reinterpret_cast<float*>(kt + hd / 32 * 8 * kBlock);  // [head_dim / 32, kBlock]
@@ -131,23 +132,23 @@ void ScoreTile(TileRow* rows, int n_rows, const KeyBlock& b, int g, int n, int n
   // Two groups of 16 keys per pass over a row's quants (the last may be one).
   for (int k0 = 0; k0 < n16; k0 += 32) {
     if (n16 - k0 > 16)
-      ScoreAllRows<T, 2>(rows, n_rows, k0, kt, kd, hd, scale);
+      ScoreAllRows<T, 2>(rows, queries, n_rows, k0, kt, kd, hd, scale);
     else
-      ScoreAllRows<T, 1>(rows, n_rows, k0, kt, kd, hd, scale);
+      ScoreAllRows<T, 1>(rows, queries, n_rows, k0, kt, kd, hd, scale);
   }
 }
 
 }  // namespace
 
-void ScoreTileIntAvx512(TileRow* rows, int n_rows, const KeyBlock& b, int g, int n, int n8,
-                        int head_dim, float scale, void* scratch) {
+void ScoreTileIntAvx512(TileRow* rows, const TileQuery* queries, int n_rows, const KeyBlock& b,
+                        int g, int n, int n8, int head_dim, float scale, void* scratch) {
   switch (b.tk) {
     case Elem::kQ8_0:
-      return ScoreTile<Elem::kQ8_0>(rows, n_rows, b, g, n, n8, head_dim, scale, scratch);
+      return ScoreTile<Elem::kQ8_0>(rows, queries, n_rows, b, g, n, n8, head_dim, scale, scratch);
     case Elem::kQ4_0:
-      return ScoreTile<Elem::kQ4_0>(rows, n_rows, b, g, n, n8, head_dim, scale, scratch);
+      return ScoreTile<Elem::kQ4_0>(rows, queries, n_rows, b, g, n, n8, head_dim, scale, scratch);
     case Elem::kQ5_0:
-      return ScoreTile<Elem::kQ5_0>(rows, n_rows, b, g, n, n8, head_dim, scale, scratch);
+      return ScoreTile<Elem::kQ5_0>(rows, queries, n_rows, b, g, n, n8, head_dim, scale, scratch);
     default:
       return;
   }

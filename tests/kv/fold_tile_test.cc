@@ -272,17 +272,16 @@ TEST(FoldTile, IntegerScoresEqualTheScalarReferenceBitForBit) {
           std::vector<float> scratch(static_cast<size_t>(hd) * attn::kBlock);
           auto rows_of = [&](std::vector<float>& sc) {
             std::vector<attn::TileRow> rows(n_rows);
-            for (int r = 0; r < n_rows; ++r) {
-              rows[r].sc = sc.data() + r * attn::kBlock;
-              rows[r].q8 = q8.data() + r * hd;
-              rows[r].qd = qd.data() + r * hd / 32;
-              rows[r].qs = qs.data() + r * hd / 32;
-            }
+            for (int r = 0; r < n_rows; ++r) rows[r].sc = sc.data() + r * attn::kBlock;
             return rows;
           };
+          std::vector<attn::TileQuery> queries(n_rows);
+          for (int r = 0; r < n_rows; ++r)
+            queries[r] = {q8.data() + r * hd, qd.data() + r * hd / 32, qs.data() + r * hd / 32};
           std::vector<attn::TileRow> rw = rows_of(want), rg = rows_of(got);
-          attn::ScoreTileIntScalar(rw.data(), n_rows, b, g, n, n8, hd, 0.125f);
-          attn::ScoreTileIntAvx512(rg.data(), n_rows, b, g, n, n8, hd, 0.125f, scratch.data());
+          attn::ScoreTileIntScalar(rw.data(), queries.data(), n_rows, b, g, n, n8, hd, 0.125f);
+          attn::ScoreTileIntAvx512(rg.data(), queries.data(), n_rows, b, g, n, n8, hd, 0.125f,
+                                   scratch.data());
           for (int r = 0; r < n_rows; ++r)
             for (int j = 0; j < n8; ++j)
               ASSERT_EQ(got[r * attn::kBlock + j], want[r * attn::kBlock + j])
