@@ -155,15 +155,17 @@ void ScoreTileIntScalar(TileRow* rows, const TileQuery* queries, int n_rows, con
   std::vector<int8_t> kq(head_dim);  // [head_dim] one key head's integers
   std::vector<float> dk(nb);         // [head_dim / 32] its blocks' scales
   for (int j = 0; j < n8; ++j) {
-    if (j < n) {
-      const uint8_t* head =
-          static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
-      for (int i = 0; i < nb; ++i)
-        dk[i] = KvUnpackBlock(tk, 32, head + i * block_bytes, kq.data() + i * 32);
+    if (j >= n) {  // past the block's keys: zero, as the fast path's zero keys
+      for (int r = 0; r < n_rows; ++r) rows[r].sc[j] = 0.f;
+      continue;
     }
+    const uint8_t* head =
+        static_cast<const uint8_t*>(b.k[j]) + static_cast<size_t>(g) * b.k_head_bytes;
+    for (int i = 0; i < nb; ++i)
+      dk[i] = KvUnpackBlock(tk, 32, head + i * block_bytes, kq.data() + i * 32);
     for (int r = 0; r < n_rows; ++r) {
       float sc = 0.f;
-      for (int i = 0; j < n && i < nb; ++i) {
+      for (int i = 0; i < nb; ++i) {
         int32_t isum = 0;
         for (int e = 0; e < 32; ++e) isum += queries[r].q8[i * 32 + e] * kq[i * 32 + e];
         sc = std::fma(static_cast<float>(isum), dk[i] * queries[r].qd[i], sc);
