@@ -34,6 +34,7 @@
 #include "base/cpu.h"
 #include "base/memory.h"
 #include "base/thread_pool.h"
+#include "ops/kernels.h"
 #include "ops/matmul.h"
 #include "ops/quant.h"
 
@@ -46,16 +47,17 @@ namespace {
 #define ROTOR_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
 
 constexpr int64_t kK = 2048, kN = 8192, kNb = kK / 32, kGroups = kN / 16;
-constexpr int kTok = 8, kFields = 14, kActBytes = 4 * kFields;  // per token and block
-constexpr int kScale = 9, kBias = 12;                           // ops/kernels.h's fields
-constexpr int kAhead = 16 << 10;  // bytes of one group's stream prefetched ahead
-
-// current: per pair of blocks, 64 bytes of scales (16 f16 per block), then
-// each block's 8 lines of [16 rows x 4 bytes].
-constexpr int64_t kGroupBytes = kNb / 2 * (64 + 1024);
-constexpr int64_t QuantsAt(int64_t j) { return j / 2 * 1088 + 64 + j % 2 * 512; }
-constexpr int64_t ScalesAt(int64_t j) { return j / 2 * 1088 + j % 2 * 32; }
-// paired: per pair of blocks, 128 bytes of scales (block j: group 0's 16,
+constexpr int kTok = 8;  // tokens of the activation tile
+// The activation tile and the current layout are rotor's (ops/kernels.h).
+constexpr int kActBytes = ops::internal::kPackedActBytes;  // per token and block
+constexpr int kScale = ops::internal::kActScale, kBias = ops::internal::kActBiasQ8;
+constexpr int64_t kGroupBytes = ops::internal::PackedGroupBytes(DType::kQ8_0, kK);
+constexpr int64_t QuantsAt(int64_t j) { return ops::internal::PackedQuantsAt(DType::kQ8_0, j); }
+constexpr int64_t ScalesAt(int64_t j) { return ops::internal::PackedScalesAt(DType::kQ8_0, j); }
+// Bytes of one group's stream prefetched ahead (ops/packed_avx512.h's
+// kPackedPrefetch, a header only AVX-512 units include).
+constexpr int kAhead = 16 << 10;
+// paired (this file's alone): per pair of blocks, 128 bytes of scales (block j: group 0's 16,
 // group 1's 16; then block j + 1), then each block's 16 lines, the two
 // groups' line q side by side.
 constexpr int64_t kPairBytes = kNb / 2 * (128 + 2048);
