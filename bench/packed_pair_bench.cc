@@ -1,23 +1,26 @@
-// A weight layout for the 8-token q8_0 kernel that rotor does not use yet,
-// measured against the one it uses (BENCHMARKS.md, "Fifty-second session").
+// The weight layout of the 8-token q8_0 kernel: rotor's groups of 32 rows
+// (since the fifty-third session) against the groups of 16 it used before
+// (BENCHMARKS.md, "Fifty-second session", "Fifty-third session").
 // One q8_0 matrix of the 1B FFN shape (k 2048, n 8192), 8 tokens, the
 // kernel's own operations per block of 32 values (bias, 8 vpdpbusd per
 // token, convert, scale product, FMA), so every layout gives the same bits
 // (checked before timing):
 //
-//   current   rotor's layout (ops/kernels.h): one stream per group of 16
-//             rows, each activation broadcast from memory into one vpdpbusd
-//             (ops/gemv_packed_avx512.cc's PackedGroup at 8 tokens).
-//   paired    the blocks of two groups interleaved in one stream (line q of
-//             the first group, then line q of the second), 32 rows per
-//             pass and 4 tokens at a time: each broadcast, in a register,
-//             feeds two vpdpbusd. The form vnni_mix_bench's shared8 row
-//             predicts 1.08-1.09x for.
+//   current   rotor's layout before: one stream per group of 16 rows, each
+//             activation broadcast from memory into one vpdpbusd (the
+//             kernel's form at 8 tokens then).
+//   paired    rotor's layout now (ops/kernels.h, PackedRows): the blocks of
+//             two groups of 16 interleaved in one stream (line q of the
+//             first, then line q of the second), 32 rows per pass and 4
+//             tokens at a time: each broadcast, in a register, feeds two
+//             vpdpbusd. The form vnni_mix_bench's shared8 row predicts
+//             1.08-1.09x for.
 //   paired_m  the paired layout with broadcasts from memory again, one per
 //             vpdpbusd: which of the two changes any gain comes from.
 //   rotor     ops::Matmul itself at m = 8 on its packed copy of a q8_0 matrix
 //             of the same shape (other random values; its activations'
-//             quantization included): checks that `current` is the kernel.
+//             quantization included): how far the product, with its own
+//             thread split, is from the bare `paired` pass.
 //
 // cold: the weights cycle through copies totalling >= 512 MiB (DRAM, as in
 // decode); hot: one copy (L2/L3). The pool's threads split the pairs of
@@ -48,21 +51,27 @@ namespace {
 
 constexpr int64_t kK = 2048, kN = 8192, kNb = kK / 32, kGroups = kN / 16;
 constexpr int kTok = 8;  // tokens of the activation tile
-// The activation tile and the current layout are rotor's (ops/kernels.h).
+// The activation tile and the paired layout are rotor's (ops/kernels.h).
 constexpr int kActBytes = ops::internal::kPackedActBytes;  // per token and block
 constexpr int kScale = ops::internal::kActScale, kBias = ops::internal::kActBiasQ8;
-constexpr int64_t kGroupBytes = ops::internal::PackedGroupBytes(DType::kQ8_0, kK);
-constexpr int64_t QuantsAt(int64_t j) { return ops::internal::PackedQuantsAt(DType::kQ8_0, j); }
-constexpr int64_t ScalesAt(int64_t j) { return ops::internal::PackedScalesAt(DType::kQ8_0, j); }
-// Bytes of one group's stream prefetched ahead (ops/packed_avx512.h's
-// kPackedPrefetch, a header only AVX-512 units include).
+// Bytes of one group's stream prefetched ahead (the 16-row kernel's
+// kPackedPrefetch, ops/packed_avx512.h).
 constexpr int kAhead = 16 << 10;
-// paired (this file's alone): per pair of blocks, 128 bytes of scales (block j: group 0's 16,
+// current (this file's alone now): per pair of blocks, 64 bytes of scales
+// (16 f16 per block), then each block's 8 lines of [16 rows x 4 bytes].
+constexpr int64_t kGroupBytes = kNb / 2 * (64 + 1024);
+constexpr int64_t QuantsAt(int64_t j) { return j / 2 * 1088 + 64 + j % 2 * 512; }
+constexpr int64_t ScalesAt(int64_t j) { return j / 2 * 1088 + j % 2 * 32; }
+// paired: per pair of blocks, 128 bytes of scales (block j: group 0's 16,
 // group 1's 16; then block j + 1), then each block's 16 lines, the two
 // groups' line q side by side.
-constexpr int64_t kPairBytes = kNb / 2 * (128 + 2048);
-constexpr int64_t PairQuantsAt(int64_t j) { return j / 2 * 2176 + 128 + j % 2 * 1024; }
-constexpr int64_t PairScalesAt(int64_t j) { return j / 2 * 2176 + j % 2 * 64; }
+constexpr int64_t kPairBytes = ops::internal::PackedGroupBytes(DType::kQ8_0, kK);
+constexpr int64_t PairQuantsAt(int64_t j) {
+  return ops::internal::PackedQuantsAt(DType::kQ8_0, j);
+}
+constexpr int64_t PairScalesAt(int64_t j) {
+  return ops::internal::PackedScalesAt(DType::kQ8_0, j);
+}
 
 inline void Prefetch(const char* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
 ROTOR_VNNI inline void DotMem(__m512i& acc, __m512i w, const int32_t* a) {

@@ -87,13 +87,14 @@ void Model::PackMatrices() {
   packed_.Resize(total);
   AdviseHugePages(packed_.data(), packed_.bytes());  // before PackWeight writes it
   // Packing reads every matrix once and first-touches the arena's pages: a
-  // few threads split each matrix's rows in groups of 16 (PackWeight's unit;
-  // the copy does not depend on the split).
+  // few threads split each matrix's rows in groups of 32 (a multiple of
+  // PackWeight's unit, 16 or 32 rows by type; the copy does not depend on the
+  // split).
   ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u)));
   for (size_t i = 0; i < todo.size(); ++i) {
     ops::Weight* w = todo[i];
     uint8_t* dst = packed_.data() + offsets[i];
-    pool.ParallelFor(w->n, 16,
+    pool.ParallelFor(w->n, 32,
                      [&](int64_t r0, int64_t r1, int) { ops::PackWeight(*w, dst, r0, r1); });
     w->packed = dst;
     // The rows stay readable (other ISAs, embedding lookups of a tied output).

@@ -1,8 +1,8 @@
 // AVX2 q8_0 / q4_0 products over row-interleaved weights (PackWeight's
 // layout, kernels.h), one kernel for every number of tokens.
 //
-// A ymm holds 4 weights of each of 8 rows (half of a 64-byte vector of the
-// 16-row group); the 4 activation bytes of one token are broadcast to every
+// A ymm holds 4 weights of each of 8 rows (a quarter of a 128-byte line of
+// the 32-row group); the 4 activation bytes of one token are broadcast to every
 // lane, so each int32 lane sums a whole block of one row and the f32 scaling
 // runs once per block for 8 rows. The natural-layout kernels (matmul_avx2.cc)
 // instead reduce 8 lanes of one row and scale every row and block apart:
@@ -31,7 +31,9 @@
 namespace rotor::ops::internal::avx2 {
 namespace {
 
-// Bytes ahead of the weight stream to prefetch (as the AVX-512 kernel).
+// Bytes ahead of the weight stream to prefetch: 16 KiB (32 KiB, as the
+// AVX-512 q8_0 kernel, ran batch 1 about 5% slower here; BENCHMARKS.md,
+// "Fifty-third session").
 constexpr int kPrefetch = 16 << 10;
 
 // Volatile asm: GCC 12 drops or hoists builtin prefetches in such loops.
@@ -47,9 +49,9 @@ inline float ActFloat(const int32_t* a) {
   return v;
 }
 
-// Rows [16 g + 8 (h0 + h), + 8) for h < kH, tokens [t0, t0 + kN) of a tile of
+// Rows [32 g + 8 (h0 + h), + 8) for h < kH, tokens [t0, t0 + kN) of a tile of
 // kTok tokens at `acts`; `group` is the group's stream of block pairs.
-// y: the tile's outputs at row 16 g; rows of a half from `valid` on are not
+// y: the tile's outputs at row 32 g; rows of a quarter from `valid` on are not
 // written. `prefetch`: this pass is the group's first (it reads DRAM).
 template <DType kT, int kTok, int kH, int kN>
 void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0, int valid,
@@ -62,17 +64,18 @@ void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0,
     const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes) + t0;
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
     const char* pf = reinterpret_cast<const char*>(wj) + kPrefetch;
-    if (prefetch && j % 2 == 0) PrefetchLine(pf - 64);  // the pair's scales
+    if (prefetch && j % 2 == 0) PrefetchLine(pf - 128), PrefetchLine(pf - 64);  // the scales
     __m256i sum[kH][kN];                                // int32 block sums
     if constexpr (kT == DType::kQ8_0) {
       const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
-        if (prefetch) PrefetchLine(pf + 64 * q);
-#pragma GCC unroll 2
+        if (prefetch) PrefetchLine(pf + kPackedLine * q), PrefetchLine(pf + kPackedLine * q + 64);
+#pragma GCC unroll 4
         for (int h = 0; h < kH; ++h) {
           const __m256i w = _mm256_xor_si256(
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(wj + 64 * q + 32 * (h0 + h))),
+              _mm256_load_si256(
+                  reinterpret_cast<const __m256i*>(wj + kPackedLine * q + 32 * (h0 + h))),
               bias);
           const __m256i aw = _mm256_sign_epi8(w, w);  // |q|, 128 for -128 (unsigned)
 #pragma GCC unroll 4
@@ -88,11 +91,11 @@ void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0,
       __m256i s16[kH][kN];  // int16 pair sums of the block, <= 8 * 3810
 #pragma GCC unroll 4
       for (int q = 0; q < 4; ++q) {
-        if (prefetch) PrefetchLine(pf + 64 * q);
-#pragma GCC unroll 2
+        if (prefetch) PrefetchLine(pf + kPackedLine * q), PrefetchLine(pf + kPackedLine * q + 64);
+#pragma GCC unroll 4
         for (int h = 0; h < kH; ++h) {
-          const __m256i v =
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(wj + 64 * q + 32 * (h0 + h)));
+          const __m256i v = _mm256_load_si256(
+              reinterpret_cast<const __m256i*>(wj + kPackedLine * q + 32 * (h0 + h)));
           const __m256i lo = _mm256_and_si256(v, low4);                        // elements 4q..
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);  // 16 + 4q..
 #pragma GCC unroll 4
@@ -109,8 +112,8 @@ void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0,
           sum[h][t] = _mm256_sub_epi32(_mm256_madd_epi16(s16[h][t], ones),
                                        _mm256_set1_epi32(8 * aj[kActSum * kTok + t]));
     }
-    const uint8_t* scales = group + PackedScalesAt(kT, j);  // 16 f16, rows of the group
-#pragma GCC unroll 2
+    const uint8_t* scales = group + PackedScalesAt(kT, j);  // 32 f16, rows of the group
+#pragma GCC unroll 4
     for (int h = 0; h < kH; ++h) {
       const __m256 dw =
           _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 16 * (h0 + h))));
@@ -136,22 +139,26 @@ void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0,
   }
 }
 
-// Up to kMaxN tokens per pass over a half group: the accumulators of kN
+// Up to kMaxN tokens per pass over a quarter group: the accumulators of kN
 // tokens and their block sums stay in the 16 ymm registers.
 constexpr int kMaxN = 4;
 
-// Every half and token of a tile of kTok tokens for groups [g0, g1).
+// Every quarter and token of a tile of kTok tokens for groups [g0, g1).
 template <DType kT, int kTok>
 void Tile(const Weight& w, const uint8_t* acts, int64_t g0, int64_t g1, float* y, int64_t ldy) {
+  constexpr int kRows = PackedRows(kT);
   const int64_t nb = w.k / 32, stride = PackedGroupBytes(kT, w.k);
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* group = w.packed + g * stride;
-    const int valid = static_cast<int>(std::min<int64_t>(kPackedRows, w.n - kPackedRows * g));
-    float* yg = y + kPackedRows * g;
-    if constexpr (kTok <= 2) {  // both halves in one pass
+    const int valid = static_cast<int>(std::min<int64_t>(kRows, w.n - kRows * g));
+    float* yg = y + kRows * g;
+    if constexpr (kTok == 1) {  // the whole group in one pass
+      Pass<kT, kTok, 4, kTok>(group, nb, acts, 0, 0, valid, true, yg, ldy);
+    } else if constexpr (kTok == 2) {  // two quarters of the group per pass
       Pass<kT, kTok, 2, kTok>(group, nb, acts, 0, 0, valid, true, yg, ldy);
+      if (valid > 16) Pass<kT, kTok, 2, kTok>(group, nb, acts, 2, 0, valid, false, yg, ldy);
     } else {
-      for (int h = 0; h < 2 && 8 * h < valid; ++h) {
+      for (int h = 0; h < kRows / 8 && 8 * h < valid; ++h) {
         int t0 = 0;
         for (; t0 + kMaxN <= kTok; t0 += kMaxN)
           Pass<kT, kTok, 1, kMaxN>(group, nb, acts, h, t0, valid, h == 0 && t0 == 0, yg, ldy);

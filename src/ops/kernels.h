@@ -36,12 +36,15 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
   return kGemvMaxTokensQuant * 192 * ((k / 32 + 1) / 2);
 }
 
-// Row-interleaved q8_0 / q4_0 (PackWeight, matmul.h): per group of 16 rows,
-// one stream of block pairs: the 16 rows' f16 scales of both blocks (64
-// bytes), then the two blocks' quants. A q8_0 block is 8 zmm of 4 bytes x 16
-// rows (unsigned q + 128); a q4_0 block 4 zmm of 4 bytes x 16 rows, as stored
-// (byte i: element i in the low nibble, i + 16 in the high one; unsigned
-// q + 8). An odd last block is padded to a pair.
+// Row-interleaved q8_0 / q4_0 (PackWeight, matmul.h): per group of 32 rows,
+// one stream of block pairs: the 32 rows' f16 scales of both blocks (128
+// bytes), then the two blocks' quants. A block is lines of 128 bytes, each
+// 4 bytes x 32 rows (a zmm of rows 0-15, then one of rows 16-31): 8 lines
+// for q8_0 (unsigned q + 128), 4 for q4_0, as stored (byte i: element i in
+// the low nibble, i + 16 in the high one; unsigned q + 8). One stream for 32
+// rows lets a kernel feed each broadcast activation to both halves' products
+// (BENCHMARKS.md, "Fifty-second session"). An odd last block is padded to a
+// pair.
 //
 // Row-interleaved q4_K / q5_K / q6_K: per group of 16 rows, one record per
 // super-block (256 weights), records end to end. A record holds each field of
@@ -56,6 +59,9 @@ inline constexpr int kPackedRows = 16;
 inline constexpr bool IsPackedK(DType t) {
   return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
 }
+// Rows per group: 16 for the K-quants, 32 for q8_0 / q4_0.
+inline constexpr int PackedRows(DType t) { return IsPackedK(t) ? kPackedRows : 2 * kPackedRows; }
+inline constexpr int kPackedLine = 128;  // q8_0 / q4_0: bytes of one quad of 32 rows
 // Byte offsets inside a K record; -1: the type has no such field.
 struct PackedKLayout {
   int d, dmin, scales, qs, bytes;
@@ -84,17 +90,17 @@ inline constexpr int PackedQ6Byte(int s, int i, int r, int b) {
 inline constexpr int PackedQ5Byte(int j, int i, int r, int b) {
   return 320 * j + 64 * i + 4 * r + b;
 }
-inline constexpr int PackedBlockBytes(DType t) { return t == DType::kQ8_0 ? 512 : 256; }
-inline constexpr int64_t PackedPairBytes(DType t) { return 64 + 2 * PackedBlockBytes(t); }
+inline constexpr int PackedBlockBytes(DType t) { return t == DType::kQ8_0 ? 1024 : 512; }
+inline constexpr int64_t PackedPairBytes(DType t) { return 128 + 2 * PackedBlockBytes(t); }
 inline constexpr int64_t PackedGroupBytes(DType t, int64_t k) {
   return IsPackedK(t) ? k / 256 * PackedK(t).bytes : (k / 32 + 1) / 2 * PackedPairBytes(t);
 }
-// Block j of a q8_0 / q4_0 group: its 16 scales and its quants.
+// Block j of a q8_0 / q4_0 group: its 32 scales and its quants.
 inline constexpr int64_t PackedScalesAt(DType t, int64_t j) {
-  return j / 2 * PackedPairBytes(t) + j % 2 * 32;
+  return j / 2 * PackedPairBytes(t) + j % 2 * 64;
 }
 inline constexpr int64_t PackedQuantsAt(DType t, int64_t j) {
-  return j / 2 * PackedPairBytes(t) + 64 + j % 2 * PackedBlockBytes(t);
+  return j / 2 * PackedPairBytes(t) + 128 + j % 2 * PackedBlockBytes(t);
 }
 
 // Activations for the packed kernels, tiles of up to 8 tokens: tile i (tokens

@@ -102,7 +102,6 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
                     MatmulScratch& scratch, Isa isa) {
   auto packed_matmul =
       isa == Isa::kAvx2 ? &internal::avx2::PackedMatmul : &internal::avx512::PackedMatmul;
-  constexpr int64_t kRows = internal::kPackedRows;
   const int64_t k = outs[0].w->k;
   uint8_t* acts = scratch.acts();  // [m, k / 32, kPackedActBytes] in tiles
   int8_t* qx = scratch.qx();       // [m, PackedQxStride(k)]: per-token quantization
@@ -130,33 +129,37 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
     pack(0, nb, 0);
   else
     pool.ParallelFor(nb, 8, pack);
+  // Groups of 16 rows (K-quants) or 32 (q8_0 / q4_0: PackedRows).
+  auto groups_of = [](const Weight& w) {
+    return (w.n + internal::PackedRows(w.type) - 1) / internal::PackedRows(w.type);
+  };
   int64_t groups = 0;
-  for (const MatmulOut& o : outs) groups += (o.w->n + kRows - 1) / kRows;
+  for (const MatmulOut& o : outs) groups += groups_of(*o.w);
   auto run = [&](int64_t g0, int64_t g1) {
     int64_t base = 0;
     for (const MatmulOut& o : outs) {
-      const int64_t ng = (o.w->n + kRows - 1) / kRows;
+      const int64_t ng = groups_of(*o.w);
       const int64_t a = std::max(g0, base) - base, b = std::min(g1, base + ng) - base;
       base += ng;
       if (a < b) packed_matmul(*o.w, acts, m, a, b, o.y, o.ldy);
     }
   };
+  // Work in chunks of 64 rows: 4 groups of 16 rows or 2 of 32.
+  const int64_t chunk = 64 / internal::PackedRows(outs[0].w->type);
   if (m <= 2 * internal::kPackedTileTokens) {
-    // Up to 16 tokens: each thread streams its own range of the weights, 4
-    // groups (64 rows) at a time, and takes groups from the back of the
+    // Up to 16 tokens: each thread streams its own range of the weights, 64
+    // rows at a time, and takes groups from the back of the
     // other's range when its own is done (the threads' waits at the end of
     // each product: 14% of a batch-8 step's samples before, 8% after;
     // BENCHMARKS.md, "Products of up to 8 tokens balanced by stealing").
     // Dynamic chunks from one shared front lost 10-25% at batch 2 and 4.
-    constexpr int64_t kStealChunk = 4;
-    pool.ParallelForStealing(groups, kStealChunk, [&](int64_t g0, int64_t g1, int) { run(g0, g1); });
+    pool.ParallelForStealing(groups, chunk, [&](int64_t g0, int64_t g1, int) { run(g0, g1); });
     return;
   }
-  constexpr int64_t kChunk = 4;
-  const int64_t n_tasks = (groups + kChunk - 1) / kChunk;
+  const int64_t n_tasks = (groups + chunk - 1) / chunk;
   CHECK_LE(n_tasks, int64_t{1} << 30);
   pool.Run(static_cast<int>(n_tasks),
-           [&](int task, int) { run(task * kChunk, std::min(groups, (task + 1) * kChunk)); });
+           [&](int task, int) { run(task * chunk, std::min(groups, (task + 1) * chunk)); });
 }
 
 // The packed kernels of the ISA read w (AVX-512 and AVX2: every packed type).

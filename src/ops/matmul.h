@@ -27,9 +27,10 @@ struct Weight {
 
 // Row-interleaved copies for the q8_0 / q4_0 / q4_K / q5_K / q6_K kernels
 // of AVX-512 and AVX2 (which reads each 64-byte vector as two halves of 8
-// rows): groups of 16 rows whose weights sit side by side, 4
-// bytes of each row per 64-byte vector, so one instruction advances 16 rows
-// (AVX2: 8) and the f32 scaling runs once per block (sub-block) for them
+// rows): groups of rows (16; q8_0 / q4_0 32, kernels.h) whose weights sit
+// side by side, 4 bytes of each row per 64-byte vector of 16 rows, so one
+// instruction advances 16 rows (AVX2: 8) and the f32 scaling runs once per
+// block (sub-block) for them
 // (ops_bench, 2 threads: AVX-512 q8_0 / q4_0 1.1-1.3x the row-major kernels
 // for one token, 2.1-2.5x for 8; AVX2 1.1-1.8x and 1.7-3.5x; BENCHMARKS.md
 // "Packed weights", "Packed K-quants", "Batched decode on AVX2"). Same size

@@ -113,12 +113,13 @@ bool PackingHelps(DType type) { return Packable(type) && ActiveIsa() != Isa::kSc
 
 int64_t PackedWeightBytes(const Weight& w) {
   CHECK(Packable(w.type) && w.k % Traits(w.type).block_size == 0);
-  const int64_t groups = (w.n + internal::kPackedRows - 1) / internal::kPackedRows;
+  const int rows = internal::PackedRows(w.type);
+  const int64_t groups = (w.n + rows - 1) / rows;
   return groups * internal::PackedGroupBytes(w.type, w.k);
 }
 
 void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
-  constexpr int kRows = internal::kPackedRows;
+  const int kRows = internal::PackedRows(w.type);
   if (r0 == r1) return;
   CHECK(Packable(w.type) && w.k % Traits(w.type).block_size == 0);
   CHECK(r0 % kRows == 0 && r0 <= r1 && r1 <= w.n && (r1 % kRows == 0 || r1 == w.n));
@@ -129,7 +130,7 @@ void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
   const uint8_t bias = q8 ? 0x80 : 0x00;  // q4_0 nibbles are already unsigned
   const int64_t nb = w.k / 32, stride = internal::PackedGroupBytes(w.type, w.k);
   for (int64_t g = r0 / kRows; g * kRows < r1; ++g) {
-    uint8_t* group = dst + g * stride;  // [nb / 2 pairs: 2 x 16 f16 scales, 2 x quants]
+    uint8_t* group = dst + g * stride;  // [nb / 2 pairs: 2 x 32 f16 scales, 2 x quants]
     std::memset(group, 0, static_cast<size_t>(stride));
     for (int r = 0; r < kRows; ++r) {
       const int64_t row = g * kRows + r;
@@ -146,7 +147,7 @@ void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
         }
         uint8_t* out = group + internal::PackedQuantsAt(w.type, j) + r * 4;
         for (int quad = 0; quad < qbytes / 4; ++quad)
-          for (int b = 0; b < 4; ++b) out[quad * 64 + b] = q[quad * 4 + b] ^ bias;
+          for (int b = 0; b < 4; ++b) out[quad * internal::kPackedLine + b] = q[quad * 4 + b] ^ bias;
       }
     }
   }

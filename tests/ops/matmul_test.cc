@@ -53,7 +53,7 @@ struct TestWeight {
   // Adds the row-interleaved copy, packed in two row ranges.
   void Pack() {
     packed.Resize(static_cast<size_t>(PackedWeightBytes(view)));
-    const int64_t half = std::min<int64_t>(view.n, (view.n / 2 + 15) / 16 * 16);
+    const int64_t half = std::min<int64_t>(view.n, (view.n / 2 + 31) / 32 * 32);
     PackWeight(view, packed.data(), 0, half);
     PackWeight(view, packed.data(), half, view.n);
     view.packed = packed.data();
