@@ -12,8 +12,9 @@
 // Activations are quantized to q8_0 per token (QuantizeActivations, bit for
 // bit) and laid out in tiles of up to 8 tokens (matmul.cc PackActivations)
 // so the kernel addresses every token from one pointer with constant offsets.
-// More than 8 tokens (batched decode over 9-16, prefill) take one tile per
-// pass over a range of groups that stays in L2 (PackedTiles).
+// More than 8 tokens take one tile of 8 per pass: batched decode over 9-16
+// both tiles over each group in turn, prefill every tile over a range of
+// groups that stays in L2 (PackedTiles).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,7 +29,8 @@ namespace {
 
 // Bytes of the stream fetched ahead: q8_0 twice kPackedPrefetch, as the
 // paired-layout prototype measured (bench/packed_pair_bench.cc); q4_0
-// kPackedPrefetch.
+// kPackedPrefetch (twice ran 110M q4_0 batch 1 0.977x of the 16-row groups
+// where this ran 1.011x; BENCHMARKS.md, "Fifty-third session").
 template <DType kT>
 constexpr int kAhead = kT == DType::kQ8_0 ? 2 * kPackedPrefetch : kPackedPrefetch;
 
@@ -64,7 +66,6 @@ template <DType kT, int kStride, int kN, bool kL2>
 #pragma GCC unroll 4
     for (int c = 1; c < kChains; ++c) sum[0][c][t] = sum[1][c][t] = _mm512_setzero_si512();
   }
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   // Quad e of both halves: q8_0 line e; q4_0 the low (e < 4) or high nibbles
   // of line e % 4 (elements 4 e.. of the block).
   auto products = [&](int e, int c, __m512i w0, __m512i w1) {
@@ -83,6 +84,7 @@ template <DType kT, int kStride, int kN, bool kL2>
                _mm512_load_si512(wj + kPackedLine * q + 64));
     }
   } else {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
       if (pf) PrefetchAhead<kL2>(pf + kPackedLine * q), PrefetchAhead<kL2>(pf + kPackedLine * q + 64);
@@ -214,16 +216,13 @@ template <DType kT, int kTok>
 template <DType kT>
 void PackedTiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
                  int64_t ldy) {
-  if (m > kPackedTileTokens && m <= 2 * kPackedTileTokens) {
-    for (int64_t g = g0; g < g1; ++g)
-      ForEachTile(w.k / 32, m, acts, y, ldy, [&](auto tok, const uint8_t* a, float* yt) {
-        PackedGroups<kT, decltype(tok)::value>(w, g, g + 1, a, yt, ldy);
-      });
-    return;
-  }
-  ForEachTile(w.k / 32, m, acts, y, ldy, [&](auto tok, const uint8_t* a, float* yt) {
-    PackedGroups<kT, decltype(tok)::value>(w, g0, g1, a, yt, ldy);
-  });
+  // Groups per turn of the tiles: one for 9-16 tokens, else the range.
+  const bool pair = m > kPackedTileTokens && m <= 2 * kPackedTileTokens;
+  const int64_t step = pair ? 1 : g1 - g0;
+  for (int64_t a0 = g0; a0 < g1; a0 += step)
+    ForEachTile(w.k / 32, m, acts, y, ldy, [&](auto tok, const uint8_t* a, float* yt) {
+      PackedGroups<kT, decltype(tok)::value>(w, a0, a0 + step, a, yt, ldy);
+    });
 }
 
 }  // namespace
