@@ -13,7 +13,7 @@
 // bit) and laid out in tiles of up to 8 tokens (matmul.cc PackActivations)
 // so the kernel addresses every token from one pointer with constant offsets.
 // More than 8 tokens take one tile of 8 per pass: batched decode over 9-16
-// both tiles over each group in turn, prefill every tile over a range of
+// both tiles block by block (PairBlocks), prefill every tile over a range of
 // groups that stays in L2 (PackedTiles).
 #include <immintrin.h>
 
@@ -207,22 +207,67 @@ template <DType kT, int kTok>
   }
 }
 
+// Rows [32 g0, 32 g1) of 8 + kTok2 tokens (9-16), both tiles block by
+// block: the first tile's accumulators in registers, the second's in memory
+// (each read by its FMA and written once per block; the pointer hidden from
+// GCC so it does not try to keep them in registers too), so the second tile
+// reads each block from L1 just after the first. A group of 32 rows (64 KiB
+// of q8_0 at k = 2048) does not fit L1: tile by tile over each group, the
+// second tile read L2 while the DRAM stream idled, and ranges of 16 blocks
+// per tile did no better (1B q8_0 batch 10 / 12 / 14 0.88 / 0.92 / 0.93x of
+// the 16-row groups' kernel, 1.07 / 1.00 / 0.99x this way; BENCHMARKS.md,
+// "Fifty-fourth session").
+template <DType kT, int kTok2>
+[[gnu::noinline]] void PairBlocks(const Weight& w, int64_t g0, int64_t g1, const uint8_t* acts,
+                                  float* y, int64_t ldy) {
+  constexpr int kRows = PackedRows(kT), kTok1 = kPackedTileTokens;
+  const int64_t nb = w.k / 32, stride = PackedGroupBytes(kT, w.k);
+  const uint8_t* acts2 = acts + kTok1 * nb * kPackedActBytes;
+  alignas(64) __m512 acc2[2 * kTok2];  // [half][token] of the second tile
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* group = w.packed + g * stride;
+    __m512 acc0[kTok1], acc1[kTok1];
+#pragma GCC unroll 16
+    for (int t = 0; t < kTok1; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int t = 0; t < 2 * kTok2; ++t) acc2[t] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nb; ++j) {
+      const int32_t* a1 = reinterpret_cast<const int32_t*>(acts + j * kTok1 * kPackedActBytes);
+      const int32_t* a2 = reinterpret_cast<const int32_t*>(acts2 + j * kTok2 * kPackedActBytes);
+      const uint8_t* wj = group + PackedQuantsAt(kT, j);
+      const char* pf = PrefetchStart<kT, false>(wj, j);
+      __m512 dw[2];
+      BlockScales<kT>(group, j, dw);
+      BlockTile<kT, kTok1, kTok1, false>(wj, a1, dw, acc0, acc1, pf);
+      const uint8_t* again = wj;
+      __m512* b = acc2;
+      asm("" : "+r"(again), "+r"(b));
+      BlockTile<kT, kTok2, kTok2, false>(again, a2, dw, b, b + kTok2, nullptr);
+    }
+    const int valid = static_cast<int>(std::min<int64_t>(kRows, w.n - kRows * g));
+    float* yg = y + kRows * g;
+    StoreHalf<kTok1>(acc0, valid, yg, ldy);
+    StoreHalf<kTok1>(acc1, valid - 16, yg + 16, ldy);
+    StoreHalf<kTok2>(acc2, valid, yg + kTok1 * ldy, ldy);
+    StoreHalf<kTok2>(acc2 + kTok2, valid - 16, yg + kTok1 * ldy + 16, ldy);
+  }
+}
+
 // Prefill: every tile of 8 tokens over the range of groups in turn, the
 // range (64 rows, matmul.cc) staying in L2 for the later tiles. Batched
-// decode over 9 to 16 tokens: both tiles over each group in turn, the
-// second from L1 / L2 (1B q8_0 batch 16 0.97x of 16-row groups in a slow
-// hour, against 0.93x tile by tile over the range; one pass over both tiles,
-// each half of the group at a time, lost 5-13%).
+// decode over 9 to 16 tokens: PairBlocks.
 template <DType kT>
 void PackedTiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
                  int64_t ldy) {
-  // Groups per turn of the tiles: one for 9-16 tokens, else the range.
-  const bool pair = m > kPackedTileTokens && m <= 2 * kPackedTileTokens;
-  const int64_t step = pair ? 1 : g1 - g0;
-  for (int64_t a0 = g0; a0 < g1; a0 += step)
-    ForEachTile(w.k / 32, m, acts, y, ldy, [&](auto tok, const uint8_t* a, float* yt) {
-      PackedGroups<kT, decltype(tok)::value>(w, a0, a0 + step, a, yt, ldy);
-    });
+  if (m > kPackedTileTokens && m <= 2 * kPackedTileTokens) {
+    auto pair = [&](auto tok, const uint8_t*, float*) {
+      PairBlocks<kT, decltype(tok)::value>(w, g0, g1, acts, y, ldy);
+    };
+    return CallTile<kPackedTileTokens>(static_cast<int>(m - kPackedTileTokens), acts, y, pair);
+  }
+  ForEachTile(w.k / 32, m, acts, y, ldy, [&](auto tok, const uint8_t* a, float* yt) {
+    PackedGroups<kT, decltype(tok)::value>(w, g0, g1, a, yt, ldy);
+  });
 }
 
 }  // namespace
