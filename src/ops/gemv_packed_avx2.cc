@@ -50,17 +50,15 @@ inline float ActFloat(const int32_t* a) {
 }
 
 // Rows [32 g + 8 (h0 + h), + 8) for h < kH, tokens [t0, t0 + kN) of a tile of
-// kTok tokens at `acts`; `group` is the group's stream of block pairs.
-// y: the tile's outputs at row 32 g; rows of a quarter from `valid` on are not
-// written. `prefetch`: this pass is the group's first (it reads DRAM).
+// kTok tokens at `acts`, blocks [j0, j1) into acc; `group` is the group's
+// stream of block pairs. `prefetch`: this pass is the first over the blocks
+// (it reads DRAM).
 template <DType kT, int kTok, int kH, int kN>
-void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0, int valid,
-          bool prefetch, float* y, int64_t ldy) {
+[[gnu::always_inline]] inline void PassBlocks(const uint8_t* group, int64_t j0, int64_t j1,
+                                              const uint8_t* acts, int h0, int t0, bool prefetch,
+                                              __m256 (&acc)[kH][kN]) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[kH][kN];  // [half][token] x 8 rows
-  for (int h = 0; h < kH; ++h)
-    for (int t = 0; t < kN; ++t) acc[h][t] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < nb; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes) + t0;
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
     const char* pf = reinterpret_cast<const char*>(wj) + kPrefetch;
@@ -124,6 +122,12 @@ void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0,
             _mm256_mul_ps(dw, _mm256_set1_ps(ActFloat(aj + kActScale * kTok + t))), acc[h][t]);
     }
   }
+}
+
+// The outputs of a pass's accumulators acc ([kH][kN] x 8 rows): rows [32 g +
+// 8 (h0 + h), + 8) of tokens [t0, t0 + kN) (y at row 32 g), none from `valid` on.
+template <int kH, int kN>
+void StorePass(const __m256 (&acc)[kH][kN], int h0, int t0, int valid, float* y, int64_t ldy) {
   for (int h = 0; h < kH; ++h) {
     const int rows = std::clamp(valid - 8 * (h0 + h), 0, 8);
     for (int t = 0; t < kN; ++t) {
@@ -139,34 +143,99 @@ void Pass(const uint8_t* group, int64_t nb, const uint8_t* acts, int h0, int t0,
   }
 }
 
+// One token: every quarter of the group in one pass over all its blocks,
+// which reads the group once.
+template <DType kT>
+[[gnu::noinline]] void WholeGroup(const uint8_t* group, int64_t nb, const uint8_t* acts, int valid,
+                                  float* y, int64_t ldy) {
+  __m256 acc[4][1];  // [quarter][token] x 8 rows
+  for (auto& a : acc) a[0] = _mm256_setzero_ps();
+  PassBlocks<kT, 1, 4, 1>(group, 0, nb, acts, 0, 0, true, acc);
+  StorePass<4, 1>(acc, 0, 0, valid, y, ldy);
+}
+
+// PassBlocks over blocks [j0, j1) with the accumulators taken from io
+// ([kH][kN] x 8 rows) and put back, stored and loaded as they are: every
+// output sees the same operations however the blocks are cut. A function
+// of its own: inlined into the tile loop, the passes of 5-8 tokens ran
+// batch 8 and 16 at 0.84-0.91x.
+template <DType kT, int kTok, int kH, int kN>
+[[gnu::noinline]] void Pass(const uint8_t* group, int64_t j0, int64_t j1, const uint8_t* acts,
+                            int h0, int t0, bool prefetch, __m256 (&io)[kH][kN]) {
+  __m256 acc[kH][kN];  // [quarter][token] x 8 rows
+  for (int h = 0; h < kH; ++h)
+    for (int t = 0; t < kN; ++t) acc[h][t] = io[h][t];
+  PassBlocks<kT, kTok, kH, kN>(group, j0, j1, acts, h0, t0, prefetch, acc);
+  for (int h = 0; h < kH; ++h)
+    for (int t = 0; t < kN; ++t) io[h][t] = acc[h][t];
+}
+
 // Up to kMaxN tokens per pass over a quarter group: the accumulators of kN
 // tokens and their block sums stay in the 16 ymm registers.
 constexpr int kMaxN = 4;
 
-// Every quarter and token of a tile of kTok tokens for groups [g0, g1).
+// Blocks per turn of a group's passes: a range the later passes read from
+// L1 (16 KiB of q8_0 quants). A group of 32 rows (64 KiB of q8_0 at k =
+// 2048) does not fit L1: pass after pass over the whole group, 1B batch 4
+// ran 0.93x of the 16-row groups' kernel (BENCHMARKS.md, "Fifty-fourth
+// session").
+constexpr int64_t kRangeBlocks = 8;
+
+// Every quarter and token of a tile of kTok tokens for groups [g0, g1): one
+// token in one pass per group, more in passes taken in turn over each range
+// of kRangeBlocks blocks.
 template <DType kT, int kTok>
 void Tile(const Weight& w, const uint8_t* acts, int64_t g0, int64_t g1, float* y, int64_t ldy) {
   constexpr int kRows = PackedRows(kT);
   const int64_t nb = w.k / 32, stride = PackedGroupBytes(kT, w.k);
+  if constexpr (kTok == 1) {
+    for (int64_t g = g0; g < g1; ++g)
+      WholeGroup<kT>(w.packed + g * stride, nb, acts,
+                     static_cast<int>(std::min<int64_t>(kRows, w.n - kRows * g)), y + kRows * g,
+                     ldy);
+    return;
+  }
+  alignas(32) __m256 io[kRows / 8 * kTok];  // the passes' accumulators x 8 rows
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* group = w.packed + g * stride;
     const int valid = static_cast<int>(std::min<int64_t>(kRows, w.n - kRows * g));
-    float* yg = y + kRows * g;
-    if constexpr (kTok == 1) {  // the whole group in one pass
-      Pass<kT, kTok, 4, kTok>(group, nb, acts, 0, 0, valid, true, yg, ldy);
-    } else if constexpr (kTok == 2) {  // two quarters of the group per pass
-      Pass<kT, kTok, 2, kTok>(group, nb, acts, 0, 0, valid, true, yg, ldy);
-      if (valid > 16) Pass<kT, kTok, 2, kTok>(group, nb, acts, 2, 0, valid, false, yg, ldy);
-    } else {
-      for (int h = 0; h < kRows / 8 && 8 * h < valid; ++h) {
-        int t0 = 0;
-        for (; t0 + kMaxN <= kTok; t0 += kMaxN)
-          Pass<kT, kTok, 1, kMaxN>(group, nb, acts, h, t0, valid, h == 0 && t0 == 0, yg, ldy);
-        constexpr int kRest = kTok % kMaxN;
-        if constexpr (kRest > 0)
-          Pass<kT, kTok, 1, kRest>(group, nb, acts, h, t0, valid, h == 0 && t0 == 0, yg, ldy);
+    // One pass of kH quarters from h0 and kN tokens from t0 over the blocks
+    // [j0, j1) (`first`: it reads DRAM), or with `store` its outputs; its
+    // accumulators at io + h0 kTok + t0 kH, apart from every other pass's.
+    int64_t j0 = 0, j1 = 0;
+    bool store = false;
+    for (__m256& a : io) a = _mm256_setzero_ps();
+    auto pass = [&](auto kh, auto kn, int h0, int t0, bool first) {
+      constexpr int kH = decltype(kh)::value, kN = decltype(kn)::value;
+      auto& slot = *reinterpret_cast<__m256(*)[kH][kN]>(io + h0 * kTok + t0 * kH);
+      if (store) return StorePass<kH, kN>(slot, h0, t0, valid, y + kRows * g, ldy);
+      Pass<kT, kTok, kH, kN>(group, j0, j1, acts, h0, t0, first, slot);
+    };
+    using std::integral_constant;
+    auto passes = [&] {
+      if constexpr (kTok == 2) {  // two quarters of the group per pass
+        pass(integral_constant<int, 2>{}, integral_constant<int, kTok>{}, 0, 0, true);
+        if (valid > 16)
+          pass(integral_constant<int, 2>{}, integral_constant<int, kTok>{}, 2, 0, false);
+      } else {
+        for (int h = 0; h < kRows / 8 && 8 * h < valid; ++h) {
+          int t0 = 0;
+          for (; t0 + kMaxN <= kTok; t0 += kMaxN)
+            pass(integral_constant<int, 1>{}, integral_constant<int, kMaxN>{}, h, t0,
+                 h == 0 && t0 == 0);
+          constexpr int kRest = kTok % kMaxN;
+          if constexpr (kRest > 0)
+            pass(integral_constant<int, 1>{}, integral_constant<int, kRest>{}, h, t0,
+                 h == 0 && t0 == 0);
+        }
       }
+    };
+    for (j0 = 0; j0 < nb; j0 += kRangeBlocks) {
+      j1 = std::min(nb, j0 + kRangeBlocks);
+      passes();
     }
+    store = true;
+    passes();
   }
 }
 
