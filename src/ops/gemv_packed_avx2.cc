@@ -175,10 +175,11 @@ template <DType kT, int kTok, int kH, int kN>
 constexpr int kMaxN = 4;
 
 // Blocks per turn of a group's passes: a range the later passes read from
-// L1 (16 KiB of q8_0 quants). A group of 32 rows (64 KiB of q8_0 at k =
-// 2048) does not fit L1: pass after pass over the whole group, 1B batch 4
-// ran 0.93x of the 16-row groups' kernel (BENCHMARKS.md, "Fifty-fourth
-// session").
+// L1 (8 KiB of q8_0 quants; the first pass fetches the next 16 KiB). A
+// group of 32 rows (64 KiB of q8_0 at k = 2048) does not fit L1: pass after
+// pass over the whole group, 1B batch 4 ran 0.87-0.89x of the 16-row
+// groups' kernel; ranges of 16 blocks gained less at batch 2 and 4 and lost
+// at 8 and 16 (BENCHMARKS.md, "Fifty-fourth session").
 constexpr int64_t kRangeBlocks = 8;
 
 // Every quarter and token of a tile of kTok tokens for groups [g0, g1): one
