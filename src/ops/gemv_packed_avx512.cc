@@ -216,7 +216,9 @@ template <DType kT, int kTok>
 // second tile read L2 while the DRAM stream idled, and ranges of 16 blocks
 // per tile did no better (1B q8_0 batch 10 / 12 / 14 0.88 / 0.92 / 0.93x of
 // the 16-row groups' kernel, 1.07 / 1.00 / 0.99x this way; BENCHMARKS.md,
-// "Fifty-fourth session").
+// "Fifty-fourth session"). Its own loop rather than a second tile inside
+// PackedGroup: that form (the same instructions, other registers) ran 1B
+// batch 12 at 0.96x of this one.
 template <DType kT, int kTok2>
 [[gnu::noinline]] void PairBlocks(const Weight& w, int64_t g0, int64_t g1, const uint8_t* acts,
                                   float* y, int64_t ldy) {

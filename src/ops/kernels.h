@@ -61,6 +61,10 @@ inline constexpr bool IsPackedK(DType t) {
 }
 // Rows per group: 16 for the K-quants, 32 for q8_0 / q4_0.
 inline constexpr int PackedRows(DType t) { return IsPackedK(t) ? kPackedRows : 2 * kPackedRows; }
+// Groups of a packed matrix of n rows (the last may be partial).
+inline constexpr int64_t PackedGroupCount(DType t, int64_t n) {
+  return (n + PackedRows(t) - 1) / PackedRows(t);
+}
 inline constexpr int kPackedLine = 128;  // q8_0 / q4_0: bytes of one quad of 32 rows
 // Byte offsets inside a K record; -1: the type has no such field.
 struct PackedKLayout {

@@ -130,9 +130,7 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
   else
     pool.ParallelFor(nb, 8, pack);
   // Groups of 16 rows (K-quants) or 32 (q8_0 / q4_0: PackedRows).
-  auto groups_of = [](const Weight& w) {
-    return (w.n + internal::PackedRows(w.type) - 1) / internal::PackedRows(w.type);
-  };
+  auto groups_of = [](const Weight& w) { return internal::PackedGroupCount(w.type, w.n); };
   int64_t groups = 0;
   for (const MatmulOut& o : outs) groups += groups_of(*o.w);
   auto run = [&](int64_t g0, int64_t g1) {

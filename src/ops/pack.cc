@@ -113,9 +113,7 @@ bool PackingHelps(DType type) { return Packable(type) && ActiveIsa() != Isa::kSc
 
 int64_t PackedWeightBytes(const Weight& w) {
   CHECK(Packable(w.type) && w.k % Traits(w.type).block_size == 0);
-  const int rows = internal::PackedRows(w.type);
-  const int64_t groups = (w.n + rows - 1) / rows;
-  return groups * internal::PackedGroupBytes(w.type, w.k);
+  return internal::PackedGroupCount(w.type, w.n) * internal::PackedGroupBytes(w.type, w.k);
 }
 
 void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
