@@ -41,9 +41,9 @@ using bench::MakeBenchRow;
 using bench::MakeBenchWriter;
 using bench::MeasureRoofline;
 using bench::ParseBenchFormat;
-using bench::ReadProbe;
 using bench::Roofline;
 using bench::RooflineOptions;
+using bench::RoofProbe;
 using bench::RunBenchCase;
 
 namespace {
@@ -124,16 +124,32 @@ int RunBench(BenchArgs a) {
       rooflines.push_back(*r);
     }
   }
-  // Read bandwidth next to a generation test: a 256 MiB buffer (8x the L3;
-  // --roofline-mib when that is smaller) read kProbePasses times before each repetition and after
-  // the last (ReadProbe; a pass takes ~5 ms, three smooth out the host's shortest hiccups).
+  // Both ceilings next to a generation test: a 256 MiB buffer (8x the L3;
+  // --roofline-mib when that is smaller) read kProbePasses times, and as many
+  // ~10 ms passes of the int8 loop, before each repetition and after the last
+  // (RoofProbe; a read pass takes ~5 ms, three smooth out the host's shortest
+  // hiccups).
   constexpr int kProbePasses = 3;
-  std::map<int, std::pair<std::unique_ptr<ThreadPool>, std::unique_ptr<ReadProbe>>> probes;
-  auto probe_for = [&](int threads) -> Result<ReadProbe*> {
+  // The passes beside one test: GB/s and GOP/s.
+  struct Passes {
+    std::vector<double> read, int8;
+    void Append(const Passes& o) {
+      read.insert(read.end(), o.read.begin(), o.read.end());
+      int8.insert(int8.end(), o.int8.begin(), o.int8.end());
+    }
+  };
+  auto run_passes = [&](RoofProbe* probe, Passes& out) {
+    for (int k = 0; k < kProbePasses; ++k) {
+      out.read.push_back(probe->ReadPass());
+      out.int8.push_back(probe->Int8Pass());
+    }
+  };
+  std::map<int, std::pair<std::unique_ptr<ThreadPool>, std::unique_ptr<RoofProbe>>> probes;
+  auto probe_for = [&](int threads) -> Result<RoofProbe*> {
     auto& [pool, probe] = probes[threads];
     if (!probe) {
       pool = std::make_unique<ThreadPool>(threads);
-      ASSIGN_OR_RETURN(probe, ReadProbe::Create(
+      ASSIGN_OR_RETURN(probe, RoofProbe::Create(
                                   *pool, static_cast<size_t>(std::min(a.roofline_mib, 256)) << 20));
     }
     return probe.get();
@@ -154,10 +170,10 @@ int RunBench(BenchArgs a) {
                        c.test.Name(), c.threads, c.kv.policy,
                        c.kv.size > 0 ? fmt::format(" {}", c.kv.size) : "");
   };
-  // The read probe beside a generation test (nullptr: none).
-  auto probe_of = [&](const BenchCase& c) -> Result<ReadProbe*> {
+  // The probe beside a generation test (nullptr: none).
+  auto probe_of = [&](const BenchCase& c) -> Result<RoofProbe*> {
     if (!a.roofline || c.test.n_prompt != 0) return nullptr;
-    Result<ReadProbe*> p = probe_for(c.threads);
+    Result<RoofProbe*> p = probe_for(c.threads);
     if (!p.ok()) return p.status().WithContext("bench: --roofline");
     return *p;
   };
@@ -167,7 +183,7 @@ int RunBench(BenchArgs a) {
     ++failed;
     fmt::print(stderr, "rotor: bench {}: error: {} (skipped)\n", name(i), st.message());
   };
-  auto write_row = [&](int i, const BenchResult& r, const std::vector<double>& passes) {
+  auto write_row = [&](int i, const BenchResult& r, const Passes& passes) {
     const BenchCase& c = (*cases)[i];
     if (!r.peak_rss_scoped && !warned_rss) {
       warned_rss = true;
@@ -178,13 +194,19 @@ int RunBench(BenchArgs a) {
     }
     const Roofline* roof = roofline_for(c.threads);
     Roofline adjacent;
-    if (roof != nullptr && c.test.n_prompt == 0 && !passes.empty()) {
-      // Generation is memory-bound: its ceiling is the bandwidth measured
-      // between its repetitions (their mean), not at the start of the run.
+    if (roof != nullptr && c.test.n_prompt == 0 && !passes.read.empty()) {
+      // A generation test's ceilings are those measured between its
+      // repetitions (their means), not at the start of the run: the
+      // bandwidth, and the int8 peak that batched decode can reach.
+      auto mean = [](const std::vector<double>& v) {
+        double sum = 0;
+        for (double x : v) sum += x;
+        return sum / static_cast<double>(v.size());
+      };
       adjacent = *roof;
-      adjacent.read_gbps = 0;
-      for (double g : passes) adjacent.read_gbps += g / static_cast<double>(passes.size());
-      adjacent.read_best_gbps = *std::max_element(passes.begin(), passes.end());
+      adjacent.read_gbps = mean(passes.read);
+      adjacent.read_best_gbps = *std::max_element(passes.read.begin(), passes.read.end());
+      if (roof->int8_gops > 0 && !passes.int8.empty()) adjacent.int8_gops = mean(passes.int8);
       roof = &adjacent;
     }
     writer->Row(MakeBenchRow(models[c.model], c, r, roof));
@@ -201,14 +223,14 @@ int RunBench(BenchArgs a) {
       struct Live {
         int i;
         std::unique_ptr<BenchCaseRun> run;  // null once it failed
-        ReadProbe* probe;
-        std::vector<double> passes;  // GB/s, before and after each round's timed steps
+        RoofProbe* probe;
+        Passes passes;  // before and after each round's timed steps
       };
       std::vector<Live> live;
       std::map<int, std::unique_ptr<ThreadPool>> pools;  // one per thread count
       for (int i = first; i < end; ++i) {
         const BenchCase& c = (*cases)[i];
-        Result<ReadProbe*> probe = probe_of(c);
+        Result<RoofProbe*> probe = probe_of(c);
         if (!probe.ok()) return Fail(probe.status());
         std::unique_ptr<ThreadPool>& pool = pools[c.threads];
         if (!pool) pool = std::make_unique<ThreadPool>(c.threads);
@@ -241,16 +263,15 @@ int RunBench(BenchArgs a) {
           progress.Clear();
           if (!st.ok()) drop(*l, st);
         }
-        // Then the tests' timed units in turn, with the read probes before
+        // Then the tests' timed units in turn, with the probes before
         // and after them (each probe's passes go to every test of its
         // thread count in the round).
-        std::map<ReadProbe*, std::vector<double>> round_passes;
+        std::map<RoofProbe*, Passes> round_passes;
         auto probe_passes = [&] {
-          std::set<ReadProbe*> done;
+          std::set<RoofProbe*> done;
           for (Live* l : order)
             if (l->run && l->probe != nullptr && done.insert(l->probe).second)
-              for (int p = 0; p < kProbePasses; ++p)
-                round_passes[l->probe].push_back(l->probe->Pass());
+              run_passes(l->probe, round_passes[l->probe]);
         };
         progress.Start(fmt::format("round {}/{}: the tests' steps in turn", rep, a.repetitions));
         probe_passes();
@@ -272,28 +293,23 @@ int RunBench(BenchArgs a) {
         probe_passes();
         progress.Clear();
         for (Live* l : order)
-          if (l->probe != nullptr) {
-            const std::vector<double>& p = round_passes[l->probe];
-            l->passes.insert(l->passes.end(), p.begin(), p.end());
-          }
+          if (l->probe != nullptr) l->passes.Append(round_passes[l->probe]);
       }
       for (Live& l : live)
         if (l.run) write_row(l.i, l.run->Finish(), l.passes);
     } else {
       for (int i = first; i < end; ++i) {
         const BenchCase& c = (*cases)[i];
-        Result<ReadProbe*> probe = probe_of(c);
+        Result<RoofProbe*> probe = probe_of(c);
         if (!probe.ok()) return Fail(probe.status());
-        std::vector<double> passes;  // GB/s, before each repetition and after the last
+        Passes passes;  // before each repetition and after the last
         progress.Start(name(i));
         Result<BenchResult> r =
             RunBenchCase(models[model], c, a.repetitions, a.seed, [&](const char* phase, int rep) {
-              if (*probe != nullptr && std::strcmp(phase, "run") == 0)
-                for (int k = 0; k < kProbePasses; ++k) passes.push_back((*probe)->Pass());
+              if (*probe != nullptr && std::strcmp(phase, "run") == 0) run_passes(*probe, passes);
               progress.Update(phase, rep, a.repetitions);
             });
-        for (int k = 0; *probe != nullptr && k < kProbePasses; ++k)
-          passes.push_back((*probe)->Pass());
+        if (*probe != nullptr) run_passes(*probe, passes);
         progress.Clear();
         if (!r.ok()) {
           fail(i, r.status());

@@ -21,7 +21,7 @@
 #endif
 
 namespace rotor::bench {
-// Named, not anonymous: ReadProbe::Buffer (external linkage) holds one.
+// Named, not anonymous: RoofProbe::Buffer (external linkage) holds one.
 namespace roofline_internal {
 
 // A private anonymous mapping (huge pages where the kernel grants them, so the
@@ -179,8 +179,7 @@ __attribute__((target("avx2"))) uint32_t DotAvx2(int64_t iters) {
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 12
     for (int j = 0; j < kChains; ++j)
-      acc[j] = _mm256_add_epi32(acc[j],
-                                _mm256_madd_epi16(_mm256_maddubs_epi16(acc[j], b), ones));
+      acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(acc[j], b), ones));
   }
   __m256i s = acc[0];
   for (int j = 1; j < kChains; ++j) s = _mm256_add_epi32(s, acc[j]);
@@ -217,7 +216,8 @@ double ReadPassWith(ThreadPool& pool, MappedBuffer& buf, uint64_t (*read)(const 
 double ReadPass(ThreadPool& pool, MappedBuffer& buf) {
 #if defined(__x86_64__)
   if (ActiveIsa() >= Isa::kAvx2)
-    return std::max(ReadPassWith(pool, buf, ReadAvx2<false>), ReadPassWith(pool, buf, ReadAvx2<true>));
+    return std::max(ReadPassWith(pool, buf, ReadAvx2<false>),
+                    ReadPassWith(pool, buf, ReadAvx2<true>));
 #endif
   return ReadPassWith(pool, buf, ReadScalar);
 }
@@ -255,32 +255,35 @@ double MeasureFma(ThreadPool& pool, int passes, std::string* isa) {
   return best;
 }
 
-// The int8 dot products of rotor's quantized kernels on the active ISA:
-// 512-bit VNNI on AVX-512, vpmaddubsw + vpmaddwd on AVX2; 0 on the scalar ISA.
-double MeasureInt8(ThreadPool& pool, int passes, std::string* isa) {
+// One pass of the int8 dot products of rotor's quantized kernels on every
+// thread of the pool, the active ISA's: 512-bit VNNI on AVX-512, vpmaddubsw +
+// vpmaddwd on AVX2 (`isa`, when not null, says which); GOP/s, 0 on the scalar
+// ISA. `scale` divides the loop's length: 1 takes about 0.1 s on either.
+double Int8Pass(ThreadPool& pool, int64_t scale, std::string* isa) {
 #if defined(__x86_64__)
   const bool avx512 = ActiveIsa() == Isa::kAvx512;
   if (!avx512 && ActiveIsa() < Isa::kAvx2) return 0;
-  *isa = avx512 ? "avx512 vnni" : "avx2 maddubs";
-  // About 0.1 s per pass on either.
-  const int64_t iters = avx512 ? 10'000'000 : 20'000'000;
+  if (isa != nullptr) *isa = avx512 ? "avx512 vnni" : "avx2 maddubs";
+  const int64_t iters = (avx512 ? 10'000'000 : 20'000'000) / scale;
   const double ops_per_thread = (avx512 ? 128.0 : 64.0) * kChains * static_cast<double>(iters);
-  double best = 0;
-  for (int p = 0; p < passes; ++p) {
-    std::vector<uint32_t> out(pool.size());
-    Timer timer;
-    pool.Run(pool.size(), [&](int task, int) {
-      out[task] = avx512 ? DotAvx512Vnni(iters) : DotAvx2(iters);
-    });
-    const double s = timer.ElapsedSeconds();
-    for (uint32_t v : out) g_sink.fetch_add(v, std::memory_order_relaxed);
-    best = std::max(best, ops_per_thread * pool.size() / s / 1e9);
-  }
-  return best;
+  std::vector<uint32_t> out(pool.size());
+  Timer timer;
+  pool.Run(pool.size(),
+           [&](int task, int) { out[task] = avx512 ? DotAvx512Vnni(iters) : DotAvx2(iters); });
+  const double s = timer.ElapsedSeconds();
+  for (uint32_t v : out) g_sink.fetch_add(v, std::memory_order_relaxed);
+  return ops_per_thread * pool.size() / s / 1e9;
 #else
-  (void)pool, (void)passes, (void)isa;
+  (void)pool, (void)scale, (void)isa;
   return 0;
 #endif
+}
+
+// The int8 peak: the best of `passes` full-length passes.
+double MeasureInt8(ThreadPool& pool, int passes, std::string* isa) {
+  double best = 0;
+  for (int p = 0; p < passes; ++p) best = std::max(best, Int8Pass(pool, 1, isa));
+  return best;
 }
 
 double MeasureMatmul(ThreadPool& pool, int passes, Roofline* r) {
@@ -317,26 +320,29 @@ Result<double> MeasureReadBandwidth(ThreadPool& pool, size_t buffer_bytes, int p
   return MeasureRead(pool, buf, passes);
 }
 
-struct ReadProbe::Buffer {
+struct RoofProbe::Buffer {
   roofline_internal::MappedBuffer mapped;
 };
 
-Result<std::unique_ptr<ReadProbe>> ReadProbe::Create(ThreadPool& pool, size_t buffer_bytes) {
+Result<std::unique_ptr<RoofProbe>> RoofProbe::Create(ThreadPool& pool, size_t buffer_bytes) {
   const size_t min_bytes = static_cast<size_t>(pool.size()) * 16 * 4096;
   if (buffer_bytes < min_bytes)
     return Errorf("roofline: buffer of {} bytes is too small (at least {})", buffer_bytes,
                   min_bytes);
-  std::unique_ptr<ReadProbe> probe(new ReadProbe(pool));
+  std::unique_ptr<RoofProbe> probe(new RoofProbe(pool));
   probe->buf_ = std::make_unique<Buffer>();
   RETURN_IF_ERROR(probe->buf_->mapped.Map(buffer_bytes));
   Touch(pool, probe->buf_->mapped);
   return probe;
 }
 
-ReadProbe::ReadProbe(ThreadPool& pool) : pool_(pool) {}
-ReadProbe::~ReadProbe() = default;
+RoofProbe::RoofProbe(ThreadPool& pool) : pool_(pool) {}
+RoofProbe::~RoofProbe() = default;
 
-double ReadProbe::Pass() { return ReadPass(pool_, buf_->mapped); }
+double RoofProbe::ReadPass() { return rotor::bench::ReadPass(pool_, buf_->mapped); }
+
+// A tenth of MeasureInt8's pass: about 10 ms.
+double RoofProbe::Int8Pass() { return rotor::bench::Int8Pass(pool_, 10, nullptr); }
 
 Result<Roofline> MeasureRoofline(ThreadPool& pool, const RooflineOptions& options) {
   Roofline r;
@@ -356,7 +362,8 @@ std::string RooflineSummary(const Roofline& r) {
       "f32 FMA peak {:.1f} GFLOP/s ({}), int8 dot peak {}, ops::Matmul f32 {}x{}x{} {:.1f} "
       "GFLOP/s",
       r.threads, r.threads == 1 ? "" : "s", r.read_gbps, r.buffer_bytes >> 20, r.fma_gflops,
-      r.fma_isa, r.int8_gops > 0 ? fmt::format("{:.1f} GOP/s ({})", r.int8_gops, r.int8_isa) : "n/a",
+      r.fma_isa,
+      r.int8_gops > 0 ? fmt::format("{:.1f} GOP/s ({})", r.int8_gops, r.int8_isa) : "n/a",
       r.matmul_m, r.matmul_k, r.matmul_n, r.matmul_gflops);
 }
 

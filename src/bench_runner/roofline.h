@@ -24,7 +24,7 @@ struct Roofline {
   // Every thread streams its share of one buffer with 256-bit loads, with and
   // without software prefetch (the faster of the two per pass); best pass.
   // Generation rows of `rotor bench`: the mean of the passes interleaved with
-  // the test's repetitions (ReadProbe), and read_best_gbps their best.
+  // the test's repetitions (RoofProbe), and read_best_gbps their best.
   double read_gbps = 0;  // 1e9 bytes per second
   double read_best_gbps = 0;
   // A register-blocked FMA loop on every thread (no memory traffic): the f32 peak.
@@ -32,7 +32,9 @@ struct Roofline {
   std::string fma_isa;  // "avx512", "avx2" or "scalar": the widest vectors the loop used
   // The same with int8 dot products (u8 x s8, 2 ops per product), the
   // arithmetic of rotor's q8_0/q4_0 matmuls: 512-bit VNNI on AVX-512,
-  // vpmaddubsw + vpmaddwd on AVX2; 0 on the scalar ISA.
+  // vpmaddubsw + vpmaddwd on AVX2; 0 on the scalar ISA. Best of the passes;
+  // generation rows of `rotor bench`: the mean of the short passes beside the
+  // test's repetitions (RoofProbe).
   double int8_gops = 0;
   std::string int8_isa;  // "avx512 vnni" or "avx2 maddubs"; empty when not measured
   // ops::Matmul on an f32 problem of matmul_m x matmul_k x matmul_n (rotor's own kernel).
@@ -51,20 +53,25 @@ Result<Roofline> MeasureRoofline(ThreadPool& pool, const RooflineOptions& option
 // run does not describe a test run later.
 Result<double> MeasureReadBandwidth(ThreadPool& pool, size_t buffer_bytes, int passes);
 
-// Read passes to interleave with a test: the buffer is mapped and touched once
-// (Create), then each Pass() streams it once on the pool's threads and returns
-// GB/s. `rotor bench --roofline` runs three passes before each repetition of
-// a generation test and after the last, and takes their mean as the test's
-// ceiling: the test's speed is a mean over the same seconds, so a host whose
-// bandwidth drifts (this one: 39-80 GB/s within a session) moves both.
-class ReadProbe {
+// Short measurements of both ceilings to interleave with a test. Create maps
+// and touches the buffer once; then ReadPass() streams it once on the pool's
+// threads and returns GB/s, and Int8Pass() runs MeasureRoofline's int8 dot
+// loop for about 10 ms on them and returns GOP/s (0 where int8_gops is 0).
+// `rotor bench --roofline` runs three of each before each repetition of a
+// generation test and after the last, and takes their means as the test's
+// ceilings: the test's speed is a mean over the same seconds, and this host
+// moves both (its bandwidth 39-80 GB/s within a session; its int8 peak on
+// 2 threads 1,313 and 1,834 GOP/s 20 minutes apart, 917-935 in earlier
+// sessions).
+class RoofProbe {
  public:
-  static Result<std::unique_ptr<ReadProbe>> Create(ThreadPool& pool, size_t buffer_bytes);
-  ~ReadProbe();
-  double Pass();
+  static Result<std::unique_ptr<RoofProbe>> Create(ThreadPool& pool, size_t buffer_bytes);
+  ~RoofProbe();
+  double ReadPass();
+  double Int8Pass();
 
  private:
-  explicit ReadProbe(ThreadPool& pool);
+  explicit RoofProbe(ThreadPool& pool);
   ThreadPool& pool_;
   struct Buffer;
   std::unique_ptr<Buffer> buf_;

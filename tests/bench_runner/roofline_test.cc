@@ -26,14 +26,24 @@ TEST(RooflineTest, SmallProbeGivesFinitePositiveCeilings) {
   EXPECT_THAT(RooflineSummary(*r), HasSubstr("GB/s"));
 }
 
-TEST(RooflineTest, ReadProbePasses) {
+TEST(RooflineTest, RoofProbePasses) {
   ThreadPool pool(1);
   Result<double> gbps = MeasureReadBandwidth(pool, 4 << 20, 2);
   ASSERT_TRUE(gbps.ok()) << gbps.message();
   EXPECT_GT(*gbps, 0);
-  Result<std::unique_ptr<ReadProbe>> probe = ReadProbe::Create(pool, 4 << 20);
+  Result<std::unique_ptr<RoofProbe>> probe = RoofProbe::Create(pool, 4 << 20);
   ASSERT_TRUE(probe.ok()) << probe.message();
-  for (int i = 0; i < 2; ++i) EXPECT_GT((*probe)->Pass(), 0);
+  // The int8 passes measure where the full roofline does (AVX2, AVX-512) and
+  // give 0 where it gives 0 (the scalar ISA).
+  Result<Roofline> full =
+      MeasureRoofline(pool, RooflineOptions{.buffer_bytes = 4 << 20, .passes = 1});
+  ASSERT_TRUE(full.ok()) << full.message();
+  for (int i = 0; i < 2; ++i) {
+    const double read = (*probe)->ReadPass(), int8 = (*probe)->Int8Pass();
+    EXPECT_TRUE(std::isfinite(read) && std::isfinite(int8));
+    EXPECT_GT(read, 0);
+    EXPECT_EQ(int8 > 0, full->int8_gops > 0) << int8 << " against " << full->int8_gops;
+  }
 }
 
 }  // namespace

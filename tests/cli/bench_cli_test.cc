@@ -257,6 +257,32 @@ TEST(BenchCliTest, RooflineNumbersArePositiveAndFinite) {
                 1e-6 * row["roofline_pct"].get<double>());
   }
 
+  // Batched decode of a q8_0 model: 64 tokens per weight read make the int8
+  // peak the roof that binds (where the ISA has int8 dot products), taken
+  // against the peak the row reports (the mean of the int8 passes between
+  // its repetitions).
+  TempDir dir;
+  const std::string q8 = dir.File("s15m-2l-q8_0.gguf");
+  CliResult synth = RunRotor({"synth", "-o", q8, "--shape", "stories15m", "--layers", "2",
+                              "--type", "q8_0", "--vocab-file", LlamaVocab(), "-t", "2"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  const std::vector<std::string> batched_args = {
+      "bench", "-m", q8, "-p", "0", "-n", "2", "--batch", "64", "-r", "2", "-t", "2",
+      "--roofline", "--roofline-mib", "64", "--roofline-passes", "2", "-o", "json"};
+  CliResult batched = RunRotor(batched_args);
+  ASSERT_EQ(batched.exit_code, 0) << batched.err;
+  const Json brow = Json::parse(batched.out).at(0);
+  EXPECT_EQ(brow["n_seq"], 64);
+  EXPECT_TRUE(Positive(brow["gflops"])) << brow;
+  EXPECT_TRUE(Positive(brow["roofline_pct"])) << brow;
+  if (!brow["roofline_int8_gops"].is_null()) {
+    EXPECT_TRUE(Positive(brow["roofline_int8_gops"])) << brow;
+    EXPECT_EQ(brow["roofline_bound"], "int8") << brow;
+    EXPECT_NEAR(brow["roofline_pct"].get<double>(),
+                100.0 * brow["gflops"].get<double>() / brow["roofline_int8_gops"].get<double>(),
+                1e-6 * brow["roofline_pct"].get<double>());
+  }
+
   CliResult md = RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "8", "-r", "1", "-t",
                            "1", "--roofline", "--roofline-mib", "64", "--roofline-passes", "2"});
   ASSERT_EQ(md.exit_code, 0) << md.err;
