@@ -30,9 +30,16 @@ namespace {
 // Bytes of the stream fetched ahead: q8_0 twice kPackedPrefetch, as the
 // paired-layout prototype measured (bench/packed_pair_bench.cc); q4_0
 // kPackedPrefetch (twice ran 110M q4_0 batch 1 0.977x of the 16-row groups
-// where this ran 1.011x; BENCHMARKS.md, "Fifty-third session").
-template <DType kT>
-constexpr int kAhead = kT == DType::kQ8_0 ? 2 * kPackedPrefetch : kPackedPrefetch;
+// where this ran 1.011x; BENCHMARKS.md, "Fifty-third session"). q8_0 passes
+// over 8 or more tokens (kTok; PairBlocks: 16) fetch 8 KiB ahead: they
+// consume the stream at their arithmetic's pace, and 32 KiB of lines in
+// flight crowd the tile's activations (18 KiB for 8 tokens at k = 2048) out
+// of the 48 KiB L1. 1B q8_0 batch 8 / 16 ran 1.064 / 1.056x, 110M 1.028 /
+// 1.052x (BENCHMARKS.md, "Fifty-fifth session").
+template <DType kT, int kTok>
+constexpr int kAhead = kT != DType::kQ8_0 ? kPackedPrefetch
+                       : kTok >= 8        ? 8 << 10
+                                          : 2 * kPackedPrefetch;
 
 // Block j of kN tokens into acc0 / acc1 [0, kN) (rows 0-15 / 16-31 of the
 // group): the tokens are [t0, t0 + kN) of a tile of kStride tokens whose
@@ -121,9 +128,9 @@ template <DType kT, int kStride, int kN, bool kL2>
 
 // The prefetch pointer of block j (wj), after fetching the two lines before
 // it (the pair's 2 x 32 scales) on even blocks.
-template <DType kT, bool kL2>
+template <DType kT, bool kL2, int kTok>
 inline const char* PrefetchStart(const uint8_t* wj, int64_t j) {
-  const char* pf = reinterpret_cast<const char*>(wj) + kAhead<kT>;
+  const char* pf = reinterpret_cast<const char*>(wj) + kAhead<kT, kTok>;
   if (j % 2 == 0) PrefetchAhead<kL2>(pf - 128), PrefetchAhead<kL2>(pf - 64);
   return pf;
 }
@@ -186,7 +193,7 @@ template <DType kT, int kTok>
   for (int64_t j = 0; j < nb; ++j) {
     const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes);
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
-    const char* pf = PrefetchStart<kT, kPrefetchL2<kTok>>(wj, j);
+    const char* pf = PrefetchStart<kT, kPrefetchL2<kTok>, kTok>(wj, j);
     __m512 dw[2];
     BlockScales<kT>(group, j, dw);
     BlockTile<kT, kTok, kTok, kPrefetchL2<kTok>>(wj, aj, dw, acc0, acc1, pf);
@@ -237,7 +244,7 @@ template <DType kT, int kTok2>
       const int32_t* a1 = reinterpret_cast<const int32_t*>(acts + j * kTok1 * kPackedActBytes);
       const int32_t* a2 = reinterpret_cast<const int32_t*>(acts2 + j * kTok2 * kPackedActBytes);
       const uint8_t* wj = group + PackedQuantsAt(kT, j);
-      const char* pf = PrefetchStart<kT, false>(wj, j);
+      const char* pf = PrefetchStart<kT, false, 2 * kPackedTileTokens>(wj, j);
       __m512 dw[2];
       BlockScales<kT>(group, j, dw);
       BlockTile<kT, kTok1, kTok1, false>(wj, a1, dw, acc0, acc1, pf);
