@@ -198,15 +198,10 @@ int RunBench(BenchArgs a) {
       // A generation test's ceilings are those measured between its
       // repetitions (their means), not at the start of the run: the
       // bandwidth, and the int8 peak that batched decode can reach.
-      auto mean = [](const std::vector<double>& v) {
-        double sum = 0;
-        for (double x : v) sum += x;
-        return sum / static_cast<double>(v.size());
-      };
       adjacent = *roof;
-      adjacent.read_gbps = mean(passes.read);
+      adjacent.read_gbps = bench::Mean(passes.read);
       adjacent.read_best_gbps = *std::max_element(passes.read.begin(), passes.read.end());
-      if (roof->int8_gops > 0 && !passes.int8.empty()) adjacent.int8_gops = mean(passes.int8);
+      if (roof->int8_gops > 0 && !passes.int8.empty()) adjacent.int8_gops = bench::Mean(passes.int8);
       roof = &adjacent;
     }
     writer->Row(MakeBenchRow(models[c.model], c, r, roof));

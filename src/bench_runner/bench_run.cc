@@ -34,12 +34,6 @@ std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int n, int n_vocab) {
   return v;
 }
 
-double Mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / v.size();
-}
-
 double StdDev(const std::vector<double>& v) {
   if (v.size() < 2) return 0;
   const double m = Mean(v);
@@ -262,6 +256,12 @@ Result<BenchResult> RunBenchCase(const BenchModel& bm, const BenchCase& c, int r
                    BenchCaseRun::Start(bm, c, seed, pool, /*scoped_rss=*/true, progress));
   for (int rep = 1; rep <= repetitions; ++rep) RETURN_IF_ERROR(run->Repetition(rep, progress));
   return run->Finish();
+}
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
 }
 
 }  // namespace rotor::bench

@@ -62,6 +62,9 @@ struct BenchStats {
 };
 BenchStats ComputeStats(const BenchResult& r, int64_t n_tokens);
 
+// The mean of v (0 when empty).
+double Mean(const std::vector<double>& v);
+
 // Progress of a running case: phase is "warm-up", "fill" or "run", rep counts from 1.
 using BenchProgress = std::function<void(const char* phase, int rep)>;
 

@@ -32,10 +32,10 @@ namespace {
 // kPackedPrefetch (twice ran 110M q4_0 batch 1 0.977x of the 16-row groups
 // where this ran 1.011x; BENCHMARKS.md, "Fifty-third session"). q8_0 passes
 // over 8 or more tokens (kTok; PairBlocks: 16) fetch 8 KiB ahead: they
-// consume the stream at their arithmetic's pace, and 32 KiB of lines in
-// flight crowd the tile's activations (18 KiB for 8 tokens at k = 2048) out
-// of the 48 KiB L1. 1B q8_0 batch 8 / 16 ran 1.064 / 1.056x, 110M 1.028 /
-// 1.052x (BENCHMARKS.md, "Fifty-fifth session").
+// consume the stream at their arithmetic's pace, and 32 KiB of lines ahead
+// share the 48 KiB L1 with the tile's activations (about 18 KiB for 8 tokens
+// at k = 2048; the likely cause, not measured). 1B q8_0 batch 8 / 16 ran
+// 1.064 / 1.056x, 110M 1.028 / 1.052x (BENCHMARKS.md, "Fifty-fifth session").
 template <DType kT, int kTok>
 constexpr int kAhead = kT != DType::kQ8_0 ? kPackedPrefetch
                        : kTok >= 8        ? 8 << 10
