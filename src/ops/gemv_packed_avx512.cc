@@ -30,16 +30,19 @@ namespace {
 // Bytes of the stream fetched ahead: q8_0 twice kPackedPrefetch, as the
 // paired-layout prototype measured (bench/packed_pair_bench.cc); q4_0
 // kPackedPrefetch (twice ran 110M q4_0 batch 1 0.977x of the 16-row groups
-// where this ran 1.011x; BENCHMARKS.md, "Fifty-third session"). q8_0 passes
-// over 8 or more tokens (kTok; PairBlocks: 16) fetch 8 KiB ahead: they
-// consume the stream at their arithmetic's pace, and 32 KiB of lines ahead
-// share the 48 KiB L1 with the tile's activations (about 18 KiB for 8 tokens
-// at k = 2048; the likely cause, not measured). 1B q8_0 batch 8 / 16 ran
-// 1.064 / 1.056x, 110M 1.028 / 1.052x (BENCHMARKS.md, "Fifty-fifth session").
+// where this ran 1.011x; BENCHMARKS.md, "Fifty-third session"). Passes over
+// 8 or more tokens (kTok; PairBlocks: 16) fetch 8 KiB ahead, both types:
+// they consume the stream at their arithmetic's pace, and 32 KiB (q8_0) or
+// 16 KiB (q4_0) of lines ahead share the 48 KiB L1 with the tile's
+// activations (about 18 KiB for 8 tokens at k = 2048; the likely cause, not
+// measured). q8_0 from 32 KiB to 8: 1B batch 8 / 16 1.064 / 1.056x, 110M
+// 1.028 / 1.052x (BENCHMARKS.md, "Fifty-fifth session"); 4 KiB ran as 8,
+// 12 KiB slower (1B batch 8 0.907x). q4_0 from 16 KiB to 8: 1B batch 8 / 16
+// 1.048 / 1.024x, 110M 1.029 / 1.049x ("Fifty-sixth session").
 template <DType kT, int kTok>
-constexpr int kAhead = kT != DType::kQ8_0 ? kPackedPrefetch
-                       : kTok >= 8        ? 8 << 10
-                                          : 2 * kPackedPrefetch;
+constexpr int kAhead = kTok >= 8            ? 8 << 10
+                       : kT == DType::kQ8_0 ? 2 * kPackedPrefetch
+                                            : kPackedPrefetch;
 
 // Block j of kN tokens into acc0 / acc1 [0, kN) (rows 0-15 / 16-31 of the
 // group): the tokens are [t0, t0 + kN) of a tile of kStride tokens whose
@@ -86,7 +89,8 @@ template <DType kT, int kStride, int kN, bool kL2>
   if constexpr (kT == DType::kQ8_0) {
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) {
-      if (pf) PrefetchAhead<kL2>(pf + kPackedLine * q), PrefetchAhead<kL2>(pf + kPackedLine * q + 64);
+      if (pf)
+        PrefetchAhead<kL2>(pf + kPackedLine * q), PrefetchAhead<kL2>(pf + kPackedLine * q + 64);
       products(q, q % kChains, _mm512_load_si512(wj + kPackedLine * q),
                _mm512_load_si512(wj + kPackedLine * q + 64));
     }
@@ -94,7 +98,8 @@ template <DType kT, int kStride, int kN, bool kL2>
     const __m512i low4 = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
-      if (pf) PrefetchAhead<kL2>(pf + kPackedLine * q), PrefetchAhead<kL2>(pf + kPackedLine * q + 64);
+      if (pf)
+        PrefetchAhead<kL2>(pf + kPackedLine * q), PrefetchAhead<kL2>(pf + kPackedLine * q + 64);
       const __m512i v0 = _mm512_load_si512(wj + kPackedLine * q);
       const __m512i v1 = _mm512_load_si512(wj + kPackedLine * q + 64);
       products(q, q % kLow, _mm512_and_si512(v0, low4), _mm512_and_si512(v1, low4));
@@ -151,9 +156,8 @@ constexpr int kSub = 4;
 // Block j of tokens [0, kTok) of a tile of kStride tokens, kSub at a time
 // (the first pass prefetches).
 template <DType kT, int kStride, int kTok, bool kL2>
-[[gnu::always_inline]] inline void BlockTile(const uint8_t* wj, const int32_t* aj,
-                                             const __m512* dw, __m512* acc0, __m512* acc1,
-                                             const char* pf) {
+[[gnu::always_inline]] inline void BlockTile(const uint8_t* wj, const int32_t* aj, const __m512* dw,
+                                             __m512* acc0, __m512* acc1, const char* pf) {
   if constexpr (kTok <= kSub) {
     BlockTokens<kT, kStride, kTok, kL2>(wj, aj, 0, dw, acc0, acc1, pf);
   } else {
@@ -164,7 +168,7 @@ template <DType kT, int kStride, int kTok, bool kL2>
     const uint8_t* again = wj;
     asm("" : "+r"(again));
     BlockTile<kT, kStride, kTok - kSub, kL2>(again, aj + kSub, dw, acc0 + kSub, acc1 + kSub,
-                                            nullptr);
+                                             nullptr);
   }
 }
 
