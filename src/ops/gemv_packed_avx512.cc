@@ -131,12 +131,13 @@ template <DType kT, int kStride, int kN, bool kL2>
   }
 }
 
-// The prefetch pointer of block j (wj), after fetching the two lines before
-// it (the pair's 2 x 32 scales) on even blocks.
-template <DType kT, bool kL2, int kTok>
+// The prefetch pointer of block j (wj) in a pass over kTok tokens, after
+// fetching the two lines before it (the pair's 2 x 32 scales) on even blocks.
+template <DType kT, int kTok>
 inline const char* PrefetchStart(const uint8_t* wj, int64_t j) {
   const char* pf = reinterpret_cast<const char*>(wj) + kAhead<kT, kTok>;
-  if (j % 2 == 0) PrefetchAhead<kL2>(pf - 128), PrefetchAhead<kL2>(pf - 64);
+  if (j % 2 == 0)
+    PrefetchAhead<kPrefetchL2<kTok>>(pf - 128), PrefetchAhead<kPrefetchL2<kTok>>(pf - 64);
   return pf;
 }
 
@@ -197,7 +198,7 @@ template <DType kT, int kTok>
   for (int64_t j = 0; j < nb; ++j) {
     const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes);
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
-    const char* pf = PrefetchStart<kT, kPrefetchL2<kTok>, kTok>(wj, j);
+    const char* pf = PrefetchStart<kT, kTok>(wj, j);
     __m512 dw[2];
     BlockScales<kT>(group, j, dw);
     BlockTile<kT, kTok, kTok, kPrefetchL2<kTok>>(wj, aj, dw, acc0, acc1, pf);
@@ -248,10 +249,10 @@ template <DType kT, int kTok2>
       const int32_t* a1 = reinterpret_cast<const int32_t*>(acts + j * kTok1 * kPackedActBytes);
       const int32_t* a2 = reinterpret_cast<const int32_t*>(acts2 + j * kTok2 * kPackedActBytes);
       const uint8_t* wj = group + PackedQuantsAt(kT, j);
-      const char* pf = PrefetchStart<kT, false, 2 * kPackedTileTokens>(wj, j);
+      const char* pf = PrefetchStart<kT, 2 * kPackedTileTokens>(wj, j);
       __m512 dw[2];
       BlockScales<kT>(group, j, dw);
-      BlockTile<kT, kTok1, kTok1, false>(wj, a1, dw, acc0, acc1, pf);
+      BlockTile<kT, kTok1, kTok1, kPrefetchL2<2 * kPackedTileTokens>>(wj, a1, dw, acc0, acc1, pf);
       const uint8_t* again = wj;
       __m512* b = acc2;
       asm("" : "+r"(again), "+r"(b));
