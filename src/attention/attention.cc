@@ -30,7 +30,7 @@ AttentionScratch::AttentionScratch(int n_threads, int n_head, int n_head_kv, int
   const size_t n = static_cast<size_t>(n_head) * head_dim;
   tile_query_ = (2 * (n / 32) + (n + 3) / 4 + 15) / 16 * 16;
   slots_ = slot_ + 3 * head_dim + kBlock * 2 * head_dim + n_head * head_dim +
-           static_cast<size_t>(n_head) * attn::PairStride(head_dim) +
+           static_cast<size_t>(n_head) * attn::PairStride(head_dim) + (n + 7) / 8 +
            (n_head * head_dim + 3) / 4 + 2 * kBlock * head_dim;
   slots_ = (slots_ + 15) / 16 * 16 + slot_ * (kTileTokens - 1);
   per_thread_ = slots_ + tile_query_ * kTileTokens;
@@ -60,6 +60,7 @@ AttentionScratch::Thread AttentionScratch::thread(int t, int slot) {
   th.k_rot = p, p += head_dim_;
   th.cs = p, p += 2 * head_dim_;
   th.q8d = p, p += static_cast<size_t>(n_head_) * head_dim_;
+  th.q8s = reinterpret_cast<int32_t*>(p), p += (static_cast<size_t>(n_head_) * head_dim_ + 7) / 8;
   th.qp = p, p += static_cast<size_t>(n_head_) * attn::PairStride(head_dim_);
   th.tile_k = p, p += static_cast<size_t>(kBlock) * head_dim_;
   th.tile_v = p, p += static_cast<size_t>(kBlock) * head_dim_;
@@ -120,6 +121,7 @@ attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Th
   st.acc = th.acc;
   st.q8 = th.q8;
   st.q8d = th.q8d;
+  st.q8s = th.q8s;
   st.qp = th.qp;
   if (a.rope != nullptr) {
     st.partner = a.rope->partner().data();

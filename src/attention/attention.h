@@ -61,6 +61,7 @@ class AttentionScratch {
     float* acc = nullptr;     // [n_head, head_dim]
     int8_t* q8 = nullptr;     // [n_head, head_dim] the query quantized (block-type keys)
     float* q8d = nullptr;     // [n_head, head_dim] its blocks' scales (FoldState::q8d)
+    int32_t* q8s = nullptr;   // [n_head, head_dim / 8] its blocks' sums (FoldState::q8s)
     float* qp = nullptr;      // [n_head, 2 * head_dim + 16] pair products' query (FoldState::qp)
     float* tile_k = nullptr;  // [head_dim, kBlock] a K head of a key block, decoded (attn::Tile)
     float* tile_v = nullptr;  // [kBlock, head_dim] a V head of a key block, decoded

@@ -148,6 +148,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
       // block by block in turn, each checking its q8_of / qp_of).
       s.q8 = th.q8 + static_cast<size_t>(l) * q_heads * hd;
       s.q8d = th.q8d + static_cast<size_t>(l) * q_heads * hd;
+      s.q8s = th.q8s + static_cast<size_t>(l) * q_heads * hd / 8;
       s.qp = th.qp + static_cast<size_t>(l) * q_heads * attn::PairStride(hd);
     }
     std::vector<int> n_keys(nl);

@@ -35,6 +35,7 @@ struct FoldState {
   // (QuantizeQuery): q8_0 blocks of the keys' block size.
   int8_t* q8 = nullptr;           // [n_head, head_dim] quants
   float* q8d = nullptr;           // [n_head, head_dim / 8 * 8]: block b's scale at [b * 8, b * 8 + 8)
+  int32_t* q8s = nullptr;         // [n_head, head_dim / qblock] each block's sum of quants (null: none kept)
   const float* q8_of = nullptr;   // the q they were made from; null: not yet (set q8_of = null with q)
   // Deferred keys stored centered and scaled (key offsets on): a stored
   // head's value x reads as center + scale * x, before it is rotated.
@@ -101,7 +102,8 @@ bool ScoresPairsAvx2(FoldState& s, const KeyBlock& b);
 bool ScoresDecodedAvx512(FoldState& s, const KeyBlock& b);
 
 // Quantizes s.q (n_head heads) into s.q8 / s.q8d in blocks of `qblock`
-// elements: d = amax / 127, q = round(x / d) (q8_0's rule); sets s.q8_of.
+// elements: d = amax / 127, q = round(x / d) (q8_0's rule), and each block's
+// sum of quants into s.q8s when it is there; sets s.q8_of.
 void QuantizeQuery(FoldState& s, int qblock);
 
 struct KeyBlock {

@@ -10,6 +10,7 @@ namespace {
 
 struct DotAvx2 {
   static constexpr bool kWide = false;
+  static constexpr int kHeads = 2;  // query heads of a KV head per Scores8Int (fours spill)
   // Lane i: the sum of the products of bytes [4 i, 4 i + 4) of a (u8) and b (s8).
   static __m256i U8S8(__m256i a, __m256i b) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));

@@ -16,7 +16,8 @@
 // sum of four products): vpmaddubsw + vpmaddwd on AVX2
 // (fold_avx2_cached.cc), VNNI's vpdpbusd on AVX-512 (fold_vnni_cached.cc,
 // whose Dot::kWide replaces Scores8Int by one taking two blocks of a key per
-// 512-bit vector). The sums are exact (|k| <= 128 and |q| <= 127, or
+// 512-bit vector, and q8_0's k as k + 128 with the offset taken off after
+// the sum, as the nibble types'). The sums are exact (|k| <= 128 and |q| <= 127, or
 // n <= 31: no int16 pair sum of vpmaddubsw saturates), so both give the same
 // scores, bit for bit.
 #pragma once
@@ -57,14 +58,15 @@ inline void PrefetchRows(const void* const* rows, int c, int n, int i0, int i1, 
   }
 }
 
-// Block k's eight int32 sums of query head h (the nibble types' offset *
-// sum(q) off first; qsum: [n_head, nb]) times d_k (dk, the eight keys') and
+// Block k's eight int32 sums of query head h (the offset of unsigned quants
+// times sum(q) off first, kOffset: the nibble types', or 128 for q8_0 keys
+// taken as k + 128; qsum: [n_head, nb]) times d_k (dk, the eight keys') and
 // the query's d_q, added to acc.
-template <Elem T>
+template <Elem T, int kOffset = QuantOffset<T>()>
 [[gnu::always_inline]] inline void ScaleBlock(const FoldState& s, int h, int nb, int k, __m256i sum,
                                               __m256 dk, const int32_t* qsum, __m256& acc) {
-  if constexpr (T != Elem::kQ8_0)
-    sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(QuantOffset<T>() * qsum[h * nb + k]));
+  if constexpr (kOffset != 0)
+    sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(kOffset * qsum[h * nb + k]));
   const __m256 dq = _mm256_set1_ps(s.q8d[static_cast<size_t>(h) * nb * 8 + k * 8]);
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dk, dq), acc);
 }
@@ -132,16 +134,20 @@ inline void QuerySums(const FoldState& s, int32_t* out) {
 // and the next chunk's K rows are fetched, a part per head, in address
 // order: spread over the pass, and the V pass (head by head, a row's stride
 // between keys) finds its rows in cache. Past b.n the last key is scored
-// again into unused lanes.
-constexpr int kHeadsK = 2;  // query heads of a KV head scored together (Scores8Int's G)
+// again into unused lanes. Dot::kHeads query heads of a KV head are scored
+// together (Scores8Int's G).
 
 template <class Dot, Elem T>
 void Scores(FoldState& s, const KeyBlock& b) {
-  thread_local std::vector<int32_t> qsum;  // [n_head, hd / 32] QuerySums
-  if (s.q8_of != s.q) QuantizeQuery(s, 32);
-  if constexpr (T != Elem::kQ8_0) {
-    qsum.resize(static_cast<size_t>(s.n_head) * (s.head_dim / 32));
-    QuerySums(s, qsum.data());
+  thread_local std::vector<int32_t> qsum;  // [n_head, hd / 32] QuerySums where s.q8s is null
+  if (s.q8_of != s.q) QuantizeQuery(s, 32);  // (s.q8s with it, once per step)
+  const int32_t* sums = s.q8s;               // (AVX2's q8_0 takes none)
+  if constexpr (T != Elem::kQ8_0 || Dot::kWide) {  // (VNNI's q8_0: k + 128 times q)
+    if (sums == nullptr) {
+      qsum.resize(static_cast<size_t>(s.n_head) * (s.head_dim / 32));
+      QuerySums(s, qsum.data());
+      sums = qsum.data();
+    }
   }
   const int group = s.n_head / s.n_head_kv;
   const int k_bytes = s.n_head_kv * b.k_head_bytes, v_bytes = s.n_head_kv * b.v_head_bytes;
@@ -158,9 +164,8 @@ void Scores(FoldState& s, const KeyBlock& b) {
     for (int g = 0; g < s.n_head_kv; ++g) {
       PrefetchRows(b.v, c, b.n, part[g], part[g + 1], v_bytes);
       PrefetchRows(b.k, c + 16, b.n, part[g], part[g + 1], k_bytes);
-      for (int h0 = g * group; h0 < (g + 1) * group; h0 += kHeadsK) {
-        const int32_t* sums = qsum.data();  // (q8_0 takes none)
-        switch (std::min(kHeadsK, (g + 1) * group - h0)) {
+      for (int h0 = g * group; h0 < (g + 1) * group; h0 += Dot::kHeads) {
+        switch (std::min(Dot::kHeads, (g + 1) * group - h0)) {
           case 1: Scores8Int<Dot, T, 1>(s, kp, h0, c, sums); break;
           case 2: Scores8Int<Dot, T, 2>(s, kp, h0, c, sums); break;
           case 3: Scores8Int<Dot, T, 3>(s, kp, h0, c, sums); break;

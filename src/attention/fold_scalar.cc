@@ -33,6 +33,12 @@ void QuantizeQuery(FoldState& s, int qblock) {
     const float d = s.q8d[b];
     std::fill_n(s.q8d + b * 8, 8, d);
   }
+  if (s.q8s != nullptr)
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t t = 0;
+      for (int i = 0; i < qblock; ++i) t += s.q8[b * qblock + i];
+      s.q8s[b] = t;
+    }
   s.q8_of = s.q;
 }
 

@@ -39,6 +39,14 @@ inline __m512i Sum8x2(const __m512i (&d)[8]) {
 
 struct DotVnni {
   static constexpr bool kWide = true;
+  // Query heads of a KV head per Scores8: each block pair of the eight keys
+  // is unpacked once for all of them, then scored head by head (eight
+  // registers of products live at a time, so four do not spill).
+  static constexpr int kHeads = 4;
+
+  // What the unsigned bytes of a block of type T exceed its integers by.
+  template <Elem T>
+  static constexpr int kOffset = T == Elem::kQ8_0 ? 128 : QuantOffset<T>();
 
   // Lane i: the sum of the products of bytes [4 i, 4 i + 4) of a (u8) and b (s8).
   static __m256i U8S8(__m256i a, __m256i b) {
@@ -46,10 +54,11 @@ struct DotVnni {
   }
 
   // Scores8Int (fold_cached8.h) with blocks k and k + 1 of each key in one
-  // 512-bit vector: q8_0 as |k| (u8) times q negated where k < 0 (AVX-512
-  // has no vpsignb; where k = 0 the product is 0 either way), the nibble
-  // types as their unsigned quants. The integers are exact, so the sums
-  // are Scores8Int's; the float steps are its, block by block in order.
+  // 512-bit vector: q8_0 as k + 128 (u8, one xor per key for every head;
+  // no int16 step to saturate, as vpmaddubsw has) times q, 128 * sum(q)
+  // taken off after the sum (as the prefill tile does); the nibble types as
+  // their unsigned quants. The integers are exact, so the sums are
+  // Scores8Int's; the float steps are its, block by block in order.
   template <Elem T, int G>
   static void Scores8(FoldState& s, const uint8_t* const kp[8], int h0, int c,
                       const int32_t* qsum) {
@@ -60,26 +69,16 @@ struct DotVnni {
     const uint8_t* blk[8];  // the eight keys' block k (its d_k first)
     int k = 0;
     for (; k + 2 <= nb; k += 2) {
-      __m512i q[G];
-      for (int u = 0; u < G; ++u)
-        q[u] = _mm512_loadu_si512(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k);
-      __m512i dot[G][8];
+      __m512i n[8];  // key i's blocks k and k + 1 as unsigned bytes
       for (int i = 0; i < 8; ++i) {
         const uint8_t* b0 = kp[i] + k * kBytes;
-        if constexpr (T == Elem::kQ8_0) {
+        if constexpr (T == Elem::kQ8_0) {  // k + 128: the sign bit flipped
           const __m512i x =
               _mm512_inserti64x4(_mm512_castsi256_si512(Ints32<T>(b0)), Ints32<T>(b0 + kBytes), 1);
-          const __m512i ax = _mm512_abs_epi8(x);
-          const __mmask64 neg = _mm512_movepi8_mask(x);
-          for (int u = 0; u < G; ++u)
-            dot[u][i] =
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax,
-                                    _mm512_mask_sub_epi8(q[u], neg, _mm512_setzero_si512(), q[u]));
+          n[i] = _mm512_xor_si512(x, _mm512_set1_epi8(static_cast<char>(0x80)));
         } else {
-          const __m512i n = _mm512_inserti64x4(_mm512_castsi256_si512(Unsigned32<T>(b0)),
-                                               Unsigned32<T>(b0 + kBytes), 1);
-          for (int u = 0; u < G; ++u)
-            dot[u][i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), n, q[u]);
+          n[i] = _mm512_inserti64x4(_mm512_castsi256_si512(Unsigned32<T>(b0)),
+                                    Unsigned32<T>(b0 + kBytes), 1);
         }
       }
       for (int i = 0; i < 8; ++i) blk[i] = kp[i] + k * kBytes;
@@ -87,9 +86,13 @@ struct DotVnni {
       for (int i = 0; i < 8; ++i) blk[i] += kBytes;
       const __m256 dk1 = F16x8(blk);
       for (int u = 0; u < G; ++u) {
-        const __m512i sums = Sum8x2(dot[u]);
-        ScaleBlock<T>(s, h0 + u, nb, k, _mm512_castsi512_si256(sums), dk0, qsum, acc[u]);
-        ScaleBlock<T>(s, h0 + u, nb, k + 1, _mm512_extracti64x4_epi64(sums, 1), dk1, qsum, acc[u]);
+        const __m512i q = _mm512_loadu_si512(s.q8 + static_cast<size_t>(h0 + u) * hd + 32 * k);
+        __m512i dot[8];
+        for (int i = 0; i < 8; ++i) dot[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), n[i], q);
+        const __m512i sums = Sum8x2(dot);
+        ScaleBlock<T, kOffset<T>>(s, h0 + u, nb, k, _mm512_castsi512_si256(sums), dk0, qsum, acc[u]);
+        ScaleBlock<T, kOffset<T>>(s, h0 + u, nb, k + 1, _mm512_extracti64x4_epi64(sums, 1), dk1, qsum,
+                                  acc[u]);
       }
     }
     if (k < nb) Block8Int<DotVnni, T, G>(s, kp, h0, k, qsum, acc);  // an odd last block

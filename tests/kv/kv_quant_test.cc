@@ -411,7 +411,7 @@ TEST(KvQuantFold, Avx512EqualsScalarReference) {
 // FoldAvx2 against FoldScalar: head sizes 8 to 256 (blocks of 8, 16 and 32
 // for the block types), GQA 1, 2, 3, 4 and 8 (the V pass shares a KV head's
 // decoded values among up to 4 query heads, the cached integer scores among
-// 2: each path and remainder), 1 to 64 keys per call (odd counts,
+// 2 (AVX2) or 4 (VNNI): each path and remainder), 1 to 64 keys per call (odd counts,
 // several calls in sequence so the running max and sum carry over), cached and
 // deferred RoPE (one- and two-level rotation rows), every K/V type pair.
 // The last three: one query head per KV head with 3, 4 and 5 blocks of 32
