@@ -260,6 +260,13 @@ bool ScoresCachedAvx2(FoldState& s, const KeyBlock& b);
 // (AccumulateV32Avx512 below): the same results, bit for bit.
 void FoldAvx2Vnni(FoldState& s, const KeyBlock& b);
 bool ScoresCachedVnni(FoldState& s, const KeyBlock& b);
+// AVX-512 machines only: FoldAvx2Vnni's softmax of query head h's scores in
+// the block (fold_avx2.cc's Softmax on 16 keys per vector, each lane's
+// operations the same and the weights summed 8 lanes at a time in key order,
+// so the same bits; fold_values_avx512.cc): the scores scaled in place, the
+// running max and sum updated, the weights into p [kBlock] (zero past b.n);
+// returns the factor the accumulators take.
+float SoftmaxAvx512(FoldState& s, const KeyBlock& b, int h, float* p);
 // AVX-512 machines only: FoldAvx2Vnni's V pass of one query head that shares
 // its KV head with no other, over V of block type T (q8_0, q4_0, q5_0) in
 // blocks of 32 (head_dim % 32 == 0, up to 256): fold_avx2.cc's AccumulateV32

@@ -434,7 +434,7 @@ void ValuesOfHeads(FoldState& s, const KeyBlock& b, int h0, const float (*p)[kBl
 // the query heads of each KV head up to kGroupV at a time.
 template <Elem T, int B, bool kWide>
 void Values(FoldState& s, const KeyBlock& b) {
-  alignas(32) float p[kGroupV][kBlock];  // exp(score - max) of each key, per head of a pass
+  alignas(64) float p[kGroupV][kBlock];  // exp(score - max) of each key, per head of a pass
   alignas(32) float dv[256 / 32 * kBlock];  // [hd / 32, kBlock] BlockScales of the KV head
   float corr[kGroupV];
   const int group = s.n_head / s.n_head_kv;
@@ -445,7 +445,8 @@ void Values(FoldState& s, const KeyBlock& b) {
       if (group > 1) BlockScales<T>(b, g, s.head_dim, dv);
     for (int h0 = g * group; h0 < (g + 1) * group; h0 += kGroupV) {
       const int n = std::min(kGroupV, (g + 1) * group - h0);
-      for (int u = 0; u < n; ++u) corr[u] = Softmax(s, b, h0 + u, p[u]);
+      for (int u = 0; u < n; ++u)
+        corr[u] = kWide ? SoftmaxAvx512(s, b, h0 + u, p[u]) : Softmax(s, b, h0 + u, p[u]);
       switch (n) {
         case 1:
           ValuesOfHeads<T, B, 1, kWide>(s, b, h0, p, corr, dv);

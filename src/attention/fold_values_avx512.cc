@@ -11,10 +11,14 @@
 // (thirty-seventh session).
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "attention/fold.h"
 #include "attention/fold_avx2_decode.h"
+#include "attention/fold_avx512_exp.h"
 
 namespace rotor::attn {
 namespace {
@@ -99,6 +103,38 @@ void GroupBlock(const KeyBlock& b, const float* w, const float* wsum, int nb, si
 }
 
 }  // namespace
+
+float SoftmaxAvx512(FoldState& s, const KeyBlock& b, int h, float* p) {
+  const __m512 scale = _mm512_set1_ps(s.scale);
+  // Vectors of 16 keys; the lanes past b.n are in the scratch row (kBlock
+  // wide, a multiple of 16) but hold no score: scaled and stored whole, as
+  // the AVX2 pass does within its vectors of 8, then masked out of the max
+  // and the weights.
+  float* sc = s.scores + h * kBlock;
+  __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int c = 0; c < b.n; c += 16) {
+    const __mmask16 valid = static_cast<__mmask16>(b.n - c >= 16 ? 0xFFFF : (1u << (b.n - c)) - 1);
+    const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(sc + c), scale);
+    _mm512_storeu_ps(sc + c, x);
+    vmax = _mm512_mask_max_ps(vmax, valid, vmax, x);
+  }
+  const float new_max = std::max(s.m[h], _mm512_reduce_max_ps(vmax));
+  const float corr = std::exp(s.m[h] - new_max);  // 0 on the first block (m = -inf)
+  const __m512 vm = _mm512_set1_ps(new_max);
+  // The weights' sum 8 lanes at a time in key order, as the AVX2 pass adds
+  // them (a vector past b.n adds zeros: the same sum).
+  __m256 vsum = _mm256_setzero_ps();
+  for (int c = 0; c < b.n; c += 16) {
+    const __mmask16 valid = static_cast<__mmask16>(b.n - c >= 16 ? 0xFFFF : (1u << (b.n - c)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(_mm512_loadu_ps(sc + c), vm)));
+    _mm512_storeu_ps(p + c, e);
+    vsum = _mm256_add_ps(vsum, _mm512_castps512_ps256(e));
+    vsum = _mm256_add_ps(vsum, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+  }
+  s.l[h] = s.l[h] * corr + Hsum(vsum);
+  s.m[h] = new_max;
+  return corr;
+}
 
 template <Elem T>
 void AccumulateV32Avx512(const KeyBlock& b, const float* p, size_t v0, int head_dim, float corr,
