@@ -2,9 +2,9 @@
 // compiles its own copy: everything here has internal linkage).
 //
 // The decode scores of a block of block-type keys stored rotated (cached
-// RoPE): per pair of query heads of a KV head (GQA: each key's integers and
-// scales read and decoded once for both; pairs measured as fast as fours,
-// which spill), eight keys at a time, each key's products summed across
+// RoPE): per Dot::kHeads query heads of a KV head (GQA: each key's integers
+// and scales read and decoded once for them; AVX2: pairs, measured as fast
+// as fours, which spill; VNNI: fours), eight keys at a time, each key's products summed across
 // lanes for the eight at once (a transposed horizontal sum: 9 instructions
 // for 8 keys, not 6 per key), by exact integer dot products (q8_0: |k| (u8)
 // times q with k's sign (s8); the nibble types: their unsigned quants times
