@@ -296,9 +296,10 @@ void BM_QuantizeQuery(benchmark::State& state) {
   for (float& v : q) v = dist(rng);
   std::vector<int8_t> q8(n);  // [n_head, hd]
   std::vector<float> q8d(n);  // [n_head, hd / 8 * 8] (as FoldState's)
+  std::vector<int32_t> q8s(n / 8);  // [n_head, hd / qblock] block sums
   attn::FoldState s;
   s.n_head = s.n_head_kv = n_head, s.head_dim = hd;
-  s.q = q.data(), s.q8 = q8.data(), s.q8d = q8d.data();
+  s.q = q.data(), s.q8 = q8.data(), s.q8d = q8d.data(), s.q8s = q8s.data();
   for (auto _ : state) {
     s.q8_of = nullptr;
     attn::QuantizeQuery(s, static_cast<int>(state.range(2)));

@@ -35,7 +35,7 @@ struct FoldState {
   // (QuantizeQuery): q8_0 blocks of the keys' block size.
   int8_t* q8 = nullptr;           // [n_head, head_dim] quants
   float* q8d = nullptr;           // [n_head, head_dim / 8 * 8]: block b's scale at [b * 8, b * 8 + 8)
-  int32_t* q8s = nullptr;         // [n_head, head_dim / qblock] each block's sum of quants (null: none kept)
+  int32_t* q8s = nullptr;         // [n_head, head_dim / qblock] each block's sum of quants
   const float* q8_of = nullptr;   // the q they were made from; null: not yet (set q8_of = null with q)
   // Deferred keys stored centered and scaled (key offsets on): a stored
   // head's value x reads as center + scale * x, before it is rotated.
@@ -103,8 +103,10 @@ bool ScoresDecodedAvx512(FoldState& s, const KeyBlock& b);
 
 // Quantizes s.q (n_head heads) into s.q8 / s.q8d in blocks of `qblock`
 // elements: d = amax / 127, q = round(x / d) (q8_0's rule), and each block's
-// sum of quants into s.q8s when it is there; sets s.q8_of.
+// sum of quants into s.q8s (BlockSums); sets s.q8_of.
 void QuantizeQuery(FoldState& s, int qblock);
+// out[i]: the sum of q[i * block, (i + 1) * block), for the n / block blocks.
+void BlockSums(const int8_t* q, int64_t n, int block, int32_t* out);
 
 struct KeyBlock {
   int n = 0;
@@ -260,12 +262,12 @@ bool ScoresCachedAvx2(FoldState& s, const KeyBlock& b);
 // (AccumulateV32Avx512 below): the same results, bit for bit.
 void FoldAvx2Vnni(FoldState& s, const KeyBlock& b);
 bool ScoresCachedVnni(FoldState& s, const KeyBlock& b);
-// AVX-512 machines only: FoldAvx2Vnni's softmax of query head h's scores in
-// the block (fold_avx2.cc's Softmax on 16 keys per vector, each lane's
-// operations the same and the weights summed 8 lanes at a time in key order,
-// so the same bits; fold_values_avx512.cc): the scores scaled in place, the
-// running max and sum updated, the weights into p [kBlock] (zero past b.n);
-// returns the factor the accumulators take.
+// AVX-512 machines only: the softmax of query head h's scores in the block
+// for every AVX-512 fold (fold_values_avx512.cc): fold_avx2.cc's Softmax on
+// 16 keys per vector, each lane's operations the same and the weights summed
+// 8 lanes at a time in key order, so FoldAvx2Vnni keeps FoldAvx2's bits. The
+// scores scaled in place, the running max and sum updated, the weights into
+// p [kBlock] (zero past b.n); returns the factor the accumulators take.
 float SoftmaxAvx512(FoldState& s, const KeyBlock& b, int h, float* p);
 // AVX-512 machines only: FoldAvx2Vnni's V pass of one query head that shares
 // its KV head with no other, over V of block type T (q8_0, q4_0, q5_0) in

@@ -2,8 +2,6 @@
 // in registers (deferred RoPE, adjacent pairs), vectorized exp.
 #include <immintrin.h>
 
-#include <cmath>
-#include <limits>
 
 #include "attention/fold.h"
 #include "attention/fold_avx512_exp.h"
@@ -29,7 +27,6 @@ template <int NV, bool F16>
 void Fold(FoldState& s, const KeyBlock& b) {
   constexpr int nv = NV, hd = 16 * NV;
   const int group = s.n_head / s.n_head_kv;
-  const __m512 scale = _mm512_set1_ps(s.scale);
   __m512 k[NV];
   __m512 cr[NV], sr[NV];
   // Bytes of one key's K or V row (every kv head of the fold).
@@ -76,28 +73,8 @@ void Fold(FoldState& s, const KeyBlock& b) {
     }
   }
   alignas(64) float p[kBlock];
-  const int nvec = (b.n + 15) / 16;
   for (int h = 0; h < s.n_head; ++h) {
-    float* sc = s.scores + h * kBlock;
-    __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int c = 0; c < nvec; ++c) {
-      const __mmask16 mask = static_cast<__mmask16>(b.n - 16 * c >= 16 ? 0xFFFF : (1u << (b.n - 16 * c)) - 1);
-      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, sc + 16 * c), scale);
-      _mm512_mask_storeu_ps(sc + 16 * c, mask, x);
-      vmax = _mm512_mask_max_ps(vmax, mask, vmax, x);
-    }
-    const float new_max = std::max(s.m[h], _mm512_reduce_max_ps(vmax));
-    const float corr = std::exp(s.m[h] - new_max);
-    const __m512 vm = _mm512_set1_ps(new_max);
-    __m512 vsum = _mm512_setzero_ps();
-    for (int c = 0; c < nvec; ++c) {
-      const __mmask16 mask = static_cast<__mmask16>(b.n - 16 * c >= 16 ? 0xFFFF : (1u << (b.n - 16 * c)) - 1);
-      const __m512 e = _mm512_maskz_mov_ps(mask, Exp(_mm512_sub_ps(_mm512_loadu_ps(sc + 16 * c), vm)));
-      _mm512_store_ps(p + 16 * c, e);
-      vsum = _mm512_add_ps(vsum, e);
-    }
-    s.l[h] = s.l[h] * corr + _mm512_reduce_add_ps(vsum);
-    s.m[h] = new_max;
+    const float corr = SoftmaxAvx512(s, b, h, p);
     float* acc = s.acc + h * hd;
     const __m512 vcorr = _mm512_set1_ps(corr);
     __m512 a[NV];

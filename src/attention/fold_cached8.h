@@ -117,18 +117,6 @@ void Scores8Int(FoldState& s, const uint8_t* const kp[8], int h0, int c, const i
   for (int u = 0; u < G; ++u) _mm256_storeu_ps(s.scores + (h0 + u) * kBlock + c, acc[u]);
 }
 
-// The sum of each 32-element block of the quantized query heads:
-// [n_head, hd / 32] into out.
-inline void QuerySums(const FoldState& s, int32_t* out) {
-  const int nb = s.head_dim / 32;
-  for (int h = 0; h < s.n_head; ++h)
-    for (int k = 0; k < nb; ++k) {
-      int32_t t = 0;
-      for (int i = 0; i < 32; ++i) t += s.q8[static_cast<size_t>(h) * s.head_dim + 32 * k + i];
-      out[h * nb + k] = t;
-    }
-}
-
 // Eight keys at a time, every head of them, so K rows are read in order
 // (the hardware prefetchers follow). While the chunk is scored, its V rows
 // and the next chunk's K rows are fetched, a part per head, in address
@@ -139,16 +127,8 @@ inline void QuerySums(const FoldState& s, int32_t* out) {
 
 template <class Dot, Elem T>
 void Scores(FoldState& s, const KeyBlock& b) {
-  thread_local std::vector<int32_t> qsum;  // [n_head, hd / 32] QuerySums where s.q8s is null
   if (s.q8_of != s.q) QuantizeQuery(s, 32);  // (s.q8s with it, once per step)
-  const int32_t* sums = s.q8s;               // (AVX2's q8_0 takes none)
-  if constexpr (T != Elem::kQ8_0 || Dot::kWide) {  // (VNNI's q8_0: k + 128 times q)
-    if (sums == nullptr) {
-      qsum.resize(static_cast<size_t>(s.n_head) * (s.head_dim / 32));
-      QuerySums(s, qsum.data());
-      sums = qsum.data();
-    }
-  }
+  const int32_t* sums = s.q8s;  // [n_head, hd / 32]: the offsets' sum(q) (AVX2's q8_0 takes none)
   const int group = s.n_head / s.n_head_kv;
   const int k_bytes = s.n_head_kv * b.k_head_bytes, v_bytes = s.n_head_kv * b.v_head_bytes;
   // Part g of n_head_kv of a chunk's eight rows: rows [part[g], part[g + 1]),

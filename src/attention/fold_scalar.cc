@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attention/fold.h"
+#include "base/check.h"
 #include "kv/kv_quant.h"
 #include "ops/quant.h"
 
@@ -22,6 +23,14 @@ void DecodeHead(Elem t, int head_bytes, int head_dim, const void* row, int g, fl
 
 }  // namespace
 
+void BlockSums(const int8_t* q, int64_t n, int block, int32_t* out) {
+  for (int64_t b = 0; b < n / block; ++b) {
+    int32_t t = 0;
+    for (int i = 0; i < block; ++i) t += q[b * block + i];
+    out[b] = t;
+  }
+}
+
 void QuantizeQuery(FoldState& s, int qblock) {
   const int64_t n = static_cast<int64_t>(s.n_head) * s.head_dim, nb = n / qblock;
   // Every head is a whole number of blocks: one call for all of them (ops'
@@ -33,12 +42,8 @@ void QuantizeQuery(FoldState& s, int qblock) {
     const float d = s.q8d[b];
     std::fill_n(s.q8d + b * 8, 8, d);
   }
-  if (s.q8s != nullptr)
-    for (int64_t b = 0; b < nb; ++b) {
-      int32_t t = 0;
-      for (int i = 0; i < qblock; ++i) t += s.q8[b * qblock + i];
-      s.q8s[b] = t;
-    }
+  CHECK(s.q8s != nullptr);
+  BlockSums(s.q8, n, qblock, s.q8s);
   s.q8_of = s.q;
 }
 
@@ -145,11 +150,7 @@ bool TileScoresIntegers(const Tile& t, const KeyBlock& b) {
 void TileQuantize(FoldState& s) {
   const int64_t n = static_cast<int64_t>(s.n_head) * s.head_dim;
   ops::QuantizeQ8BlocksF32(s.q, n, 32, s.tq8, s.tqd);
-  for (int64_t i = 0; i < n / 32; ++i) {
-    int32_t sum = 0;
-    for (int e = 0; e < 32; ++e) sum += s.tq8[i * 32 + e];
-    s.tqs[i] = sum;
-  }
+  BlockSums(s.tq8, n, 32, s.tqs);
   s.tq_of = s.q;
 }
 

@@ -47,7 +47,7 @@ int KeysOf(const TileCase& c, int u, int n) {
 struct TokenState {
   std::vector<float> q, scores, k_rot, cs, m, l, acc, q8d, tqd;
   std::vector<int8_t> q8, tq8;
-  std::vector<int32_t> tqs;
+  std::vector<int32_t> tqs, q8s;
   attn::FoldState s;
   TokenState(const TileCase& c, uint32_t seed, bool integers = false) {
     const size_t n = static_cast<size_t>(c.n_head) * c.head_dim;
@@ -60,6 +60,7 @@ struct TokenState {
     s.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
     s.q = q.data(), s.scores = scores.data(), s.k_rot = k_rot.data(), s.cs = cs.data();
     s.m = m.data(), s.l = l.data(), s.acc = acc.data(), s.q8 = q8.data(), s.q8d = q8d.data();
+    q8s.resize(n / 8), s.q8s = q8s.data();  // [n_head, head_dim / qblock], qblock >= 8
     if (integers) {
       tq8.resize(n), tqd.resize(n / 32), tqs.resize(n / 32);
       s.tq8 = tq8.data(), s.tqd = tqd.data(), s.tqs = tqs.data();

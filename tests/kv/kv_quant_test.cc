@@ -294,13 +294,14 @@ struct FoldInputs {
     acc.assign(static_cast<size_t>(c.n_head) * hd, 0.f),
         q8d.resize(static_cast<size_t>(c.n_head) * hd);
     q8.resize(static_cast<size_t>(c.n_head) * hd);
+    q8s.resize(static_cast<size_t>(c.n_head) * hd / 8);  // [n_head, hd / qblock], qblock >= 8
     qp.resize(static_cast<size_t>(c.n_head) * attn::PairStride(hd));
     s.n_head = c.n_head, s.n_head_kv = c.n_head_kv, s.head_dim = hd;
     s.scale = 1.f / std::sqrt(static_cast<float>(hd));
     s.q = q.data(), s.partner = partner.data();
     s.scores = scores.data(), s.k_rot = k_rot.data(), s.cs = csbuf.data();
     s.m = m.data(), s.l = l.data(), s.acc = acc.data();
-    s.q8 = q8.data(), s.q8d = q8d.data(), s.qp = qp.data();
+    s.q8 = q8.data(), s.q8d = q8d.data(), s.q8s = q8s.data(), s.qp = qp.data();
     if (c.centered) s.k_center = center.data(), s.k_scale = scale.data();
     b.tk = static_cast<attn::Elem>(tk), b.tv = static_cast<attn::Elem>(tv);
     b.k_head_bytes = static_cast<int>(KvHeadBytes(tk, hd));
@@ -340,6 +341,7 @@ struct FoldInputs {
   std::vector<float> q, cs, sn, cs2, sn2, center, scale, scores, k_rot, csbuf, m, l, acc, q8d, qp;
   std::vector<uint8_t> k, v;
   std::vector<int8_t> q8;
+  std::vector<int32_t> q8s;
   std::vector<int> partner;
   attn::FoldState s;
   attn::KeyBlock b;
