@@ -254,14 +254,27 @@ void FoldAvx2(FoldState& s, const KeyBlock& b);
 // FoldAvx2's scores (raw q.k into s.scores) of block-type keys in blocks
 // of 32 stored rotated (every b.cos null), eight keys at a time
 // (fold_avx2_cached.cc); false (nothing done) for the others. (The float
-// types keep fold_avx2.cc's key-by-key scores: measured faster end to end.)
+// types keep fold_avx2.cc's key-by-key scores there: measured faster end to
+// end. FoldAvx2Vnni scores them 16 products at a time: ScoresFloatAvx512.)
 bool ScoresCachedAvx2(FoldState& s, const KeyBlock& b);
 // AVX-512 machines only: FoldAvx2 with those scores by VNNI's vpdpbusd on
 // 512-bit vectors, two blocks of a key in each (ScoresCachedVnni,
 // fold_vnni_cached.cc), and the V pass of block-type V on 512-bit vectors
-// (AccumulateV32Avx512 below): the same results, bit for bit.
+// (AccumulateV32Avx512 below), and float keys' scores 16 at a time
+// (ScoresFloatAvx512): the same results, bit for bit.
 void FoldAvx2Vnni(FoldState& s, const KeyBlock& b);
 bool ScoresCachedVnni(FoldState& s, const KeyBlock& b);
+// AVX-512 machines only: FoldAvx2Vnni's scores (raw q.k into s.scores) of
+// float keys (f32, f16, bf16; not stored centered), head_dim 16 to 128 or
+// 256 in steps of 16, cached or deferred (normal pairs): H query heads of a
+// KV head against 16 / H keys per pass, each key head loaded and rotated
+// once for them, the 16 dot products' lanes summed across by one shuffle
+// tree (fold_float_avx512.cc). Lane l of a product is the chain of fused
+// multiply-adds of FoldAvx2's accumulators (elements l and l + 8 of every
+// 16 in its two) and the tree adds as its Hsum, so the scores are FoldAvx2's
+// bit for bit (KvQuantFold.Avx2VnniEqualsAvx2BitForBit). False (nothing
+// done) for other keys.
+bool ScoresFloatAvx512(FoldState& s, const KeyBlock& b);
 // AVX-512 machines only: the softmax of query head h's scores in the block
 // for every AVX-512 fold (fold_values_avx512.cc): fold_avx2.cc's Softmax on
 // 16 keys per vector, each lane's operations the same and the weights summed

@@ -516,6 +516,7 @@ void Fold(FoldState& s, const KeyBlock& b) {
   if (!scored && kVnni && s.n_head >= 4 * s.n_head_kv && PairScored(s, b))
     scored = ScoresDecodedAvx512(s, b);  // a GQA group shares each key's decode
   if (!scored) scored = kVnni ? ScoresPairsAvx512(s, b) : ScoresPairsAvx2(s, b);
+  if (!scored && kVnni) scored = ScoresFloatAvx512(s, b);  // float keys, 16 sums at once
   if (!scored) WithType<ScoresFn>(b.tk, s, b);
   if constexpr (kVnni)
     WithType<ValuesWideFn>(b.tv, s, b);

@@ -517,6 +517,39 @@ TEST(KvQuantFold, Avx2VnniEqualsAvx2BitForBit) {
   EXPECT_TRUE(sweep.EveryValueRan());
 }
 
+// Float keys on AVX-512 (ScoresFloatAvx512: 16 products per pass, H query
+// heads of a KV head against 16 / H keys): every H (groups of 1, 2, 3, 4,
+// 5 and 8 query heads), head sizes 16 to 256 and one it declines (144),
+// passes cut short by the block's end, cached and deferred keys in one and
+// two levels. The same bits as FoldAvx2's key-by-key scores, and near the
+// scalar reference.
+TEST(KvQuantFold, FloatScoresSixteenAtOnceEqualKeyByKey) {
+  if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
+  const FoldCase cases[] = {{5, 5, 16, 1, false, 1},           {8, 1, 64, 70, false, 64},
+                            {16, 2, 128, 33, true, 33, true},  {10, 2, 80, 19, true, 19},
+                            {2, 1, 256, 47, true, 47, true},   {6, 2, 112, 64, false, 64},
+                            {3, 1, 144, 21, false, 21},        {12, 12, 256, 17, true, 17},
+                            {4, 2, 32, 129, true, 64, true}};
+  testing::Sweep sweep(2);
+  for (const FoldCase& c : cases)
+    for (KvType tk : {KvType::kF32, KvType::kF16, KvType::kBF16})
+      for (KvType tv : {KvType::kF16, KvType::kQ8_0}) {
+        if (!sweep.Next({static_cast<int>(&c - cases), static_cast<int>(tk), static_cast<int>(tv)}))
+          continue;
+        SCOPED_TRACE(::testing::Message() << KvTypeName(tk) << "/" << KvTypeName(tv) << " heads "
+                                          << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim
+                                          << " keys " << c.n_keys << (c.deferred ? " deferred" : ""));
+        const uint32_t seed = c.head_dim * 7 + c.n_keys;
+        const std::vector<float> got = RunFold(attn::FoldAvx2Vnni, c, tk, tv, seed);
+        EXPECT_EQ(got, RunFold(attn::FoldAvx2, c, tk, tv, seed));
+        const std::vector<float> want = RunFold(attn::FoldScalar, c, tk, tv, seed);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 2e-5f * (1 + std::fabs(want[i]))) << "element " << i;
+      }
+  EXPECT_TRUE(sweep.EveryValueRan());
+}
+
 // ---- Pair products (fold.h): deferred block-type keys in blocks of 32.
 
 // Cases: head sizes 32 to 256 (1 to 8 blocks), GQA groups of 1, 3 and 4,
