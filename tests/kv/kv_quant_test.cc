@@ -530,7 +530,7 @@ TEST(KvQuantFold, FloatScoresSixteenAtOnceEqualKeyByKey) {
                             {2, 1, 256, 47, true, 47, true},   {6, 2, 112, 64, false, 64},
                             {3, 1, 144, 21, false, 21},        {12, 12, 256, 17, true, 17},
                             {4, 2, 32, 129, true, 64, true}};
-  testing::Sweep sweep(2);
+  testing::Sweep sweep(5);  // 5: coprime with the 3 x 2 types, so each runs
   for (const FoldCase& c : cases)
     for (KvType tk : {KvType::kF32, KvType::kF16, KvType::kBF16})
       for (KvType tv : {KvType::kF16, KvType::kQ8_0}) {
