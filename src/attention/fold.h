@@ -265,8 +265,8 @@ bool ScoresCachedAvx2(FoldState& s, const KeyBlock& b);
 void FoldAvx2Vnni(FoldState& s, const KeyBlock& b);
 bool ScoresCachedVnni(FoldState& s, const KeyBlock& b);
 // AVX-512 machines only: FoldAvx2Vnni's scores (raw q.k into s.scores) of
-// float keys (f32, f16, bf16; not stored centered), head_dim 16 to 128 or
-// 256 in steps of 16, cached or deferred (normal pairs): H query heads of a
+// float keys (f32, f16, bf16; not stored centered), head_dim 64 or 128,
+// cached or deferred (normal pairs): H query heads of a
 // KV head against 16 / H keys per pass, each key head loaded and rotated
 // once for them, the 16 dot products' lanes summed across by one shuffle
 // tree (fold_float_avx512.cc). Lane l of a product is the chain of fused

@@ -519,15 +519,15 @@ TEST(KvQuantFold, Avx2VnniEqualsAvx2BitForBit) {
 
 // Float keys on AVX-512 (ScoresFloatAvx512: 16 products per pass, H query
 // heads of a KV head against 16 / H keys): every H (groups of 1, 2, 3, 4,
-// 5 and 8 query heads), head sizes 16 to 256 and one it declines (144),
-// passes cut short by the block's end, cached and deferred keys in one and
-// two levels. The same bits as FoldAvx2's key-by-key scores, and near the
-// scalar reference.
+// 5 and 8 query heads), the head sizes it takes (64, 128) and ones it
+// declines (16 to 256), passes cut short by the block's end, cached and
+// deferred keys in one and two levels. The same bits as FoldAvx2's
+// key-by-key scores, and near the scalar reference.
 TEST(KvQuantFold, FloatScoresSixteenAtOnceEqualKeyByKey) {
   if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
-  const FoldCase cases[] = {{5, 5, 16, 1, false, 1},           {8, 1, 64, 70, false, 64},
-                            {16, 2, 128, 33, true, 33, true},  {10, 2, 80, 19, true, 19},
-                            {2, 1, 256, 47, true, 47, true},   {6, 2, 112, 64, false, 64},
+  const FoldCase cases[] = {{5, 5, 64, 1, false, 1},           {8, 1, 64, 70, false, 64},
+                            {16, 2, 128, 33, true, 33, true},  {10, 2, 64, 19, true, 19},
+                            {2, 1, 128, 47, true, 47, true},   {6, 2, 128, 64, false, 64},
                             {3, 1, 144, 21, false, 21},        {12, 12, 256, 17, true, 17},
                             {4, 2, 32, 129, true, 64, true}};
   testing::Sweep sweep(5);  // 5: coprime with the 3 x 2 types, so each runs
