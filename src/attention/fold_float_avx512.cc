@@ -13,22 +13,10 @@
 #include <algorithm>
 
 #include "attention/fold.h"
+#include "attention/fold_avx512_load.h"
 
 namespace rotor::attn {
 namespace {
-
-// Values [16 i, 16 i + 16) of a key head of element type T, as f32 (bf16 and
-// f16 exactly as fold_avx2_decode.h's Load8).
-template <Elem T>
-inline __m512 Load16(const uint8_t* head, int i) {
-  if constexpr (T == Elem::kF32) {
-    return _mm512_loadu_ps(reinterpret_cast<const float*>(head) + 16 * i);
-  } else {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(head + 32 * i));
-    if constexpr (T == Elem::kF16) return _mm512_cvtph_ps(x);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
-  }
-}
 
 // The lane sums of v[0..16): lane 4 k + l of the result is the sum of v[4 l +
 // k]'s lanes. Every sum takes the same tree: lanes i + (i + 8), then i + (i +
@@ -60,17 +48,6 @@ template <int J>
 constexpr int Slot(int u, int t) {
   return 4 * ((u * J + t) % 4) + (u * J + t) / 4;
 }
-
-// A rotation that leaves a key as it is (keys without a row in a block whose
-// others have one: cos 1, sin 0).
-struct Identity {
-  alignas(64) float cos[256];
-  alignas(64) float sin[256] = {};
-  constexpr Identity() : cos() {
-    for (float& c : cos) c = 1.f;
-  }
-};
-constexpr Identity kIdentity{};
 
 // Scores of every query head against keys [0, b.n): H query heads per pass
 // over J keys, head_dim 16 NV; kRotate: the keys carry rotation rows (cr /
@@ -139,14 +116,13 @@ void Scores(FoldState& s, const KeyBlock& b) {
   alignas(64) float rot[J][2][hd];  // [key of the pass][cos, sin][head_dim]: two levels combined
   const float* cr[J];
   const float* sr[J];
+  // A block's keys are all stored rotated or all carry rows (KeyBlock).
+  const bool rotate = b.cos[0] != nullptr;
   for (int j0 = 0; j0 < b.n; j0 += J) {
     const int nj = std::min(J, b.n - j0);
-    bool rotate = false;
-    for (int t = 0; t < J; ++t) {
+    for (int t = 0; rotate && t < J; ++t) {
       const int j = j0 + std::min(t, nj - 1);
       cr[t] = b.cos[j], sr[t] = b.sin[j];
-      if (cr[t] == nullptr) continue;
-      rotate = true;
       if (b.cos2[j] == nullptr) continue;
       for (int i = 0; i < NV; ++i) {  // angle addition, as the other folds combine the levels
         const __m512 c1 = _mm512_loadu_ps(b.cos[j] + 16 * i),
@@ -158,13 +134,10 @@ void Scores(FoldState& s, const KeyBlock& b) {
       }
       cr[t] = rot[t][0], sr[t] = rot[t][1];
     }
-    if (rotate) {
-      for (int t = 0; t < J; ++t)
-        if (cr[t] == nullptr) cr[t] = kIdentity.cos, sr[t] = kIdentity.sin;
+    if (rotate)
       Pass<T, NV, H, true>(s, b, j0, nj, cr, sr);
-    } else {
+    else
       Pass<T, NV, H, false>(s, b, j0, nj, cr, sr);
-    }
   }
 }
 
@@ -199,9 +172,7 @@ bool OfType(FoldState& s, const KeyBlock& b) {
 
 bool ScoresFloatAvx512(FoldState& s, const KeyBlock& b) {
   if (b.n == 0 || s.k_scale != nullptr) return false;
-  bool rotated = false;
-  for (int j = 0; j < b.n; ++j) rotated |= b.cos[j] != nullptr;
-  if (rotated && !s.normal_pairs) return false;
+  if (b.cos[0] != nullptr && !s.normal_pairs) return false;
   switch (b.tk) {
     case Elem::kF32:
       return OfType<Elem::kF32>(s, b);
