@@ -520,7 +520,7 @@ TEST(KvQuantFold, Avx2VnniEqualsAvx2BitForBit) {
 // Float keys on AVX-512 (ScoresFloatAvx512: 16 products per pass, H query
 // heads of a KV head against 16 / H keys): every H (groups of 1, 2, 3, 4,
 // 5 and 8 query heads), the head sizes it takes (64, 128) and ones it
-// declines (16 to 256), passes cut short by the block's end, cached and
+// declines (32, 144, 256), passes cut short by the block's end, cached and
 // deferred keys in one and two levels. The same bits as FoldAvx2's
 // key-by-key scores, and near the scalar reference.
 TEST(KvQuantFold, FloatScoresSixteenAtOnceEqualKeyByKey) {
