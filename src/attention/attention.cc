@@ -168,11 +168,15 @@ namespace {
 // prefill, echo scoring agree with generation, bit for bit).
 class TaskRunner {
  public:
+  // `log`: a per-lane policy's tile (RunLaneTile): cells holding the
+  // ubatch's tokens are left to the ubatch's own keys, and each member's
+  // block of probabilities is kept after every fold.
   TaskRunner(const AttentionArgs& a, const AttentionScratch::Cut& cut, AttentionScratch& scratch,
-             int thread, int n)
-      : a_(a), cut_(cut), deferred_(a.cache->rope_k == RopeK::kDeferred), n_(n) {
+             int thread, int n, const LaneTileLog* log = nullptr)
+      : a_(a), cut_(cut), deferred_(a.cache->rope_k == RopeK::kDeferred), n_(n), log_(log) {
     CHECK(n >= 1 && n <= AttentionScratch::kTileTokens);
     CHECK(n == 1 || cut.tiled);  // slots 1 and up hold only what tiles read
+    CHECK(log == nullptr || cut.tiled);
     for (int u = 0; u < n; ++u) {
       Token& tk = tokens_[u];
       tk.th = scratch.thread(thread, u);
@@ -197,7 +201,9 @@ class TaskRunner {
     const KvLayerView& cache = *a_.cache;
     for (int pass = 0; pass < (any_two_pass ? 2 : 1); ++pass) {
       for (int u = 0; u < n_; ++u) BeginPass(tokens_[u], pass);
-      for (int32_t c = c0; c < c1; ++c) {
+      // The ubatch's own keys from `own` on are walked token by token below.
+      const int own = log_ != nullptr ? SharedKeys(c0, c1) : 0;
+      for (int32_t c = c0; c < c1 && log_ == nullptr; ++c) {
         const TextIndex idx = cache.index[c];
         if (idx < 0) continue;
         const void* k = cache.KRow(c);
@@ -208,7 +214,7 @@ class TaskRunner {
       }
       // The ubatch's own keys, j <= i for token i.
       const int last = chunk ? tokens_[n_ - 1].i : -1;
-      for (int j = 0; j <= last; ++j) {
+      for (int j = own; j <= last; ++j) {
         const void* k = cut_.chunk_k + j * cut_.chunk_k_row_bytes;
         const void* v = cut_.chunk_v + j * cut_.chunk_v_row_bytes;
         for (int u = 0; u < n_; ++u) {
@@ -244,6 +250,7 @@ class TaskRunner {
     // This pass: whether the token takes part, whether it is the sinks',
     // and whether its last key has been pushed.
     bool active = false, sink_pass = false, done = false;
+    int folded = 0;  // keys folded so far (LaneTileLog)
   };
 
   void Begin(Token& tk, int i) {
@@ -252,6 +259,7 @@ class TaskRunner {
     const int hd = a_.head_dim, nh = a_.n_head;
     attn::FoldState& st = tk.state;
     tk.i = i;
+    tk.folded = 0;
     tk.t = plan.first + i;
     tk.pos_q = plan.pos[i];
     tk.delta = plan.sink_delta[i];
@@ -367,8 +375,6 @@ class TaskRunner {
   void FoldGroup(Token& ref, bool ready_only) {
     const attn::KeyBlock& rb = ref.block;
     attn::Tile tile;
-    tile.kt = tokens_[0].th.tile_k;
-    tile.vf = tokens_[0].th.tile_v;
     Token* members[AttentionScratch::kTileTokens];
     for (int u = 0; u < n_; ++u) {
       Token& tk = tokens_[u];
@@ -384,6 +390,80 @@ class TaskRunner {
       tile.s[tile.n] = &tk.state;
       tile.n_keys[tile.n++] = b.n;
     }
+    FoldMembers(ref, tile, members);
+  }
+
+  // Per-lane tiles (log_): every token of the tile sees every cell that
+  // holds an earlier token and the ubatch's own tokens before the tile's
+  // first, so each full block of those keys is folded once for the whole
+  // tile from one key list (the blocks each token's own walk would make, at
+  // a tile's cost rather than a key's per token); the last few (fewer than
+  // kBlock) are added token by token, the tile's own keys after them.
+  // Returns the first own key left to the token-by-token walk.
+  int SharedKeys(int32_t c0, int32_t c1) {
+    const KvLayerView& cache = *a_.cache;
+    Shared sh;
+    for (int32_t c = c0; c < c1; ++c) {
+      const TextIndex idx = cache.index[c];
+      if (idx < 0 || idx >= a_.plan->first) continue;
+      sh.Push(cache.KRow(c), cache.VRow(c), cache.pos[c], idx);
+      if (sh.n == kBlock) FoldShared(sh);
+    }
+    const int i0 = tokens_[0].i;
+    for (int j = 0; j < i0; ++j) {
+      sh.Push(cut_.chunk_k + j * cut_.chunk_k_row_bytes, cut_.chunk_v + j * cut_.chunk_v_row_bytes,
+              a_.plan->pos[j], a_.plan->first + j);
+      if (sh.n == kBlock) FoldShared(sh);
+    }
+    for (int j = 0; j < sh.n; ++j)
+      for (int u = 0; u < n_; ++u) Add(tokens_[u], sh.k[j], sh.v[j], sh.pos[j], sh.idx[j]);
+    return i0;
+  }
+
+  // Keys every token of a lane tile takes (SharedKeys), up to a block.
+  struct Shared {
+    const void* k[kBlock];
+    const void* v[kBlock];
+    int32_t pos[kBlock];
+    TextIndex idx[kBlock];
+    int n = 0;
+    void Push(const void* kr, const void* vr, int32_t p, TextIndex i) {
+      k[n] = kr, v[n] = vr, pos[n] = p, idx[n] = i;
+      ++n;
+    }
+  };
+
+  // One full block of keys every token of the tile takes, in token 0's block.
+  void FoldShared(Shared& sh) {
+    Token& ref = tokens_[0];
+    attn::KeyBlock& b = ref.block;
+    CHECK(b.n == 0 && sh.n == kBlock);
+    for (int j = 0; j < kBlock; ++j) {
+      b.k[j] = sh.k[j];
+      b.v[j] = sh.v[j];
+      b.cos[j] = b.sin[j] = b.cos2[j] = b.sin2[j] = nullptr;
+      if (deferred_) ref.dist[j] = static_cast<int64_t>(ref.pos_q) - sh.pos[j];
+    }
+    b.n = kBlock;
+    attn::Tile tile;
+    Token* members[AttentionScratch::kTileTokens];
+    for (int u = 0; u < n_; ++u) {
+      Token& tk = tokens_[u];
+      CHECK(tk.active && (u == 0 || tk.block.n == 0));
+      if (deferred_) tk.dist[0] = static_cast<int64_t>(tk.pos_q) - sh.pos[0];
+      members[tile.n] = &tk;
+      tile.s[tile.n] = &tk.state;
+      tile.n_keys[tile.n++] = kBlock;
+    }
+    FoldMembers(ref, tile, members);
+    sh.n = 0;
+  }
+
+  // The tile fold of ref's block into the tile's members (tile.s, n_keys).
+  void FoldMembers(Token& ref, attn::Tile& tile, Token* const* members) {
+    const attn::KeyBlock& rb = ref.block;
+    tile.kt = tokens_[0].th.tile_k;
+    tile.vf = tokens_[0].th.tile_v;
     if (deferred_) RotateTile(ref, members, tile.n);
     if (cut_.avx512)
       attn::FoldTileAvx512(tile, rb);
@@ -392,9 +472,24 @@ class TaskRunner {
     else
       attn::FoldTileScalar(tile, rb);
     for (int m = 0; m < tile.n; ++m) {
+      if (log_ != nullptr) Log(*members[m], tile.n_keys[m]);
       members[m]->block.n = 0;
       if (deferred_) members[m]->state.q = members[m]->q;  // RotateTile's is for this block only
     }
+  }
+
+  // A member's probabilities of the n keys just folded, and each head's max.
+  void Log(Token& tk, int n) {
+    CHECK(tk.folded % kBlock == 0);  // only a token's last block is short
+    const int u = static_cast<int>(&tk - tokens_), nh = a_.n_head;
+    CHECK(tk.folded + n <= static_cast<int>(log_->stride));
+    for (int h = 0; h < nh; ++h) {
+      const size_t row = static_cast<size_t>(u) * nh + h;
+      std::copy(tk.state.scores + h * kBlock, tk.state.scores + h * kBlock + n,
+                log_->p + row * log_->stride + tk.folded);
+      log_->mb[row * log_->blocks + tk.folded / kBlock] = tk.state.m[h];
+    }
+    tk.folded += n;
   }
 
   // Deferred keys in a tile. A token scores key j as <q, R(-d_j) k_j>
@@ -450,6 +545,7 @@ class TaskRunner {
   const AttentionScratch::Cut& cut_;
   bool deferred_;
   int n_;
+  const LaneTileLog* log_;
   bool full_ = false;  // tiled: some token's block is full
   Token tokens_[AttentionScratch::kTileTokens];
 };
@@ -597,15 +693,25 @@ void RunTask(const AttentionArgs& a, const Cut& c, int64_t task, AttentionScratc
     std::memcpy(partial + 2 * nh, st.acc, sizeof(float) * nh * hd);
     return;
   }
+  for (int u = 0; u < n; ++u) WriteHeads(runner.state(u), a.out + (i0 + u) * a.out_stride);
+}
+
+}  // namespace
+
+void RunLaneTile(const AttentionArgs& a, const Cut& c, AttentionScratch& scratch, int thread,
+                 int i0, int n, const LaneTileLog& log) {
+  const int nh = a.n_head;
+  TaskRunner runner(a, c, scratch, thread, n, &log);
+  runner.Run(i0, 0, a.cache->n_cells, /*chunk=*/true);
   for (int u = 0; u < n; ++u) {
     const attn::FoldState& st = runner.state(u);
-    for (int h = 0; h < nh; ++h) {
-      float* out = a.out + (i0 + u) * a.out_stride + static_cast<int64_t>(h) * hd;
-      const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
-      for (int d = 0; d < hd; ++d) out[d] = st.acc[h * hd + d] * inv;
-    }
+    std::copy(st.m, st.m + nh, log.m + static_cast<size_t>(u) * nh);
+    std::copy(st.l, st.l + nh, log.l + static_cast<size_t>(u) * nh);
+    WriteHeads(st, a.out + (i0 + u) * a.out_stride);
   }
 }
+
+namespace {
 
 // A token split over several tasks (decode) would have each task make its
 // query's pair-product factors (the pool's 8 tasks of one token at 2

@@ -87,6 +87,10 @@ class AttentionScratch {
     std::vector<int32_t> key_cells; // [n_lanes, stride] cell of each key
     std::vector<float> weights;     // [stride] probabilities summed over a lane's heads
     size_t stride = 0;
+    // A lane's tokens folded in tiles (attention_lanes.cc): the tile's log
+    // (LaneTileLog: probabilities, block maxima, final max and sum) and each
+    // token's weights [tile tokens, keys].
+    std::vector<float> tile_p, tile_mb, tile_ml, tile_w;
   };
   // For n_lanes lanes of q_heads query heads each, up to max_keys keys.
   LaneBuffers& lanes(int thread, size_t max_keys, int n_lanes, int q_heads);

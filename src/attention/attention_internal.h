@@ -13,6 +13,16 @@ namespace rotor {
 attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Thread& th,
                               int n_head, int n_head_kv, int first_kv_head);
 
+// A token's output of a fold state's heads: out[h] = acc[h] / l[h] (zero
+// where no key was seen). out: [st.n_head, head_dim].
+inline void WriteHeads(const attn::FoldState& st, float* out) {
+  const int hd = st.head_dim;
+  for (int h = 0; h < st.n_head; ++h) {
+    const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
+    for (int d = 0; d < hd; ++d) out[h * hd + d] = st.acc[h * hd + d] * inv;
+  }
+}
+
 // Folds a key block with the fold its cut chose (ChooseFold in attention.cc).
 inline void FoldWith(const AttentionScratch::Cut& cut, attn::FoldState& s,
                      const attn::KeyBlock& b) {
@@ -38,6 +48,30 @@ void SetBlockTypes(const KvLayerView& view, int head_dim, attn::KeyBlock& block)
 // 2 x head_dim, `*far_used` of them taken) for a key beyond the table.
 void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block, int b,
                  float* far, int* far_used);
+
+// Per-lane policies' tiles: what RunLaneTile keeps of each token's keys for
+// its weights. A token's keys come in blocks of kBlock (the last one short);
+// the tile fold leaves exp(score - m) of a block's keys, m the head's
+// running max after that block.
+struct LaneTileLog {
+  float* p = nullptr;   // [n tokens, n_head, stride] exp(score - m) of each key
+  float* mb = nullptr;  // [n tokens, n_head, blocks] m after each block
+  float* m = nullptr;   // [n tokens, n_head] the final max
+  float* l = nullptr;   // [n tokens, n_head] the final sum
+  size_t stride = 0;    // keys a token may have
+  int blocks = 0;       // (stride + kBlock - 1) / kBlock
+};
+
+// Tokens [i0, i0 + n) of one lane (n <= AttentionScratch::kTileTokens),
+// already admitted by BeforeToken with nothing evicted, folded by the tile
+// folds (cut.tiled). `a` covers the lane's heads only: its cache view's
+// index and pos are the lane's, its K/V offsets its heads' columns, and
+// cut's chunk_k / chunk_v point at those columns of the ubatch's rows. A
+// token's keys: the view's cells holding earlier tokens (text index below
+// the plan's first), in cell order, then the ubatch's own tokens up to
+// itself. Writes the tokens' outputs (a.out) and fills log.
+void RunLaneTile(const AttentionArgs& a, const AttentionScratch::Cut& cut,
+                 AttentionScratch& scratch, int thread, int i0, int n, const LaneTileLog& log);
 
 // Per-lane policies: each lane of the layer token by token, through the
 // policy's hooks (attention_lanes.cc).

@@ -8,6 +8,16 @@
 // them only after attention). The fold kernel leaves each block's scores in
 // its scratch, so the weights need no second pass over the cache. Processing
 // tokens in order makes the result independent of the prefill step.
+//
+// Tokens a lane takes in a row without evicting (KvLaneHooks::
+// AdmitsWithoutEviction: a prompt while the cache has room) are folded
+// together instead, by the prefill tiles (RunLaneTile): every BeforeToken of
+// the run first, then the tiles, then each token's weights and AfterToken in
+// order. The hooks see what the token-by-token order shows them: the same
+// cells, each token's keys and its weights (to rounding). A token folded in
+// a run has the same bits in any tile and at any ubatch cut that keeps it in
+// a run of kMinLaneRun or more; alone (a decode step, a short run) it takes
+// the one-token folds, equal to rounding.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,6 +31,134 @@
 namespace rotor {
 
 namespace {
+
+using Cut = AttentionScratch::Cut;
+
+// A lane run of fewer tokens takes the one-token folds (a tile decodes each
+// K head of a block to f32 first, which a few tokens do not repay).
+constexpr int kMinLaneRun = 4;
+// A thread's lane tile log at most (floats): fewer tokens per tile when a
+// lane has many keys.
+constexpr size_t kLaneLogFloats = size_t{8} << 20;
+
+// Tokens [0, run) of the ubatch that a lane takes in a row without evicting,
+// folded in tiles; 0 when token by token.
+int LaneRun(const KvLaneHooks& hooks, const KvCells& cells, int lane, const KvPlan& plan,
+            const Cut& cut, int max_tile) {
+  if (!(cut.avx2 || cut.avx512) || max_tile <= 0) return 0;
+  const int run = std::min(plan.n_tokens, hooks.AdmitsWithoutEviction(cells, lane, 0, plan));
+  return run >= kMinLaneRun ? run : 0;
+}
+
+// Kv heads [h0, h1) of a lane as attention of their own (RunLaneTile's
+// arguments): the lane's cells, those heads' columns of K/V, queries and
+// outputs.
+struct LaneHeads {
+  KvLayerView view;
+  AttentionArgs args;
+  Cut cut;
+  LaneHeads(const AttentionArgs& a, const Cut& c, const KvCells& cells, int lane, int h0, int h1)
+      : view(*a.cache), args(a), cut(c) {
+    const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
+    const size_t kb = KvHeadBytes(view.types.k, hd), vb = KvHeadBytes(view.types.v, hd);
+    view.index = cells.lane_index(lane);
+    view.pos = cells.lane_pos(lane);
+    view.n_cells = cells.hi(lane);
+    view.k_off += h0 * kb, view.v_off += h0 * vb;
+    if (view.k_offset != nullptr) view.k_offset += static_cast<size_t>(h0) * hd;
+    if (view.k_center != nullptr) {
+      view.k_center += static_cast<size_t>(h0) * hd;
+      view.k_scale += static_cast<size_t>(h0) * hd;
+    }
+    args.cache = &view;
+    args.n_head = (h1 - h0) * group, args.n_head_kv = h1 - h0;
+    args.q = a.q + static_cast<size_t>(h0) * group * hd;
+    args.out = a.out + static_cast<size_t>(h0) * group * hd;
+    args.k = args.v = nullptr;  // the ubatch's own K/V: cut's chunks
+    cut.tiled = true;
+    cut.chunk_k += h0 * kb, cut.chunk_v += h0 * vb;
+  }
+  LaneHeads(const LaneHeads&) = delete;  // args.cache points at view
+};
+
+// The keys of the run's tokens, in the order RunLaneTile folds them: the
+// lane's cells holding earlier tokens, then the run's own cells. Token i's
+// keys are the first n_base + i + 1. Returns n_base.
+int RunKeys(const KvCells& cells, int lane, KvPlan& plan, int run, int32_t* keys) {
+  const TextIndex* index = cells.lane_index(lane);
+  int n = 0;
+  for (int32_t c = 0; c < cells.hi(lane); ++c)
+    if (index[c] >= 0 && index[c] < plan.first) keys[n++] = c;
+  const int32_t* own = plan.LaneSlots(lane);
+  for (int i = 0; i < run; ++i) keys[n + i] = own[i];
+  return n;
+}
+
+// The tile log of up to `tokens` tokens of q_heads heads and `stride` keys,
+// in buf's tile buffers.
+LaneTileLog TileLog(AttentionScratch::LaneBuffers& buf, int tokens, int q_heads, size_t stride) {
+  LaneTileLog log;
+  log.stride = stride;
+  log.blocks = static_cast<int>((stride + attn::kBlock - 1) / attn::kBlock);
+  const size_t rows = static_cast<size_t>(tokens) * q_heads;
+  if (buf.tile_p.size() < rows * stride) buf.tile_p.resize(rows * stride);
+  if (buf.tile_mb.size() < rows * log.blocks) buf.tile_mb.resize(rows * log.blocks);
+  if (buf.tile_ml.size() < 2 * rows) buf.tile_ml.resize(2 * rows);
+  if (buf.tile_w.size() < tokens * stride) buf.tile_w.resize(tokens * stride);
+  log.p = buf.tile_p.data(), log.mb = buf.tile_mb.data();
+  log.m = buf.tile_ml.data(), log.l = log.m + rows;
+  return log;
+}
+
+// Tokens per tile: the tile folds' most, fewer when the log would pass
+// kLaneLogFloats.
+int TileTokens(int run, int max_tile, int q_heads, size_t stride) {
+  const size_t per_token = static_cast<size_t>(q_heads) * stride;
+  const int fit = static_cast<int>(std::max<size_t>(1, kLaneLogFloats / per_token));
+  return std::max(1, std::min({run, max_tile, AttentionScratch::kTileTokens, fit}));
+}
+
+// Token u's weights over its first n_keys keys, summed over the log's
+// q_heads heads: exp(score - m_block) exp(m_block - m) / l.
+void TileWeights(const LaneTileLog& log, int u, int q_heads, int n_keys, float* w) {
+  std::fill(w, w + n_keys, 0.f);
+  for (int h = 0; h < q_heads; ++h) {
+    const size_t row = static_cast<size_t>(u) * q_heads + h;
+    const float* p = log.p + row * log.stride;
+    const float* mb = log.mb + row * log.blocks;
+    const float inv = log.l[row] > 0.f ? 1.0f / log.l[row] : 0.f;
+    for (int k0 = 0; k0 < n_keys; k0 += attn::kBlock) {
+      const float f = std::exp(mb[k0 / attn::kBlock] - log.m[row]) * inv;
+      for (int k = k0; k < std::min(n_keys, k0 + attn::kBlock); ++k) w[k] += p[k] * f;
+    }
+  }
+}
+
+// A lane's run [0, run) on one thread, all its heads (AttendLanes): every
+// BeforeToken, then tiles of tokens, each token's weights and AfterToken.
+void TileLane(const AttentionArgs& a, const Cut& cut, AttentionScratch& scratch, int thread,
+              KvPlan& plan, int lane, int h0, int h1, int run) {
+  KvCells& cells = *a.cache->cells;
+  KvLaneHooks& hooks = *plan.hooks;
+  for (int i = 0; i < run; ++i) hooks.BeforeToken(cells, lane, i, plan);
+  const LaneHeads lh(a, cut, cells, lane, h0, h1);
+  const int q_heads = lh.args.n_head;
+  const size_t stride = static_cast<size_t>(cells.hi(lane));  // every key of the run is a cell
+  AttentionScratch::LaneBuffers& buf = scratch.lanes(thread, stride, 1, q_heads);
+  const int n_base = RunKeys(cells, lane, plan, run, buf.key_cells.data());
+  const int tile = TileTokens(run, scratch.max_tile(), q_heads, stride);
+  const LaneTileLog log = TileLog(buf, tile, q_heads, stride);
+  for (int t0 = 0; t0 < run; t0 += tile) {
+    const int nt = std::min(tile, run - t0);
+    RunLaneTile(lh.args, lh.cut, scratch, thread, t0, nt, log);
+    for (int u = 0; u < nt; ++u) {
+      const int n_keys = n_base + t0 + u + 1;
+      TileWeights(log, u, q_heads, n_keys, buf.weights.data());
+      hooks.AfterToken(cells, lane, t0 + u, std::span<const int32_t>(buf.key_cells.data(), n_keys),
+                       std::span<const float>(buf.weights.data(), n_keys), plan);
+    }
+  }
+}
 
 // A layer's only lane (tova) on several threads: token by token, the hook
 // before it on this thread, then the lane's kv heads split among the threads
@@ -43,7 +181,36 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
   std::vector<AttentionScratch::LaneBuffers*> bufs(n_pieces);
   for (int p = 0; p < n_pieces; ++p) bufs[p] = &scratch.lanes(p, n_cells, 1, a.n_head);
   int32_t* keys = bufs[0]->key_cells.data();
-  for (int i = 0; i < n; ++i) {
+  // Tokens [0, run) in tiles: every BeforeToken, then per tile each piece
+  // folds its heads and sums their weights, and the pieces' weights are
+  // added before each token's AfterToken.
+  const int run = LaneRun(hooks, cells, lane, plan, cut, scratch.max_tile());
+  if (run > 0) {
+    for (int i = 0; i < run; ++i) hooks.BeforeToken(cells, lane, i, plan);
+    const size_t stride = static_cast<size_t>(cells.hi(lane));
+    const int n_base = RunKeys(cells, lane, plan, run, keys);
+    const int tile = TileTokens(run, scratch.max_tile(), a.n_head, stride);
+    for (int t0 = 0; t0 < run; t0 += tile) {
+      const int nt = std::min(tile, run - t0);
+      pool.Run(n_pieces, [&](int p, int thread) {
+        const int k0 = view.lane_heads * p / n_pieces, k1 = view.lane_heads * (p + 1) / n_pieces;
+        const LaneHeads lh(a, cut, cells, lane, k0, k1);
+        const LaneTileLog log = TileLog(*bufs[p], tile, lh.args.n_head, stride);
+        RunLaneTile(lh.args, lh.cut, scratch, thread, t0, nt, log);
+        for (int u = 0; u < nt; ++u)
+          TileWeights(log, u, lh.args.n_head, n_base + t0 + u + 1, bufs[p]->tile_w.data() + u * stride);
+      });
+      for (int u = 0; u < nt; ++u) {
+        const int n_keys = n_base + t0 + u + 1;
+        float* weights = bufs[0]->tile_w.data() + u * stride;
+        for (int p = 1; p < n_pieces; ++p)
+          for (int k = 0; k < n_keys; ++k) weights[k] += bufs[p]->tile_w[u * stride + k];
+        hooks.AfterToken(cells, lane, t0 + u, std::span<const int32_t>(keys, n_keys),
+                         std::span<const float>(weights, n_keys), plan);
+      }
+    }
+  }
+  for (int i = run; i < n; ++i) {
     hooks.BeforeToken(cells, lane, i, plan);
     const TextIndex* index = cells.lane_index(lane);
     int n_keys = 0;
@@ -90,11 +257,7 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
           std::copy(st.scores + h * attn::kBlock, st.scores + h * attn::kBlock + block.n,
                     buf.scores.data() + h * buf.stride + first);
       }
-      for (int h = 0; h < q_heads; ++h) {
-        float* out = a.out + i * a.out_stride + (static_cast<int64_t>(k0) * group + h) * hd;
-        const float inv = st.l[h] > 0.f ? 1.0f / st.l[h] : 0.f;
-        for (int d = 0; d < hd; ++d) out[d] = st.acc[h * hd + d] * inv;
-      }
+      WriteHeads(st, a.out + i * a.out_stride + static_cast<int64_t>(k0) * group * hd);
       lane_weights(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l, buf.weights.data());
     });
     float* weights = bufs[0]->weights.data();
@@ -152,11 +315,21 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
       s.qp = th.qp + static_cast<size_t>(l) * q_heads * attn::PairStride(hd);
     }
     std::vector<int> n_keys(nl);
+    // Lane l's tokens before from[l] were folded in tiles (TileLane).
+    std::vector<int> from(nl, 0);
+    for (int l = 0; l < nl; ++l) {
+      const int lane = view.first_lane + g0 + l;
+      from[l] = LaneRun(hooks, cells, lane, plan, cut, scratch.max_tile());
+      if (from[l] > 0)
+        TileLane(a, cut, scratch, thread, plan, lane, (g0 + l) * lane_heads,
+                 (g0 + l + 1) * lane_heads, from[l]);
+    }
     attn::KeyBlock block;
     SetBlockTypes(view, hd, block);
-    for (int i = 0; i < n; ++i) {
+    for (int i = *std::min_element(from.begin(), from.end()); i < n; ++i) {
       int32_t hi = 0;
       for (int l = 0; l < nl; ++l) {
+        if (i < from[l]) continue;
         const int lane = view.first_lane + g0 + l;
         hooks.BeforeToken(cells, lane, i, plan);
         hi = std::max(hi, cells.hi(lane));
@@ -171,6 +344,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
       for (int32_t c0 = 0; c0 < hi; c0 += attn::kBlock) {
         const int32_t c1 = std::min(hi, c0 + attn::kBlock);
         for (int l = 0; l < nl; ++l) {
+          if (i < from[l]) continue;
           const int lane = view.first_lane + g0 + l;
           const TextIndex* index = cells.lane_index(lane);
           const int32_t* pos = cells.lane_pos(lane);
@@ -212,13 +386,10 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
         }
       }
       for (int l = 0; l < nl; ++l) {
+        if (i < from[l]) continue;
         const int lane = view.first_lane + g0 + l;
         const attn::FoldState& s = st[l];
-        for (int h = 0; h < q_heads; ++h) {
-          float* out = a.out + i * a.out_stride + (static_cast<int64_t>(g0 + l) * q_heads + h) * hd;
-          const float inv = s.l[h] > 0.f ? 1.0f / s.l[h] : 0.f;
-          for (int d = 0; d < hd; ++d) out[d] = s.acc[h * hd + d] * inv;
-        }
+        WriteHeads(s, a.out + i * a.out_stride + static_cast<int64_t>(g0 + l) * q_heads * hd);
         const float* scores = buf.scores.data() + static_cast<size_t>(l) * q_heads * buf.stride;
         lane_weights(scores, buf.stride, q_heads, n_keys[l], s.m, s.l, buf.weights.data());
         hooks.AfterToken(cells, lane, i,

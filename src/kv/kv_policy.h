@@ -13,6 +13,9 @@
 //              each token: BeforeToken (evict, admit the token to a cell) and
 //              AfterToken (the token's attention weights over the lane's
 //              cells). Attention never chooses a victim or writes cell state.
+//              Tokens the policy admits without evicting
+//              (AdmitsWithoutEviction: a prompt while there is room) run as
+//              prefill tiles, their BeforeToken calls first.
 //
 // Writing a policy: docs/WRITING_A_KV_POLICY.md. Registering one is one line
 // in kv_registry.cc.
@@ -137,6 +140,18 @@ class KvLaneHooks {
   // summed over the query heads of the lane.
   virtual void AfterToken(KvCells& cells, int lane, int i, std::span<const int32_t> keys,
                           std::span<const float> weights, KvPlan& plan) = 0;
+  // How many tokens from token i on (i, i + 1, ...) the lane takes without
+  // evicting anything, whatever their weights: attention may then call
+  // BeforeToken for all of them before their AfterToken calls (each in token
+  // order) and fold those tokens together, as prefill tiles. The run ends
+  // where an AfterToken must come before the next BeforeToken (an eviction
+  // or selection that a later token's admission would see). 0: token by
+  // token (the default, always correct).
+  virtual int32_t AdmitsWithoutEviction(const KvCells& cells, int lane, int i,
+                                        const KvPlan& plan) const {
+    (void)cells, (void)lane, (void)i, (void)plan;
+    return 0;
+  }
 };
 
 class KvPolicy : public KvLaneHooks {

@@ -5,6 +5,7 @@
 // lowest-mass token outside the recent window (ties: the oldest); t's
 // attention weights are then added to the masses of the keys it saw.
 // Decisions are made token by token, so they do not depend on the prefill step.
+#include <algorithm>
 #include <limits>
 
 #include "kv/lane_policy.h"
@@ -46,6 +47,12 @@ class H2oPolicy final : public LanePolicy {
       Evict(cells, lane, victim, plan);
     }
     mass[Admit(cells, lane, i, plan)] = 0.f;
+  }
+
+  // A lane below its size admits without evicting; the masses that choose
+  // victims are then only added to.
+  int32_t AdmitsWithoutEviction(const KvCells& cells, int lane, int, const KvPlan&) const override {
+    return std::max(0, size_ - cells.used(lane));
   }
 
   void AfterToken(KvCells&, int lane, int, std::span<const int32_t> keys,

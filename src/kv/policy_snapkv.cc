@@ -84,6 +84,16 @@ class SnapKvPolicy final : public LanePolicy {
     Score(lane)[c] = 0.f;
   }
 
+  // A prompt's tokens are all admitted, up to its last, whose AfterToken
+  // selects; after it, a lane below its size admits without evicting.
+  int32_t AdmitsWithoutEviction(const KvCells& cells, int lane, int i,
+                                const KvPlan& plan) const override {
+    const TextIndex t = plan.first + i;
+    if (prompt_end_ >= 0 && t < prompt_end_)
+      return static_cast<int32_t>(std::min<TextIndex>(prompt_end_ - t, plan.n_tokens - i));
+    return std::max(0, size_ - cells.used(lane));
+  }
+
   void AfterToken(KvCells& cells, int lane, int i, std::span<const int32_t> keys,
                   std::span<const float> weights, KvPlan& plan) override {
     const TextIndex t = plan.first + i;

@@ -4,6 +4,7 @@
 // weight of t's query, averaged over every head of the layer, is evicted
 // (ties: the oldest; t itself may be the one). One spare cell holds t while
 // it is weighed, so a layer never keeps more than `size` tokens between steps.
+#include <algorithm>
 #include <limits>
 
 #include "kv/lane_policy.h"
@@ -26,6 +27,11 @@ class TovaPolicy final : public LanePolicy {
 
   void BeforeToken(KvCells& cells, int lane, int i, KvPlan& plan) override {
     Admit(cells, lane, i, plan);
+  }
+
+  // AfterToken evicts once the lane holds more than size tokens.
+  int32_t AdmitsWithoutEviction(const KvCells& cells, int lane, int, const KvPlan&) const override {
+    return std::max(0, size_ - cells.used(lane));
   }
 
   void AfterToken(KvCells& cells, int lane, int, std::span<const int32_t> keys,

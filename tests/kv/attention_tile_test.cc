@@ -133,5 +133,53 @@ TEST(AttentionTile, NearTheOneTokenFolds) {
       }
 }
 
+// Per-lane policies (h2o, tova, snapkv) fold the tokens a lane takes without
+// evicting in tiles too (attention_lanes.cc, RunLaneTile), and the rest token
+// by token. Sizes of 340 over 300 tokens: the prompt's first 40 tokens run in
+// tiles, its last 30 evict, steered by the weights the tiles gave. A token's
+// attention is the same bits in any tile and at any ubatch cut...
+const KvConfig kLanePolicies[] = {
+    testing::Kv("h2o", 340, 0, RopeK::kCached, KvPositions::kCompact),
+    testing::Kv("tova", 340, 0, RopeK::kCached, KvPositions::kCompact),
+    testing::Kv("snapkv", 340, 0, RopeK::kCached, KvPositions::kCompact, -1, 8),
+    testing::Kv("h2o", 340, 0, RopeK::kDeferred, KvPositions::kCompact),
+    testing::Kv("tova", 340, 0, RopeK::kDeferred, KvPositions::kOriginal),
+};
+
+TEST(AttentionTile, LanePoliciesSameBitsInAnyTileAndAnyCut) {
+  if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "tiles run on AVX2 and AVX-512 machines";
+  for (const KvConfig& cfg : kLanePolicies)
+    for (const KvTypes& t : kTypes) {
+      SCOPED_TRACE(KvTypesName(t) + " " + cfg.policy + " " + std::string(RopeKName(cfg.rope_k)));
+      const std::vector<float> want = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
+      for (int max_tile : {1, 7}) EXPECT_EQ(Attend(cfg, t, 300, {70}, max_tile), want) << max_tile;
+      EXPECT_EQ(Attend(cfg, t, 300, {30, 40}, AttentionScratch::kTileTokens), want);
+      // Cuts inside the run (compact positions renumber at each cut once
+      // tokens are evicted); runs of 4 tokens or more (kMinLaneRun).
+      EXPECT_EQ(Attend(cfg, t, 300, {4, 26, 40}, 5), want);
+    }
+}
+
+// ...and near the token-by-token folds (max_tile 0), within the bounds of
+// NearTheOneTokenFolds: the same tokens were evicted.
+TEST(AttentionTile, LanePoliciesNearTheOneTokenFolds) {
+  for (const KvConfig& cfg : kLanePolicies)
+    for (const KvTypes& t : kTypes) {
+      const std::string name =
+          KvTypesName(t) + " " + std::string(RopeKName(cfg.rope_k)) + " " + cfg.policy;
+      SCOPED_TRACE(name);
+      const std::vector<float> tiled = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
+      const std::vector<float> alone = Attend(cfg, t, 300, {70}, 0);
+      double diff = 0, scale = 0;
+      for (size_t e = 0; e < tiled.size(); ++e) {
+        diff = std::max(diff, std::fabs(static_cast<double>(tiled[e]) - alone[e]));
+        scale = std::max(scale, std::fabs(static_cast<double>(alone[e])));
+      }
+      EXPECT_LE(diff / scale, KvTypeQuantized(t.k) ? 0.05 : 1e-5);
+      std::printf("%-28s lane tiles against token by token: %.3g relative\n", name.c_str(),
+                  diff / scale);
+    }
+}
+
 }  // namespace
 }  // namespace rotor
