@@ -193,17 +193,24 @@ class TaskRunner {
   // Processes cells [c0, c1) (and the ubatch's own keys if `chunk`) for
   // tokens [i0, i0 + n).
   void Run(int i0, int32_t c0, int32_t c1, bool chunk) {
-    bool any_two_pass = false;
+    bool any_two_pass = false, any_shifted = false;
     for (int u = 0; u < n_; ++u) {
       Begin(tokens_[u], i0 + u);
       any_two_pass |= tokens_[u].two_pass;
+      any_shifted |= tokens_[u].shifted_sinks;
     }
+    // Tiles whose tokens all see every cached cell the same way (a lane's,
+    // or no window and no shifted sinks) fold those keys from one list.
+    const bool shared =
+        cut_.tiled && (log_ != nullptr || (a_.plan->visibility.window ==
+                                               std::numeric_limits<TextIndex>::max() &&
+                                           !any_shifted));
     const KvLayerView& cache = *a_.cache;
     for (int pass = 0; pass < (any_two_pass ? 2 : 1); ++pass) {
       for (int u = 0; u < n_; ++u) BeginPass(tokens_[u], pass);
       // The ubatch's own keys from `own` on are walked token by token below.
-      const int own = log_ != nullptr ? SharedKeys(c0, c1) : 0;
-      for (int32_t c = c0; c < c1 && log_ == nullptr; ++c) {
+      const int own = shared ? SharedKeys(c0, c1) : 0;
+      for (int32_t c = c0; c < c1 && !shared; ++c) {
         const TextIndex idx = cache.index[c];
         if (idx < 0) continue;
         const void* k = cache.KRow(c);
@@ -393,7 +400,7 @@ class TaskRunner {
     FoldMembers(ref, tile, members);
   }
 
-  // Per-lane tiles (log_): every token of the tile sees every cell that
+  // Shared tiles (Run): every token of the tile sees every cell that
   // holds an earlier token and the ubatch's own tokens before the tile's
   // first, so each full block of those keys is folded once for the whole
   // tile from one key list (the blocks each token's own walk would make, at

@@ -76,6 +76,16 @@ std::vector<float> Attend(const KvConfig& base, KvTypes types, int depth,
   return std::vector<float>(out.begin() + depth * q_dim, out.end());
 }
 
+// The largest difference of two outputs, relative to b's largest value.
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 0;
+  for (size_t e = 0; e < a.size(); ++e) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[e]) - b[e]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[e])));
+  }
+  return diff / scale;
+}
+
 const KvTypes kTypes[] = {{KvType::kF32, KvType::kF32},
                           {KvType::kF16, KvType::kF16},
                           {KvType::kQ8_0, KvType::kQ8_0},
@@ -119,17 +129,10 @@ TEST(AttentionTile, NearTheOneTokenFolds) {
         const std::string name =
             KvTypesName(t) + (rk == RopeK::kDeferred ? " deferred " : " cached ") + cfg.policy;
         SCOPED_TRACE(name);
-        const std::vector<float> tiled = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
-        const std::vector<float> alone = Attend(cfg, t, 300, {70}, 0);
-        double diff = 0, scale = 0;
-        for (size_t e = 0; e < tiled.size(); ++e) {
-          diff = std::max(diff, std::fabs(static_cast<double>(tiled[e]) - alone[e]));
-          scale = std::max(scale, std::fabs(static_cast<double>(alone[e])));
-        }
-        const bool blocks = KvTypeQuantized(t.k);
-        EXPECT_LE(diff / scale, blocks ? 0.05 : 1e-5);
-        std::printf("%-28s tiles against one-token folds: %.3g relative\n", name.c_str(),
-                    diff / scale);
+        const double diff = MaxRelDiff(Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens),
+                                       Attend(cfg, t, 300, {70}, 0));
+        EXPECT_LE(diff, KvTypeQuantized(t.k) ? 0.05 : 1e-5);
+        std::printf("%-28s tiles against one-token folds: %.3g relative\n", name.c_str(), diff);
       }
 }
 
@@ -168,16 +171,15 @@ TEST(AttentionTile, LanePoliciesNearTheOneTokenFolds) {
       const std::string name =
           KvTypesName(t) + " " + std::string(RopeKName(cfg.rope_k)) + " " + cfg.policy;
       SCOPED_TRACE(name);
-      const std::vector<float> tiled = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
-      const std::vector<float> alone = Attend(cfg, t, 300, {70}, 0);
-      double diff = 0, scale = 0;
-      for (size_t e = 0; e < tiled.size(); ++e) {
-        diff = std::max(diff, std::fabs(static_cast<double>(tiled[e]) - alone[e]));
-        scale = std::max(scale, std::fabs(static_cast<double>(alone[e])));
+      const double diff = MaxRelDiff(Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens),
+                                     Attend(cfg, t, 300, {70}, 0));
+      EXPECT_LE(diff, KvTypeQuantized(t.k) ? 0.05 : 1e-5);
+      // Not zero: the tiles ran (the bits tests above would also pass token
+      // by token), rounding otherwise than the one-token folds.
+      if (BestIsa() >= Isa::kAvx2) {
+        EXPECT_GT(diff, 0.0);
       }
-      EXPECT_LE(diff / scale, KvTypeQuantized(t.k) ? 0.05 : 1e-5);
-      std::printf("%-28s lane tiles against token by token: %.3g relative\n", name.c_str(),
-                  diff / scale);
+      std::printf("%-28s lane tiles against token by token: %.3g relative\n", name.c_str(), diff);
     }
 }
 
