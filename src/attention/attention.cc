@@ -489,6 +489,10 @@ class TaskRunner {
   void Log(Token& tk, int n) {
     CHECK(tk.folded % kBlock == 0);  // only a token's last block is short
     const int u = static_cast<int>(&tk - tokens_), nh = a_.n_head;
+    if (log_->want != nullptr && !log_->want[u]) {
+      tk.folded += n;
+      return;
+    }
     CHECK(tk.folded + n <= static_cast<int>(log_->stride));
     for (int h = 0; h < nh; ++h) {
       const size_t row = static_cast<size_t>(u) * nh + h;

@@ -91,6 +91,7 @@ class AttentionScratch {
     // (LaneTileLog: probabilities, block maxima, final max and sum) and each
     // token's weights [tile tokens, keys].
     std::vector<float> tile_p, tile_mb, tile_ml, tile_w;
+    std::vector<uint8_t> want;  // [tokens of a run] the policy's WantsWeights
   };
   // For n_lanes lanes of q_heads query heads each, up to max_keys keys.
   LaneBuffers& lanes(int thread, size_t max_keys, int n_lanes, int q_heads);

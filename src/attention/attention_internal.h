@@ -60,6 +60,9 @@ struct LaneTileLog {
   float* l = nullptr;   // [n tokens, n_head] the final sum
   size_t stride = 0;    // keys a token may have
   int blocks = 0;       // (stride + kBlock - 1) / kBlock
+  // [n tokens] whether a token's probabilities are kept (its policy's
+  // WantsWeights); null: every token's.
+  const uint8_t* want = nullptr;
 };
 
 // Tokens [i0, i0 + n) of one lane (n <= AttentionScratch::kTileTokens),

@@ -110,6 +110,14 @@ LaneTileLog TileLog(AttentionScratch::LaneBuffers& buf, int tokens, int q_heads,
   return log;
 }
 
+// want[i]: whether the policy reads token i's weights, for the run's tokens
+// (asked once all of them are admitted).
+void RunWants(const KvLaneHooks& hooks, const KvCells& cells, int lane, const KvPlan& plan,
+              int run, std::vector<uint8_t>& want) {
+  want.resize(run);
+  for (int i = 0; i < run; ++i) want[i] = hooks.WantsWeights(cells, lane, i, plan);
+}
+
 // Tokens per tile: the tile folds' most, fewer when the log would pass
 // kLaneLogFloats.
 int TileTokens(int run, int max_tile, int q_heads, size_t stride) {
@@ -146,16 +154,18 @@ void TileLane(const AttentionArgs& a, const Cut& cut, AttentionScratch& scratch,
   const size_t stride = static_cast<size_t>(cells.hi(lane));  // every key of the run is a cell
   AttentionScratch::LaneBuffers& buf = scratch.lanes(thread, stride, 1, q_heads);
   const int n_base = RunKeys(cells, lane, plan, run, buf.key_cells.data());
+  RunWants(hooks, cells, lane, plan, run, buf.want);
   const int tile = TileTokens(run, scratch.max_tile(), q_heads, stride);
-  const LaneTileLog log = TileLog(buf, tile, q_heads, stride);
+  LaneTileLog log = TileLog(buf, tile, q_heads, stride);
   for (int t0 = 0; t0 < run; t0 += tile) {
     const int nt = std::min(tile, run - t0);
+    log.want = buf.want.data() + t0;
     RunLaneTile(lh.args, lh.cut, scratch, thread, t0, nt, log);
     for (int u = 0; u < nt; ++u) {
       const int n_keys = n_base + t0 + u + 1;
-      TileWeights(log, u, q_heads, n_keys, buf.weights.data());
+      if (log.want[u]) TileWeights(log, u, q_heads, n_keys, buf.weights.data());
       hooks.AfterToken(cells, lane, t0 + u, std::span<const int32_t>(buf.key_cells.data(), n_keys),
-                       std::span<const float>(buf.weights.data(), n_keys), plan);
+                       std::span<const float>(buf.weights.data(), log.want[u] ? n_keys : 0), plan);
     }
   }
 }
@@ -189,29 +199,35 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
     for (int i = 0; i < run; ++i) hooks.BeforeToken(cells, lane, i, plan);
     const size_t stride = static_cast<size_t>(cells.hi(lane));
     const int n_base = RunKeys(cells, lane, plan, run, keys);
+    const std::vector<uint8_t>& want = bufs[0]->want;
+    RunWants(hooks, cells, lane, plan, run, bufs[0]->want);
     const int tile = TileTokens(run, scratch.max_tile(), a.n_head, stride);
     for (int t0 = 0; t0 < run; t0 += tile) {
       const int nt = std::min(tile, run - t0);
       pool.Run(n_pieces, [&](int p, int thread) {
         const int k0 = view.lane_heads * p / n_pieces, k1 = view.lane_heads * (p + 1) / n_pieces;
         const LaneHeads lh(a, cut, cells, lane, k0, k1);
-        const LaneTileLog log = TileLog(*bufs[p], tile, lh.args.n_head, stride);
+        LaneTileLog log = TileLog(*bufs[p], tile, lh.args.n_head, stride);
+        log.want = want.data() + t0;
         RunLaneTile(lh.args, lh.cut, scratch, thread, t0, nt, log);
         for (int u = 0; u < nt; ++u)
-          TileWeights(log, u, lh.args.n_head, n_base + t0 + u + 1, bufs[p]->tile_w.data() + u * stride);
+          if (log.want[u])
+            TileWeights(log, u, lh.args.n_head, n_base + t0 + u + 1,
+                        bufs[p]->tile_w.data() + u * stride);
       });
       for (int u = 0; u < nt; ++u) {
-        const int n_keys = n_base + t0 + u + 1;
+        const int n_keys = n_base + t0 + u + 1, n_weights = want[t0 + u] ? n_keys : 0;
         float* weights = bufs[0]->tile_w.data() + u * stride;
         for (int p = 1; p < n_pieces; ++p)
-          for (int k = 0; k < n_keys; ++k) weights[k] += bufs[p]->tile_w[u * stride + k];
+          for (int k = 0; k < n_weights; ++k) weights[k] += bufs[p]->tile_w[u * stride + k];
         hooks.AfterToken(cells, lane, t0 + u, std::span<const int32_t>(keys, n_keys),
-                         std::span<const float>(weights, n_keys), plan);
+                         std::span<const float>(weights, n_weights), plan);
       }
     }
   }
   for (int i = run; i < n; ++i) {
     hooks.BeforeToken(cells, lane, i, plan);
+    const bool want = hooks.WantsWeights(cells, lane, i, plan);
     const TextIndex* index = cells.lane_index(lane);
     int n_keys = 0;
     for (int32_t c = 0; c < cells.hi(lane); ++c)
@@ -253,18 +269,20 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
                         &far_used);
         }
         FoldWith(cut, st, block);
-        for (int h = 0; h < q_heads; ++h)
+        for (int h = 0; h < q_heads && want; ++h)
           std::copy(st.scores + h * attn::kBlock, st.scores + h * attn::kBlock + block.n,
                     buf.scores.data() + h * buf.stride + first);
       }
       WriteHeads(st, a.out + i * a.out_stride + static_cast<int64_t>(k0) * group * hd);
-      lane_weights(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l, buf.weights.data());
+      if (want)
+        lane_weights(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l, buf.weights.data());
     });
+    const int n_weights = want ? n_keys : 0;
     float* weights = bufs[0]->weights.data();
     for (int p = 1; p < n_pieces; ++p)
-      for (int k = 0; k < n_keys; ++k) weights[k] += bufs[p]->weights[k];
+      for (int k = 0; k < n_weights; ++k) weights[k] += bufs[p]->weights[k];
     hooks.AfterToken(cells, lane, i, std::span<const int32_t>(keys, n_keys),
-                     std::span<const float>(weights, n_keys), plan);
+                     std::span<const float>(weights, n_weights), plan);
   }
 }
 
@@ -315,6 +333,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
       s.qp = th.qp + static_cast<size_t>(l) * q_heads * attn::PairStride(hd);
     }
     std::vector<int> n_keys(nl);
+    std::vector<uint8_t> want(nl);  // lane l reads this token's weights
     // Lane l's tokens before from[l] were folded in tiles (TileLane).
     std::vector<int> from(nl, 0);
     for (int l = 0; l < nl; ++l) {
@@ -332,6 +351,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
         if (i < from[l]) continue;
         const int lane = view.first_lane + g0 + l;
         hooks.BeforeToken(cells, lane, i, plan);
+        want[l] = hooks.WantsWeights(cells, lane, i, plan);
         hi = std::max(hi, cells.hi(lane));
         attn::FoldState& s = st[l];
         s.q = a.q + i * a.q_stride + static_cast<int64_t>(g0 + l) * q_heads * hd;
@@ -378,6 +398,7 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
           if (block.n == 0) continue;
           attn::FoldState& s = st[l];
           FoldWith(cut, s, block);
+          if (!want[l]) continue;
           // The block's scores, kept for the weights: [q_heads, stride] of lane l.
           float* scores = buf.scores.data() + static_cast<size_t>(l) * q_heads * buf.stride;
           for (int h = 0; h < q_heads; ++h)
@@ -391,10 +412,12 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
         const attn::FoldState& s = st[l];
         WriteHeads(s, a.out + i * a.out_stride + static_cast<int64_t>(g0 + l) * q_heads * hd);
         const float* scores = buf.scores.data() + static_cast<size_t>(l) * q_heads * buf.stride;
-        lane_weights(scores, buf.stride, q_heads, n_keys[l], s.m, s.l, buf.weights.data());
+        if (want[l])
+          lane_weights(scores, buf.stride, q_heads, n_keys[l], s.m, s.l, buf.weights.data());
         hooks.AfterToken(cells, lane, i,
                          std::span<const int32_t>(buf.key_cells.data() + l * buf.stride, n_keys[l]),
-                         std::span<const float>(buf.weights.data(), n_keys[l]), plan);
+                         std::span<const float>(buf.weights.data(), want[l] ? n_keys[l] : 0),
+                         plan);
       }
     }
   });

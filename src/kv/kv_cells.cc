@@ -13,7 +13,10 @@ KvCells::KvCells(int n_lanes, int32_t n_cells, Rotate rotate)
       index_(static_cast<size_t>(n_lanes) * n_cells, -1),
       pos_(static_cast<size_t>(n_lanes) * n_cells, 0),
       used_(n_lanes, 0),
-      hi_(n_lanes, 0) {}
+      hi_(n_lanes, 0),
+      ordered_(n_lanes, 1),
+      max_index_(n_lanes, -1),
+      max_pos_(n_lanes, -1) {}
 
 int32_t KvCells::max_used() const { return *std::max_element(used_.begin(), used_.end()); }
 int32_t KvCells::max_hi() const { return *std::max_element(hi_.begin(), hi_.end()); }
@@ -25,6 +28,9 @@ void KvCells::Set(int lane, int32_t c, TextIndex index, int32_t pos) {
   CHECK(index >= 0);
   index_[at] = index;
   pos_[at] = pos;
+  if (index <= max_index_[lane] || pos <= max_pos_[lane] || pos < 0) ordered_[lane] = 0;
+  max_index_[lane] = std::max(max_index_[lane], index);
+  max_pos_[lane] = std::max(max_pos_[lane], pos);
   ++used_[lane];
   hi_[lane] = std::max(hi_[lane], c + 1);
 }
@@ -39,6 +45,11 @@ void KvCells::Free(int lane, int32_t c) {
 }
 
 void KvCells::Move(int lane, int32_t c, int32_t pos) {
+  ordered_[lane] = 0;
+  MoveTo(lane, c, pos);
+}
+
+void KvCells::MoveTo(int lane, int32_t c, int32_t pos) {
   const size_t at = At(lane, c);
   const int32_t delta = pos - pos_[at];
   if (delta == 0) return;
@@ -55,18 +66,36 @@ int32_t KvCells::FirstFree(int lane, int32_t from) const {
 
 void KvCells::RenumberByRank(int lane) {
   const TextIndex* index = lane_index(lane);
-  std::vector<int32_t> order;
-  order.reserve(used_[lane]);
-  for (int32_t c = 0; c < hi_[lane]; ++c)
-    if (index[c] >= 0) order.push_back(c);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return index[a] < index[b]; });
-  for (size_t r = 0; r < order.size(); ++r) Move(lane, order[r], static_cast<int32_t>(r));
+  const int32_t* pos = lane_pos(lane);
+  // One pass (positions are below about the cell count when compact): a
+  // token's rank is the count of positions below its own.
+  if (ordered_[lane] && max_pos_[lane] < 4 * static_cast<int64_t>(n_cells_) + 1024) {
+    below_.assign(static_cast<size_t>(max_pos_[lane]) + 2, 0);
+    for (int32_t c = 0; c < hi_[lane]; ++c)
+      if (index[c] >= 0) below_[pos[c] + 1] = 1;
+    for (size_t p = 1; p < below_.size(); ++p) below_[p] += below_[p - 1];
+    for (int32_t c = 0; c < hi_[lane]; ++c)
+      if (index[c] >= 0) MoveTo(lane, c, below_[pos[c]]);
+  } else {
+    std::vector<int32_t> order;
+    order.reserve(used_[lane]);
+    for (int32_t c = 0; c < hi_[lane]; ++c)
+      if (index[c] >= 0) order.push_back(c);
+    std::sort(order.begin(), order.end(),
+              [&](int32_t a, int32_t b) { return index[a] < index[b]; });
+    for (size_t r = 0; r < order.size(); ++r) MoveTo(lane, order[r], static_cast<int32_t>(r));
+    ordered_[lane] = 1;
+  }
+  max_pos_[lane] = used_[lane] - 1;
 }
 
 void KvCells::Clear() {
   std::fill(index_.begin(), index_.end(), -1);
   std::fill(used_.begin(), used_.end(), 0);
   std::fill(hi_.begin(), hi_.end(), 0);
+  std::fill(ordered_.begin(), ordered_.end(), 1);
+  std::fill(max_index_.begin(), max_index_.end(), -1);
+  std::fill(max_pos_.begin(), max_pos_.end(), -1);
 }
 
 }  // namespace rotor

@@ -74,6 +74,10 @@ class KvCells {
   // The lowest empty cell of a lane at or after `from`, or -1.
   int32_t FirstFree(int lane, int32_t from = 0) const;
   // Compact positions: the lane's tokens renumbered 0..n-1 in text order.
+  // While the lane's positions rise with text index (tokens appended in
+  // order, some freed, none moved from outside) that is one pass: each
+  // token's new position is the count of positions below its own. Else a
+  // sort by text index.
   void RenumberByRank(int lane);
   void Clear();
   size_t bytes() const { return index_.size() * (sizeof(TextIndex) + sizeof(int32_t)); }
@@ -87,6 +91,13 @@ class KvCells {
   std::vector<int32_t> pos_;      // [n_lanes, n_cells]
   std::vector<int32_t> used_;     // [n_lanes]
   std::vector<int32_t> hi_;       // [n_lanes]
+  // [n_lanes] whether the lane's positions rise with text index, and the
+  // largest index and position set since (RenumberByRank).
+  std::vector<uint8_t> ordered_;
+  std::vector<TextIndex> max_index_;
+  std::vector<int32_t> max_pos_;
+  std::vector<int32_t> below_;  // RenumberByRank's count of positions below each
+  void MoveTo(int lane, int32_t c, int32_t pos);
 };
 
 // Which keys a query may attend to, by text index (shared lanes): key j is
@@ -151,6 +162,13 @@ class KvLaneHooks {
                                         const KvPlan& plan) const {
     (void)cells, (void)lane, (void)i, (void)plan;
     return 0;
+  }
+  // Whether AfterToken of token i reads its weights; asked after token i's
+  // BeforeToken (in a run, after every BeforeToken of the run). False:
+  // attention does not compute them, and AfterToken gets empty weights.
+  virtual bool WantsWeights(const KvCells& cells, int lane, int i, const KvPlan& plan) const {
+    (void)cells, (void)lane, (void)i, (void)plan;
+    return true;
   }
 };
 

@@ -94,10 +94,16 @@ class SnapKvPolicy final : public LanePolicy {
     return std::max(0, size_ - cells.used(lane));
   }
 
+  // Only the prompt's last `window` queries are scored.
+  bool WantsWeights(const KvCells&, int, int i, const KvPlan& plan) const override {
+    const TextIndex t = plan.first + i;
+    return prompt_end_ >= 0 && t >= prompt_end_ - window_ && t < prompt_end_;
+  }
+
   void AfterToken(KvCells& cells, int lane, int i, std::span<const int32_t> keys,
                   std::span<const float> weights, KvPlan& plan) override {
     const TextIndex t = plan.first + i;
-    if (prompt_end_ < 0 || t < prompt_end_ - window_ || t >= prompt_end_) return;
+    if (!WantsWeights(cells, lane, i, plan)) return;
     float* score = Score(lane);
     for (size_t k = 0; k < keys.size(); ++k) score[keys[k]] += weights[k];
     if (t == prompt_end_ - 1) Compress(cells, lane, plan);

@@ -34,9 +34,13 @@ class TovaPolicy final : public LanePolicy {
     return std::max(0, size_ - cells.used(lane));
   }
 
+  bool WantsWeights(const KvCells& cells, int lane, int, const KvPlan&) const override {
+    return cells.used(lane) > size_;  // AfterToken evicts
+  }
+
   void AfterToken(KvCells& cells, int lane, int, std::span<const int32_t> keys,
                   std::span<const float> weights, KvPlan& plan) override {
-    if (cells.used(lane) <= size_) return;
+    if (!WantsWeights(cells, lane, 0, plan)) return;
     int32_t victim = -1;
     float best = std::numeric_limits<float>::infinity();
     TextIndex best_index = 0;
