@@ -16,6 +16,7 @@
 #include "kv/kv_key_offsets.h"
 #include "kv/kv_quant.h"
 #include "kv_test_util.h"
+#include "sanitizers/sweep.h"
 
 namespace rotor {
 namespace {
@@ -151,8 +152,12 @@ const KvConfig kLanePolicies[] = {
 
 TEST(AttentionTile, LanePoliciesSameBitsInAnyTileAndAnyCut) {
   if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "tiles run on AVX2 and AVX-512 machines";
-  for (const KvConfig& cfg : kLanePolicies)
-    for (const KvTypes& t : kTypes) {
+  testing::Sweep sweep(3);  // under the sanitizers: every policy and type, fewer pairs
+  for (int c = 0; c < std::ssize(kLanePolicies); ++c)
+    for (int k = 0; k < std::ssize(kTypes); ++k) {
+      if (!sweep.Next({c, k})) continue;
+      const KvConfig& cfg = kLanePolicies[c];
+      const KvTypes& t = kTypes[k];
       SCOPED_TRACE(KvTypesName(t) + " " + cfg.policy + " " + std::string(RopeKName(cfg.rope_k)));
       const std::vector<float> want = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
       for (int max_tile : {1, 7}) EXPECT_EQ(Attend(cfg, t, 300, {70}, max_tile), want) << max_tile;
@@ -161,13 +166,18 @@ TEST(AttentionTile, LanePoliciesSameBitsInAnyTileAndAnyCut) {
       // tokens are evicted); runs of 4 tokens or more (kMinLaneRun).
       EXPECT_EQ(Attend(cfg, t, 300, {4, 26, 40}, 5), want);
     }
+  EXPECT_TRUE(sweep.EveryValueRan());
 }
 
 // ...and near the token-by-token folds (max_tile 0), within the bounds of
 // NearTheOneTokenFolds: the same tokens were evicted.
 TEST(AttentionTile, LanePoliciesNearTheOneTokenFolds) {
-  for (const KvConfig& cfg : kLanePolicies)
-    for (const KvTypes& t : kTypes) {
+  testing::Sweep sweep(3);  // under the sanitizers: every policy and type, fewer pairs
+  for (int c = 0; c < std::ssize(kLanePolicies); ++c)
+    for (int k = 0; k < std::ssize(kTypes); ++k) {
+      if (!sweep.Next({c, k})) continue;
+      const KvConfig& cfg = kLanePolicies[c];
+      const KvTypes& t = kTypes[k];
       const std::string name =
           KvTypesName(t) + " " + std::string(RopeKName(cfg.rope_k)) + " " + cfg.policy;
       SCOPED_TRACE(name);
@@ -181,6 +191,7 @@ TEST(AttentionTile, LanePoliciesNearTheOneTokenFolds) {
       }
       std::printf("%-28s lane tiles against token by token: %.3g relative\n", name.c_str(), diff);
     }
+  EXPECT_TRUE(sweep.EveryValueRan());
 }
 
 }  // namespace
