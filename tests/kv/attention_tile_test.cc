@@ -150,48 +150,49 @@ const KvConfig kLanePolicies[] = {
     testing::Kv("tova", 340, 0, RopeK::kDeferred, KvPositions::kOriginal),
 };
 
-TEST(AttentionTile, LanePoliciesSameBitsInAnyTileAndAnyCut) {
-  if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "tiles run on AVX2 and AVX-512 machines";
-  testing::Sweep sweep(3);  // under the sanitizers: every policy and type, fewer pairs
+// Runs check(policy, types, name) for the lane policies x K/V types; under
+// the sanitizers every third pair, every policy and type still run.
+template <class Check>
+void ForEachLaneCase(Check check) {
+  testing::Sweep sweep(3);
   for (int c = 0; c < std::ssize(kLanePolicies); ++c)
     for (int k = 0; k < std::ssize(kTypes); ++k) {
       if (!sweep.Next({c, k})) continue;
       const KvConfig& cfg = kLanePolicies[c];
-      const KvTypes& t = kTypes[k];
-      SCOPED_TRACE(KvTypesName(t) + " " + cfg.policy + " " + std::string(RopeKName(cfg.rope_k)));
-      const std::vector<float> want = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
-      for (int max_tile : {1, 7}) EXPECT_EQ(Attend(cfg, t, 300, {70}, max_tile), want) << max_tile;
-      EXPECT_EQ(Attend(cfg, t, 300, {30, 40}, AttentionScratch::kTileTokens), want);
-      // Cuts inside the run (compact positions renumber at each cut once
-      // tokens are evicted); runs of 4 tokens or more (kMinLaneRun).
-      EXPECT_EQ(Attend(cfg, t, 300, {4, 26, 40}, 5), want);
+      const std::string name = KvTypesName(kTypes[k]) + " " + std::string(RopeKName(cfg.rope_k)) +
+                               " " + cfg.policy;
+      SCOPED_TRACE(name);
+      check(cfg, kTypes[k], name);
     }
   EXPECT_TRUE(sweep.EveryValueRan());
+}
+
+TEST(AttentionTile, LanePoliciesSameBitsInAnyTileAndAnyCut) {
+  if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "tiles run on AVX2 and AVX-512 machines";
+  ForEachLaneCase([](const KvConfig& cfg, const KvTypes& t, const std::string&) {
+    const std::vector<float> want = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
+    for (int max_tile : {1, 7}) EXPECT_EQ(Attend(cfg, t, 300, {70}, max_tile), want) << max_tile;
+    EXPECT_EQ(Attend(cfg, t, 300, {30, 40}, AttentionScratch::kTileTokens), want);
+    // Cuts inside the run (compact positions renumber at each cut once
+    // tokens are evicted); runs of 4 tokens or more (kMinLaneRun).
+    EXPECT_EQ(Attend(cfg, t, 300, {4, 26, 40}, 5), want);
+  });
 }
 
 // ...and near the token-by-token folds (max_tile 0), within the bounds of
 // NearTheOneTokenFolds: the same tokens were evicted.
 TEST(AttentionTile, LanePoliciesNearTheOneTokenFolds) {
-  testing::Sweep sweep(3);  // under the sanitizers: every policy and type, fewer pairs
-  for (int c = 0; c < std::ssize(kLanePolicies); ++c)
-    for (int k = 0; k < std::ssize(kTypes); ++k) {
-      if (!sweep.Next({c, k})) continue;
-      const KvConfig& cfg = kLanePolicies[c];
-      const KvTypes& t = kTypes[k];
-      const std::string name =
-          KvTypesName(t) + " " + std::string(RopeKName(cfg.rope_k)) + " " + cfg.policy;
-      SCOPED_TRACE(name);
-      const double diff = MaxRelDiff(Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens),
-                                     Attend(cfg, t, 300, {70}, 0));
-      EXPECT_LE(diff, KvTypeQuantized(t.k) ? 0.05 : 1e-5);
-      // Not zero: the tiles ran (the bits tests above would also pass token
-      // by token), rounding otherwise than the one-token folds.
-      if (BestIsa() >= Isa::kAvx2) {
-        EXPECT_GT(diff, 0.0);
-      }
-      std::printf("%-28s lane tiles against token by token: %.3g relative\n", name.c_str(), diff);
+  ForEachLaneCase([](const KvConfig& cfg, const KvTypes& t, const std::string& name) {
+    const double diff = MaxRelDiff(Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens),
+                                   Attend(cfg, t, 300, {70}, 0));
+    EXPECT_LE(diff, KvTypeQuantized(t.k) ? 0.05 : 1e-5);
+    // Not zero: the tiles ran (the bits test above would also pass token by
+    // token), rounding otherwise than the one-token folds.
+    if (BestIsa() >= Isa::kAvx2) {
+      EXPECT_GT(diff, 0.0);
     }
-  EXPECT_TRUE(sweep.EveryValueRan());
+    std::printf("%-28s lane tiles against token by token: %.3g relative\n", name.c_str(), diff);
+  });
 }
 
 }  // namespace
