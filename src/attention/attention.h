@@ -78,6 +78,16 @@ class AttentionScratch {
   // the two).
   void set_max_tile(int n) { max_tile_ = n; }
   int max_tile() const { return max_tile_; }
+  // Per-lane policies: neighbouring lanes that see the same keys in a block
+  // fold it together (attention_lanes.cc); false: each lane alone, the same
+  // bits (tests compare the two).
+  void set_group_lanes(bool on) { group_lanes_ = on; }
+  bool group_lanes() const { return group_lanes_; }
+  // Per-lane policies: a token whose lanes reach twice this many cells or
+  // more is folded in splits of about this many cells, each over every lane
+  // (attention_lanes.cc); 0: never (each lane range over all its cells).
+  void set_lane_split_cells(int32_t n) { lane_split_cells_ = n; }
+  int32_t lane_split_cells() const { return lane_split_cells_; }
   // Partial softmax states of split tasks: [n_tasks, n_head, head_dim + 2].
   float* Partials(int64_t n_tasks);
   // Per-lane working memory of a thread (attention_lanes.cc), grown to the
@@ -133,6 +143,8 @@ class AttentionScratch {
  private:
   int n_threads_, n_head_, head_dim_;
   int max_tile_ = kTileTokens;
+  bool group_lanes_ = true;
+  int32_t lane_split_cells_ = 256;
   size_t per_thread_;  // floats of a thread: slots_, then kTileTokens of tile_query_
   size_t slots_;       // slot 0, then kTileTokens - 1 slots of slot_
   size_t tile_query_;  // a slot's tq8, tqd and tqs

@@ -24,6 +24,7 @@
 
 #include "attention/attention.h"
 #include "attention/attention_internal.h"
+#include "attention/attention_lane_range.h"
 #include "base/check.h"
 #include "base/cpu.h"
 #include "kv/kv_quant.h"
@@ -290,23 +291,36 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
 
 // A thread runs a contiguous range of the layer's lanes in lockstep: for each
 // token, every lane's BeforeToken, then the cells block by block with every
-// lane of the range folding its slice of the block's rows (so the rows are
-// read once, contiguously, rather than one head's slice a row apart per
-// lane), then every lane's weights and AfterToken. Lanes stay independent:
-// each has its own fold state, keys and hooks' calls in token order.
+// lane of the range folding its slice of the block's rows (LaneRange), then
+// every lane's weights and AfterToken. Lanes stay independent: each has its
+// own fold state, keys and hooks' calls in token order. Tokens whose lanes
+// reach many cells are folded in splits of the cells instead
+// (AttendLanesSplit), and a lane's tokens taken without evicting in tiles
+// (TileLane).
 void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, AttentionScratch& scratch,
                  const AttentionScratch::Cut& cut) {
   const KvLayerView& view = *a.cache;
-  if (view.n_lanes == 1 && view.lane_heads > 1 && pool.size() > 1)
-    return AttendLayerLane(pool, a, plan, scratch, cut);
   KvCells& cells = *view.cells;
   KvLaneHooks& hooks = *plan.hooks;
-  const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
-  const int lane_heads = view.lane_heads, q_heads = lane_heads * group;
-  const int32_t n_cells = view.n_cells, n = plan.n_tokens;
-  const size_t k_head_bytes = KvHeadBytes(view.types.k, hd);
-  const size_t v_head_bytes = KvHeadBytes(view.types.v, hd);
-  const bool deferred = view.rope_k == RopeK::kDeferred;
+  // Lane l's tokens before from[l] are folded in tiles (TileLane).
+  std::vector<int> from(view.n_lanes);
+  int32_t hi = 0;
+  for (int g = 0; g < view.n_lanes; ++g) {
+    const int lane = view.first_lane + g;
+    from[g] = LaneRun(hooks, cells, lane, plan, cut, scratch.max_tile());
+    hi = std::max(hi, cells.hi(lane));
+  }
+  const bool tiles = *std::max_element(from.begin(), from.end()) > 0;
+  // Splits where the cache already holds many cells (a prompt that starts
+  // small runs its tokens in lane ranges: two pool jobs a token would cost
+  // more than its few cells).
+  if (!tiles && LaneSplits(hi, scratch.lane_split_cells()) > 1)
+    return AttendLanesSplit(pool, a, plan, scratch, cut);
+  if (view.n_lanes == 1 && view.lane_heads > 1 && pool.size() > 1)
+    return AttendLayerLane(pool, a, plan, scratch, cut);
+  const int group = a.n_head / a.n_head_kv;
+  const int q_heads = view.lane_heads * group;
+  const int n = plan.n_tokens;
   const LaneWeightsFn lane_weights = LaneWeightsOf(ActiveIsa());
   const int n_ranges = std::min(pool.size(), view.n_lanes);
 
@@ -314,110 +328,40 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
     // Lanes [g0, g1) of the layer.
     const int g0 = view.n_lanes * r / n_ranges, g1 = view.n_lanes * (r + 1) / n_ranges;
     const int nl = g1 - g0;
-    AttentionScratch::Thread th = scratch.thread(thread);
-    AttentionScratch::LaneBuffers& buf = scratch.lanes(thread, n_cells, nl, q_heads);
-    // Lane g's fold state: its query heads' rows of the thread's state.
-    std::vector<attn::FoldState> st(nl);
-    for (int l = 0; l < nl; ++l) {
-      attn::FoldState& s = st[l];
-      s = MakeFoldState(a, th, q_heads, lane_heads, (g0 + l) * lane_heads);
-      s.scores = th.scores + static_cast<size_t>(l) * q_heads * attn::kBlock;
-      s.m = th.m + l * q_heads;
-      s.l = th.l + l * q_heads;
-      s.acc = th.acc + static_cast<size_t>(l) * q_heads * hd;
-      // The query's quantized forms too: each lane's own (the lanes fold
-      // block by block in turn, each checking its q8_of / qp_of).
-      s.q8 = th.q8 + static_cast<size_t>(l) * q_heads * hd;
-      s.q8d = th.q8d + static_cast<size_t>(l) * q_heads * hd;
-      s.q8s = th.q8s + static_cast<size_t>(l) * q_heads * hd / 8;
-      s.qp = th.qp + static_cast<size_t>(l) * q_heads * attn::PairStride(hd);
-    }
+    AttentionScratch::LaneBuffers& buf = scratch.lanes(thread, view.n_cells, nl, q_heads);
+    for (int l = 0; l < nl; ++l)
+      if (from[g0 + l] > 0)
+        TileLane(a, cut, scratch, thread, plan, view.first_lane + g0 + l,
+                 (g0 + l) * view.lane_heads, (g0 + l + 1) * view.lane_heads, from[g0 + l]);
+    LaneRange lr(a, cut, scratch, thread, g0, nl);
     std::vector<int> n_keys(nl);
-    std::vector<uint8_t> want(nl);  // lane l reads this token's weights
-    // Lane l's tokens before from[l] were folded in tiles (TileLane).
-    std::vector<int> from(nl, 0);
-    for (int l = 0; l < nl; ++l) {
-      const int lane = view.first_lane + g0 + l;
-      from[l] = LaneRun(hooks, cells, lane, plan, cut, scratch.max_tile());
-      if (from[l] > 0)
-        TileLane(a, cut, scratch, thread, plan, lane, (g0 + l) * lane_heads,
-                 (g0 + l + 1) * lane_heads, from[l]);
-    }
-    attn::KeyBlock block;
-    SetBlockTypes(view, hd, block);
-    for (int i = *std::min_element(from.begin(), from.end()); i < n; ++i) {
+    std::vector<uint8_t> active(nl), want(nl);  // lane l folds (reads the weights of) this token
+    for (int i = *std::min_element(from.begin() + g0, from.begin() + g1); i < n; ++i) {
       int32_t hi = 0;
       for (int l = 0; l < nl; ++l) {
-        if (i < from[l]) continue;
+        active[l] = i >= from[g0 + l];
+        if (!active[l]) continue;
         const int lane = view.first_lane + g0 + l;
         hooks.BeforeToken(cells, lane, i, plan);
         want[l] = hooks.WantsWeights(cells, lane, i, plan);
         hi = std::max(hi, cells.hi(lane));
-        attn::FoldState& s = st[l];
-        s.q = a.q + i * a.q_stride + static_cast<int64_t>(g0 + l) * q_heads * hd;
-        s.q8_of = s.qp_of = nullptr;
-        std::fill(s.m, s.m + q_heads, -std::numeric_limits<float>::infinity());
-        std::fill(s.l, s.l + q_heads, 0.f);
-        std::fill(s.acc, s.acc + static_cast<size_t>(q_heads) * hd, 0.f);
+        lr.Begin(i, l);
         n_keys[l] = 0;
       }
-      for (int32_t c0 = 0; c0 < hi; c0 += attn::kBlock) {
-        const int32_t c1 = std::min(hi, c0 + attn::kBlock);
-        for (int l = 0; l < nl; ++l) {
-          if (i < from[l]) continue;
-          const int lane = view.first_lane + g0 + l;
-          const TextIndex* index = cells.lane_index(lane);
-          const int32_t* pos = cells.lane_pos(lane);
-          const size_t k_col = static_cast<size_t>(g0 + l) * lane_heads * k_head_bytes;
-          const size_t v_col = static_cast<size_t>(g0 + l) * lane_heads * v_head_bytes;
-          int32_t* keys = buf.key_cells.data() + static_cast<size_t>(l) * buf.stride;
-          int far_used = 0;
-          block.n = 0;
-          for (int32_t c = c0; c < std::min(c1, cells.hi(lane)); ++c) {
-            const TextIndex idx = index[c];
-            if (idx < 0) continue;
-            const uint8_t* k;
-            const uint8_t* v;
-            if (idx >= plan.first) {  // a token of this ubatch: its own K/V
-              CHECK(idx - plan.first <= i);
-              k = cut.chunk_k + (idx - plan.first) * cut.chunk_k_row_bytes + k_col;
-              v = cut.chunk_v + (idx - plan.first) * cut.chunk_v_row_bytes + v_col;
-            } else {
-              k = static_cast<const uint8_t*>(view.KRow(c)) + k_col;
-              v = static_cast<const uint8_t*>(view.VRow(c)) + v_col;
-            }
-            const int b = block.n++;
-            block.k[b] = k;
-            block.v[b] = v;
-            block.cos[b] = block.sin[b] = block.cos2[b] = block.sin2[b] = nullptr;
-            if (deferred)
-              SetRotation(*a.rope, static_cast<int64_t>(plan.pos[i]) - pos[c], block, b, th.far,
-                          &far_used);
-            keys[n_keys[l]++] = c;
-          }
-          if (block.n == 0) continue;
-          attn::FoldState& s = st[l];
-          FoldWith(cut, s, block);
-          if (!want[l]) continue;
-          // The block's scores, kept for the weights: [q_heads, stride] of lane l.
-          float* scores = buf.scores.data() + static_cast<size_t>(l) * q_heads * buf.stride;
-          for (int h = 0; h < q_heads; ++h)
-            std::copy(s.scores + h * attn::kBlock, s.scores + h * attn::kBlock + block.n,
-                      scores + h * buf.stride + n_keys[l] - block.n);
-        }
-      }
+      lr.Fold(plan, i, 0, hi, active.data(), want.data(), buf.key_cells.data(), buf.scores.data(),
+              buf.stride, n_keys.data());
       for (int l = 0; l < nl; ++l) {
-        if (i < from[l]) continue;
+        if (!active[l]) continue;
         const int lane = view.first_lane + g0 + l;
-        const attn::FoldState& s = st[l];
-        WriteHeads(s, a.out + i * a.out_stride + static_cast<int64_t>(g0 + l) * q_heads * hd);
+        const attn::FoldState& s = lr.state(l);
+        WriteHeads(s,
+                   a.out + i * a.out_stride + static_cast<int64_t>(g0 + l) * q_heads * a.head_dim);
         const float* scores = buf.scores.data() + static_cast<size_t>(l) * q_heads * buf.stride;
         if (want[l])
           lane_weights(scores, buf.stride, q_heads, n_keys[l], s.m, s.l, buf.weights.data());
         hooks.AfterToken(cells, lane, i,
                          std::span<const int32_t>(buf.key_cells.data() + l * buf.stride, n_keys[l]),
-                         std::span<const float>(buf.weights.data(), want[l] ? n_keys[l] : 0),
-                         plan);
+                         std::span<const float>(buf.weights.data(), want[l] ? n_keys[l] : 0), plan);
       }
     }
   });

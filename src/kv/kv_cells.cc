@@ -16,7 +16,8 @@ KvCells::KvCells(int n_lanes, int32_t n_cells, Rotate rotate)
       hi_(n_lanes, 0),
       ordered_(n_lanes, 1),
       max_index_(n_lanes, -1),
-      max_pos_(n_lanes, -1) {}
+      max_pos_(n_lanes, -1),
+      free_from_(n_lanes, 0) {}
 
 int32_t KvCells::max_used() const { return *std::max_element(used_.begin(), used_.end()); }
 int32_t KvCells::max_hi() const { return *std::max_element(hi_.begin(), hi_.end()); }
@@ -33,6 +34,7 @@ void KvCells::Set(int lane, int32_t c, TextIndex index, int32_t pos) {
   max_pos_[lane] = std::max(max_pos_[lane], pos);
   ++used_[lane];
   hi_[lane] = std::max(hi_[lane], c + 1);
+  if (c == free_from_[lane]) free_from_[lane] = c + 1;
 }
 
 void KvCells::Free(int lane, int32_t c) {
@@ -40,6 +42,7 @@ void KvCells::Free(int lane, int32_t c) {
   CHECK(index_[at] >= 0);
   index_[at] = -1;
   --used_[lane];
+  free_from_[lane] = std::min(free_from_[lane], c);
   if (c + 1 == hi_[lane])
     while (hi_[lane] > 0 && index_[At(lane, hi_[lane] - 1)] < 0) --hi_[lane];
 }
@@ -59,7 +62,7 @@ void KvCells::MoveTo(int lane, int32_t c, int32_t pos) {
 
 int32_t KvCells::FirstFree(int lane, int32_t from) const {
   const TextIndex* index = lane_index(lane);
-  for (int32_t c = from; c < n_cells_; ++c)
+  for (int32_t c = std::max(from, free_from_[lane]); c < n_cells_; ++c)
     if (index[c] < 0) return c;
   return -1;
 }
@@ -67,6 +70,9 @@ int32_t KvCells::FirstFree(int lane, int32_t from) const {
 void KvCells::RenumberByRank(int lane) {
   const TextIndex* index = lane_index(lane);
   const int32_t* pos = lane_pos(lane);
+  // Unique positions (rising with text index) as many as 1 + an upper
+  // bound of them: they are 0..n-1 already.
+  if (ordered_[lane] && max_pos_[lane] == used_[lane] - 1) return;
   // One pass (positions are below about the cell count when compact): a
   // token's rank is the count of positions below its own.
   if (ordered_[lane] && max_pos_[lane] < 4 * static_cast<int64_t>(n_cells_) + 1024) {
@@ -96,6 +102,7 @@ void KvCells::Clear() {
   std::fill(ordered_.begin(), ordered_.end(), 1);
   std::fill(max_index_.begin(), max_index_.end(), -1);
   std::fill(max_pos_.begin(), max_pos_.end(), -1);
+  std::fill(free_from_.begin(), free_from_.end(), 0);
 }
 
 }  // namespace rotor

@@ -76,8 +76,8 @@ class KvCells {
   // Compact positions: the lane's tokens renumbered 0..n-1 in text order.
   // While the lane's positions rise with text index (tokens appended in
   // order, some freed, none moved from outside) that is one pass: each
-  // token's new position is the count of positions below its own. Else a
-  // sort by text index.
+  // token's new position is the count of positions below its own, and
+  // nothing when they are already 0..n-1. Else a sort by text index.
   void RenumberByRank(int lane);
   void Clear();
   size_t bytes() const { return index_.size() * (sizeof(TextIndex) + sizeof(int32_t)); }
@@ -96,7 +96,8 @@ class KvCells {
   std::vector<uint8_t> ordered_;
   std::vector<TextIndex> max_index_;
   std::vector<int32_t> max_pos_;
-  std::vector<int32_t> below_;  // RenumberByRank's count of positions below each
+  std::vector<int32_t> below_;      // RenumberByRank's count of positions below each
+  std::vector<int32_t> free_from_;  // [n_lanes] no empty cell of the lane lies below it
   void MoveTo(int lane, int32_t c, int32_t pos);
 };
 

@@ -30,18 +30,8 @@ std::vector<float> Attend(const KvConfig& base, KvTypes types, int depth,
                           const std::vector<int>& ubatches, int max_tile) {
   const int q_dim = kHeads * kDim, kv_dim = kHeadsKv * kDim;
   ops::RopeConfig rope{kDim, kDim};
-  // Random key offsets (cached RoPE), centers and scales (deferred), as a
-  // model's calibration gives them: block-type keys use them by default.
-  const KvKeyOffsets offsets(
-      [] {
-        std::mt19937 g(3);
-        std::normal_distribution<float> n(0.f, 1.f);
-        std::vector<float> v(3 * kHeadsKv * kDim);  // [3, 1 layer, kHeadsKv, kDim]
-        for (size_t i = 0; i < v.size(); ++i)
-          v[i] = i < 2 * kHeadsKv * kDim ? n(g) : 1.f + 0.5f * std::fabs(n(g));
-        return v;
-      },
-      1, kHeadsKv * kDim);
+  const KvKeyOffsets offsets([] { return testing::RandomKeyOffsetValues(kHeadsKv * kDim); }, 1,
+                             kHeadsKv * kDim);
   KvShape shape{1, kHeadsKv, kDim, 1024, rope};
   shape.k_offsets = &offsets;
   KvConfig cfg = base;
@@ -77,20 +67,8 @@ std::vector<float> Attend(const KvConfig& base, KvTypes types, int depth,
   return std::vector<float>(out.begin() + depth * q_dim, out.end());
 }
 
-// The largest difference of two outputs, relative to b's largest value.
-double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t e = 0; e < a.size(); ++e) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[e]) - b[e]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[e])));
-  }
-  return diff / scale;
-}
-
-const KvTypes kTypes[] = {{KvType::kF32, KvType::kF32},
-                          {KvType::kF16, KvType::kF16},
-                          {KvType::kQ8_0, KvType::kQ8_0},
-                          {KvType::kQ4_0, KvType::kQ5_0}};
+using testing::MaxRelDiff;
+const auto& kTypes = testing::kAttendTypes;
 
 TEST(AttentionTile, SameBitsInAnyTileAndAnyCut) {
   if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "tiles run on AVX2 and AVX-512 machines";

@@ -1,8 +1,10 @@
 // KvCells::RenumberByRank (compact positions): the one-pass path, taken while
-// a lane's positions rise with text index, gives every token its rank in text
-// order as the sort does, through random appends, evictions, moves and
-// out-of-order sets (which send it to the sort); and the rotation hook sees
-// exactly each cell's change of position.
+// a lane's positions rise with text index (and nothing done while they are
+// 0..n-1 already), gives every token its rank in text order as the sort
+// does, through random appends, evictions, moves and out-of-order sets
+// (which send it to the sort); and the rotation hook sees exactly each
+// cell's change of position. FirstFree, which starts where no cell below is
+// empty, finds the lowest empty cell as a scan from the start does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -67,6 +69,44 @@ TEST(KvCells, RenumberGivesEveryTokenItsRank) {
           ASSERT_EQ(seen[lane][order[r]], cells.pos(lane, order[r]));
         }
       }
+    }
+  }
+}
+
+// The lowest empty cell at or after `from`, by a scan of every cell.
+int32_t ScanFree(const KvCells& cells, int lane, int32_t from) {
+  for (int32_t c = from; c < cells.n_cells(); ++c)
+    if (cells.index(lane, c) < 0) return c;
+  return -1;
+}
+
+TEST(KvCells, FirstFreeIsTheLowestEmptyCell) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t n_cells = 1 + static_cast<int32_t>(rng() % 50);
+    KvCells cells(2, n_cells, nullptr);
+    TextIndex next = 0;
+    for (int step = 0; step < 200; ++step) {
+      const int lane = static_cast<int>(rng() % 2);
+      const int event = static_cast<int>(rng() % 10);
+      if (event < 5) {  // admit to the lowest empty cell (the lane policies)
+        const int32_t c = cells.FirstFree(lane);
+        ASSERT_EQ(c, ScanFree(cells, lane, 0)) << "trial " << trial << " step " << step;
+        if (c >= 0) cells.Set(lane, c, next, static_cast<int32_t>(next)), ++next;
+      } else if (event < 7) {  // set any empty cell (the full policy's slots, a loaded file)
+        const int32_t c = ScanFree(cells, lane, static_cast<int32_t>(rng() % n_cells));
+        if (c >= 0) cells.Set(lane, c, next, static_cast<int32_t>(next)), ++next;
+      } else if (event < 9 && cells.used(lane) > 0) {  // evict
+        int32_t c;
+        do c = static_cast<int32_t>(rng() % cells.hi(lane));
+        while (cells.index(lane, c) < 0);
+        cells.Free(lane, c);
+      } else if (event == 9 && rng() % 8 == 0) {
+        cells.Clear();
+      }
+      const int32_t from = static_cast<int32_t>(rng() % n_cells);
+      ASSERT_EQ(cells.FirstFree(lane, from), ScanFree(cells, lane, from))
+          << "trial " << trial << " step " << step << " from " << from;
     }
   }
 }
