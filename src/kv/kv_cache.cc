@@ -144,8 +144,20 @@ void KvCache::Load(bool is_v, int layer, int head, const uint8_t* src, float* ds
 
 void KvCache::ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t delta) {
   const ops::RopeConfig& rope = shape_.rope;
+  // The rotation's angles, made once per delta (ops::RopeShift's, which
+  // computes them at every call: compact positions shift about half a
+  // lane's keys by the same delta at every eviction).
+  if (shift_cos_.empty() || delta != shift_delta_) {
+    shift_cos_.resize(rope.n_rot / 2);
+    shift_sin_.resize(rope.n_rot / 2);
+    ops::RopeAngles(rope, &delta, 1, shift_cos_.data(), shift_sin_.data());
+    shift_delta_ = delta;
+  }
+  const auto shift = [&](float* x) {
+    ops::RopeWithAngles(rope, shift_cos_.data(), shift_sin_.data(), x, 1, n_heads);
+  };
   if (config_.types.k == KvType::kF32 && !RotateK() && !config_.k_offset) {
-    ops::RopeShift(rope, reinterpret_cast<float*>(at), n_heads, delta);
+    shift(reinterpret_cast<float*>(at));
     return;
   }
   // Another type: back to f32 (and unrotated), RoPE-shifted, stored again
@@ -154,7 +166,7 @@ void KvCache::ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t de
   // least-squares search (KvRounding) on every kept key per eviction halved
   // sink-compact q4_0 decode (BENCHMARKS.md, twenty-third session).
   Load(false, layer, head, at, shift_row_.data(), n_heads);
-  ops::RopeShift(rope, shift_row_.data(), n_heads, delta);
+  shift(shift_row_.data());
   Store(false, layer, head, at, shift_row_.data(), n_heads, KvRounding::kGgml);
 }
 

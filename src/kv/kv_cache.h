@@ -270,6 +270,9 @@ class KvCache {
   std::vector<BlockId> table_;        // [ceil(n_cells / block_cells)] -1 = none
   std::vector<uint8_t*> block_data_;  // [table_.size()] the blocks' storage
   std::vector<float> shift_row_;      // [n_head_kv * head_dim] re-rotation scratch
+  // The rotation by shift_delta_ positions (ShiftKey): [n_rot / 2] each.
+  int32_t shift_delta_ = 0;
+  std::vector<float> shift_cos_, shift_sin_;
   std::vector<float> store_row_;      // [n_head_kv * head_dim] Store's rotation scratch
   KvCells cells_;
   TextIndex n_seen_ = 0;

@@ -168,12 +168,14 @@ void KvDequantizeHeads(KvType t, int head_dim, int n_heads, const uint8_t* src, 
     case KvType::kF32:
       std::memcpy(dst, src, n * sizeof(float));
       return;
-    case KvType::kF16:
+    case KvType::kF16:  // vectorized (compact positions re-rotate kept keys at every eviction)
+      ops::DequantizeRow(DType::kF16, src, dst, n);
+      return;
     case KvType::kBF16:
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = t == KvType::kF16 ? F16ToF32(h) : BF16ToF32(h);
+        dst[i] = BF16ToF32(h);
       }
       return;
     default: {
