@@ -74,12 +74,15 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<K
       cells_(
           LaneCount(policy_->lanes(), shape), n_cells_,
           config.rope_k == RopeK::kCached
-              ? KvCells::Rotate([this](int lane, int32_t c, int32_t d) { RotateLane(lane, c, d); })
+              ? KvCells::Rotate(
+                    [this](int lane, int32_t c, int32_t d) { RotateLane(lane, c, d, shift_[0]); })
               : KvCells::Rotate()),
       publish_(policy_->SharesPrefix()),
       root_(PrefixRoot(PrefixSeed{pool->model_id(), config.types, config.rotate, config.rope_k,
                                   config.k_offset})) {
-  shift_row_.resize(RowFloats());
+  shift_.resize(1);
+  shift_[0].row.resize(RowFloats());
+  shift_[0].store.resize(RowFloats());
   store_row_.resize(RowFloats());
 }
 
@@ -104,23 +107,24 @@ const float* KvCache::KeyScale(int layer, int head) const {
 }
 
 void KvCache::Store(bool is_v, int layer, int head, uint8_t* dst, const float* src, int n_heads,
-                    KvRounding rounding) {
+                    KvRounding rounding, float* scratch) {
+  float* row = scratch != nullptr ? scratch : store_row_.data();
   const KvType t = is_v ? config_.types.v : config_.types.k;
   const int hd = shape_.head_dim;
   const int64_t n = static_cast<int64_t>(n_heads) * hd;
   const float* m = is_v ? nullptr : KeyOffset(layer, head);
   if (m != nullptr) {
-    for (int64_t i = 0; i < n; ++i) store_row_[i] = src[i] - m[i];
-    src = store_row_.data();
+    for (int64_t i = 0; i < n; ++i) row[i] = src[i] - m[i];
+    src = row;
   }
   if (const float* c = is_v ? nullptr : KeyCenter(layer, head)) {
-    KvCenterKeys(src, c, KeyScale(layer, head), n, store_row_.data());
-    src = store_row_.data();
+    KvCenterKeys(src, c, KeyScale(layer, head), n, row);
+    src = row;
   }
   if (is_v ? config_.rotate : RotateK()) {
-    if (src != store_row_.data()) std::copy(src, src + n, store_row_.data());
-    KvHadamard(store_row_.data(), n, KvQuantBlock(hd));
-    src = store_row_.data();
+    if (src != row) std::copy(src, src + n, row);
+    KvHadamard(row, n, KvQuantBlock(hd));
+    src = row;
   }
   if (t == KvType::kF16)
     ops::F32ToF16Row(src, reinterpret_cast<uint16_t*>(dst), static_cast<int64_t>(n_heads) * hd);
@@ -142,19 +146,20 @@ void KvCache::Load(bool is_v, int layer, int head, const uint8_t* src, float* ds
   }
 }
 
-void KvCache::ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t delta) {
+void KvCache::ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t delta,
+                       ShiftScratch& s) {
   const ops::RopeConfig& rope = shape_.rope;
   // The rotation's angles, made once per delta (ops::RopeShift's, which
   // computes them at every call: compact positions shift about half a
   // lane's keys by the same delta at every eviction).
-  if (shift_cos_.empty() || delta != shift_delta_) {
-    shift_cos_.resize(rope.n_rot / 2);
-    shift_sin_.resize(rope.n_rot / 2);
-    ops::RopeAngles(rope, &delta, 1, shift_cos_.data(), shift_sin_.data());
-    shift_delta_ = delta;
+  if (s.cos.empty() || delta != s.delta) {
+    s.cos.resize(rope.n_rot / 2);
+    s.sin.resize(rope.n_rot / 2);
+    ops::RopeAngles(rope, &delta, 1, s.cos.data(), s.sin.data());
+    s.delta = delta;
   }
   const auto shift = [&](float* x) {
-    ops::RopeWithAngles(rope, shift_cos_.data(), shift_sin_.data(), x, 1, n_heads);
+    ops::RopeWithAngles(rope, s.cos.data(), s.sin.data(), x, 1, n_heads);
   };
   if (config_.types.k == KvType::kF32 && !RotateK() && !config_.k_offset) {
     shift(reinterpret_cast<float*>(at));
@@ -165,9 +170,34 @@ void KvCache::ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t de
   // Keys re-rotated at every eviction are rounded as GGML does: the
   // least-squares search (KvRounding) on every kept key per eviction halved
   // sink-compact q4_0 decode (BENCHMARKS.md, twenty-third session).
-  Load(false, layer, head, at, shift_row_.data(), n_heads);
-  shift(shift_row_.data());
-  Store(false, layer, head, at, shift_row_.data(), n_heads, KvRounding::kGgml);
+  Load(false, layer, head, at, s.row.data(), n_heads);
+  shift(s.row.data());
+  Store(false, layer, head, at, s.row.data(), n_heads, KvRounding::kGgml, s.store.data());
+}
+
+void KvCache::ApplyRotations(std::span<const KvCells::Rotation> rotations, ThreadPool& pool) {
+  // Each lane's rotations in their order (a cell's key may turn twice),
+  // the lanes' apart: their keys are separate bytes.
+  std::vector<int32_t> start(cells_.n_lanes() + 1, 0), order(rotations.size());
+  for (const KvCells::Rotation& r : rotations) ++start[r.lane + 1];
+  for (int l = 0; l < cells_.n_lanes(); ++l) start[l + 1] += start[l];
+  std::vector<int32_t> next(start.begin(), start.end() - 1);
+  for (size_t i = 0; i < rotations.size(); ++i) order[next[rotations[i].lane]++] = static_cast<int32_t>(i);
+  std::vector<int> lanes;  // lanes with rotations
+  for (int l = 0; l < cells_.n_lanes(); ++l)
+    if (start[l + 1] > start[l]) lanes.push_back(l);
+  while (static_cast<int>(shift_.size()) < pool.size()) {
+    shift_.emplace_back();
+    shift_.back().row.resize(RowFloats());
+    shift_.back().store.resize(RowFloats());
+  }
+  pool.Run(static_cast<int>(lanes.size()), [&](int task, int thread) {
+    const int l = lanes[task];
+    for (int32_t i = start[l]; i < start[l + 1]; ++i) {
+      const KvCells::Rotation& r = rotations[order[i]];
+      RotateLane(r.lane, r.cell, r.delta, shift_[thread]);
+    }
+  });
 }
 
 void KvCache::LaneHeads(int lane, int* layer_begin, int* layer_end, int* head, int* n_heads) const {
@@ -185,13 +215,14 @@ void KvCache::LaneHeads(int lane, int* layer_begin, int* layer_end, int* head, i
   }
 }
 
-void KvCache::RotateLane(int lane, int32_t cell, int32_t delta) {
+void KvCache::RotateLane(int lane, int32_t cell, int32_t delta, ShiftScratch& s) {
   int l0 = 0, l1 = 0, head = 0, n_heads = 0;
   LaneHeads(lane, &l0, &l1, &head, &n_heads);
   const BlockId b = table_[cell >> block_shift_];
   CHECK(b >= 0 && pool_->refs(b) == 1 && !pool_->published(b));  // MakeWritable first
   for (int l = l0; l < l1; ++l)
-    ShiftKey(l, head, KRow(l, cell) + static_cast<size_t>(head) * k_head_bytes_, n_heads, delta);
+    ShiftKey(l, head, KRow(l, cell) + static_cast<size_t>(head) * k_head_bytes_, n_heads, delta,
+             s);
 }
 
 std::vector<float> KvCache::CellK(int layer, int32_t cell) const {
@@ -521,7 +552,7 @@ void KvCache::WriteStored(int layer, const KvPlan& plan, const uint8_t* k, size_
   }
 }
 
-void KvCache::Commit(KvPlan& plan) {
+void KvCache::Commit(KvPlan& plan, ThreadPool* pool) {
   CHECK_EQ(plan.first, n_seen_);
   if (plan.hooks == nullptr) {
     for (int32_t i = 0; i < plan.n_tokens; ++i) {
@@ -532,7 +563,16 @@ void KvCache::Commit(KvPlan& plan) {
     }
   }
   n_seen_ += plan.n_tokens;
+  // Keys re-rotated by the policy's renumbering: on the pool's threads, lane
+  // by lane, after it (a lane's rotations in their order, as the hook would).
+  const bool parallel = pool != nullptr && pool->size() > 1 && cells_.n_lanes() > 1;
+  if (parallel) cells_.DeferRotations(true);
   policy_->Commit(cells_, plan);
+  if (parallel) {
+    cells_.DeferRotations(false);
+    const std::vector<KvCells::Rotation> rotations = cells_.TakeRotations();
+    if (!rotations.empty()) ApplyRotations(rotations, *pool);
+  }
   if (plan.hooks != nullptr && !bounded_) {
     // Per-lane policies may shrink (snapkv compresses its prompt): the
     // blocks above every lane's highest cell go back to the pool (a bounded

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "base/memory.h"
+#include "base/thread_pool.h"
 #include "base/status.h"
 #include "kv/kv_config.h"
 #include "kv/kv_quant.h"
@@ -141,7 +142,9 @@ class KvCache {
   void WriteStored(int layer, const KvPlan& plan, const uint8_t* k, size_t k_row_bytes,
                    const uint8_t* v, size_t v_row_bytes);
   // plan.tokens: the ubatch's token ids (prefix publishing), may be empty.
-  void Commit(KvPlan& plan);
+  // pool: where compact positions re-rotate stored keys, the lanes' keys are
+  // re-rotated on its threads (each lane's in order: the same bytes).
+  void Commit(KvPlan& plan, ThreadPool* pool = nullptr);
   // Forgets every token and returns every block to the pool.
   void Clear();
 
@@ -224,8 +227,9 @@ class KvCache {
   // dst as K (is_v false) or V: minus the key offsets if the cache has them,
   // rotated if the cache rotates them, in the cache's K (V) type, block types
   // rounded by `rounding` (KvRoundingOf; re-rotated keys: GGML's).
+  // scratch: [n_heads * head_dim] floats (null: the cache's own).
   void Store(bool is_v, int layer, int head, uint8_t* dst, const float* src, int n_heads,
-             KvRounding rounding);
+             KvRounding rounding, float* scratch = nullptr);
   // n_heads stored heads at src as f32 values, rotated back, offsets added back.
   void Load(bool is_v, int layer, int head, const uint8_t* src, float* dst, int n_heads) const;
   // Layer `layer`'s key offsets from kv head `head` on, or null (none).
@@ -234,9 +238,18 @@ class KvCache {
   const float* KeyCenter(int layer, int head) const;
   const float* KeyScale(int layer, int head) const;
   bool RotateK() const { return config_.rotate && config_.rope_k == RopeK::kCached; }
+  // A thread's scratch for re-rotating keys: a row of heads, Store's row,
+  // and the angles of the last delta.
+  struct ShiftScratch {
+    std::vector<float> row, store;  // [n_head_kv * head_dim] each
+    int32_t delta = 0;
+    std::vector<float> cos, sin;  // [n_rot / 2] the rotation by delta (empty: none yet)
+  };
   // Re-rotates the stored keys a lane keeps in a cell by delta positions.
-  void RotateLane(int lane, int32_t cell, int32_t delta);
-  void ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t delta);
+  void RotateLane(int lane, int32_t cell, int32_t delta, ShiftScratch& s);
+  void ShiftKey(int layer, int head, uint8_t* at, int n_heads, int32_t delta, ShiftScratch& s);
+  // The rotations KvCells recorded during Commit, lanes on the pool's threads.
+  void ApplyRotations(std::span<const KvCells::Rotation> rotations, ThreadPool& pool);
   // Blocks: table entry b needs a new block (none, or shared: copy-on-write).
   bool NeedsBlock(int32_t b) const;
   // Makes table entry b a block this cache alone holds and may write;
@@ -269,10 +282,7 @@ class KvCache {
   size_t section_bytes_ = 0;                    // pool_->SectionBytes: layer to layer
   std::vector<BlockId> table_;        // [ceil(n_cells / block_cells)] -1 = none
   std::vector<uint8_t*> block_data_;  // [table_.size()] the blocks' storage
-  std::vector<float> shift_row_;      // [n_head_kv * head_dim] re-rotation scratch
-  // The rotation by shift_delta_ positions (ShiftKey): [n_rot / 2] each.
-  int32_t shift_delta_ = 0;
-  std::vector<float> shift_cos_, shift_sin_;
+  std::vector<ShiftScratch> shift_;   // [threads] re-rotation scratch (one at least)
   std::vector<float> store_row_;      // [n_head_kv * head_dim] Store's rotation scratch
   KvCells cells_;
   TextIndex n_seen_ = 0;

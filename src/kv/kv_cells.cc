@@ -57,7 +57,11 @@ void KvCells::MoveTo(int lane, int32_t c, int32_t pos) {
   const int32_t delta = pos - pos_[at];
   if (delta == 0) return;
   pos_[at] = pos;
-  if (rotate_) rotate_(lane, c, delta);
+  if (!rotate_) return;
+  if (defer_rotations_)
+    rotations_.push_back({lane, c, delta});
+  else
+    rotate_(lane, c, delta);
 }
 
 int32_t KvCells::FirstFree(int lane, int32_t from) const {

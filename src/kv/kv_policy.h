@@ -79,6 +79,15 @@ class KvCells {
   // token's new position is the count of positions below its own, and
   // nothing when they are already 0..n-1. Else a sort by text index.
   void RenumberByRank(int lane);
+  // While on, position changes that re-rotate keys are recorded (in order)
+  // instead of calling the hook; TakeRotations hands them over (the cache
+  // applies them, each lane's in order, lanes on several threads).
+  struct Rotation {
+    int lane;
+    int32_t cell, delta;
+  };
+  void DeferRotations(bool on) { defer_rotations_ = on; }
+  std::vector<Rotation> TakeRotations() { return std::move(rotations_); }
   void Clear();
   size_t bytes() const { return index_.size() * (sizeof(TextIndex) + sizeof(int32_t)); }
 
@@ -98,6 +107,8 @@ class KvCells {
   std::vector<int32_t> max_pos_;
   std::vector<int32_t> below_;      // RenumberByRank's count of positions below each
   std::vector<int32_t> free_from_;  // [n_lanes] no empty cell of the lane lies below it
+  bool defer_rotations_ = false;
+  std::vector<Rotation> rotations_;  // recorded while defer_rotations_
   void MoveTo(int lane, int32_t c, int32_t pos);
 };
 

@@ -125,7 +125,7 @@ Status Forward::RunLayers(std::span<const SeqInput> seqs, int64_t* n_tokens_out)
   for (int il = 0; il < c.n_layer; ++il) Layer(il, seqs, n_tokens);
   // The last layer's feed-forward output (each layer's norm adds the one before).
   if (c.n_layer > 0) ops::Add(x_.data(), out_.data(), n_tokens * c.n_embd);
-  for (size_t si = 0; si < seqs.size(); ++si) seqs[si].cache->Commit(plans_[si]);
+  for (size_t si = 0; si < seqs.size(); ++si) seqs[si].cache->Commit(plans_[si], &pool_);
   *n_tokens_out = n_tokens;
   return Status::Ok();
 }

@@ -18,11 +18,12 @@ namespace rotor::testing {
 
 // Attends the planned ubatch p of m tokens on `isa`: q [m, n_head, hd] over
 // the cache's keys and the ubatch's own k, v [m, n_head_kv, hd]; out
-// [m, n_head, hd]. Then writes k, v into the cache and commits the plan.
+// [m, n_head, hd]. Then writes k, v into the cache and commits the plan
+// (commit_pool: KvCache::Commit's pool).
 inline void AttendOneLayer(ThreadPool& pool, AttentionScratch& scratch,
                            const RopeDistanceTable& table, KvCache& c, KvPlan& p, int n_head,
                            int n_head_kv, int hd, const float* q, const float* k, const float* v,
-                           float* out, Isa isa) {
+                           float* out, Isa isa, ThreadPool* commit_pool = nullptr) {
   const KvLayerView view = c.View(0);
   AttentionArgs a;
   a.q = q, a.k = k, a.v = v, a.out = out;
@@ -33,7 +34,7 @@ inline void AttendOneLayer(ThreadPool& pool, AttentionScratch& scratch,
   SetIsa(isa);
   Attend(pool, a, scratch);
   c.Write(0, p, k, v, n_head_kv * hd);
-  c.Commit(p);
+  c.Commit(p, commit_pool);
 }
 
 // Random key offsets (cached RoPE), centers and scales (deferred) of one
