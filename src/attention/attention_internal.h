@@ -49,6 +49,27 @@ void SetBlockTypes(const KvLayerView& view, int head_dim, attn::KeyBlock& block)
 void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block, int b,
                  float* far, int* far_used);
 
+// Per-lane policies, token i of the ubatch: key b of a block is cell c,
+// holding text index idx at position pos; the columns from k_col (v_col) of
+// its K (V) row: the cache's, or for a token of this ubatch its own row in
+// the cut's chunks. Deferred: its rotation to the query (SetRotation).
+inline void SetLaneKey(const AttentionArgs& a, const AttentionScratch::Cut& cut,
+                       const KvPlan& plan, int i, int32_t c, TextIndex idx, int32_t pos,
+                       size_t k_col, size_t v_col, float* far, int* far_used,
+                       attn::KeyBlock& block, int b) {
+  const KvLayerView& view = *a.cache;
+  if (idx >= plan.first) {
+    block.k[b] = cut.chunk_k + (idx - plan.first) * cut.chunk_k_row_bytes + k_col;
+    block.v[b] = cut.chunk_v + (idx - plan.first) * cut.chunk_v_row_bytes + v_col;
+  } else {
+    block.k[b] = static_cast<const uint8_t*>(view.KRow(c)) + k_col;
+    block.v[b] = static_cast<const uint8_t*>(view.VRow(c)) + v_col;
+  }
+  block.cos[b] = block.sin[b] = block.cos2[b] = block.sin2[b] = nullptr;
+  if (view.rope_k == RopeK::kDeferred)
+    SetRotation(*a.rope, static_cast<int64_t>(plan.pos[i]) - pos, block, b, far, far_used);
+}
+
 // Per-lane policies' tiles: what RunLaneTile keeps of each token's keys for
 // its weights. A token's keys come in blocks of kBlock (the last one short);
 // the tile fold leaves exp(score - m) of a block's keys, m the head's

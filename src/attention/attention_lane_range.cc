@@ -153,19 +153,9 @@ int LaneRange::Gather(const KvPlan& plan, int i, int l, int32_t b0, int32_t b1, 
   for (int32_t c = b0; c < std::min(b1, cells_.hi(lane(l))); ++c) {
     const TextIndex idx = index[c];
     if (idx < 0) continue;
+    CHECK(idx < plan.first || idx - plan.first <= i);  // the ubatch's own keys are causal
     const int b = block_.n++;
-    if (idx >= plan.first) {  // a token of this ubatch: its own K/V
-      CHECK(idx - plan.first <= i);
-      block_.k[b] = cut_.chunk_k + (idx - plan.first) * cut_.chunk_k_row_bytes + k_col;
-      block_.v[b] = cut_.chunk_v + (idx - plan.first) * cut_.chunk_v_row_bytes + v_col;
-    } else {
-      block_.k[b] = static_cast<const uint8_t*>(view_.KRow(c)) + k_col;
-      block_.v[b] = static_cast<const uint8_t*>(view_.VRow(c)) + v_col;
-    }
-    block_.cos[b] = block_.sin[b] = block_.cos2[b] = block_.sin2[b] = nullptr;
-    if (deferred_)
-      SetRotation(*a_.rope, static_cast<int64_t>(plan.pos[i]) - pos[c], block_, b, th_.far,
-                  &far_used);
+    SetLaneKey(a_, cut_, plan, i, c, idx, pos[c], k_col, v_col, th_.far, &far_used, block_, b);
     keys[b] = c;
   }
   return block_.n;

@@ -185,7 +185,6 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
   const int32_t n_cells = view.n_cells, n = plan.n_tokens;
   const size_t k_head_bytes = KvHeadBytes(view.types.k, hd);
   const size_t v_head_bytes = KvHeadBytes(view.types.v, hd);
-  const bool deferred = view.rope_k == RopeK::kDeferred;
   const LaneWeightsFn lane_weights = LaneWeightsOf(ActiveIsa());
   const int n_pieces = std::min(pool.size(), view.lane_heads);
   // Piece p's buffers: its scores and weights; piece 0's key_cells hold the keys.
@@ -255,19 +254,9 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
         const int first = k;
         for (; k < n_keys && block.n < attn::kBlock; ++k) {
           const int32_t c = keys[k];
-          const TextIndex idx = index[c];
           const int b = block.n++;
-          if (idx >= plan.first) {  // a token of this ubatch: its own K/V
-            block.k[b] = cut.chunk_k + (idx - plan.first) * cut.chunk_k_row_bytes + k_col;
-            block.v[b] = cut.chunk_v + (idx - plan.first) * cut.chunk_v_row_bytes + v_col;
-          } else {
-            block.k[b] = static_cast<const uint8_t*>(view.KRow(c)) + k_col;
-            block.v[b] = static_cast<const uint8_t*>(view.VRow(c)) + v_col;
-          }
-          block.cos[b] = block.sin[b] = block.cos2[b] = block.sin2[b] = nullptr;
-          if (deferred)
-            SetRotation(*a.rope, static_cast<int64_t>(plan.pos[i]) - pos[c], block, b, th.far,
-                        &far_used);
+          SetLaneKey(a, cut, plan, i, c, index[c], pos[c], k_col, v_col, th.far, &far_used, block,
+                     b);
         }
         FoldWith(cut, st, block);
         for (int h = 0; h < q_heads && want; ++h)
