@@ -760,25 +760,12 @@ void PairQueries(std::span<const AttentionArgs> batch, AttentionScratch& scratch
 void MergeSplits(const AttentionArgs& a, const Cut& c, const float* partials) {
   const int nh = a.n_head, hd = a.head_dim, splits = c.splits;
   const size_t part_stride = static_cast<size_t>(nh) * (hd + 2);
-  for (int i = 0; i < a.plan->n_tokens; ++i) {
+  for (int i = 0; i < a.plan->n_tokens; ++i)
     for (int h = 0; h < nh; ++h) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (int s = 0; s < splits; ++s) m = std::max(m, partials[(i * splits + s) * part_stride + h]);
-      float* out = a.out + i * a.out_stride + static_cast<int64_t>(h) * hd;
-      std::fill(out, out + hd, 0.f);
-      float l = 0.f;
-      for (int s = 0; s < splits; ++s) {
-        const float* p = partials + (i * splits + s) * part_stride;
-        if (p[nh + h] == 0.f) continue;
-        const float w = std::exp(p[h] - m);
-        l += p[nh + h] * w;
-        const float* acc = p + 2 * nh + static_cast<size_t>(h) * hd;
-        for (int d = 0; d < hd; ++d) out[d] += acc[d] * w;
-      }
-      const float inv = l > 0.f ? 1.0f / l : 0.f;
-      for (int d = 0; d < hd; ++d) out[d] *= inv;
+      float m, l;
+      MergeHeadSplits(partials + static_cast<size_t>(i) * splits * part_stride, part_stride, splits,
+                      nh, h, hd, a.out + i * a.out_stride + static_cast<int64_t>(h) * hd, &m, &l);
     }
-  }
 }
 
 // dst row i = src row i times H_block (KvHadamard), n rows of `row` floats

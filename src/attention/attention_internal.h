@@ -1,6 +1,10 @@
 // Internal entry points of the attention module.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "attention/attention.h"
 #include "attention/fold.h"
 #include "base/cpu.h"
@@ -48,6 +52,28 @@ void SetBlockTypes(const KvLayerView& view, int head_dim, attn::KeyBlock& block)
 // 2 x head_dim, `*far_used` of them taken) for a key beyond the table.
 void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block, int b,
                  float* far, int* far_used);
+
+// Head h's softmax states of `splits` split tasks merged: split s's state at
+// partials + s * part_stride (m [nh], then l [nh], then acc [nh, hd]); out
+// [hd] the head's output, *m / *l the merged max and sum (the split decode
+// and the per-lane policies' splits).
+inline void MergeHeadSplits(const float* partials, size_t part_stride, int splits, int nh, int h,
+                            int hd, float* out, float* m, float* l) {
+  *m = -std::numeric_limits<float>::infinity();
+  for (int s = 0; s < splits; ++s) *m = std::max(*m, partials[s * part_stride + h]);
+  std::fill(out, out + hd, 0.f);
+  *l = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float* p = partials + s * part_stride;
+    if (p[nh + h] == 0.f) continue;
+    const float w = std::exp(p[h] - *m);
+    *l += p[nh + h] * w;
+    const float* acc = p + 2 * nh + static_cast<size_t>(h) * hd;
+    for (int d = 0; d < hd; ++d) out[d] += acc[d] * w;
+  }
+  const float inv = *l > 0.f ? 1.0f / *l : 0.f;
+  for (int d = 0; d < hd; ++d) out[d] *= inv;
+}
 
 // Per-lane policies, token i of the ubatch: key b of a block is cell c,
 // holding text index idx at position pos; the columns from k_col (v_col) of

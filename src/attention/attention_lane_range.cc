@@ -240,28 +240,12 @@ void AttendLanesSplit(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
     });
     pool.Run(n_lanes, [&](int g, int thread) {
       const int h0 = g * q_heads;
-      // The lane's splits' states merged (MergeSplits' steps): m and l of
-      // its heads, the output.
+      // The lane's splits' states merged: its heads' outputs, m and l.
       float* m = merged.data() + h0;
       float* l = merged.data() + nh + h0;
-      for (int h = 0; h < q_heads; ++h) {
-        const int gh = h0 + h;
-        m[h] = -std::numeric_limits<float>::infinity();
-        for (int s = 0; s < splits; ++s) m[h] = std::max(m[h], partials[s * part_stride + gh]);
-        float* out = a.out + i * a.out_stride + static_cast<int64_t>(gh) * hd;
-        std::fill(out, out + hd, 0.f);
-        l[h] = 0.f;
-        for (int s = 0; s < splits; ++s) {
-          const float* p = partials + s * part_stride;
-          if (p[nh + gh] == 0.f) continue;
-          const float w = std::exp(p[gh] - m[h]);
-          l[h] += p[nh + gh] * w;
-          const float* acc = p + 2 * nh + static_cast<size_t>(gh) * hd;
-          for (int d = 0; d < hd; ++d) out[d] += acc[d] * w;
-        }
-        const float inv = l[h] > 0.f ? 1.0f / l[h] : 0.f;
-        for (int d = 0; d < hd; ++d) out[d] *= inv;
-      }
+      for (int h = 0; h < q_heads; ++h)
+        MergeHeadSplits(partials, part_stride, splits, nh, h0 + h, hd,
+                        a.out + i * a.out_stride + static_cast<int64_t>(h0 + h) * hd, &m[h], &l[h]);
       // The splits' keys (and scores) moved together, in cell order.
       int32_t* keys = shared.key_cells.data() + g * stride;
       float* scores = shared.scores.data() + static_cast<size_t>(h0) * stride;
