@@ -8,11 +8,15 @@
 // than W only the last W tokens are stored: the earlier ones are attended to
 // from the chunk's own K/V and never written.
 //
-// Compact positions: s0 = tokens evicted before the chunk = max(0, first - size).
-// Window keys and queries use text index - s0, so their distances are the
-// text distances; sinks keep their index j, and query t sees them at distance
-// min(t, size - 1) - j (sink_delta). At Commit the window is renumbered by the
-// evictions of the chunk, keeping positions below size.
+// Compact positions: window keys and queries use text index - s0, so their
+// distances are the text distances; sinks keep their index j, and query t sees
+// them at distance min(t, size - 1) - j (sink_delta). s0 = Shift(first): the
+// tokens evicted before the chunk, max(0, first - size), rounded down to a
+// multiple of the window W = size - keep. At Commit the window moves down by
+// the chunk's change of s0: W positions once every W tokens, which keeps its
+// positions below size + W (plus the chunk's length while it runs). Moving it
+// by every eviction, one position per token, re-rotated every cached key of
+// the window at every decode step (BENCHMARKS.md, sixty-second session).
 #include <algorithm>
 
 #include "kv/kv_policy.h"
@@ -33,8 +37,7 @@ class RingPolicy final : public KvPolicy {
     const int32_t n_tokens = plan->n_tokens;
     const TextIndex first = n_seen, end = n_seen + n_tokens;
     plan->visibility = Visibility{keep, window};
-    const int64_t s0 = compact_ ? std::max<int64_t>(0, first - size) : 0;
-    const int64_t s1 = compact_ ? std::max<int64_t>(0, end - size) : 0;
+    const int64_t s0 = Shift(first), s1 = Shift(end);
     for (int32_t i = 0; i < n_tokens; ++i) {
       const TextIndex t = first + i;
       const bool kept = t < keep || t >= end - window;
@@ -87,7 +90,7 @@ class RingPolicy final : public KvPolicy {
         if (cells.index(0, c) == from - 1) offset_ = cells.pos(0, c) + 1 - from;
       return;
     }
-    const int64_t shift = std::max<int64_t>(0, n_seen - size_) - std::max<int64_t>(0, from - size_);
+    const int64_t shift = Shift(n_seen) - Shift(from);
     if (shift != 0) MoveWindow(cells, static_cast<int32_t>(shift));
   }
   Status CanShift(TextIndex, TextIndex, TextIndex) const override {
@@ -102,6 +105,13 @@ class RingPolicy final : public KvPolicy {
   }
 
  private:
+  // Compact positions: how far the window's positions sit below the text
+  // indices once n tokens are seen (the file's header); 0 with original ones.
+  int64_t Shift(TextIndex n) const {
+    if (!compact_) return 0;
+    const int64_t window = size_ - keep_, evicted = std::max<int64_t>(0, n - size_);
+    return evicted / window * window;
+  }
   void MoveWindow(KvCells& cells, int32_t delta) {
     for (int32_t c = 0; c < cells.hi(0); ++c)
       if (cells.index(0, c) >= keep_) cells.Move(0, c, cells.pos(0, c) + delta);

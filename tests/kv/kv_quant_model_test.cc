@@ -190,10 +190,13 @@ TEST_P(QuantModels, LanePoliciesPastOneKeyBlock) {
 }
 
 // Compact positions under cached RoPE re-rotate stored keys: dequantized,
-// rotated in f32 and quantized again, at every eviction (80 here): the error
-// accumulates. Deferred keys are never re-rotated. Both stay finite and
-// within a loose bound (the measured errors are printed; EVALUATION.md has
-// the perplexity cost).
+// rotated in f32 and quantized again, each time the sink's window moves
+// down (once every 36 tokens here, twice in the 80 evictions; it moved at
+// every eviction before the sixty-second session, and the error grew with
+// each: q4_0 0.46 and q8_0 0.10 on stories260K then, 0.25 and 0.04 now).
+// Deferred keys are never re-rotated. Both stay finite and within the
+// type's bound (the measured errors are printed; EVALUATION.md has the
+// perplexity cost).
 TEST_P(QuantModels, CompactReRotationWithinTheTypesBound) {
   const Model& m = LoadModelCached(ModelPath(GetParam()));
   const std::vector<int32_t> prompt = Prompt(120, m.config().n_vocab, 41);
@@ -209,7 +212,7 @@ TEST_P(QuantModels, CompactReRotationWithinTheTypesBound) {
     std::printf("%s rotate %d: cached-compact vs f32 %.4f, deferred-compact vs f32 %.4f\n",
                 KvTypesName(KvTypes{t.k, t.v}).c_str(), t.rotate, dc, dd);
     EXPECT_TRUE(AllFinite(cached));
-    EXPECT_LT(dc, 2 * t.bound + 0.3) << KvTypesName(KvTypes{t.k, t.v});
+    EXPECT_LT(dc, t.bound) << KvTypesName(KvTypes{t.k, t.v});
     EXPECT_LT(dd, t.bound) << KvTypesName(KvTypes{t.k, t.v});
   }
 }
