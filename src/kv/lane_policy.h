@@ -11,6 +11,18 @@
 
 namespace rotor {
 
+// Compact positions renumber a lane's tokens at its evictions, one token at
+// a time in decode: keys stored after RoPE would be re-rotated at every step
+// (half the lane's keys, each dequantized, turned and quantized again). That
+// was 2-2.6x slower decode, and the repeated rounding wrecked 4- and 5-bit
+// keys (stories260K, token by token: h2o q4_0 perplexity 397 against 3.95 with
+// keys kept before RoPE; docs/EVALUATION.md, sixty-second session). So these
+// policies keep keys before RoPE unless --rope-k is given. Their prefill is
+// slower that way (0.64-0.84x where it evicts: BENCHMARKS.md).
+inline void DeferKeysWhenCompact(KvConfig& c) {
+  if (!c.Given(KvOpt::kRopeK) && c.positions == KvPositions::kCompact) c.rope_k = RopeK::kDeferred;
+}
+
 class LanePolicy : public KvPolicy {
  public:
   LanePolicy(const KvShape& shape, const KvConfig& c, KvLanes lanes, int32_t n_cells)

@@ -70,10 +70,12 @@ class H2oPolicy final : public LanePolicy {
 // Defaults from docs/EVALUATION.md: 20% heavy hitters (recent = 80% of the
 // cells) beat 50% in the stream (4.12 vs 4.33 perplexity at 128 cells) and in
 // KL at 25% and 50% of the context; compact positions, as original ones
-// drift out of the trained range (perplexity 636 vs 4.3 in the stream).
+// drift out of the trained range (perplexity 636 vs 4.3 in the stream), and
+// with them keys before RoPE (DeferKeysWhenCompact).
 Status ResolveH2o(KvConfig& c, const KvShape&, KvSpelling s) {
   if (!c.Given(KvOpt::kRecent)) c.recent = std::max(1, c.size * 4 / 5);
   if (!c.Given(KvOpt::kPositions)) c.positions = KvPositions::kCompact;
+  DeferKeysWhenCompact(c);
   if (c.recent >= c.size)
     return Errorf("kv: {} {} must be smaller than {} {}", KvOption(KvOpt::kRecent).Name(s),
                   c.recent, KvOption(KvOpt::kSize).Name(s), c.size);

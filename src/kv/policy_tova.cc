@@ -70,9 +70,11 @@ class TovaPolicy final : public LanePolicy {
 
 namespace {
 // Compact positions by default: with original ones tokens kept for long end
-// up past the trained range (docs/EVALUATION.md: 31 vs 4.01 at 256 cells).
+// up past the trained range (docs/EVALUATION.md: 31 vs 4.01 at 256 cells);
+// with them, keys before RoPE (DeferKeysWhenCompact).
 Status ResolveTova(KvConfig& c, const KvShape&, KvSpelling) {
   if (!c.Given(KvOpt::kPositions)) c.positions = KvPositions::kCompact;
+  DeferKeysWhenCompact(c);
   return Status::Ok();
 }
 }  // namespace

@@ -56,6 +56,47 @@ TEST(KvConfig, ResolvesDefaultsAndRejectsBadCombinations) {
   EXPECT_EQ(ResolveKvConfig(window, kShape)->positions, KvPositions::kOriginal);
 }
 
+// The per-lane policies keep keys before RoPE with compact positions (they
+// would re-rotate kept keys at every eviction, lane_policy.h), unless told
+// otherwise; with original positions, and for the other policies, keys are
+// cached after RoPE. A policy chosen later takes its own default.
+TEST(KvConfig, RenumberingLanePoliciesDeferRopeUnlessTold) {
+  const auto resolve = [&](const char* policy, const char* positions, const char* rope_k) {
+    KvConfig c;
+    EXPECT_TRUE(c.Set(KvOpt::kPolicy, policy).ok());
+    Status s = Status::Ok();
+    if (std::string_view(policy) != "full") s = c.SetInt(KvOpt::kSize, 8);
+    if (s.ok() && std::string_view(policy) == "snapkv") s = c.SetInt(KvOpt::kWindow, 4);
+    if (s.ok() && positions != nullptr) s = c.Set(KvOpt::kPositions, positions);
+    if (s.ok() && rope_k != nullptr) s = c.Set(KvOpt::kRopeK, rope_k);
+    EXPECT_TRUE(s.ok()) << s.message();
+    auto r = ResolveKvConfig(c, kShape);
+    EXPECT_TRUE(r.ok()) << r.message();
+    return r.ok() ? r->rope_k : RopeK::kCached;
+  };
+  for (const char* policy : {"h2o", "snapkv", "tova"}) {
+    SCOPED_TRACE(policy);
+    EXPECT_EQ(resolve(policy, nullptr, nullptr), RopeK::kDeferred);
+    EXPECT_EQ(resolve(policy, "compact", nullptr), RopeK::kDeferred);
+    EXPECT_EQ(resolve(policy, "original", nullptr), RopeK::kCached);
+    EXPECT_EQ(resolve(policy, nullptr, "cached"), RopeK::kCached);
+    EXPECT_EQ(resolve(policy, "original", "deferred"), RopeK::kDeferred);
+  }
+  for (const char* policy : {"full", "sink", "window"}) {
+    SCOPED_TRACE(policy);
+    EXPECT_EQ(resolve(policy, nullptr, nullptr), RopeK::kCached);
+  }
+  EXPECT_EQ(resolve("sink", "compact", nullptr), RopeK::kCached);
+  // rope_k given for one policy carries over to the next (kv_config.cc).
+  KvConfig c;
+  ASSERT_TRUE(c.Set(KvOpt::kRopeK, "cached").ok());
+  ASSERT_TRUE(c.Set(KvOpt::kPolicy, "tova").ok());
+  EXPECT_EQ(ResolveKvConfig(c, kShape)->rope_k, RopeK::kCached);
+  KvConfig d;
+  ASSERT_TRUE(d.Set(KvOpt::kPolicy, "tova").ok());
+  EXPECT_EQ(ResolveKvConfig(d, kShape)->rope_k, RopeK::kDeferred);
+}
+
 // An option the policy does not use is an error only when given, worded in
 // the caller's spelling; setting another policy forgets the options given for
 // the previous one.
