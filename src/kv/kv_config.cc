@@ -71,7 +71,8 @@ constexpr KvOptionSpec kTable[] = {
     {KvOpt::kWindow, "--kv-window", "", "kv_window", true, 1, kMaxCells, "32",
      "last prompt queries whose attention chooses the kept tokens (snapkv)"},
     {KvOpt::kRopeK, "--rope-k", "", "rope_k", false, 0, 0,
-     "cached; deferred for h2o, snapkv and tova with compact positions",
+     "cached; with compact positions deferred for h2o and tova, and for snapkv with "
+     "block-type keys",
      "keys stored after RoPE (cached), or before it and rotated in attention (deferred)"},
     {KvOpt::kPositions, "--kv-positions", "", "kv_positions", false, 0, 0,
      "compact; original for window",

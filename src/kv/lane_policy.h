@@ -8,19 +8,24 @@
 
 #include "base/check.h"
 #include "kv/kv_policy.h"
+#include "kv/kv_quant.h"
 
 namespace rotor {
 
 // Compact positions renumber a lane's tokens at its evictions, one token at
-// a time in decode: keys stored after RoPE would be re-rotated at every step
-// (half the lane's keys, each dequantized, turned and quantized again). That
-// was 2-2.6x slower decode, and the repeated rounding wrecked 4- and 5-bit
-// keys (stories260K, token by token: h2o q4_0 perplexity 397 against 3.95 with
-// keys kept before RoPE; docs/EVALUATION.md, sixty-second session). So these
-// policies keep keys before RoPE unless --rope-k is given. Their prefill is
-// slower that way (0.64-0.84x where it evicts: BENCHMARKS.md).
-inline void DeferKeysWhenCompact(KvConfig& c) {
-  if (!c.Given(KvOpt::kRopeK) && c.positions == KvPositions::kCompact) c.rope_k = RopeK::kDeferred;
+// a time in decode: keys stored after RoPE are then re-rotated (and a block
+// type's requantized) at every step, about half of each lane's keys for h2o
+// and tova. That made their decode 1.25-2.6x slower than keys kept before
+// RoPE, and the repeated rounding wrecked 4- and 5-bit keys for all three
+// (stories260K, token by token: h2o q4_0 perplexity 397 against 3.95, snapkv
+// 11.2 against 4.34; docs/EVALUATION.md, "Token by token"). So with compact
+// positions, unless --rope-k is given, h2o and tova (all_types) keep keys
+// before RoPE, and snapkv, which re-rotates only the few keys above its
+// window's oldest, does for block-type keys. Their prefill where it evicts
+// is slower that way (0.71-0.91x: BENCHMARKS.md, sixty-second session).
+inline void DeferKeysWhenCompact(KvConfig& c, bool all_types) {
+  if (c.Given(KvOpt::kRopeK) || c.positions != KvPositions::kCompact) return;
+  if (all_types || KvTypeQuantized(c.types.k)) c.rope_k = RopeK::kDeferred;
 }
 
 class LanePolicy : public KvPolicy {

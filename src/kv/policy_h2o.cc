@@ -75,7 +75,7 @@ class H2oPolicy final : public LanePolicy {
 Status ResolveH2o(KvConfig& c, const KvShape&, KvSpelling s) {
   if (!c.Given(KvOpt::kRecent)) c.recent = std::max(1, c.size * 4 / 5);
   if (!c.Given(KvOpt::kPositions)) c.positions = KvPositions::kCompact;
-  DeferKeysWhenCompact(c);
+  DeferKeysWhenCompact(c, /*all_types=*/true);
   if (c.recent >= c.size)
     return Errorf("kv: {} {} must be smaller than {} {}", KvOption(KvOpt::kRecent).Name(s),
                   c.recent, KvOption(KvOpt::kSize).Name(s), c.size);

@@ -184,10 +184,10 @@ class SnapKvPolicy final : public LanePolicy {
 
 // Compact positions by default: the kept selection drifts out of the trained
 // range with original ones (docs/EVALUATION.md: 74 vs 4.5 in the stream);
-// with them, keys before RoPE (DeferKeysWhenCompact).
+// with them, block-type keys before RoPE (DeferKeysWhenCompact).
 Status ResolveSnapKv(KvConfig& c, const KvShape&, KvSpelling s) {
   if (!c.Given(KvOpt::kPositions)) c.positions = KvPositions::kCompact;
-  DeferKeysWhenCompact(c);
+  DeferKeysWhenCompact(c, /*all_types=*/false);
   if (c.window >= c.size)
     return Errorf("kv: {} {} must be smaller than {} {}", KvOption(KvOpt::kWindow).Name(s),
                   c.window, KvOption(KvOpt::kSize).Name(s), c.size);

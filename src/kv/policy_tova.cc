@@ -74,7 +74,7 @@ namespace {
 // with them, keys before RoPE (DeferKeysWhenCompact).
 Status ResolveTova(KvConfig& c, const KvShape&, KvSpelling) {
   if (!c.Given(KvOpt::kPositions)) c.positions = KvPositions::kCompact;
-  DeferKeysWhenCompact(c);
+  DeferKeysWhenCompact(c, /*all_types=*/true);
   return Status::Ok();
 }
 }  // namespace

@@ -58,10 +58,13 @@ TEST(KvConfig, ResolvesDefaultsAndRejectsBadCombinations) {
 
 // The per-lane policies keep keys before RoPE with compact positions (they
 // would re-rotate kept keys at every eviction, lane_policy.h), unless told
-// otherwise; with original positions, and for the other policies, keys are
-// cached after RoPE. A policy chosen later takes its own default.
+// otherwise: h2o and tova whatever the type, snapkv for block-type keys.
+// With original positions, and for the other policies, keys are cached after
+// RoPE. A policy chosen later takes its own default.
 TEST(KvConfig, RenumberingLanePoliciesDeferRopeUnlessTold) {
-  const auto resolve = [&](const char* policy, const char* positions, const char* rope_k) {
+  const KvShape shape{2, 2, 8, 16};  // block types need a head size of 8 or more
+  const auto resolve = [&](const char* policy, const char* positions, const char* rope_k,
+                           const char* type = "q8_0") {
     KvConfig c;
     EXPECT_TRUE(c.Set(KvOpt::kPolicy, policy).ok());
     Status s = Status::Ok();
@@ -69,13 +72,20 @@ TEST(KvConfig, RenumberingLanePoliciesDeferRopeUnlessTold) {
     if (s.ok() && std::string_view(policy) == "snapkv") s = c.SetInt(KvOpt::kWindow, 4);
     if (s.ok() && positions != nullptr) s = c.Set(KvOpt::kPositions, positions);
     if (s.ok() && rope_k != nullptr) s = c.Set(KvOpt::kRopeK, rope_k);
+    if (s.ok()) s = c.Set(KvOpt::kType, type);
     EXPECT_TRUE(s.ok()) << s.message();
-    auto r = ResolveKvConfig(c, kShape);
+    auto r = ResolveKvConfig(c, shape);
     EXPECT_TRUE(r.ok()) << r.message();
     return r.ok() ? r->rope_k : RopeK::kCached;
   };
   for (const char* policy : {"h2o", "snapkv", "tova"}) {
     SCOPED_TRACE(policy);
+    const RopeK float_keys = std::string_view(policy) == "snapkv" ? RopeK::kCached : RopeK::kDeferred;
+    EXPECT_EQ(resolve(policy, nullptr, nullptr, "f16"), float_keys);
+    EXPECT_EQ(resolve(policy, nullptr, nullptr, "f32"), float_keys);
+    EXPECT_EQ(resolve(policy, nullptr, nullptr, "q4_0"), RopeK::kDeferred);
+    EXPECT_EQ(resolve(policy, "original", nullptr, "q8_0"), RopeK::kCached);
+    EXPECT_EQ(resolve(policy, nullptr, "cached", "q5_0"), RopeK::kCached);
     EXPECT_EQ(resolve(policy, nullptr, nullptr), RopeK::kDeferred);
     EXPECT_EQ(resolve(policy, "compact", nullptr), RopeK::kDeferred);
     EXPECT_EQ(resolve(policy, "original", nullptr), RopeK::kCached);
@@ -91,10 +101,10 @@ TEST(KvConfig, RenumberingLanePoliciesDeferRopeUnlessTold) {
   KvConfig c;
   ASSERT_TRUE(c.Set(KvOpt::kRopeK, "cached").ok());
   ASSERT_TRUE(c.Set(KvOpt::kPolicy, "tova").ok());
-  EXPECT_EQ(ResolveKvConfig(c, kShape)->rope_k, RopeK::kCached);
+  EXPECT_EQ(ResolveKvConfig(c, shape)->rope_k, RopeK::kCached);
   KvConfig d;
   ASSERT_TRUE(d.Set(KvOpt::kPolicy, "tova").ok());
-  EXPECT_EQ(ResolveKvConfig(d, kShape)->rope_k, RopeK::kDeferred);
+  EXPECT_EQ(ResolveKvConfig(d, shape)->rope_k, RopeK::kDeferred);
 }
 
 // An option the policy does not use is an error only when given, worded in
