@@ -84,6 +84,8 @@ KvCache::KvCache(const KvShape& shape, const KvConfig& config, std::unique_ptr<K
   shift_[0].row.resize(RowFloats());
   shift_[0].store.resize(RowFloats());
   store_row_.resize(RowFloats());
+  if (policy_->lanes() != KvLanes::kShared)
+    cells_.set_move_data([this](int lane, int32_t from, int32_t to) { MoveLaneCell(lane, from, to); });
 }
 
 KvCache::~KvCache() {
@@ -212,6 +214,18 @@ void KvCache::LaneHeads(int lane, int* layer_begin, int* layer_end, int* head, i
       *layer_begin = lane / shape_.n_head_kv, *layer_end = *layer_begin + 1;
       *head = lane % shape_.n_head_kv, *n_heads = 1;
       return;
+  }
+}
+
+void KvCache::MoveLaneCell(int lane, int32_t from, int32_t to) {
+  int l0 = 0, l1 = 0, head = 0, n_heads = 0;
+  LaneHeads(lane, &l0, &l1, &head, &n_heads);
+  const BlockId b = table_[to >> block_shift_];
+  CHECK(b >= 0 && pool_->refs(b) == 1 && !pool_->published(b));  // MakeWritable first
+  const size_t kb = static_cast<size_t>(head) * k_head_bytes_, vb = static_cast<size_t>(head) * v_head_bytes_;
+  for (int l = l0; l < l1; ++l) {
+    std::memcpy(KRow(l, to) + kb, KRow(l, from) + kb, n_heads * k_head_bytes_);
+    std::memcpy(VRow(l, to) + vb, VRow(l, from) + vb, n_heads * v_head_bytes_);
   }
 }
 

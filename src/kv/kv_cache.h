@@ -267,6 +267,8 @@ class KvCache {
   void TruncatePublished(TextIndex n);
   // The layer and kv-head range a lane covers.
   void LaneHeads(int lane, int* layer_begin, int* layer_end, int* head, int* n_heads) const;
+  // Copies a lane's K/V from cell `from` to cell `to` (KvCells::CompactLane).
+  void MoveLaneCell(int lane, int32_t from, int32_t to);
   Status CheckRange(const char* op, TextIndex from, TextIndex to) const;
   void DropCells(TextIndex from, TextIndex to);
 

@@ -99,6 +99,26 @@ void KvCells::RenumberByRank(int lane) {
   max_pos_[lane] = used_[lane] - 1;
 }
 
+void KvCells::CompactLane(int lane, const std::function<void(int32_t from, int32_t to)>& moved) {
+  CHECK(rotations_.empty());
+  TextIndex* index = index_.data() + At(lane, 0);
+  int32_t* pos = pos_.data() + At(lane, 0);
+  const int32_t hi = hi_[lane];
+  int32_t to = 0;  // the next cell to fill; every cell below it is occupied
+  for (int32_t from = 0; from < hi; ++from) {
+    if (index[from] < 0) continue;
+    if (from != to) {
+      if (move_data_) move_data_(lane, from, to);
+      index[to] = index[from], pos[to] = pos[from];
+      index[from] = -1;
+      if (moved) moved(from, to);
+    }
+    ++to;
+  }
+  DCHECK(to == used_[lane]);
+  hi_[lane] = free_from_[lane] = to;
+}
+
 void KvCells::Clear() {
   std::fill(index_.begin(), index_.end(), -1);
   std::fill(used_.begin(), used_.end(), 0);

@@ -88,6 +88,18 @@ class KvCells {
   };
   void DeferRotations(bool on) { defer_rotations_ = on; }
   std::vector<Rotation> TakeRotations() { return std::move(rotations_); }
+  // move(lane, from, to): copies the K/V the lane stores in cell `from` to
+  // the empty cell `to` (set by the cache).
+  using MoveData = std::function<void(int lane, int32_t from, int32_t to)>;
+  void set_move_data(MoveData move) { move_data_ = std::move(move); }
+  // The lane's tokens into cells 0..used-1, in their order: each occupied
+  // cell above a hole moves down, with its K/V, index and position, to the
+  // lowest empty cell; moved(from, to) is called after each move. The order
+  // is kept because deferred keys read faster in it (BENCHMARKS.md,
+  // sixty-second session: moving the highest cells into the lowest holes
+  // slowed snapkv's prefill with deferred q8_0 keys by 10%). Not while
+  // rotations are deferred (they name cells).
+  void CompactLane(int lane, const std::function<void(int32_t from, int32_t to)>& moved);
   void Clear();
   size_t bytes() const { return index_.size() * (sizeof(TextIndex) + sizeof(int32_t)); }
 
@@ -109,6 +121,7 @@ class KvCells {
   std::vector<int32_t> free_from_;  // [n_lanes] no empty cell of the lane lies below it
   bool defer_rotations_ = false;
   std::vector<Rotation> rotations_;  // recorded while defer_rotations_
+  MoveData move_data_;
   void MoveTo(int lane, int32_t c, int32_t pos);
 };
 

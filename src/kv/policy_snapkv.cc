@@ -113,6 +113,17 @@ class SnapKvPolicy final : public LanePolicy {
     if (prompt_end_ >= 0 && plan.first + plan.n_tokens >= prompt_end_) {
       selected_end_ = prompt_end_;
       prompt_end_ = -1;
+      // The compression left holes up to the prompt's end: the kept tokens
+      // move down into cells 0..size-1, so attention walks size cells, not
+      // the prompt's, and the cache gives the blocks above back.
+      for (int lane = 0; lane < n_lanes_; ++lane) {
+        uint8_t* selected = Selected(lane);
+        float* score = Score(lane);
+        cells.CompactLane(lane, [&](int32_t from, int32_t to) {
+          selected[to] = selected[from], selected[from] = 0;
+          score[to] = score[from], score[from] = 0.f;
+        });
+      }
     }
     for (uint8_t& l : lane_changed_) changed_ = changed_ || l, l = 0;
     LanePolicy::Commit(cells, plan);

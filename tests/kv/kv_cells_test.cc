@@ -111,5 +111,57 @@ TEST(KvCells, FirstFreeIsTheLowestEmptyCell) {
   }
 }
 
+// CompactLane (snapkv after its prompt's compression): the lane's tokens end
+// up in cells 0..used-1, in their order, with their positions, the data hook copies each
+// moved cell's K/V (here a token id per cell) before the cell is reused, the
+// other lane is untouched, and FirstFree and hi follow.
+TEST(KvCells, CompactLaneMovesEveryTokenBelowItsCount) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t n_cells = 1 + static_cast<int32_t>(rng() % 60);
+    KvCells cells(2, n_cells, nullptr);
+    std::vector<std::vector<TextIndex>> data(2, std::vector<TextIndex>(n_cells, -1));  // [lane][cell]
+    int hooks = 0, callbacks = 0;
+    cells.set_move_data([&](int lane, int32_t from, int32_t to) {
+      ++hooks;
+      ASSERT_EQ(cells.index(lane, to), -1);
+      data[lane][to] = data[lane][from];
+    });
+    TextIndex next = 0;
+    for (int32_t c = 0; c < n_cells; ++c)
+      for (int lane = 0; lane < 2; ++lane)
+        if (rng() % 3 != 0) {
+          cells.Set(lane, c, next, static_cast<int32_t>(next * 2 + lane));
+          data[lane][c] = next++;
+        }
+    for (int32_t c = 0; c < n_cells; ++c)  // holes anywhere, as an eviction leaves them
+      if (cells.index(0, c) >= 0 && rng() % 2 == 0) cells.Free(0, c);
+    std::vector<std::pair<TextIndex, int32_t>> before, other;
+    for (int32_t c = 0; c < n_cells; ++c) {
+      if (cells.index(0, c) >= 0) before.push_back({cells.index(0, c), cells.pos(0, c)});
+      other.push_back({cells.index(1, c), cells.pos(1, c)});
+    }
+    cells.CompactLane(0, [&](int32_t from, int32_t to) {
+      ++callbacks;
+      EXPECT_LT(to, from);
+      EXPECT_EQ(cells.index(0, from), -1);
+    });
+    EXPECT_EQ(hooks, callbacks);
+    const int32_t used = cells.used(0);
+    ASSERT_EQ(used, static_cast<int32_t>(before.size()));
+    EXPECT_EQ(cells.hi(0), used);
+    EXPECT_EQ(cells.FirstFree(0), used < n_cells ? used : -1);
+    std::vector<std::pair<TextIndex, int32_t>> after;
+    for (int32_t c = 0; c < used; ++c) {
+      ASSERT_GE(cells.index(0, c), 0) << "trial " << trial << " cell " << c;
+      EXPECT_EQ(data[0][c], cells.index(0, c)) << "the K/V moved with the token";
+      after.push_back({cells.index(0, c), cells.pos(0, c)});
+    }
+    EXPECT_EQ(after, before);  // both in cell order: the order is kept
+    for (int32_t c = 0; c < n_cells; ++c)
+      EXPECT_EQ(other[c], std::make_pair(cells.index(1, c), cells.pos(1, c)));
+  }
+}
+
 }  // namespace
 }  // namespace rotor

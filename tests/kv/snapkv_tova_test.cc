@@ -260,10 +260,18 @@ TEST(SnapKvBudget, EveryHeadHoldsAtMostSizeAtEveryStep) {
     for (int step : {1, 7, 64}) {
       SCOPED_TRACE(::testing::Message() << RopeKName(rope) << " step " << step);
       bool lanes_differ = false;
+      int64_t prompt_blocks = 0;  // the most blocks held while the prompt was whole
       RunChecked(Kv("snapkv", size, 0, rope, KvPositions::kOriginal, -1, window), n_prompt, step,
                  40, n_prompt, [&](const KvCache& c) {
                    ASSERT_EQ(c.n_lanes(), m.config().n_layer * m.config().n_head_kv);
                    const TextIndex n = c.n_seen();
+                   if (n < n_prompt) prompt_blocks = std::max(prompt_blocks, c.n_blocks_held());
+                   // After the compression the kept tokens sit in cells
+                   // 0..size-1 (KvCells::CompactLane) and the blocks above
+                   // went back to the pool.
+                   if (n >= n_prompt) {
+                     EXPECT_LT(c.n_blocks_held(), prompt_blocks);
+                   }
                    for (int lane = 0; lane < c.n_lanes(); ++lane) {
                      const Tokens held = Held(c, lane);
                      if (n < n_prompt) {  // the prompt is held whole until its end
@@ -271,6 +279,7 @@ TEST(SnapKvBudget, EveryHeadHoldsAtMostSizeAtEveryStep) {
                        continue;
                      }
                      ASSERT_EQ(c.cells().used(lane), size) << "lane " << lane << " after " << n;
+                     ASSERT_EQ(c.cells().hi(lane), size) << "lane " << lane << " after " << n;
                      // size - window selected before the prompt's window, then the
                      // most recent window tokens.
                      Tokens before, recent;
