@@ -106,7 +106,8 @@ class RingPolicy final : public KvPolicy {
 
  private:
   // Compact positions: how far the window's positions sit below the text
-  // indices once n tokens are seen (the file's header); 0 with original ones.
+  // indices once n tokens are seen (the comment at the top of this file); 0
+  // with original ones.
   int64_t Shift(TextIndex n) const {
     if (!compact_) return 0;
     const int64_t window = size_ - keep_, evicted = std::max<int64_t>(0, n - size_);
