@@ -115,13 +115,12 @@ class SnapKvPolicy final : public LanePolicy {
       prompt_end_ = -1;
       // The compression left holes up to the prompt's end: the kept tokens
       // move down into cells 0..size-1, so attention walks size cells, not
-      // the prompt's, and the cache gives the blocks above back.
+      // the prompt's, and the cache gives the blocks above back. Their
+      // selection moves with them (the scores are all 0 since Compress).
       for (int lane = 0; lane < n_lanes_; ++lane) {
         uint8_t* selected = Selected(lane);
-        float* score = Score(lane);
         cells.CompactLane(lane, [&](int32_t from, int32_t to) {
           selected[to] = selected[from], selected[from] = 0;
-          score[to] = score[from], score[from] = 0.f;
         });
       }
     }
