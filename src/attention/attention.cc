@@ -130,15 +130,8 @@ attn::FoldState MakeFoldState(const AttentionArgs& a, const AttentionScratch::Th
   return st;
 }
 
-void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block, int b,
-                 float* far, int* far_used) {
-  if (distance >= 0 && distance < table.max_distance()) {
-    block.cos[b] = table.CoarseCos(distance);
-    block.sin[b] = table.CoarseSin(distance);
-    block.cos2[b] = table.FineCos(distance);
-    block.sin2[b] = table.FineSin(distance);
-    return;
-  }
+void SetFarRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block, int b,
+                    float* far, int* far_used) {
   float* row = far + static_cast<size_t>((*far_used)++) * 2 * table.head_dim();
   table.Compute(distance, row, row + table.head_dim());
   block.cos[b] = row;

@@ -50,8 +50,21 @@ void SetBlockTypes(const KvLayerView& view, int head_dim, attn::KeyBlock& block)
 // Sets key b's rotation rows for a key `distance` behind its query (deferred
 // RoPE): two table levels, or a row computed into `far` (kBlock rows of
 // 2 x head_dim, `*far_used` of them taken) for a key beyond the table.
-void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block, int b,
-                 float* far, int* far_used);
+// Inline: the per-lane policies' decode sets one per key and lane head
+// (110M h2o: 12 calls per key where the full cache makes one).
+void SetFarRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block, int b,
+                    float* far, int* far_used);
+inline void SetRotation(const RopeDistanceTable& table, int64_t distance, attn::KeyBlock& block,
+                        int b, float* far, int* far_used) {
+  if (distance >= 0 && distance < table.max_distance()) {
+    block.cos[b] = table.CoarseCos(distance);
+    block.sin[b] = table.CoarseSin(distance);
+    block.cos2[b] = table.FineCos(distance);
+    block.sin2[b] = table.FineSin(distance);
+    return;
+  }
+  SetFarRotation(table, distance, block, b, far, far_used);
+}
 
 // Head h's softmax states of `splits` split tasks merged: split s's state at
 // partials + s * part_stride (m [nh], then l [nh], then acc [nh, hd]); out

@@ -84,8 +84,14 @@ void KvCells::RenumberByRank(int lane) {
     for (int32_t c = 0; c < hi_[lane]; ++c)
       if (index[c] >= 0) below_[pos[c] + 1] = 1;
     for (size_t p = 1; p < below_.size(); ++p) below_[p] += below_[p - 1];
-    for (int32_t c = 0; c < hi_[lane]; ++c)
-      if (index[c] >= 0) MoveTo(lane, c, below_[pos[c]]);
+    if (rotate_) {
+      for (int32_t c = 0; c < hi_[lane]; ++c)
+        if (index[c] >= 0) MoveTo(lane, c, below_[pos[c]]);
+    } else {  // nothing to re-rotate: the positions alone, without a call per cell
+      int32_t* p = pos_.data() + At(lane, 0);
+      for (int32_t c = 0; c < hi_[lane]; ++c)
+        if (index[c] >= 0) p[c] = below_[p[c]];
+    }
   } else {
     std::vector<int32_t> order;
     order.reserve(used_[lane]);
