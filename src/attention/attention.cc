@@ -80,6 +80,16 @@ AttentionScratch::LaneBuffers& AttentionScratch::lanes(int thread, size_t max_ke
   return b;
 }
 
+AttentionScratch::LaneBuffers AttentionScratch::ReplayCounts() const {
+  LaneBuffers sum;
+  for (const LaneBuffers& b : lanes_) {
+    sum.replayed += b.replayed;
+    sum.corrected += b.corrected;
+    sum.alone += b.alone;
+  }
+  return sum;
+}
+
 uint8_t* AttentionScratch::ChunkBytes(size_t bytes) {
   if (chunk_bytes_.size() < bytes) chunk_bytes_.Resize(bytes);
   return chunk_bytes_.data();
@@ -398,19 +408,29 @@ class TaskRunner {
   // first, so each full block of those keys is folded once for the whole
   // tile from one key list (the blocks each token's own walk would make, at
   // a tile's cost rather than a key's per token); the last few (fewer than
-  // kBlock) are added token by token, the tile's own keys after them.
+  // kBlock) are added token by token, the tile's own keys after them. A
+  // replayed tile's shared keys are every occupied cell (LaneTileLog::replay).
   // Returns the first own key left to the token-by-token walk.
   int SharedKeys(int32_t c0, int32_t c1) {
     const KvLayerView& cache = *a_.cache;
     Shared sh;
+    const bool replay = log_ != nullptr && log_->replay;
     for (int32_t c = c0; c < c1; ++c) {
       const TextIndex idx = cache.index[c];
-      if (idx < 0 || idx >= a_.plan->first) continue;
-      sh.Push(cache.KRow(c), cache.VRow(c), cache.pos[c], idx);
+      if (idx < 0) continue;
+      if (idx < a_.plan->first) {
+        sh.Push(cache.KRow(c), cache.VRow(c), cache.pos[c], idx);
+      } else if (replay) {  // an earlier token of the ubatch, still held
+        const int64_t j = idx - a_.plan->first;
+        sh.Push(cut_.chunk_k + j * cut_.chunk_k_row_bytes,
+                cut_.chunk_v + j * cut_.chunk_v_row_bytes, cache.pos[c], idx);
+      } else {
+        continue;
+      }
       if (sh.n == kBlock) FoldShared(sh);
     }
     const int i0 = tokens_[0].i;
-    for (int j = 0; j < i0; ++j) {
+    for (int j = 0; j < i0 && !replay; ++j) {
       sh.Push(cut_.chunk_k + j * cut_.chunk_k_row_bytes, cut_.chunk_v + j * cut_.chunk_v_row_bytes,
               a_.plan->pos[j], a_.plan->first + j);
       if (sh.n == kBlock) FoldShared(sh);

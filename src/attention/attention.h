@@ -88,6 +88,12 @@ class AttentionScratch {
   // (attention_lanes.cc); 0: never (each lane range over all its cells).
   void set_lane_split_cells(int32_t n) { lane_split_cells_ = n; }
   int32_t lane_split_cells() const { return lane_split_cells_; }
+  // Per-lane policies' tokens that may evict are folded in tiles and replayed
+  // (LaneReplay, attention_lane_replay.cc); a token whose keys evicted
+  // within its tile held more than this share of a head's probability is
+  // folded again alone. Negative: no such tiles, token by token.
+  void set_replay_limit(float limit) { replay_limit_ = limit; }
+  float replay_limit() const { return replay_limit_; }
   // Partial softmax states of split tasks: [n_tasks, n_head, head_dim + 2].
   float* Partials(int64_t n_tasks);
   // Per-lane working memory of a thread (attention_lanes.cc), grown to the
@@ -102,7 +108,12 @@ class AttentionScratch {
     // token's weights [tile tokens, keys].
     std::vector<float> tile_p, tile_mb, tile_ml, tile_w;
     std::vector<uint8_t> want;  // [tokens of a run] the policy's WantsWeights
+    // Replayed tiles' tokens (LaneReplay): all, those whose output was
+    // corrected for keys evicted within the tile, those folded again alone.
+    int64_t replayed = 0, corrected = 0, alone = 0;
   };
+  // The replay counts summed over the threads (tests, benchmarks).
+  LaneBuffers ReplayCounts() const;
   // For n_lanes lanes of q_heads query heads each, up to max_keys keys.
   LaneBuffers& lanes(int thread, size_t max_keys, int n_lanes, int q_heads);
   // How AttendBatch cut each ubatch into tasks: tiles of its tokens x
@@ -145,6 +156,7 @@ class AttentionScratch {
   int max_tile_ = kTileTokens;
   bool group_lanes_ = true;
   int32_t lane_split_cells_ = 256;
+  float replay_limit_ = 0.5f;
   size_t per_thread_;  // floats of a thread: slots_, then kTileTokens of tile_query_
   size_t slots_;       // slot 0, then kTileTokens - 1 slots of slot_
   size_t tile_query_;  // a slot's tq8, tqd and tqs

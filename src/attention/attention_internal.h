@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
+#include <vector>
 
 #include "attention/attention.h"
 #include "attention/fold.h"
 #include "base/cpu.h"
+#include "kv/kv_quant.h"
 
 namespace rotor {
 
@@ -123,6 +126,11 @@ struct LaneTileLog {
   // [n tokens] whether a token's probabilities are kept (its policy's
   // WantsWeights); null: every token's.
   const uint8_t* want = nullptr;
+  // A replayed tile (LaneReplay): folded before any of its tokens is
+  // admitted, so every occupied cell is a key of every token, those holding
+  // this ubatch's earlier tokens read from its own rows; then the tile's
+  // own tokens causally.
+  bool replay = false;
 };
 
 // Tokens [i0, i0 + n) of one lane (n <= AttentionScratch::kTileTokens),
@@ -135,6 +143,102 @@ struct LaneTileLog {
 // itself. Writes the tokens' outputs (a.out) and fills log.
 void RunLaneTile(const AttentionArgs& a, const AttentionScratch::Cut& cut,
                  AttentionScratch& scratch, int thread, int i0, int n, const LaneTileLog& log);
+
+// Kv heads [h0, h1) of a lane as attention of their own (RunLaneTile's
+// arguments): the lane's cells, those heads' columns of K/V, queries and
+// outputs.
+struct LaneHeads {
+  KvLayerView view;
+  AttentionArgs args;
+  AttentionScratch::Cut cut;
+  LaneHeads(const AttentionArgs& a, const AttentionScratch::Cut& c, const KvCells& cells, int lane, int h0, int h1)
+      : view(*a.cache), args(a), cut(c) {
+    const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
+    const size_t kb = KvHeadBytes(view.types.k, hd), vb = KvHeadBytes(view.types.v, hd);
+    view.index = cells.lane_index(lane);
+    view.pos = cells.lane_pos(lane);
+    view.n_cells = cells.hi(lane);
+    view.k_off += h0 * kb, view.v_off += h0 * vb;
+    if (view.k_offset != nullptr) view.k_offset += static_cast<size_t>(h0) * hd;
+    if (view.k_center != nullptr) {
+      view.k_center += static_cast<size_t>(h0) * hd;
+      view.k_scale += static_cast<size_t>(h0) * hd;
+    }
+    args.cache = &view;
+    args.n_head = (h1 - h0) * group, args.n_head_kv = h1 - h0;
+    args.q = a.q + static_cast<size_t>(h0) * group * hd;
+    args.out = a.out + static_cast<size_t>(h0) * group * hd;
+    args.k = args.v = nullptr;  // the ubatch's own K/V: cut's chunks
+    cut.tiled = true;
+    cut.chunk_k += h0 * kb, cut.chunk_v += h0 * vb;
+  }
+  LaneHeads(const LaneHeads&) = delete;  // args.cache points at view
+};
+
+// Token i of a lane alone over its keys (cells, in that order), the layer's
+// kv heads [k0, k1) by the one-token folds on one thread: writes their output
+// rows and, when `weights` is not null, the keys' probabilities summed over
+// those heads (buf's scores as scratch) (attention_lanes.cc).
+void FoldLaneToken(const AttentionArgs& a, const AttentionScratch::Cut& cut, const KvPlan& plan,
+                   int lane, const AttentionScratch::Thread& th,
+                   AttentionScratch::LaneBuffers& buf, int i, const int32_t* keys, int n_keys,
+                   int k0, int k1, float* weights);
+
+// A lane's tokens that may evict, in tiles folded first and replayed through
+// the hooks after (attention_lane_replay.cc). Per tile: Begin, then Fold of
+// each piece (the layer's kv heads [k0, k1) of the lane, on any thread),
+// then Replay on one thread.
+class LaneReplay {
+ public:
+  // `limit`: a token whose keys evicted within the tile hold more than this
+  // share of a head's probability is folded again alone.
+  LaneReplay(const AttentionArgs& a, const AttentionScratch::Cut& cut, KvPlan& plan, int lane,
+             float limit);
+  struct Piece {
+    int k0 = 0, k1 = 0;
+    LaneTileLog log;  // want null, replay set, stride at least Begin's
+  };
+  // Tile [t0, t0 + nt): the lane's keys before its tokens are admitted.
+  // Returns the keys a token of the tile may have (the logs' stride).
+  size_t Begin(int t0, int nt);
+  void Fold(AttentionScratch& scratch, int thread, const Piece& piece) const;
+  // Each token's hooks in order, its output and weights corrected.
+  void Replay(AttentionScratch& scratch, int thread, std::span<const Piece> pieces);
+
+ private:
+  const uint8_t* ValueOf(int32_t slot, int g) const;
+  void Drop(int32_t c);
+  void Track(int u);
+  float* BlockFactors(const Piece& pc, int h);
+  float& ExcludedMass(const Piece& pc, int h);
+  void Correct(std::span<const Piece> pieces, int u);
+  void Weights(std::span<const Piece> pieces, int u, int32_t n_slots);
+
+  const AttentionArgs& a_;
+  const AttentionScratch::Cut& cut_;
+  KvPlan& plan_;
+  KvCells& cells_;
+  int lane_;
+  float limit_;
+  int t0_ = 0, nt_ = 0;
+  int32_t n_base_ = 0;  // the occupied cells at the tile's start: its first keys
+  int32_t used_ = 0;    // the lane's occupied cells when last tracked
+  // Keys of the fold ("slots"): the n_base_ cells occupied at the tile's
+  // start in cell order, then the tile's tokens.
+  std::vector<int32_t> slot_cell_;     // [n_base_] the cell of each
+  std::vector<TextIndex> slot_index_;  // [n_base_] its text index
+  std::vector<int32_t> cell_slot_;     // [cells] the slot a cell holds, -1 none
+  std::vector<TextIndex> cur_index_;   // [cells] the lane's cells as last tracked
+  std::vector<int32_t> cur_pos_;       // [cells]
+  // The keys the current token sees, by slot (ascending), and their cells.
+  std::vector<int32_t> vis_slot_, vis_cell_;
+  std::vector<int32_t> excluded_;  // slots evicted since the tile began
+  std::vector<float> factors_;     // [n_head, blocks] exp(m_block - m) / l
+  std::vector<float> mass_;        // [n_head] excluded probability
+  std::vector<float> dense_;       // [slots] the token's summed probabilities
+  std::vector<float> weights_;     // [the token's keys]
+  std::vector<float> value_, sums_;  // [head_dim], [group, head_dim]
+};
 
 // Per-lane policies: each lane of the layer token by token, through the
 // policy's hooks (attention_lanes.cc).

@@ -18,6 +18,15 @@
 // a run has the same bits in any tile and at any ubatch cut that keeps it in
 // a run of kMinLaneRun or more; alone (a decode step, a short run) it takes
 // the one-token folds, equal to rounding.
+//
+// The tokens after such a run, which may evict (a prompt longer than the
+// cache), are folded in tiles too and replayed through the hooks in order
+// (LaneReplay, attention_lane_replay.cc): each token's output and weights
+// are corrected for the keys evicted since its tile began. The hooks again
+// see the same cells and, to rounding, the same weights, so the same tokens
+// are evicted; the rounding now depends on where the tile began, so those
+// tokens agree across tile sizes and ubatch cuts to rounding, not bit for
+// bit (AttentionScratch::set_replay_limit(-1): token by token, as before).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -50,37 +59,6 @@ int LaneRun(const KvLaneHooks& hooks, const KvCells& cells, int lane, const KvPl
   const int run = std::min(plan.n_tokens, hooks.AdmitsWithoutEviction(cells, lane, 0, plan));
   return run >= kMinLaneRun ? run : 0;
 }
-
-// Kv heads [h0, h1) of a lane as attention of their own (RunLaneTile's
-// arguments): the lane's cells, those heads' columns of K/V, queries and
-// outputs.
-struct LaneHeads {
-  KvLayerView view;
-  AttentionArgs args;
-  Cut cut;
-  LaneHeads(const AttentionArgs& a, const Cut& c, const KvCells& cells, int lane, int h0, int h1)
-      : view(*a.cache), args(a), cut(c) {
-    const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
-    const size_t kb = KvHeadBytes(view.types.k, hd), vb = KvHeadBytes(view.types.v, hd);
-    view.index = cells.lane_index(lane);
-    view.pos = cells.lane_pos(lane);
-    view.n_cells = cells.hi(lane);
-    view.k_off += h0 * kb, view.v_off += h0 * vb;
-    if (view.k_offset != nullptr) view.k_offset += static_cast<size_t>(h0) * hd;
-    if (view.k_center != nullptr) {
-      view.k_center += static_cast<size_t>(h0) * hd;
-      view.k_scale += static_cast<size_t>(h0) * hd;
-    }
-    args.cache = &view;
-    args.n_head = (h1 - h0) * group, args.n_head_kv = h1 - h0;
-    args.q = a.q + static_cast<size_t>(h0) * group * hd;
-    args.out = a.out + static_cast<size_t>(h0) * group * hd;
-    args.k = args.v = nullptr;  // the ubatch's own K/V: cut's chunks
-    cut.tiled = true;
-    cut.chunk_k += h0 * kb, cut.chunk_v += h0 * vb;
-  }
-  LaneHeads(const LaneHeads&) = delete;  // args.cache points at view
-};
 
 // The keys of the run's tokens, in the order RunLaneTile folds them: the
 // lane's cells holding earlier tokens, then the run's own cells. Token i's
@@ -171,21 +149,60 @@ void TileLane(const AttentionArgs& a, const Cut& cut, AttentionScratch& scratch,
   }
 }
 
+// Whether the tokens after each lane's run (from[g]) go through replayed
+// tiles (LaneReplay): the tile folds are there, and no lane has only a few.
+bool Replays(const KvPlan& plan, const Cut& cut, const AttentionScratch& scratch,
+             const std::vector<int>& from) {
+  if (!(cut.avx2 || cut.avx512) || scratch.max_tile() <= 0 || scratch.replay_limit() < 0.f)
+    return false;
+  bool any = false;
+  for (const int f : from) {
+    const int rest = plan.n_tokens - f;
+    if (rest > 0 && rest < kMinLaneRun) return false;
+    any |= rest > 0;
+  }
+  return any;
+}
+
+// Tokens per replayed tile of a lane whose heads are q_heads query heads.
+int ReplayTile(const KvCells& cells, int lane, const KvPlan& plan, int from,
+               const AttentionScratch& scratch, int q_heads) {
+  const size_t stride = static_cast<size_t>(cells.hi(lane)) + AttentionScratch::kTileTokens;
+  return TileTokens(plan.n_tokens - from, scratch.max_tile(), q_heads, stride);
+}
+
+// A lane's tokens [from, n) in replayed tiles on one thread, its kv heads
+// [h0, h1) of the layer.
+void ReplayLane(const AttentionArgs& a, const Cut& cut, AttentionScratch& scratch, int thread,
+                KvPlan& plan, int lane, int h0, int h1, int from) {
+  const KvCells& cells = *a.cache->cells;
+  const int q_heads = (h1 - h0) * (a.n_head / a.n_head_kv);
+  const int tile = ReplayTile(cells, lane, plan, from, scratch, q_heads);
+  LaneReplay rp(a, cut, plan, lane, scratch.replay_limit());
+  LaneReplay::Piece piece;
+  piece.k0 = h0, piece.k1 = h1;
+  for (int t0 = from; t0 < plan.n_tokens; t0 += tile) {
+    const int nt = std::min(tile, plan.n_tokens - t0);
+    const size_t stride = rp.Begin(t0, nt);
+    piece.log = TileLog(scratch.lanes(thread, cells.hi(lane), 1, q_heads), nt, q_heads, stride);
+    piece.log.replay = true;
+    rp.Fold(scratch, thread, piece);
+    rp.Replay(scratch, thread, std::span<const LaneReplay::Piece>(&piece, 1));
+  }
+}
+
 // A layer's only lane (tova) on several threads: token by token, the hook
 // before it on this thread, then the lane's kv heads split among the threads
 // (each folds its heads over the lane's cells and sums its heads' weights),
 // then the partial weights added and the hook after it.
 void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
-                     AttentionScratch& scratch, const AttentionScratch::Cut& cut) {
+                     AttentionScratch& scratch, const AttentionScratch::Cut& cut, bool replay) {
   const KvLayerView& view = *a.cache;
   KvCells& cells = *view.cells;
   KvLaneHooks& hooks = *plan.hooks;
   const int lane = view.first_lane;
-  const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
+  const int group = a.n_head / a.n_head_kv;
   const int32_t n_cells = view.n_cells, n = plan.n_tokens;
-  const size_t k_head_bytes = KvHeadBytes(view.types.k, hd);
-  const size_t v_head_bytes = KvHeadBytes(view.types.v, hd);
-  const LaneWeightsFn lane_weights = LaneWeightsOf(ActiveIsa());
   const int n_pieces = std::min(pool.size(), view.lane_heads);
   // Piece p's buffers: its scores and weights; piece 0's key_cells hold the keys.
   std::vector<AttentionScratch::LaneBuffers*> bufs(n_pieces);
@@ -225,6 +242,26 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
       }
     }
   }
+  // The rest in replayed tiles: each piece folds its heads, then the tokens
+  // are replayed on this thread.
+  if (replay && run < n) {
+    const int tile = ReplayTile(cells, lane, plan, run, scratch, a.n_head);
+    LaneReplay rp(a, cut, plan, lane, scratch.replay_limit());
+    std::vector<LaneReplay::Piece> pieces(n_pieces);
+    for (int t0 = run; t0 < n; t0 += tile) {
+      const int nt = std::min(tile, n - t0);
+      const size_t stride = rp.Begin(t0, nt);
+      for (int p = 0; p < n_pieces; ++p) {
+        LaneReplay::Piece& pc = pieces[p];
+        pc.k0 = view.lane_heads * p / n_pieces, pc.k1 = view.lane_heads * (p + 1) / n_pieces;
+        pc.log = TileLog(*bufs[p], nt, (pc.k1 - pc.k0) * group, stride);
+        pc.log.replay = true;
+      }
+      pool.Run(n_pieces, [&](int p, int thread) { rp.Fold(scratch, thread, pieces[p]); });
+      rp.Replay(scratch, 0, pieces);
+    }
+    return;
+  }
   for (int i = run; i < n; ++i) {
     hooks.BeforeToken(cells, lane, i, plan);
     const bool want = hooks.WantsWeights(cells, lane, i, plan);
@@ -234,38 +271,8 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
       if (index[c] >= 0) keys[n_keys++] = c;
     pool.Run(n_pieces, [&](int p, int thread) {
       const int k0 = view.lane_heads * p / n_pieces, k1 = view.lane_heads * (p + 1) / n_pieces;
-      const int q_heads = (k1 - k0) * group;
-      const size_t k_col = static_cast<size_t>(k0) * k_head_bytes;
-      const size_t v_col = static_cast<size_t>(k0) * v_head_bytes;
-      AttentionScratch::Thread th = scratch.thread(thread);
-      AttentionScratch::LaneBuffers& buf = *bufs[p];
-      attn::FoldState st = MakeFoldState(a, th, q_heads, k1 - k0, k0);
-      st.q = a.q + i * a.q_stride + static_cast<int64_t>(k0) * group * hd;
-      st.q8_of = st.qp_of = nullptr;
-      std::fill(st.m, st.m + q_heads, -std::numeric_limits<float>::infinity());
-      std::fill(st.l, st.l + q_heads, 0.f);
-      std::fill(st.acc, st.acc + static_cast<size_t>(q_heads) * hd, 0.f);
-      const int32_t* pos = cells.lane_pos(lane);
-      attn::KeyBlock block;
-      SetBlockTypes(view, hd, block);
-      for (int k = 0; k < n_keys;) {
-        int far_used = 0;
-        block.n = 0;
-        const int first = k;
-        for (; k < n_keys && block.n < attn::kBlock; ++k) {
-          const int32_t c = keys[k];
-          const int b = block.n++;
-          SetLaneKey(a, cut, plan, i, c, index[c], pos[c], k_col, v_col, th.far, &far_used, block,
-                     b);
-        }
-        FoldWith(cut, st, block);
-        for (int h = 0; h < q_heads && want; ++h)
-          std::copy(st.scores + h * attn::kBlock, st.scores + h * attn::kBlock + block.n,
-                    buf.scores.data() + h * buf.stride + first);
-      }
-      WriteHeads(st, a.out + i * a.out_stride + static_cast<int64_t>(k0) * group * hd);
-      if (want)
-        lane_weights(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l, buf.weights.data());
+      FoldLaneToken(a, cut, plan, lane, scratch.thread(thread), *bufs[p], i, keys, n_keys, k0, k1,
+                    want ? bufs[p]->weights.data() : nullptr);
     });
     const int n_weights = want ? n_keys : 0;
     float* weights = bufs[0]->weights.data();
@@ -277,6 +284,49 @@ void AttendLayerLane(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan,
 }
 
 }  // namespace
+
+// Token i of a lane alone over its keys (cells, in that order), the layer's
+// kv heads [k0, k1) by the one-token folds on one thread: writes their output
+// rows and, when `weights` is not null, the keys' probabilities summed over
+// those heads (buf's scores as scratch).
+void FoldLaneToken(const AttentionArgs& a, const AttentionScratch::Cut& cut, const KvPlan& plan,
+                   int lane, const AttentionScratch::Thread& th,
+                   AttentionScratch::LaneBuffers& buf, int i, const int32_t* keys, int n_keys,
+                   int k0, int k1, float* weights) {
+  const KvLayerView& view = *a.cache;
+  const KvCells& cells = *view.cells;
+  const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
+  const int q_heads = (k1 - k0) * group;
+  const size_t k_col = static_cast<size_t>(k0) * KvHeadBytes(view.types.k, hd);
+  const size_t v_col = static_cast<size_t>(k0) * KvHeadBytes(view.types.v, hd);
+  attn::FoldState st = MakeFoldState(a, th, q_heads, k1 - k0, k0);
+  st.q = a.q + i * a.q_stride + static_cast<int64_t>(k0) * group * hd;
+  st.q8_of = st.qp_of = nullptr;
+  std::fill(st.m, st.m + q_heads, -std::numeric_limits<float>::infinity());
+  std::fill(st.l, st.l + q_heads, 0.f);
+  std::fill(st.acc, st.acc + static_cast<size_t>(q_heads) * hd, 0.f);
+  const TextIndex* index = cells.lane_index(lane);
+  const int32_t* pos = cells.lane_pos(lane);
+  attn::KeyBlock block;
+  SetBlockTypes(view, hd, block);
+  for (int k = 0; k < n_keys;) {
+    int far_used = 0;
+    block.n = 0;
+    const int first = k;
+    for (; k < n_keys && block.n < attn::kBlock; ++k) {
+      const int32_t c = keys[k];
+      const int b = block.n++;
+      SetLaneKey(a, cut, plan, i, c, index[c], pos[c], k_col, v_col, th.far, &far_used, block, b);
+    }
+    FoldWith(cut, st, block);
+    for (int h = 0; h < q_heads && weights != nullptr; ++h)
+      std::copy(st.scores + h * attn::kBlock, st.scores + h * attn::kBlock + block.n,
+                buf.scores.data() + h * buf.stride + first);
+  }
+  WriteHeads(st, a.out + i * a.out_stride + static_cast<int64_t>(k0) * group * hd);
+  if (weights != nullptr)
+    LaneWeightsOf(ActiveIsa())(buf.scores.data(), buf.stride, q_heads, n_keys, st.m, st.l, weights);
+}
 
 // A thread runs a contiguous range of the layer's lanes in lockstep: for each
 // token, every lane's BeforeToken, then the cells block by block with every
@@ -299,14 +349,15 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
     from[g] = LaneRun(hooks, cells, lane, plan, cut, scratch.max_tile());
     hi = std::max(hi, cells.hi(lane));
   }
-  const bool tiles = *std::max_element(from.begin(), from.end()) > 0;
+  const bool replay = Replays(plan, cut, scratch, from);
+  const bool tiles = replay || *std::max_element(from.begin(), from.end()) > 0;
   // Splits where the cache already holds many cells (a prompt that starts
   // small runs its tokens in lane ranges: two pool jobs a token would cost
   // more than its few cells).
   if (!tiles && LaneSplits(hi, scratch.lane_split_cells()) > 1)
     return AttendLanesSplit(pool, a, plan, scratch, cut);
   if (view.n_lanes == 1 && view.lane_heads > 1 && pool.size() > 1)
-    return AttendLayerLane(pool, a, plan, scratch, cut);
+    return AttendLayerLane(pool, a, plan, scratch, cut, replay);
   const int group = a.n_head / a.n_head_kv;
   const int q_heads = view.lane_heads * group;
   const int n = plan.n_tokens;
@@ -322,6 +373,13 @@ void AttendLanes(ThreadPool& pool, const AttentionArgs& a, KvPlan& plan, Attenti
       if (from[g0 + l] > 0)
         TileLane(a, cut, scratch, thread, plan, view.first_lane + g0 + l,
                  (g0 + l) * view.lane_heads, (g0 + l + 1) * view.lane_heads, from[g0 + l]);
+    if (replay) {
+      for (int l = 0; l < nl; ++l)
+        if (from[g0 + l] < n)
+          ReplayLane(a, cut, scratch, thread, plan, view.first_lane + g0 + l,
+                     (g0 + l) * view.lane_heads, (g0 + l + 1) * view.lane_heads, from[g0 + l]);
+      return;
+    }
     LaneRange lr(a, cut, scratch, thread, g0, nl);
     std::vector<int> n_keys(nl);
     std::vector<uint8_t> active(nl), want(nl);  // lane l folds (reads the weights of) this token

@@ -162,7 +162,11 @@ struct KvPlan {
 
 // What attention calls for a per-lane policy, for token i of the ubatch in a
 // lane. A lane's calls come in token order from one thread; different lanes
-// run in parallel and must touch only their own state.
+// run in parallel and must touch only their own state. The hooks may free
+// cells and admit token i (BeforeToken), nothing else: attention folds a
+// tile of tokens over the lane's cells before their hooks run and corrects
+// each token for the cells freed since (attention_lane_replay.cc relies on
+// it).
 class KvLaneHooks {
  public:
   virtual ~KvLaneHooks() = default;

@@ -4,7 +4,9 @@
 // that share the kv head). Before token t attends, a full lane evicts its
 // lowest-mass token outside the recent window (ties: the oldest); t's
 // attention weights are then added to the masses of the keys it saw.
-// Decisions are made token by token, so they do not depend on the prefill step.
+// Decisions are made token by token, so they do not depend on the prefill step
+// (to rounding: a prompt's evicting tokens are folded in tiles and replayed
+// through these hooks, attention_lane_replay.cc).
 #include <algorithm>
 #include <limits>
 

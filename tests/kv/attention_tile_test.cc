@@ -5,6 +5,7 @@
 // block's first key: TaskRunner::RotateTile).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -25,9 +26,12 @@ constexpr int kHeads = 8, kHeadsKv = 2, kDim = 64;
 
 // Outputs [n, kHeads, kDim] of tokens [0, n) of random q/k/v, attended in
 // ubatches of the given sizes over a cache that starts with `depth` tokens,
-// by tiles of at most max_tile tokens (0: no tiles).
+// by tiles of at most max_tile tokens (0: no tiles); per-lane policies'
+// tokens that evict in replayed tiles with this limit (negative: token by
+// token; AttentionScratch::set_replay_limit).
 std::vector<float> Attend(const KvConfig& base, KvTypes types, int depth,
-                          const std::vector<int>& ubatches, int max_tile) {
+                          const std::vector<int>& ubatches, int max_tile,
+                          float replay_limit = 0.5f) {
   const int q_dim = kHeads * kDim, kv_dim = kHeadsKv * kDim;
   ops::RopeConfig rope{kDim, kDim};
   const KvKeyOffsets offsets([] { return testing::RandomKeyOffsetValues(kHeadsKv * kDim); }, 1,
@@ -39,6 +43,7 @@ std::vector<float> Attend(const KvConfig& base, KvTypes types, int depth,
   auto cache = std::move(KvCache::Create(shape, cfg)).value();
   ThreadPool pool(2);
   AttentionScratch scratch(2, kHeads, kHeadsKv, kDim);
+  scratch.set_replay_limit(replay_limit);
   RopeDistanceTable table(rope, 1024);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.f, 1.f);
@@ -116,9 +121,10 @@ TEST(AttentionTile, NearTheOneTokenFolds) {
 }
 
 // Per-lane policies (h2o, tova, snapkv) fold the tokens a lane takes without
-// evicting in tiles too (attention_lanes.cc, RunLaneTile), and the rest token
-// by token. Sizes of 340 over 300 tokens: the prompt's first 40 tokens run in
-// tiles, its last 30 evict, steered by the weights the tiles gave. A token's
+// evicting in tiles too (attention_lanes.cc, RunLaneTile), and the rest in
+// replayed tiles (attention_lane_replay.cc) or token by token. Sizes of 340
+// over 300 tokens: the prompt's first 40 tokens run in tiles, its last 30
+// evict, steered by the weights the tiles gave. Token by token, a token's
 // attention is the same bits in any tile and at any ubatch cut...
 const KvConfig kLanePolicies[] = {
     testing::Kv("h2o", 340, 0, RopeK::kCached, KvPositions::kCompact),
@@ -148,12 +154,33 @@ void ForEachLaneCase(Check check) {
 TEST(AttentionTile, LanePoliciesSameBitsInAnyTileAndAnyCut) {
   if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "tiles run on AVX2 and AVX-512 machines";
   ForEachLaneCase([](const KvConfig& cfg, const KvTypes& t, const std::string&) {
-    const std::vector<float> want = Attend(cfg, t, 300, {70}, AttentionScratch::kTileTokens);
-    for (int max_tile : {1, 7}) EXPECT_EQ(Attend(cfg, t, 300, {70}, max_tile), want) << max_tile;
-    EXPECT_EQ(Attend(cfg, t, 300, {30, 40}, AttentionScratch::kTileTokens), want);
+    const int tile = AttentionScratch::kTileTokens;
+    const std::vector<float> want = Attend(cfg, t, 300, {70}, tile, -1.f);
+    for (int max_tile : {1, 7})
+      EXPECT_EQ(Attend(cfg, t, 300, {70}, max_tile, -1.f), want) << max_tile;
+    EXPECT_EQ(Attend(cfg, t, 300, {30, 40}, tile, -1.f), want);
     // Cuts inside the run (compact positions renumber at each cut once
     // tokens are evicted); runs of 4 tokens or more (kMinLaneRun).
-    EXPECT_EQ(Attend(cfg, t, 300, {4, 26, 40}, 5), want);
+    EXPECT_EQ(Attend(cfg, t, 300, {4, 26, 40}, 5, -1.f), want);
+  });
+}
+
+// ...and with the evicting tokens in replayed tiles, near that in any tile
+// and at any cut: a replayed token's output is its tile's fold corrected
+// for the keys evicted since the tile began, so the rounding depends on
+// where the tile began. The bound is the one-token folds' (below) for float
+// keys; the same tokens were evicted (the decode after would part).
+TEST(AttentionTile, LanePoliciesReplayedNearInAnyTileAndAnyCut) {
+  if (BestIsa() < Isa::kAvx2) GTEST_SKIP() << "tiles run on AVX2 and AVX-512 machines";
+  ForEachLaneCase([](const KvConfig& cfg, const KvTypes& t, const std::string& name) {
+    const int tile = AttentionScratch::kTileTokens;
+    const std::vector<float> want = Attend(cfg, t, 300, {70}, tile);
+    double most = 0.0;
+    for (int max_tile : {1, 7}) most = std::max(most, MaxRelDiff(Attend(cfg, t, 300, {70}, max_tile), want));
+    most = std::max(most, MaxRelDiff(Attend(cfg, t, 300, {30, 40}, tile), want));
+    most = std::max(most, MaxRelDiff(Attend(cfg, t, 300, {4, 26, 40}, 5), want));
+    EXPECT_LE(most, KvTypeQuantized(t.k) ? 1e-4 : 1e-5);
+    std::printf("%-28s replayed tiles at other tiles and cuts: %.3g relative\n", name.c_str(), most);
   });
 }
 
