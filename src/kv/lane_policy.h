@@ -22,7 +22,7 @@ namespace rotor {
 // positions, unless --rope-k is given, h2o and tova (all_types) keep keys
 // before RoPE, and snapkv, which re-rotates only the few keys above its
 // window's oldest, does for block-type keys. Their prefill where it evicts
-// is slower that way (0.71-0.91x: BENCHMARKS.md, sixty-second session).
+// is slower that way (0.85-0.94x: BENCHMARKS.md, sixty-fourth session).
 inline void DeferKeysWhenCompact(KvConfig& c, bool all_types) {
   if (c.Given(KvOpt::kRopeK) || c.positions != KvPositions::kCompact) return;
   if (all_types || KvTypeQuantized(c.types.k)) c.rope_k = RopeK::kDeferred;
