@@ -48,6 +48,7 @@ struct Mode {
   int ubatch = kPrompt;
   // Or the first ubatches' sizes (across the prompt's end), then one token each.
   std::vector<int> cuts = {};
+  int threads = 2;
 };
 
 // Outputs [kPrompt + kDecode, n_head, kDim] of random q/k/v: a prompt in
@@ -65,8 +66,8 @@ std::vector<float> Attend(const KvConfig& base, KvTypes types, Heads heads, Mode
   if (cfg.policy == "snapkv") {
     EXPECT_TRUE(cache->ExpectPrompt(kPrompt).ok());
   }
-  ThreadPool pool(2);
-  AttentionScratch scratch(2, heads.n_head, heads.n_head_kv, kDim);
+  ThreadPool pool(mode.threads);
+  AttentionScratch scratch(mode.threads, heads.n_head, heads.n_head_kv, kDim);
   scratch.set_group_lanes(mode.group);
   scratch.set_lane_split_cells(mode.split_cells);
   scratch.set_replay_limit(mode.replay_limit);
@@ -180,7 +181,8 @@ TEST(AttentionLanes, SplitsOfTheCellsNearTheLaneRanges) {
 // evict at every token past the 40th. Those tokens fold in tiles and are
 // replayed through the hooks, each corrected for the keys evicted within its
 // tile (attention_lane_replay.cc): near token by token (the same tokens
-// evicted, or the decode steps after would part), in one ubatch and in
+// evicted, or the decode steps after would part), on two threads as on
+// one, in one ubatch and in
 // ubatches of 37 (tiles that start with cells of earlier ubatches and of
 // the same one). With a limit of 0 every corrected token is folded again
 // alone instead, which is the token-by-token fold. ISAs without the tile
@@ -213,6 +215,10 @@ TEST(AttentionLanes, EvictingPromptsReplayedNearTokenByToken) {
           const std::vector<float> again =
               Attend(cfg, kTypes[t], kHeads[h], {.replay_limit = 0.f, .ubatch = ubatch}, &alone);
           EXPECT_EQ(by_token.replayed, 0);
+          // On one thread: h2o's lanes in turn, tova's heads in one piece
+          // (on two, its kv heads are split into a piece per thread): the
+          // same bits.
+          EXPECT_EQ(Attend(cfg, kTypes[t], kHeads[h], {.ubatch = ubatch, .threads = 1}), tiles);
           const double diff = MaxRelDiff(tiles, tokens), diff0 = MaxRelDiff(again, tokens);
           EXPECT_LE(diff, 1e-4);
           EXPECT_LE(diff0, 1e-4);
