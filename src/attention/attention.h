@@ -112,7 +112,7 @@ class AttentionScratch {
     // corrected for keys evicted within the tile, those folded again alone.
     int64_t replayed = 0, corrected = 0, alone = 0;
   };
-  // The replay counts summed over the threads (tests, benchmarks).
+  // The replay counts summed over the threads (tests).
   LaneBuffers ReplayCounts() const;
   // For n_lanes lanes of q_heads query heads each, up to max_keys keys.
   LaneBuffers& lanes(int thread, size_t max_keys, int n_lanes, int q_heads);

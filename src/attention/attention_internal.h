@@ -225,11 +225,10 @@ class LaneReplay {
   int32_t used_ = 0;    // the lane's occupied cells when last tracked
   // Keys of the fold ("slots"): the n_base_ cells occupied at the tile's
   // start in cell order, then the tile's tokens.
-  std::vector<int32_t> slot_cell_;     // [n_base_] the cell of each
-  std::vector<TextIndex> slot_index_;  // [n_base_] its text index
-  std::vector<int32_t> cell_slot_;     // [cells] the slot a cell holds, -1 none
-  std::vector<TextIndex> cur_index_;   // [cells] the lane's cells as last tracked
-  std::vector<int32_t> cur_pos_;       // [cells]
+  std::vector<int32_t> slot_cell_;     // [n_base_] the cell of each at the start
+  std::vector<TextIndex> slot_index_;  // [n_base_ + nt_] each slot's text index
+  std::vector<int32_t> slot_pos_;      // [n_base_ + nt_] and position
+  std::vector<int32_t> cell_slot_;     // [cells] the slot a cell holds as last tracked, -1 none
   // The keys the current token sees, by slot (ascending), and their cells.
   std::vector<int32_t> vis_slot_, vis_cell_;
   std::vector<int32_t> excluded_;  // slots evicted since the tile began

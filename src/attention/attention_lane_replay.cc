@@ -37,8 +37,6 @@ size_t LaneReplay::Begin(int t0, int nt) {
   const int32_t hi = cells_.hi(lane_);
   const TextIndex* index = cells_.lane_index(lane_);
   const int32_t* pos = cells_.lane_pos(lane_);
-  cur_index_.assign(index, index + hi);
-  cur_pos_.assign(pos, pos + hi);
   cell_slot_.assign(hi, -1);
   slot_cell_.clear();
   vis_slot_.clear(), vis_cell_.clear(), excluded_.clear();
@@ -50,8 +48,11 @@ size_t LaneReplay::Begin(int t0, int nt) {
       vis_slot_.push_back(slot), vis_cell_.push_back(c);
     }
   n_base_ = static_cast<int32_t>(slot_cell_.size());
-  slot_index_.resize(n_base_);
-  for (int32_t s = 0; s < n_base_; ++s) slot_index_[s] = index[slot_cell_[s]];
+  slot_index_.resize(n_base_ + nt), slot_pos_.resize(n_base_ + nt);
+  for (int32_t s = 0; s < n_base_; ++s)
+    slot_index_[s] = index[slot_cell_[s]], slot_pos_[s] = pos[slot_cell_[s]];
+  for (int u = 0; u < nt; ++u)
+    slot_index_[n_base_ + u] = plan_.first + t0 + u, slot_pos_[n_base_ + u] = plan_.pos[t0 + u];
   used_ = cells_.used(lane_);
   return static_cast<size_t>(n_base_) + nt;
 }
@@ -67,10 +68,7 @@ void LaneReplay::Fold(AttentionScratch& scratch, int thread, const Piece& piece)
 const uint8_t* LaneReplay::ValueOf(int32_t slot, int g) const {
   const KvLayerView& view = *a_.cache;
   const size_t col = static_cast<size_t>(g) * KvHeadBytes(view.types.v, a_.head_dim);
-  // The key's row in the ubatch's own K/V, or -1: in the cache's cell.
-  const int64_t j = slot >= n_base_                    ? t0_ + (slot - n_base_)
-                    : slot_index_[slot] >= plan_.first ? slot_index_[slot] - plan_.first
-                                                       : -1;
+  const TextIndex j = slot_index_[slot] - plan_.first;  // a token of the ubatch: its own row
   if (j >= 0) return cut_.chunk_v + j * cut_.chunk_v_row_bytes + col;
   return static_cast<const uint8_t*>(view.VRow(slot_cell_[slot])) + col;
 }
@@ -86,7 +84,6 @@ void LaneReplay::Drop(int32_t c) {
   vis_slot_.erase(at);
   excluded_.push_back(slot);
   cell_slot_[c] = -1;
-  cur_index_[c] = -1;
 }
 
 // After token u's BeforeToken: the lane's changes since the last token's
@@ -101,11 +98,7 @@ void LaneReplay::Track(int u) {
   const int32_t cell = plan_.LaneSlots(lane_)[i];  // token u's, or -1
   const TextIndex t = plan_.first + i;
   const int32_t hi = std::max(cells_.hi(lane_), cell + 1);
-  if (hi > static_cast<int32_t>(cell_slot_.size())) {
-    cell_slot_.resize(hi, -1);
-    cur_index_.resize(hi, -1);
-    cur_pos_.resize(hi, 0);
-  }
+  if (hi > static_cast<int32_t>(cell_slot_.size())) cell_slot_.resize(hi, -1);
   const bool reused = cell >= 0 && cell_slot_[cell] >= 0;
   if (now == used_ - (reused ? 1 : 0) + (cell >= 0 ? 1 : 0)) {
     if (reused) Drop(cell);
@@ -114,17 +107,16 @@ void LaneReplay::Track(int u) {
     const int32_t* pos = cells_.lane_pos(lane_);
     for (int32_t c = 0; c < static_cast<int32_t>(cell_slot_.size()); ++c) {
       const TextIndex idx = c < cells_.hi(lane_) ? index[c] : -1;
-      if (idx == cur_index_[c] && (idx < 0 || pos[c] == cur_pos_[c])) continue;
+      const int32_t known = cell_slot_[c];  // as last tracked
+      if (known < 0 ? idx < 0 : idx == slot_index_[known] && pos[c] == slot_pos_[known]) continue;
       CHECK_MSG(idx < 0 || (c == cell && idx == t),
                 "per-lane hooks changed a cell other than by freeing it or admitting the token");
-      if (cell_slot_[c] >= 0) Drop(c);
+      if (known >= 0) Drop(c);
     }
   }
   if (cell >= 0) {
     const int32_t slot = n_base_ + u;
     cell_slot_[cell] = slot;
-    cur_index_[cell] = t;
-    cur_pos_[cell] = plan_.pos[i];
     vis_slot_.push_back(slot), vis_cell_.push_back(cell);
   }
   used_ = now;
@@ -133,6 +125,7 @@ void LaneReplay::Track(int u) {
 void LaneReplay::Replay(AttentionScratch& scratch, int thread, std::span<const Piece> pieces) {
   KvLaneHooks& hooks = *plan_.hooks;
   const int group = a_.n_head / a_.n_head_kv;
+  AttentionScratch::LaneBuffers& counts = scratch.lanes(thread, 0, 1, 0);
   for (int u = 0; u < nt_; ++u) {
     const int i = t0_ + u;
     hooks.BeforeToken(cells_, lane_, i, plan_);
@@ -157,7 +150,6 @@ void LaneReplay::Replay(AttentionScratch& scratch, int thread, std::span<const P
         ExcludedMass(pc, h) = e;
       }
     }
-    AttentionScratch::LaneBuffers& counts = scratch.lanes(thread, 0, 1, 0);
     ++counts.replayed;
     const int n_keys = static_cast<int>(vis_cell_.size());
     if (alone) {
