@@ -102,8 +102,18 @@ run: build
 # harness briefly and its regression corpus; and the threaded ones under TSan.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(TEST_JOBS) --timeout 600
+	$(call report_skips,$(BUILD_DIR))
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
+
+# The tests of the last ctest run in $(1) that skipped themselves (GTEST_SKIP):
+# ctest runs a suite's tests in groups (tests/CMakeLists.txt, ROTOR_TEST_GROUP),
+# and a group that skips some of its tests passes, so its summary does not
+# name them.
+define report_skips
+	@grep -h '^\[  SKIPPED \] [^ ]* (' $(1)/Testing/Temporary/LastTest.log 2>/dev/null | \
+	  sed 's/^\[  SKIPPED \] /rotor: skipped: /; s/ ([0-9]* ms)$$//'; true
+endef
 
 # Runs each program of $(2) built in $(1), with $(3) as extra arguments; stops at
 # the first that fails.
@@ -126,6 +136,7 @@ ASAN_ENV = ASAN_OPTIONS=detect_leaks=1 \
 test-asan: asan-configure
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 	cd $(ASAN_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(TEST_JOBS) -LE '$(ASAN_EXCLUDE)' --timeout 900
+	$(call report_skips,$(ASAN_DIR))
 
 test-tsan: deps
 	cmake -S . -B $(TSAN_DIR) $(call generator,$(TSAN_DIR)) $(SAN_CONFIG) -DROTOR_SANITIZE=thread >/dev/null

@@ -9,9 +9,10 @@
 namespace rotor::testing {
 
 struct CliResult {
-  int exit_code = -1;  // the child's exit status; 128 + signal if it was killed
-  std::string out;     // stdout
-  std::string err;     // stderr
+  int exit_code = -1;    // the child's exit status; 128 + signal if it was killed
+  std::string out;       // stdout
+  std::string err;       // stderr
+  long max_rss_kib = 0;  // the child's own peak resident set in KiB (wait4's ru_maxrss)
 };
 
 // Runs ROTOR_BINARY_DIR/rotor with `args` (no shell: arguments go verbatim).
