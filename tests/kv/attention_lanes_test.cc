@@ -182,11 +182,10 @@ TEST(AttentionLanes, SplitsOfTheCellsNearTheLaneRanges) {
 // replayed through the hooks, each corrected for the keys evicted within its
 // tile (attention_lane_replay.cc): near token by token (the same tokens
 // evicted, or the decode steps after would part), on two threads as on
-// one, in one ubatch and in
-// ubatches of 37 (tiles that start with cells of earlier ubatches and of
-// the same one). With a limit of 0 every corrected token is folded again
-// alone instead, which is the token-by-token fold. ISAs without the tile
-// folds run token by token.
+// one, in one ubatch and in ubatches of 37 (tiles that start with cells of
+// earlier ubatches and of the same one). With a limit of 0 every corrected
+// token is folded again alone instead, which is the token-by-token fold.
+// ISAs without the tile folds run token by token.
 TEST(AttentionLanes, EvictingPromptsReplayedNearTokenByToken) {
   const KvConfig policies[] = {
       testing::Kv("h2o", 40, 0, RopeK::kCached, KvPositions::kCompact),
