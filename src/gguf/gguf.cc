@@ -469,6 +469,16 @@ Result<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::vector<uint8_t> bytes
   return f;
 }
 
+Result<std::unique_ptr<GgufFile>> GgufFile::FromView(std::span<const uint8_t> bytes,
+                                                     std::string name) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->path_ = std::move(name);
+  f->base_ = bytes.data();
+  f->size_ = bytes.size();
+  RETURN_IF_ERROR(f->Parse());
+  return f;
+}
+
 const GgufValue* GgufFile::Find(std::string_view key) const {
   auto it = kv_index_.find(key);
   return it == kv_index_.end() ? nullptr : &kvs_[it->second].value;

@@ -156,6 +156,11 @@ class GgufFile {
   // For tests and fuzzing: parses (and owns) the bytes.
   static Result<std::unique_ptr<GgufFile>> FromBytes(std::vector<uint8_t> bytes,
                                                      std::string name = "<memory>");
+  // Parses bytes the caller owns, without a copy: they must stay unchanged
+  // and alive as long as the GgufFile (and anything made from it, a Model
+  // included). A model already in memory, a fuzzer's input.
+  static Result<std::unique_ptr<GgufFile>> FromView(std::span<const uint8_t> bytes,
+                                                    std::string name = "<memory>");
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -201,7 +206,7 @@ class GgufFile {
   Result<const GgufValue*> Require(std::string_view key) const;
 
   std::string path_;
-  std::vector<uint8_t> owned_;  // FromBytes
+  std::vector<uint8_t> owned_;  // FromBytes (FromView: empty, base_ the caller's)
   void* map_ = nullptr;         // Open
   size_t map_size_ = 0;
   bool anonymous_ = false;      // Open without mmap: the bytes were read in

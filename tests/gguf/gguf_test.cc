@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <string>
 
 #include "tensor/fp16.h"
@@ -218,6 +219,14 @@ TEST(GgufReader, VocabOnlyFiles) {
   EXPECT_EQ(gpt2->GetStringArray("tokenizer.ggml.merges")->size(), 50000u);
 }
 
+void ExpectSameMetadata(const GgufFile& f, const GgufFile& want) {
+  ASSERT_EQ(f.metadata_count(), want.metadata_count());
+  for (size_t i = 0; i < f.metadata_count(); ++i) {
+    EXPECT_EQ(f.metadata()[i].key, want.metadata()[i].key);
+    EXPECT_TRUE(f.metadata()[i].value == want.metadata()[i].value);
+  }
+}
+
 TEST(GgufReader, FromBytesMatchesOpen) {
   auto opened = MustOpen(kStories);
   ASSERT_TRUE(opened);
@@ -226,17 +235,45 @@ TEST(GgufReader, FromBytesMatchesOpen) {
   ASSERT_TRUE(r.ok()) << r.message();
   const GgufFile& f = **r;
   EXPECT_EQ(f.path(), "copy");
-  ASSERT_EQ(f.metadata_count(), opened->metadata_count());
-  for (size_t i = 0; i < f.metadata_count(); ++i) {
-    EXPECT_EQ(f.metadata()[i].key, opened->metadata()[i].key);
-    EXPECT_TRUE(f.metadata()[i].value == opened->metadata()[i].value);
-  }
+  ExpectSameMetadata(f, *opened);
   ASSERT_EQ(f.tensors().size(), opened->tensors().size());
   for (size_t i = 0; i < f.tensors().size(); ++i) {
     EXPECT_EQ(f.tensors()[i].offset, opened->tensors()[i].offset);
     EXPECT_EQ(0,
               std::memcmp(f.tensors()[i].data, opened->tensors()[i].data, f.tensors()[i].n_bytes));
   }
+}
+
+// A view parses the caller's bytes in place: the same file as Open's, its
+// tensors pointing into the caller's buffer; a short view fails as a short
+// file does, naming the view.
+TEST(GgufReader, FromViewParsesInPlace) {
+  auto opened = MustOpen(kStories);
+  ASSERT_TRUE(opened);
+  const std::vector<uint8_t> bytes(opened->bytes(), opened->bytes() + opened->file_size());
+  auto r = GgufFile::FromView(bytes, "view");
+  ASSERT_TRUE(r.ok()) << r.message();
+  const GgufFile& f = **r;
+  EXPECT_EQ(f.path(), "view");
+  EXPECT_EQ(f.bytes(), bytes.data());
+  EXPECT_EQ(f.file_size(), bytes.size());
+  EXPECT_FALSE(f.mapped());
+  ExpectSameMetadata(f, *opened);
+  ASSERT_EQ(f.tensors().size(), opened->tensors().size());
+  for (size_t i = 0; i < f.tensors().size(); ++i) {
+    EXPECT_EQ(f.tensors()[i].data, bytes.data() + (opened->tensors()[i].data - opened->bytes()));
+    EXPECT_EQ(f.tensors()[i].n_bytes, opened->tensors()[i].n_bytes);
+  }
+  f.ReleasePages(bytes.data(), bytes.size());  // not a mapping: nothing to drop
+  EXPECT_EQ(bytes.back(), opened->bytes()[opened->file_size() - 1]);
+
+  auto short_view = GgufFile::FromView(std::span<const uint8_t>(bytes).first(100), "head");
+  ASSERT_FALSE(short_view.ok());
+  EXPECT_EQ(short_view.message().rfind("gguf: head: ", 0), 0u) << short_view.message();
+  EXPECT_NE(short_view.message().find("past end"), std::string::npos) << short_view.message();
+  auto empty = GgufFile::FromView({}, "empty");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.message().rfind("gguf: empty: ", 0), 0u) << empty.message();
 }
 
 TEST(GgufReader, OpenErrors) {
