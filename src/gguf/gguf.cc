@@ -471,6 +471,11 @@ Result<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::vector<uint8_t> bytes
 
 Result<std::unique_ptr<GgufFile>> GgufFile::FromView(std::span<const uint8_t> bytes,
                                                      std::string name) {
+  // Tensors are read in place as their element types: the start must be
+  // aligned as well as the heap's blocks FromBytes holds (16 bytes).
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % kViewAlignment != 0)
+    return Errorf("gguf: {}: the bytes start at {}, not at a multiple of {}", name,
+                  static_cast<const void*>(bytes.data()), kViewAlignment);
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = std::move(name);
   f->base_ = bytes.data();

@@ -158,7 +158,9 @@ class GgufFile {
                                                      std::string name = "<memory>");
   // Parses bytes the caller owns, without a copy: they must stay unchanged
   // and alive as long as the GgufFile (and anything made from it, a Model
-  // included). A model already in memory, a fuzzer's input.
+  // included), and start at a multiple of kViewAlignment (an error
+  // otherwise). A model already in memory, a fuzzer's input.
+  static constexpr size_t kViewAlignment = 16;
   static Result<std::unique_ptr<GgufFile>> FromView(std::span<const uint8_t> bytes,
                                                     std::string name = "<memory>");
   ~GgufFile();

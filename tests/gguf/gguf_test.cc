@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <span>
@@ -274,6 +275,13 @@ TEST(GgufReader, FromViewParsesInPlace) {
   auto empty = GgufFile::FromView({}, "empty");
   ASSERT_FALSE(empty.ok());
   EXPECT_EQ(empty.message().rfind("gguf: empty: ", 0), 0u) << empty.message();
+  // Bytes that do not start aligned: an error, not a misaligned read later.
+  std::vector<uint8_t> shifted(bytes.size() + 1);
+  std::copy(bytes.begin(), bytes.end(), shifted.begin() + 1);
+  auto odd = GgufFile::FromView(std::span<const uint8_t>(shifted).subspan(1), "odd");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.message().rfind("gguf: odd: the bytes start at ", 0), 0u) << odd.message();
+  EXPECT_NE(odd.message().find("not at a multiple of 16"), std::string::npos) << odd.message();
 }
 
 TEST(GgufReader, OpenErrors) {
