@@ -23,6 +23,7 @@
 #include "base/memory.h"
 #include "base/thread_pool.h"
 #include "ops/elementwise.h"
+#include "ops/kernels.h"
 #include "ops/matmul.h"
 #include "ops/quant.h"
 
@@ -167,6 +168,28 @@ void BM_Softmax(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 BENCHMARK(BM_Softmax)->Arg(32000);
+
+// The AVX-512 activation tiles the packed products read (quantize to q8_0
+// and lay out, internal::avx512::PackActivationTiles): m tokens of k = 2048,
+// one thread, in L1/L2. Items: blocks of 32 values.
+void BM_PackActivationTiles(benchmark::State& state) {
+  if (ActiveIsa() != Isa::kAvx512) {
+    state.SkipWithError("AVX-512 only");
+    return;
+  }
+  const int64_t m = state.range(0), k = 2048, nb = k / 32;
+  std::vector<float> x(m * k);  // [m, k]
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  for (auto& v : x) v = u(rng);
+  AlignedBuffer<uint8_t> acts(static_cast<size_t>(m * nb * internal::kPackedActBytes));
+  for (auto _ : state) {
+    internal::avx512::PackActivationTiles(x.data(), m, k, 0, nb, acts.data());
+    benchmark::DoNotOptimize(acts.data());
+  }
+  state.SetItemsProcessed(state.iterations() * m * nb);
+}
+BENCHMARK(BM_PackActivationTiles)->ArgName("m")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(64);
 
 }  // namespace
 }  // namespace rotor::ops

@@ -75,14 +75,16 @@ inline void ForEach16(DType t, const void* row, int64_t n, F&& fn) {
   }
 }
 
-// roundf (half away from zero) of each lane, as an int32.
+// roundf (half away from zero) of each lane, as an int32, for |v| <= 2^22
+// (quants: |v| <= 127 and a rounding) and inf / NaN (the integer indefinite,
+// as a conversion of roundf's result gives): the truncation of v +- (0.5 -
+// 2^-25). Checked against roundf for every float of at most 2^22 in
+// magnitude (2.5e9 values; BENCHMARKS.md, "Sixty-seventh session"). The sum
+// must not be fused with the product that makes v: this file compiles with
+// -ffp-contract=off (src/ops/CMakeLists.txt).
 inline __m512i RoundHalfAway(__m512 v) {
-  const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m512 frac = _mm512_sub_ps(v, t);
-  const __m512 sign = _mm512_and_ps(v, _mm512_set1_ps(-0.f));
-  const __m512 one = _mm512_or_ps(sign, _mm512_set1_ps(1.f));
-  const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(frac), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-  return _mm512_cvtps_epi32(_mm512_mask_add_ps(t, up, t, one));
+  const __m512 half = _mm512_castsi512_ps(_mm512_set1_epi32(0x3EFFFFFF));  // 0.5 - 2^-25
+  return _mm512_cvttps_epi32(_mm512_add_ps(v, _mm512_or_ps(half, _mm512_and_ps(v, _mm512_set1_ps(-0.f)))));
 }
 
 // Block x[0, 32) as q8_0 (ref::QuantizeActivations, bit for bit): its scale
@@ -138,36 +140,174 @@ void QuantizeActivations(const float* x, int8_t* q, float* d, int64_t k) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), QuantizeBlock(x + b * 32, d + b));
 }
 
+namespace {
+
+constexpr int kFields = kPackedActBytes / 4;
+
+// The fields after the quads of T tokens' block at aj ([kFields][T] int32),
+// from their sums of q + 128 over quads [0, 4) and [4, 8) (lanes >= T unused):
+// sum(q), the scale d, the first 16 q's sum, d * sum(q), -128 and -8 sum(q).
+template <int T>
+inline void StoreFields(int32_t* aj, __m256i sum_lo128, __m256i sum_hi128, __m256 d) {
+  constexpr __mmask8 kMask = static_cast<__mmask8>((1u << T) - 1);
+  const __m256i off = _mm256_set1_epi32(16 * 128);
+  const __m256i lo = _mm256_sub_epi32(sum_lo128, off);
+  const __m256i sum = _mm256_add_epi32(lo, _mm256_sub_epi32(sum_hi128, off));
+  _mm256_mask_storeu_epi32(aj + kActSum * T, kMask, sum);
+  _mm256_mask_storeu_ps(aj + kActScale * T, kMask, d);
+  _mm256_mask_storeu_epi32(aj + kActSumLo * T, kMask, lo);
+  _mm256_mask_storeu_ps(aj + kActXsum * T, kMask, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sum)));
+  _mm256_mask_storeu_epi32(aj + kActBiasQ8 * T, kMask, _mm256_mullo_epi32(sum, _mm256_set1_epi32(-128)));
+  _mm256_mask_storeu_epi32(aj + kActBiasQ4 * T, kMask, _mm256_mullo_epi32(sum, _mm256_set1_epi32(-8)));
+}
+
+// The sums of q + 128 over a block's first and last 16 quants.
+inline void HalfSums(__m256i q, int32_t* lo, int32_t* hi) {
+  // per 8 bytes: [0, 8), [8, 16) | [16, 24), [24, 32)
+  const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80))),
+                                    _mm256_setzero_si256());
+  const __m128i s_lo = _mm256_castsi256_si128(s), s_hi = _mm256_extracti128_si256(s, 1);
+  *lo = _mm_cvtsi128_si32(s_lo) + _mm_extract_epi32(s_lo, 2);
+  *hi = _mm_cvtsi128_si32(s_hi) + _mm_extract_epi32(s_hi, 2);
+}
+
+// One block of T (1 or 2) tokens, token t's at x + t * k, at aj
+// ([kFields][T]): each token quantized alone (QuantizeBlock), the two
+// tokens' quads interleaved. Fewer operations than PackBlockTile's shared
+// reductions when two tokens or one fill the tile.
+template <int T>
+inline void PackBlockFew(const float* x, int64_t k, int32_t* aj) {
+  static_assert(T == 1 || T == 2);
+  float d[2] = {};
+  int32_t lo[2] = {}, hi[2] = {};
+  __m256i q[T];  // token t's 32 quants
+  for (int t = 0; t < T; ++t) {
+    q[t] = QuantizeBlock(x + t * k, &d[t]);
+    HalfSums(q[t], &lo[t], &hi[t]);
+  }
+  if constexpr (T == 1) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(aj), q[0]);
+  } else {
+    const __m256i a = _mm256_unpacklo_epi32(q[0], q[1]);  // quads 0 1 | 4 5, tokens alternating
+    const __m256i b = _mm256_unpackhi_epi32(q[0], q[1]);  // quads 2 3 | 6 7
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(aj), _mm256_permute2x128_si256(a, b, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(aj + 8), _mm256_permute2x128_si256(a, b, 0x31));
+  }
+  // Built in registers: a vector load of the scalars just stored would wait
+  // for them (no store forwarding from two stores to one load).
+  StoreFields<T>(aj, _mm256_castsi128_si256(_mm_setr_epi32(lo[0], lo[1], 0, 0)),
+                 _mm256_castsi128_si256(_mm_setr_epi32(hi[0], hi[1], 0, 0)),
+                 _mm256_castps128_ps256(_mm_setr_ps(d[0], d[1], 0.f, 0.f)));
+}
+
+// One block of T (3..8) tokens, token t's at x + t * k, at aj ([kFields][T]):
+// the tokens' maxima reduced together (16 -> 8 -> 4 -> 1 lanes), their
+// scales in one division, and the quads transposed in registers into rows of
+// T tokens. The same bytes as QuantizeBlock and ref::PackActivations per token.
+template <int T>
+inline void PackBlockTile(const float* x, int64_t k, int32_t* aj) {
+  static_assert(kPackedTileTokens == 8 && T >= 3 && T <= 8);
+  constexpr __mmask8 kMask = static_cast<__mmask8>((1u << T) - 1);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  __m512 mx[8];  // token t's |x| maxima over both halves, 16 lanes
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t)
+    mx[t] = t < T ? _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + t * k), abs_mask),
+                                  _mm512_and_ps(_mm512_loadu_ps(x + t * k + 16), abs_mask))
+                  : _mm512_setzero_ps();
+  __m512 p[4];  // tokens 2 i, 2 i + 1: 8 lanes each
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    p[i] = _mm512_max_ps(_mm512_shuffle_f32x4(mx[2 * i], mx[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(mx[2 * i], mx[2 * i + 1], 0xEE));
+  __m512 r[2];  // tokens 4 i .. 4 i + 3: a 128-bit lane each
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)
+    r[i] = _mm512_max_ps(_mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0xDD));
+  // 128-bit lane l: element 0 token l, element 1 token l + 4
+  __m512 u = _mm512_max_ps(_mm512_unpacklo_ps(r[0], r[1]), _mm512_unpackhi_ps(r[0], r[1]));
+  u = _mm512_max_ps(u, _mm512_permute_ps(u, 0x4E));
+  const __m256 amax = _mm512_castps512_ps256(_mm512_permutexvar_ps(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), u));
+  const __m256 d = _mm256_div_ps(amax, _mm256_set1_ps(127.f));
+  const __mmask8 nonzero = _mm256_cmp_ps_mask(d, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+  alignas(32) float id[8];
+  _mm256_store_ps(id, _mm256_maskz_div_ps(nonzero, _mm256_set1_ps(1.f), d));
+  __m256i q[8];  // token t's 8 quads
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) {
+    if (t >= T) {
+      q[t] = _mm256_setzero_si256();
+      continue;
+    }
+    const __m512 vid = _mm512_set1_ps(id[t]);
+    const __m128i q0 = _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(_mm512_loadu_ps(x + t * k), vid)));
+    const __m128i q1 =
+        _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(_mm512_loadu_ps(x + t * k + 16), vid)));
+    q[t] = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+  }
+  // 8 x 8 transpose of the quads: row i = quad i of tokens 0..7.
+  __m256i a[8], b[8], row[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = _mm256_unpacklo_epi32(q[2 * i], q[2 * i + 1]);      // quads 0 1 | 4 5 of a pair
+    a[2 * i + 1] = _mm256_unpackhi_epi32(q[2 * i], q[2 * i + 1]);  // quads 2 3 | 6 7
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {  // tokens 4 h .. 4 h + 3
+    b[4 * h + 0] = _mm256_unpacklo_epi64(a[4 * h], a[4 * h + 2]);      // quad 0 | 4
+    b[4 * h + 1] = _mm256_unpackhi_epi64(a[4 * h], a[4 * h + 2]);      // quad 1 | 5
+    b[4 * h + 2] = _mm256_unpacklo_epi64(a[4 * h + 1], a[4 * h + 3]);  // quad 2 | 6
+    b[4 * h + 3] = _mm256_unpackhi_epi64(a[4 * h + 1], a[4 * h + 3]);  // quad 3 | 7
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    row[i] = _mm256_permute2x128_si256(b[i], b[4 + i], 0x20);
+    row[i + 4] = _mm256_permute2x128_si256(b[i], b[4 + i], 0x31);
+  }
+  // Sums of q + 128 over quads [0, 4) and [4, 8), each token in its lane.
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi8(1);
+  __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    sum_lo = _mm256_dpbusd_epi32(sum_lo, _mm256_xor_si256(row[i], flip), ones);
+    sum_hi = _mm256_dpbusd_epi32(sum_hi, _mm256_xor_si256(row[i + 4], flip), ones);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) _mm256_mask_storeu_epi32(aj + i * T, kMask, row[i]);
+  StoreFields<T>(aj, sum_lo, sum_hi, d);
+}
+
+template <int T>
+void PackTile(const float* x, int64_t k, int64_t j0, int64_t j1, int32_t* tile) {
+  for (int64_t j = j0; j < j1; ++j) {
+    int32_t* aj = tile + j * T * kFields;  // [kFields][T]
+    if constexpr (T <= 2)
+      PackBlockFew<T>(x + j * 32, k, aj);
+    else
+      PackBlockTile<T>(x + j * 32, k, aj);
+  }
+}
+
+}  // namespace
+
 void PackActivationTiles(const float* x, int64_t m, int64_t k, int64_t j0, int64_t j1,
                          uint8_t* acts) {
-  constexpr int kFields = kPackedActBytes / 4;
   const int64_t nb = k / 32;
-  const __m256i zero = _mm256_setzero_si256(), flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t t0 = 0; t0 < m; t0 += kPackedTileTokens) {
     const int tokens = static_cast<int>(std::min<int64_t>(kPackedTileTokens, m - t0));
+    const float* xt = x + t0 * k;  // [tokens, k]
     int32_t* tile = reinterpret_cast<int32_t*>(acts + t0 * nb * kPackedActBytes);
-    // quad i of a token at i * tokens
-    const __m256i quad_at =
-        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(tokens));
-    for (int64_t j = j0; j < j1; ++j) {
-      int32_t* aj = tile + j * tokens * kFields;  // [kFields][tokens]
-      for (int t = 0; t < tokens; ++t) {
-        float d;
-        const __m256i q = QuantizeBlock(x + (t0 + t) * k + j * 32, &d);  // [32]
-        _mm256_i32scatter_epi32(aj + t, quad_at, q, 4);
-        // Sums of q + 128 per 8 bytes: [0, 8), [8, 16) | [16, 24), [24, 32).
-        const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(q, flip), zero);
-        const __m128i s_lo = _mm256_castsi256_si128(s), s_hi = _mm256_extracti128_si256(s, 1);
-        const int32_t lo = _mm_cvtsi128_si32(s_lo) + _mm_extract_epi32(s_lo, 2) - 16 * 128;
-        const int32_t sum = lo + _mm_cvtsi128_si32(s_hi) + _mm_extract_epi32(s_hi, 2) - 16 * 128;
-        const float xsum = d * static_cast<float>(sum);
-        aj[kActSum * tokens + t] = sum;
-        std::memcpy(&aj[kActScale * tokens + t], &d, 4);
-        aj[kActSumLo * tokens + t] = lo;
-        std::memcpy(&aj[kActXsum * tokens + t], &xsum, 4);
-        aj[kActBiasQ8 * tokens + t] = -128 * sum;
-        aj[kActBiasQ4 * tokens + t] = -8 * sum;
-      }
+    switch (tokens) {
+      case 1: PackTile<1>(xt, k, j0, j1, tile); break;
+      case 2: PackTile<2>(xt, k, j0, j1, tile); break;
+      case 3: PackTile<3>(xt, k, j0, j1, tile); break;
+      case 4: PackTile<4>(xt, k, j0, j1, tile); break;
+      case 5: PackTile<5>(xt, k, j0, j1, tile); break;
+      case 6: PackTile<6>(xt, k, j0, j1, tile); break;
+      case 7: PackTile<7>(xt, k, j0, j1, tile); break;
+      default: PackTile<8>(xt, k, j0, j1, tile); break;
     }
   }
 }

@@ -252,16 +252,28 @@ TEST(MatmulPackedTest, Avx2EqualsAvx512BitForBit) {
 
 // The AVX-512 activation tiles (quantized and laid out in one pass) hold the
 // bytes of the reference: QuantizeActivations, then PackActivations per token.
-// Blocks of zeros, of one tiny value and of halves that round away from zero;
+// Blocks of zeros, of one tiny value and of halves that round away from zero
+// (with a scale of 1 and of 2, and the values beside those halves);
 // partial tiles; block ranges that start and end inside the row.
 TEST(MatmulPackedTest, Avx512ActivationTilesEqualTheReference) {
   if (BestIsa() != Isa::kAvx512) GTEST_SKIP() << "needs AVX-512";
   for (int64_t k : {32, 96, 800}) {
     const int64_t nb = k / 32;
-    for (int64_t m : {1, 3, 8, 9, 13, 16, 17}) {
+    for (int64_t m : {1, 2, 3, 4, 6, 7, 8, 9, 13, 15, 16, 17}) {  // tiles of every size
       std::vector<float> x = testing::RandomVector(m * k, 23 + static_cast<uint32_t>(m), 3.f);
       std::fill(x.begin(), x.begin() + 32, 0.f);  // token 0, block 0: zeros
       if (nb > 1) x[32 + 5] = 1e-30f;             // block 1: one tiny value
+      if (nb > 2) {  // block 2: amax 254, so x / d halves x: odd values and their neighbours
+        float* b2 = x.data() + 64;  // [32]
+        for (int i = 0; i < 31; ++i) {
+          const float odd = static_cast<float>(2 * (i - 15) + 1);
+          b2[i] = i % 3 == 0 ? odd : std::nextafter(odd, i % 3 == 1 ? 1e9f : -1e9f);
+        }
+        // 0.49999997 after the scale: the product below a half whose sum with
+        // 0.5 would round up to 1 (RoundHalfAway's constant is 0.5 - 2^-25)
+        b2[0] = std::nextafter(1.f, 0.f), b2[1] = -b2[0];
+        b2[31] = -254.f;
+      }
       // The last token's last block: amax 127, so d = 1 and every other value
       // is a half that roundf takes away from zero.
       float* halves = x.data() + (m - 1) * k + (nb - 1) * 32;  // [32]
