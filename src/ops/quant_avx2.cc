@@ -99,12 +99,12 @@ inline void ForEach8(DType t, const void* row, int64_t n, V&& vec, S&& one) {
   }
 }
 
+// roundf of each lane as an int32 for |v| <= 2^22 and inf / NaN: the
+// truncation of v +- (0.5 - 2^-25), as quant_avx512.cc's (which says how it
+// was checked); this file compiles with -ffp-contract=off for it.
 inline __m256i RoundHalfAway(__m256 v) {
-  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m256 frac = _mm256_andnot_ps(_mm256_set1_ps(-0.f), _mm256_sub_ps(v, t));
-  const __m256 one = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.f)), _mm256_set1_ps(1.f));
-  const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-  return _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, one)));
+  const __m256 half = _mm256_castsi256_ps(_mm256_set1_epi32(0x3EFFFFFF));  // 0.5 - 2^-25
+  return _mm256_cvttps_epi32(_mm256_add_ps(v, _mm256_or_ps(half, _mm256_and_ps(v, _mm256_set1_ps(-0.f)))));
 }
 
 }  // namespace
