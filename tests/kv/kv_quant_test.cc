@@ -381,6 +381,8 @@ TEST(KvQuantFold, Avx512EqualsScalarReference) {
                             {6, 3, 64, 130, true},
                             {2, 2, 256, 17, false},
                             {4, 4, 32, 7, true},
+                            // deferred, one query head per KV head, two-level rows
+                            {3, 3, 64, 40, true, attn::kBlock, true},
                             // keys stored centered: FoldQuantAvx512 (one query head per
                             // KV head, every type pair) and FoldAvx2Vnni (GQA)
                             {4, 4, 32, 7, true, attn::kBlock, false, true},
