@@ -104,7 +104,8 @@ inline void ForEach8(DType t, const void* row, int64_t n, V&& vec, S&& one) {
 // was checked); this file compiles with -ffp-contract=off for it.
 inline __m256i RoundHalfAway(__m256 v) {
   const __m256 half = _mm256_castsi256_ps(_mm256_set1_epi32(0x3EFFFFFF));  // 0.5 - 2^-25
-  return _mm256_cvttps_epi32(_mm256_add_ps(v, _mm256_or_ps(half, _mm256_and_ps(v, _mm256_set1_ps(-0.f)))));
+  const __m256 signed_half = _mm256_or_ps(half, _mm256_and_ps(v, _mm256_set1_ps(-0.f)));
+  return _mm256_cvttps_epi32(_mm256_add_ps(v, signed_half));
 }
 
 }  // namespace

@@ -84,7 +84,8 @@ inline void ForEach16(DType t, const void* row, int64_t n, F&& fn) {
 // -ffp-contract=off (src/ops/CMakeLists.txt).
 inline __m512i RoundHalfAway(__m512 v) {
   const __m512 half = _mm512_castsi512_ps(_mm512_set1_epi32(0x3EFFFFFF));  // 0.5 - 2^-25
-  return _mm512_cvttps_epi32(_mm512_add_ps(v, _mm512_or_ps(half, _mm512_and_ps(v, _mm512_set1_ps(-0.f)))));
+  const __m512 signed_half = _mm512_or_ps(half, _mm512_and_ps(v, _mm512_set1_ps(-0.f)));
+  return _mm512_cvttps_epi32(_mm512_add_ps(v, signed_half));
 }
 
 // Block x[0, 32) as q8_0 (ref::QuantizeActivations, bit for bit): its scale
@@ -157,8 +158,10 @@ inline void StoreFields(int32_t* aj, __m256i sum_lo128, __m256i sum_hi128, __m25
   _mm256_mask_storeu_ps(aj + kActScale * T, kMask, d);
   _mm256_mask_storeu_epi32(aj + kActSumLo * T, kMask, lo);
   _mm256_mask_storeu_ps(aj + kActXsum * T, kMask, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sum)));
-  _mm256_mask_storeu_epi32(aj + kActBiasQ8 * T, kMask, _mm256_mullo_epi32(sum, _mm256_set1_epi32(-128)));
-  _mm256_mask_storeu_epi32(aj + kActBiasQ4 * T, kMask, _mm256_mullo_epi32(sum, _mm256_set1_epi32(-8)));
+  const __m256i bias_q8 = _mm256_mullo_epi32(sum, _mm256_set1_epi32(-128));
+  _mm256_mask_storeu_epi32(aj + kActBiasQ8 * T, kMask, bias_q8);
+  const __m256i bias_q4 = _mm256_mullo_epi32(sum, _mm256_set1_epi32(-8));
+  _mm256_mask_storeu_epi32(aj + kActBiasQ4 * T, kMask, bias_q4);
 }
 
 // The sums of q + 128 over a block's first and last 16 quants.
@@ -242,9 +245,9 @@ inline void PackBlockTile(const float* x, int64_t k, int32_t* aj) {
       continue;
     }
     const __m512 vid = _mm512_set1_ps(id[t]);
-    const __m128i q0 = _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(_mm512_loadu_ps(x + t * k), vid)));
-    const __m128i q1 =
-        _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(_mm512_loadu_ps(x + t * k + 16), vid)));
+    const __m512 v0 = _mm512_loadu_ps(x + t * k), v1 = _mm512_loadu_ps(x + t * k + 16);
+    const __m128i q0 = _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v0, vid)));
+    const __m128i q1 = _mm512_cvtepi32_epi8(RoundHalfAway(_mm512_mul_ps(v1, vid)));
     q[t] = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
   }
   // 8 x 8 transpose of the quads: row i = quad i of tokens 0..7.

@@ -201,6 +201,14 @@ TEST(QuantTest, F32ToF16RowMatchesReferenceBytes) {
   }
 }
 
+// The activation quantizers of the fast paths this machine runs.
+std::vector<void (*)(const float*, int8_t*, float*, int64_t)> FastActivationQuantizers() {
+  std::vector<void (*)(const float*, int8_t*, float*, int64_t)> fast;
+  if (BestIsa() >= Isa::kAvx2) fast.push_back(&internal::avx2::QuantizeActivations);
+  if (BestIsa() >= Isa::kAvx512) fast.push_back(&internal::avx512::QuantizeActivations);
+  return fast;
+}
+
 // The integer kernels' activation quantizer must equal the reference bit for
 // bit, including round-half-away ties (x / d = 2.5 rounds to 3, not 2).
 TEST(QuantTest, ActivationQuantizationIsExact) {
@@ -219,10 +227,7 @@ TEST(QuantTest, ActivationQuantizationIsExact) {
     EXPECT_EQ(q_ref[2], -3);
     EXPECT_EQ(q_ref[3], 1);
     EXPECT_EQ(q_ref[4], 0);
-    std::vector<void (*)(const float*, int8_t*, float*, int64_t)> fast;
-    if (BestIsa() >= Isa::kAvx2) fast.push_back(&internal::avx2::QuantizeActivations);
-    if (BestIsa() >= Isa::kAvx512) fast.push_back(&internal::avx512::QuantizeActivations);
-    for (auto fn : fast) {
+    for (auto fn : FastActivationQuantizers()) {
       std::vector<int8_t> q(k);
       std::vector<float> d(k / 32);
       fn(x.data(), q.data(), d.data(), k);
@@ -232,16 +237,16 @@ TEST(QuantTest, ActivationQuantizationIsExact) {
   }
 }
 
-// The AVX-512 quantizer rounds by truncating x / d + (0.5 - 2^-25) with the
-// sign of x / d: roundf for every float up to 2^22 in magnitude (all 2.5e9
-// checked once, BENCHMARKS.md, "Sixty-seventh session"). Here, against the
-// reference on every fast path: the 1,024 floats on either side of each half
-// and each integer up to 127, both signs, with d = 1 (x / d exact), among
-// them the floats just below 0.5 whose sum with 0.5 itself would round up;
-// and, with scales of 128 / 127 and more, the x whose product with 1 / d
-// rounds up onto 0.5: an
-// FMA of that product and the added half (a contraction the compiler may
-// make) would see the exact product below the half and round down.
+// The AVX2 and AVX-512 quantizers round by truncating x / d + (0.5 - 2^-25)
+// with the sign of x / d: roundf for every float up to 2^22 in magnitude
+// (all 2.5e9 checked once, BENCHMARKS.md, "Sixty-seventh session"). Here,
+// against the reference on every fast path: the 1,024 floats on either side
+// of each half and each integer up to 127, both signs, with d = 1 (x / d
+// exact), among them the floats just below 0.5 whose sum with 0.5 itself
+// would round up; and, with scales of 128 / 127 and more, the x whose
+// product with 1 / d rounds up onto 0.5: an FMA of that product and the
+// added half (a contraction the compiler may make) would see the exact
+// product below the half and round down.
 TEST(QuantTest, ActivationRoundingIsRoundfBesideEveryHalf) {
   // Blocks of 31 values and their maximum last, so d is scale_max / 127.
   auto check = [](const std::vector<float>& values, float scale_max) {
@@ -254,10 +259,7 @@ TEST(QuantTest, ActivationRoundingIsRoundfBesideEveryHalf) {
     std::vector<int8_t> q_ref(k);
     std::vector<float> d_ref(k / 32);
     ref::QuantizeActivations(x.data(), q_ref.data(), d_ref.data(), k);
-    std::vector<void (*)(const float*, int8_t*, float*, int64_t)> fast;
-    if (BestIsa() >= Isa::kAvx2) fast.push_back(&internal::avx2::QuantizeActivations);
-    if (BestIsa() >= Isa::kAvx512) fast.push_back(&internal::avx512::QuantizeActivations);
-    for (auto fn : fast) {
+    for (auto fn : FastActivationQuantizers()) {
       std::vector<int8_t> q(k);
       std::vector<float> d(k / 32);
       fn(x.data(), q.data(), d.data(), k);
