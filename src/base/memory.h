@@ -37,6 +37,12 @@ void Unmap(void* p, size_t bytes);
 // system; they read as zeros again (Linux madvise MADV_DONTNEED; elsewhere
 // nothing happens).
 void DiscardPages(void* p, size_t bytes);
+// Commits every page that [p, p + bytes) touches in MapZeroed memory (zeroed)
+// in one call (Linux madvise MADV_POPULATE_WRITE, kernel 5.14 and later),
+// rather than a page fault at the first write to each. False where the
+// kernel refuses (older kernels, memory short): the pages then fault in as
+// they are first written, as without the call.
+bool PopulatePages(void* p, size_t bytes);
 
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
