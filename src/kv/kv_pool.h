@@ -2,7 +2,8 @@
 //
 // K/V storage comes in blocks of `block_cells` cells, every layer's K and V
 // rows of those cells. Blocks live in slabs of up to kKvSlabBytes (memory
-// mapped, committed page by page as it is written), laid out by layer:
+// mapped; a block's pages are committed when it first takes them), laid out
+// by layer:
 //   slab: [2 * n_layer sections][SlabBlocks slots][SlotBytes]
 //   section l: layer l's K rows, section n_layer + l: layer l's V rows;
 //   a slot: [block_cells, n_head_kv] heads of the K (V) type
