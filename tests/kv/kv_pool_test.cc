@@ -13,8 +13,8 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/memory.h"
