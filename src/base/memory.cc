@@ -27,6 +27,18 @@ int64_t ReadStatusKb(const char* key) {
   std::fclose(f);
   return kb;
 }
+
+#if defined(__linux__)
+// madvise over the pages of [p, p + bytes): the whole pages inside it
+// (outward = false) or every page it touches (outward = true).
+int AdvisePages(void* p, size_t bytes, bool outward, int advice) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p), z = a + bytes;
+  const uintptr_t begin = (outward ? a : a + page - 1) / page * page;
+  const uintptr_t end = (outward ? z + page - 1 : z) / page * page;
+  return end > begin ? madvise(reinterpret_cast<void*>(begin), end - begin, advice) : 0;
+}
+#endif
 }  // namespace
 
 int64_t PeakRssBytes() { return ReadStatusKb("VmHWM") * 1024; }
@@ -62,11 +74,7 @@ bool PopulatePages(void* p, size_t bytes) {
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older C libraries' headers lack it
 #endif
-  if (bytes == 0) return true;
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
-  return madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0;
+  return AdvisePages(p, bytes, /*outward=*/true, MADV_POPULATE_WRITE) == 0;
 #else
   (void)p;
   (void)bytes;
@@ -95,10 +103,7 @@ void Unmap(void* p, size_t bytes) {
 
 void DiscardPages(void* p, size_t bytes) {
 #if defined(__linux__)
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  AdvisePages(p, bytes, /*outward=*/false, MADV_DONTNEED);
 #else
   (void)p;
   (void)bytes;
