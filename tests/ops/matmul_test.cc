@@ -19,7 +19,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -74,12 +76,26 @@ TestWeight MakeWeight(DType t, int64_t k, int64_t n, uint32_t seed) {
   return w;
 }
 
+// The sweeps check each weight on many (ISA, m, threads) combinations: it
+// is quantized (and packed) once per program, not once per combination
+// (making the K-quant weights was 70% of the sweeps' time).
+const TestWeight& SharedWeight(DType t, int64_t k, int64_t n, uint32_t seed, bool packed) {
+  using Key = std::tuple<DType, int64_t, int64_t, uint32_t, bool>;
+  static std::map<Key, std::unique_ptr<TestWeight>> weights;
+  std::unique_ptr<TestWeight>& w = weights[Key{t, k, n, seed, packed}];
+  if (w == nullptr) {
+    w = std::make_unique<TestWeight>(MakeWeight(t, k, n, seed));
+    if (packed) w->Pack();
+  }
+  return *w;
+}
+
 void CheckCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa, bool packed = false) {
   SCOPED_TRACE(::testing::Message() << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type)
                                     << " k=" << c.k << " n=" << c.n << " m=" << m
                                     << " threads=" << pool.size() << (packed ? " packed" : ""));
-  TestWeight w = MakeWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 131 + c.n));
-  if (packed) w.Pack();
+  const TestWeight& w =
+      SharedWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 131 + c.n), packed);
   const std::vector<float> x =
       testing::RandomVector(m * c.k, static_cast<uint32_t>(m + 7));  // [m, k]
   const int64_t ldy = c.n + 3;
@@ -349,8 +365,8 @@ void CheckBlockCase(ThreadPool& pool, const Case& c, int64_t m, Isa isa, bool pa
   SCOPED_TRACE(::testing::Message()
                << "isa=" << IsaName(isa) << " type=" << DTypeName(c.type) << " k=" << c.k
                << " n=" << c.n << " m=" << m << (packed ? " packed" : ""));
-  TestWeight w = MakeWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 17 + c.n));
-  if (packed) w.Pack();
+  const TestWeight& w =
+      SharedWeight(c.type, c.k, c.n, static_cast<uint32_t>(c.k * 17 + c.n), packed);
   const std::vector<float> x = testing::RandomVector(m * c.k, static_cast<uint32_t>(m + 3));
   const int64_t ldy = c.n + 1;
   std::vector<float> y(m * ldy, -12345.f);  // [m, ldy]
