@@ -25,6 +25,9 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Schemas inside schemas (items, properties, anyOf, $ref targets, ...).
+constexpr int kMaxSchemaDepth = 64;
+
 struct SchemaError {
   std::string path, message;
 };
@@ -147,6 +150,7 @@ class Converter {
   std::set<std::string> reserved_;
   std::map<std::string, std::string> refs_;  // $ref -> its rule
   std::set<std::string> used_;
+  int depth_ = 0;  // of the Visit calls in progress
 };
 
 void Converter::CheckKeywords(const Json& s, const std::string& path) {
@@ -166,6 +170,15 @@ void Converter::CheckKeywords(const Json& s, const std::string& path) {
 }
 
 std::string Converter::Visit(const Json& s, const std::string& hint, const std::string& path) {
+  // Each level is a call here and adds to the rule names and paths, so an
+  // unbounded nesting (one small request) would exhaust the stack or memory.
+  if (depth_ >= kMaxSchemaDepth)
+    Fail(path, fmt::format("schemas nested deeper than {} levels", kMaxSchemaDepth));
+  ++depth_;
+  struct Leave {
+    int& depth;
+    ~Leave() { --depth; }
+  } leave{depth_};
   if (s.is_boolean()) {
     if (!s.get<bool>()) Fail(path, "schema 'false' allows no value");
     return Use("value");

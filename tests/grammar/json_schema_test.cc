@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 
@@ -129,6 +131,31 @@ TEST(JsonSchema, SelfReferenceWithoutInputIsAnErrorNotAHang) {
   auto g = ParseGrammar(*text);
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("left recursion"), std::string::npos);
+}
+
+// Arrays of arrays `depth` deep around an integer.
+std::string NestedArrays(int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += R"({"type": "array", "items": )";
+  s += R"({"type": "integer"})";
+  s.append(depth, '}');
+  return s;
+}
+
+// A schema nested thousands of levels deep (a 300 KB request) crashed the
+// server (the converter's recursion overflowed the stack after taking
+// gigabytes for its rule names): 64 levels work, deeper is an error.
+TEST(JsonSchema, NestingDeeperThan64LevelsIsAnError) {
+  Check(NestedArrays(63), {std::string(63, '[') + "7" + std::string(63, ']')},
+        {std::string(62, '[') + "7" + std::string(62, ']')});
+  for (int depth : {64, 12000}) {
+    auto r = JsonSchemaToGrammar(NestedArrays(depth));
+    ASSERT_FALSE(r.ok()) << depth;
+    EXPECT_NE(r.status().message().find("schemas nested deeper than 64 levels"),
+              std::string::npos)
+        << r.status().message().substr(0, 200);
+    EXPECT_NE(r.status().message().find("at #/items/items/"), std::string::npos);
+  }
 }
 
 }  // namespace
