@@ -318,8 +318,12 @@ double KlStats::KldPercentile(double fraction) const {
 // ---- Chunked perplexity.
 
 Result<int> CountChunks(int64_t n_tokens, int n_ctx, int n_chunks) {
-  if (n_ctx < 2)
-    return Errorf("perplexity: -c {} is too small: a chunk needs at least 2 tokens", n_ctx);
+  // A chunk scores its positions n_ctx / 2 .. n_ctx - 2: none below 3 tokens.
+  if (ScoredPerChunk(n_ctx) < 1)
+    return Errorf(
+        "perplexity: -c {} is too small: a chunk scores its second half (positions -c/2 .. "
+        "-c - 2), which needs at least 3 tokens",
+        n_ctx);
   const int64_t available = n_tokens / n_ctx;
   if (available < 1)
     return Errorf("perplexity: the text has {} tokens, fewer than one chunk of -c {}", n_tokens,

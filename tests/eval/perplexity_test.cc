@@ -329,7 +329,13 @@ TEST(Perplexity, ShortTextsAndBadCountsAreErrors) {
   EXPECT_EQ(*CountChunks(1000, 128, -1), 7);
   EXPECT_EQ(*CountChunks(1000, 128, 3), 3);
   EXPECT_EQ(*CountChunks(1000, 128, 50), 7);
-  EXPECT_FALSE(CountChunks(1000, 1, -1).ok());
+  // -c 2 scored no position at all and printed a perplexity of 0.
+  for (int n_ctx : {-1, 0, 1, 2}) {
+    auto small = CountChunks(1000, n_ctx, -1);
+    ASSERT_FALSE(small.ok()) << n_ctx;
+    EXPECT_THAT(small.message(), HasSubstr("-c " + std::to_string(n_ctx) + " is too small"));
+  }
+  EXPECT_EQ(*CountChunks(1000, 3, -1), 333);
   EXPECT_FALSE(CountChunks(1000, 128, 0).ok());
 
   ThreadPool pool(2);
