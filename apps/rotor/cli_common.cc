@@ -267,10 +267,4 @@ void AddKvListOptions(CLI::App* app, KvLists* lists) {
 
 Result<std::string> ReadFile(const std::string& path) { return ReadInputFile(path); }
 
-std::string HumanBytes(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / double(1 << 30));
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / double(1 << 20));
-  return fmt::format("{:.1f} KiB", bytes / 1024.0);
-}
-
 }  // namespace rotor::cli

@@ -55,6 +55,4 @@ void AddKvListOptions(CLI::App* app, KvLists* lists);
 // (base/file_read.h); the error names the path.
 Result<std::string> ReadFile(const std::string& path);
 
-std::string HumanBytes(int64_t bytes);
-
 }  // namespace rotor::cli

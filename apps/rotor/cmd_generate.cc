@@ -108,20 +108,27 @@ int RunGenerate(GenerateArgs& a) {
       window_start = now;
     };
   }
-  if (!a.no_display_prompt) {
+  bool wrote = false;  // to stdout: an error then starts on a line of its own
+  if (!a.no_display_prompt && !a.gen.prompt.empty()) {
     std::fwrite(a.gen.prompt.data(), 1, a.gen.prompt.size(), stdout);
     std::fflush(stdout);
+    wrote = true;
   }
   a.gen.collect_output = false;  // streamed to stdout: nothing to keep
   Result<GenerateResult> r = (*engine)->Generate(
       a.gen,
-      [](std::string_view text) {
+      [&wrote](std::string_view text) {
         std::fwrite(text.data(), 1, text.size(), stdout);
         std::fflush(stdout);
+        wrote = wrote || !text.empty();
         return true;
       },
       a.prefill_step);
-  if (!r.ok()) return Fail(r.status());
+  if (!r.ok()) {
+    if (wrote) std::fputc('\n', stdout);
+    std::fflush(stdout);
+    return Fail(r.status());
+  }
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!a.prompt_cache.empty()) {

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "base/memory.h"
 #include "base/thread_pool.h"
 #include "cli_common.h"
 #include "commands.h"

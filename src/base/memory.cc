@@ -1,5 +1,6 @@
 #include "base/memory.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +12,14 @@
 #endif
 
 namespace rotor {
+
+std::string HumanBytes(int64_t n) {
+  if (n < 1024) return fmt::format("{} B", n);
+  if (n < (int64_t{1} << 20)) return fmt::format("{:.2f} KiB", n / 1024.0);
+  if (n < (int64_t{1} << 30)) return fmt::format("{:.2f} MiB", n / 1048576.0);
+  return fmt::format("{:.2f} GiB", n / 1073741824.0);
+}
+
 namespace {
 int64_t ReadStatusKb(const char* key) {
   FILE* f = std::fopen("/proc/self/status", "r");

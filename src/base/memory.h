@@ -6,8 +6,12 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <string>
 
 namespace rotor {
+
+// "512 B", "1.25 KiB", "3.00 MiB", "2.50 GiB".
+std::string HumanBytes(int64_t n);
 
 // Peak resident set size (VmHWM) in bytes; 0 if unknown.
 int64_t PeakRssBytes();

@@ -135,8 +135,9 @@ Result<int64_t> ParseKvMemory(std::string_view text) {
 }
 
 int64_t DefaultKvMemory(const KvShape& shape, int max_seqs) {
-  const int64_t per_seq = 2LL * shape.n_layer * shape.n_ctx * shape.n_head_kv * shape.head_dim *
-                          int64_t{4};
+  const int64_t blocks = (int64_t{shape.n_ctx} + kKvBlockCells - 1) / kKvBlockCells + 1;
+  const int64_t per_seq = 2LL * shape.n_layer * blocks * kKvBlockCells * shape.n_head_kv *
+                          shape.head_dim * int64_t{4};
   const int64_t ram = PhysicalMemoryBytes();
   const int64_t want = per_seq * max_seqs;
   return ram > 0 ? std::min(want, ram / 2) : want;
@@ -144,11 +145,15 @@ int64_t DefaultKvMemory(const KvShape& shape, int max_seqs) {
 
 std::string Engine::DescribeKvMemory() const {
   const KvBlockPool& p = *kv_pool_;
-  const int64_t per_token = static_cast<int64_t>(p.BlockBytes(KvTypes{KvType::kF32, KvType::kF32})) / p.block_cells();
-  return fmt::format(
-      "{} MiB{} = {} tokens of f32 K/V ({} of f16), in blocks of {} tokens", p.budget_bytes() >> 20,
-      kv_memory_default_ ? " (default; --kv-memory to change)" : "", p.budget_bytes() / per_token,
-      2 * p.budget_bytes() / per_token, p.block_cells());
+  // Tokens of the default type first (f16), then of f32.
+  const int64_t per_token = static_cast<int64_t>(p.BlockBytes(KvTypes{})) / p.block_cells();
+  const int64_t per_token_f32 =
+      static_cast<int64_t>(p.BlockBytes(KvTypes{KvType::kF32, KvType::kF32})) / p.block_cells();
+  return fmt::format("{}{} = {} tokens of {} K/V ({} of f32), in blocks of {} tokens",
+                     HumanBytes(p.budget_bytes()),
+                     kv_memory_default_ ? " (default, sized by -c; --kv-memory to change)" : "",
+                     p.budget_bytes() / per_token, KvTypesName(KvTypes{}),
+                     p.budget_bytes() / per_token_f32, p.block_cells());
 }
 
 Result<KvConfig> Engine::Validate(const GenerateOptions& o, KvSpelling spelling) const {

@@ -42,7 +42,10 @@ struct EngineOptions {
 
 // --kv-memory: "4096" (MiB), "0.25" or "25%" (of the machine's memory).
 Result<int64_t> ParseKvMemory(std::string_view text);
-// max_seqs full contexts of f32 K/V, at most half the machine's memory.
+// max_seqs full contexts of f32 K/V, at most half the machine's memory. A
+// context is counted in whole blocks of kKvBlockCells, plus the one block a
+// sequence holds ahead of its prompt for the tokens it generates (the
+// scheduler's admission check), so a prompt that fits -c always fits it.
 int64_t DefaultKvMemory(const KvShape& shape, int max_seqs);
 
 // The most alternatives GenerateOptions::logprobs may ask for.
@@ -105,10 +108,13 @@ class Engine {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   ThreadPool& pool() { return *pool_; }
   int n_ctx() const { return n_ctx_; }
+  // The K/V budget is DefaultKvMemory's (no --kv-memory given).
+  bool kv_memory_default() const { return kv_memory_default_; }
   // The process's K/V blocks: every sequence of this engine takes its blocks here.
   KvBlockPool& kv_pool() { return *kv_pool_; }
   bool prefix_cache() const { return prefix_cache_; }
-  // "K/V memory: 512 MiB (default: ...), 32768 tokens of f32 K/V, blocks of 16 tokens".
+  // "512.00 MiB (default, ...) = 65536 tokens of f16 K/V (32768 of f32), in blocks of 16
+  // tokens".
   std::string DescribeKvMemory() const;
 
   // Checks a request without running it (also done by Generate and

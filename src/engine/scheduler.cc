@@ -6,6 +6,7 @@
 #include <new>
 
 #include "base/check.h"
+#include "base/memory.h"
 #include "base/timer.h"
 #include "engine/sample_step.h"
 
@@ -79,11 +80,15 @@ Result<SeqId> Scheduler::Add(SeqRequest request, SeqCallback callback) {
     const int64_t capacity = pool.budget_bytes() / block;
     if (need > capacity)
       return Errorf(
-          "generate: {} needs {} blocks of {} tokens ({} MiB of {} K/V), more than the whole "
-          "--kv-memory budget: {} MiB, {} blocks",
+          "generate: {} needs {} blocks of {} tokens ({} of {} K/V), more than the whole "
+          "K/V budget: {}, {} blocks ({})",
           s->bounded ? fmt::format("a {}-cell {} cache", probe->n_cells(), kv.policy)
                      : fmt::format("a prompt of {} tokens", n_prompt),
-          need, b, (need * block) >> 20, KvTypesName(kv.types), pool.budget_bytes() >> 20, capacity);
+          need, b, HumanBytes(need * block), KvTypesName(kv.types),
+          HumanBytes(pool.budget_bytes()), capacity,
+          engine_.kv_memory_default()
+              ? fmt::format("the default for -c {}; --kv-memory sets it", engine_.n_ctx())
+              : "--kv-memory");
   }
   s->text = s->result.prompt_tokens;
   const SeqId id = s->id;

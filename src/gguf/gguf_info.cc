@@ -2,15 +2,10 @@
 
 #include <algorithm>
 
+#include "base/memory.h"
+
 namespace rotor {
 namespace {
-
-std::string HumanBytes(uint64_t n) {
-  if (n < 1024) return fmt::format("{} B", n);
-  if (n < (1ull << 20)) return fmt::format("{:.2f} KiB", n / 1024.0);
-  if (n < (1ull << 30)) return fmt::format("{:.2f} MiB", n / 1048576.0);
-  return fmt::format("{:.2f} GiB", n / 1073741824.0);
-}
 
 // Quoted and escaped, cut after max_bytes (at a UTF-8 character boundary).
 std::string Quote(std::string_view s, size_t max_bytes) {

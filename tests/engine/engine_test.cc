@@ -117,6 +117,24 @@ TEST(Engine, RejectsBadRequests) {
   EXPECT_FALSE(e->Generate(o, nullptr).ok());
 }
 
+// The default K/V budget holds any prompt that fits -c: with -c 8 a prompt
+// of 5 tokens was refused as "more than the whole --kv-memory budget" (the
+// budget was -c tokens, but a prompt takes whole blocks and one more).
+TEST(Engine, DefaultKvBudgetHoldsEveryPromptThatFitsTheContext) {
+  for (int n_ctx : {3, 8, 15, 16, 17, 21, 40}) {
+    auto e = MakeEngine(1, n_ctx);
+    GenerateOptions o;
+    o.sampling.temperature = 0;
+    o.n_predict = 1;
+    o.prompt = "a";  // BOS and "a", then one token per " a"
+    while (std::ssize(e->tokenizer().Encode(o.prompt, true, false)) < n_ctx - 1) o.prompt += " a";
+    ASSERT_EQ(std::ssize(e->tokenizer().Encode(o.prompt, true, false)), n_ctx - 1) << n_ctx;
+    auto r = e->Generate(o, nullptr);
+    ASSERT_TRUE(r.ok()) << "-c " << n_ctx << ": " << r.message();
+    EXPECT_EQ(r->n_generated, 1) << n_ctx;
+  }
+}
+
 TEST(Engine, PrefillStepDoesNotChangeOutput) {
   auto e = MakeEngine();
   GenerateOptions o;

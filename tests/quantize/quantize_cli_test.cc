@@ -25,7 +25,7 @@ TEST(QuantizeCliTest, QuantizesReportsAndGenerates) {
               HasSubstr("f32 -> f16 (fallback: row 172 is not a multiple of the q8_0 block)"));
   EXPECT_THAT(r.err, HasSubstr("output_norm.weight"));
   EXPECT_THAT(r.err, HasSubstr("f32 (copied)"));
-  EXPECT_THAT(r.err, HasSubstr("rotor: quantized " + BundledModel() + " (1.1 MiB) -> " + out));
+  EXPECT_THAT(r.err, HasSubstr("rotor: quantized " + BundledModel() + " (1.13 MiB) -> " + out));
   EXPECT_THAT(r.err, HasSubstr("q8_0) in "));
   EXPECT_THAT(r.err, HasSubstr("37 tensors converted, 11 copied, 5 fallbacks"));
   EXPECT_TRUE(r.out.empty()) << r.out;

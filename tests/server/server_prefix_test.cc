@@ -90,7 +90,7 @@ TEST_F(ServerPrefix, AChatResendingItsHistoryIsCachedMoreEachTurn) {
 
 TEST(ServerKvMemory, ARequestTheBudgetCannotHoldIsA400WithTheNumbers) {
   ServeOptions o = TestOptions(2, 4);
-  o.engine.kv_memory_bytes = 1 << 20;  // 1 MiB: 51 blocks of 16 tokens of stories260K
+  o.engine.kv_memory_bytes = 1 << 20;  // 1 MiB: 102 blocks of 16 tokens of f16 K/V
   o.engine.n_ctx = 2048;               // the context would take the prompt
   TestServer server(o);
   ASSERT_TRUE(server.ok()) << server.error();
@@ -100,7 +100,7 @@ TEST(ServerKvMemory, ARequestTheBudgetCannotHoldIsA400WithTheNumbers) {
       "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 4}}.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400) << res->body;
-  EXPECT_NE(res->body.find("--kv-memory budget: 1 MiB"), std::string::npos) << res->body;
+  EXPECT_NE(res->body.find("K/V budget: 1.00 MiB, 102 blocks (--kv-memory)"), std::string::npos) << res->body;
   // A short one still runs.
   res = server.Client()->Post("/v1/completions",
                               json{{"prompt", "Once upon a time"}, {"max_tokens", 4}}.dump(),
