@@ -87,7 +87,7 @@ bool Server::DispatchExtra(const std::shared_ptr<HttpExchange>& ex) {
       path != "/embeddings")
     return false;
   if (req.method != (get ? "GET" : "POST")) {
-    Respond(*ex, ErrorForStatus(405, req.method, path), {{"Allow", get ? "GET" : "POST"}});
+    Respond(*ex, ErrorForStatus(405, req.method, path), {{"Allow", get ? "GET, HEAD" : "POST"}});
     return true;
   }
   if (auto e = Unavailable()) {

@@ -80,10 +80,14 @@ class Waker {
 HttpExchange::HttpExchange(HttpRequest request, bool keep_alive, const HttpHeaders* defaults,
                            std::shared_ptr<Waker> waker, uint64_t conn_id)
     : request_(std::move(request)),
+      head_(request_.method == "HEAD"),
       keep_alive_(keep_alive),
       default_headers_(defaults),
       waker_(std::move(waker)),
-      conn_id_(conn_id) {}
+      conn_id_(conn_id) {
+  // HEAD is answered as GET is (RFC 9110 9.3.2), without the body.
+  if (head_) request_.method = "GET";
+}
 
 void HttpExchange::Append(std::string bytes, bool finished) {
   {
@@ -98,15 +102,17 @@ void HttpExchange::Append(std::string bytes, bool finished) {
 void HttpExchange::Respond(const HttpResponse& r) {
   std::string out = Head(r.status, default_headers_, r.headers, r.content_type, keep_alive_);
   out += fmt::format("Content-Length: {}\r\n\r\n", r.body.size());
-  out += r.body;
+  if (!head_) out += r.body;
   Append(std::move(out), true);
 }
 
 void HttpExchange::StartStream(int status, const std::string& content_type,
                                const HttpHeaders& headers) {
   // HTTP/1.0 has no chunked coding: the body ends when the connection does.
-  const bool chunked = request_.minor_version >= 1;
-  std::string out = Head(status, default_headers_, headers, content_type, keep_alive_ && chunked);
+  // A HEAD request gets the head alone (no length, no chunks).
+  const bool chunked = request_.minor_version >= 1 && !head_;
+  std::string out =
+      Head(status, default_headers_, headers, content_type, keep_alive_ && (chunked || head_));
   if (chunked) out += "Transfer-Encoding: chunked\r\n";
   out += "\r\n";
   {
@@ -117,7 +123,7 @@ void HttpExchange::StartStream(int status, const std::string& content_type,
 }
 
 bool HttpExchange::Write(std::string_view data) {
-  if (data.empty()) return !gone();
+  if (data.empty() || head_) return !gone();
   bool chunked;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -58,7 +58,9 @@ class HttpExchange {
  public:
   HttpExchange(HttpRequest request, bool keep_alive, const HttpHeaders* default_headers,
                std::shared_ptr<Waker> waker, uint64_t conn_id);
-  // The handler's: the loop does not touch it after handing it over.
+  // The handler's: the loop does not touch it after handing it over. A HEAD
+  // request's method reads "GET": the handlers answer it as GET, and the
+  // exchange sends the head of their answer alone.
   HttpRequest& request() { return request_; }
 
   // Whole response.
@@ -79,6 +81,7 @@ class HttpExchange {
   void Append(std::string bytes, bool finished);
 
   HttpRequest request_;
+  const bool head_;  // a HEAD request: routed as GET, answered without a body
   const bool keep_alive_;
   const HttpHeaders* default_headers_;
   std::shared_ptr<Waker> waker_;

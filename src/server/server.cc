@@ -291,13 +291,13 @@ void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
   if (DispatchExtra(ex)) return;
   if (const StaticFile* file = FindStaticFile(path)) {
     // The chat page (web/, embedded at build time; not counted in /metrics).
-    if (method != "GET") return not_allowed("GET");
+    if (method != "GET") return not_allowed("GET, HEAD");
     return ex->Respond(HttpResponse{200, std::string(file->content_type), std::string(file->body),
                                     {{"Cache-Control", "no-cache"}}});
   }
   if (path != "/v1/models" && path != "/health" && path != "/metrics")
     return Respond(*ex, ErrorForStatus(404, method, path));
-  if (method != "GET") return not_allowed("GET");
+  if (method != "GET") return not_allowed("GET, HEAD");
   if (path == "/health") {
     // 200 while the replica takes work, 503 while it loads or drains (a load
     // balancer's health check and a readiness probe read the status; the body

@@ -1,8 +1,15 @@
 // Bad input never takes rotor serve down: each gets its status and an
 // OpenAI-style error object, and the server answers /health afterwards.
+#include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include "server_test_util.h"
@@ -198,6 +205,59 @@ TEST(ServerErrorsTest, FullQueueIs503WithRetryAfter) {
   auto health = cli->Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+}
+
+// Sends `bytes` on a new connection and reads until the server closes it.
+std::string Exchange(int port, const std::string& bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) got.append(buf, n);
+  close(fd);
+  return got;
+}
+
+// HEAD gets GET's head with no body (RFC 9110 9.3.2): a body after it (as
+// the 405 that HEAD got before) is read by a keep-alive client as the start
+// of its next response. Load balancers check health with HEAD.
+TEST(ServerErrorsTest, HeadIsAnsweredAsGetWithoutABody) {
+  TestServer server(TestOptions(2, 4));
+  ASSERT_TRUE(server.ok()) << server.error();
+  for (const char* path : {"/health", "/v1/models", "/metrics", "/v1/completions"}) {
+    const std::string got =
+        Exchange(server.port(), fmt::format("HEAD {} HTTP/1.1\r\nHost: x\r\n\r\n"
+                                            "GET /health HTTP/1.1\r\nHost: x\r\n"
+                                            "Connection: close\r\n\r\n",
+                                            path));
+    const size_t head_end = got.find("\r\n\r\n");
+    ASSERT_NE(head_end, std::string::npos) << path << ": " << got;
+    const std::string head = got.substr(0, head_end);
+    const bool post_only = std::string_view(path) == "/v1/completions";
+    EXPECT_TRUE(head.starts_with(post_only ? "HTTP/1.1 405" : "HTTP/1.1 200")) << path << head;
+    if (post_only) {
+      EXPECT_NE(head.find("Allow: POST"), std::string::npos) << head;
+    }
+    // GET's length, no body: the next response starts right after the head.
+    const size_t length = head.find("Content-Length: ");
+    ASSERT_NE(length, std::string::npos) << path << ": " << head;
+    EXPECT_GT(std::stol(head.substr(length + 16)), 0) << path;
+    EXPECT_TRUE(got.substr(head_end + 4).starts_with("HTTP/1.1 200")) << path << ": " << got;
+    const std::string rest = got.substr(head_end + 4);
+    EXPECT_TRUE(rest.ends_with("\"status\":\"ok\"}")) << rest;
+  }
+  // GET routes say HEAD is allowed too.
+  auto res = server.Client()->Post("/health", "{}", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 405);
+  EXPECT_EQ(res->get_header_value("Allow"), "GET, HEAD");
 }
 
 }  // namespace
