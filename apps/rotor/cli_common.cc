@@ -17,6 +17,7 @@
 
 #include "base/file_read.h"
 #include "grammar/grammar.h"
+#include "sampling/sampler.h"
 
 namespace rotor::cli {
 
@@ -157,7 +158,24 @@ void AddSamplingOptions(CLI::App* app, SamplingParams* p) {
   app->add_option("--frequency-penalty", p->frequency_penalty,
                   "subtracted once per occurrence in the last --repeat-last-n (0 = off)")
       ->capture_default_str();
-  app->add_option("-s,--seed", p->seed, "RNG seed (default: random)");
+  // As llama.cpp's -s: -1 (or 4294967295) draws a random seed.
+  app->add_option_function<std::string>(
+         "-s,--seed",
+         [p](const std::string& v) {
+           uint64_t seed = 0;
+           const char* end = v.data() + v.size();
+           const auto [at, ec] = std::from_chars(v.data(), end, seed);
+           if (v == "-1")
+             seed = kRandomSeed;
+           else if (v.empty() || ec != std::errc() || at != end)
+             throw CLI::ValidationError(
+                 "-s,--seed", fmt::format("'{}' is not an integer in [0, 2^64 - 1], or -1 for "
+                                          "a random seed",
+                                          v));
+           p->seed = seed;
+         },
+         "RNG seed, an integer in [0, 2^64 - 1] (default, or -1: random)")
+      ->type_name("UINT");
   app->add_option_function<std::vector<std::string>>(
          "-l,--logit-bias",
          [p](const std::vector<std::string>& values) {

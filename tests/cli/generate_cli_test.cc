@@ -63,6 +63,28 @@ TEST(GenerateCliTest, UnknownFlag) {
   EXPECT_THAT(r.err, HasSubstr("--no-such-flag"));
 }
 
+// -s -1 draws a random seed, as llama.cpp's does (it was taken as 2^64 - 1,
+// a fixed seed); a seed that is not an integer in [0, 2^64 - 1] is an error
+// (values past 2^64 were saturated).
+TEST(GenerateCliTest, SeedMinusOneIsRandomAndBadSeedsAreErrors) {
+  for (const char* bad : {"-2", "18446744073709551616", "99999999999999999999999", "1.5", "x"}) {
+    CliResult r = RunRotor({"generate", "-m", BundledModel(), "-p", "hi", "-n", "2", "-s", bad});
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_THAT(r.err, HasSubstr(std::string("--seed: '") + bad + "' is not an integer")) << bad;
+  }
+  auto run = [](const char* seed) {
+    CliResult r = RunRotor({"generate", "-m", BundledModel(), "-p", "Once upon a time", "-n", "32",
+                            "--temp", "1.5", "-t", "1", "-s", seed});
+    EXPECT_EQ(r.exit_code, 0) << seed << ": " << r.err;
+    return r.out;
+  };
+  EXPECT_EQ(run("18446744073709551615"), run("18446744073709551615"));  // fixed
+  // 32 tokens at temperature 1.5: three random seeds all alike would be a
+  // fixed seed (chance aside, far below one in a million).
+  const std::string a = run("-1"), b = run("-1"), c = run("-1");
+  EXPECT_FALSE(a == b && b == c) << a;
+}
+
 TEST(GenerateCliTest, KvTypeF16AndBadKvType) {
   CliResult r = RunRotor({"generate", "-m", BundledModel(), "-p", "Once upon a time", "-n", "24",
                           "--temp", "0", "--kv-type", "f16", "-t", "1"});
