@@ -27,7 +27,7 @@ struct SynthArgs {
   uint64_t seed = 1;
   int threads = 0;
   int dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, n_vocab = 0, ctx = 0;
-  float rope_base = 0;
+  std::optional<float> rope_base;  // the shape's when absent
   bool no_vocab = false;
 };
 
@@ -57,7 +57,7 @@ int RunSynth(const SynthArgs& a) {
   if (a.kv_heads) s.n_head_kv = a.kv_heads;
   if (a.n_vocab) s.n_vocab = a.n_vocab;
   if (a.ctx) s.n_ctx = a.ctx;
-  if (a.rope_base > 0) s.rope_base = a.rope_base;
+  if (a.rope_base) s.rope_base = *a.rope_base;
   std::unique_ptr<GgufFile> vocab;
   if (!a.no_vocab) {
     Result<std::unique_ptr<GgufFile>> v =
@@ -97,7 +97,8 @@ Runner RegisterSynth(CLI::App& app) {
   sub->add_option("--seed", a->seed, "RNG seed")->capture_default_str();
   sub->add_option("--vocab-file", a->vocab, "GGUF whose tokenizer.* keys are copied (default: the bundled models/ggml-vocab-llama-spm.gguf)")
       ->capture_default_str();
-  sub->add_flag("--no-vocab-file", a->no_vocab, "generate a small byte-level vocabulary instead");
+  sub->add_flag("--no-vocab-file", a->no_vocab, "generate a small byte-level vocabulary instead")
+      ->excludes("--vocab-file");
   sub->add_option("--dim", a->dim, "embedding length")->check(CLI::Range(1, 1 << 16));
   sub->add_option("--ffn", a->ffn, "feed-forward length")->check(CLI::Range(1, 1 << 18));
   sub->add_option("--layers", a->layers, "blocks")->check(CLI::Range(1, 512));

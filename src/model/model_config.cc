@@ -165,7 +165,8 @@ Result<ModelConfig> ReadModelConfig(const GgufFile& f) {
   RETURN_IF_ERROR(get_int(p + "rope.dimension_count", 2, c.head_dim, &c.n_rot, c.head_dim));
   if (c.n_rot % 2 != 0) return Errorf("key '{}rope.dimension_count' = {} must be even", p, c.n_rot);
   ASSIGN_OR_RETURN(double base, f.GetFloatOr(p + "rope.freq_base", 10000.0));
-  if (!(base > 1.0)) return Errorf("key '{}rope.freq_base' = {} must be > 1", p, base);
+  if (!(base > 1.0) || !std::isfinite(static_cast<float>(base)))
+    return Errorf("key '{}rope.freq_base' = {} must be a finite number > 1", p, base);
   c.rope_base = static_cast<float>(base);
   RETURN_IF_ERROR(ReadRopeScaling(f, p, c));
   ASSIGN_OR_RETURN(double eps, f.GetFloatOr(p + "attention.layer_norm_rms_epsilon", 1e-5));

@@ -148,6 +148,8 @@ Status WriteSynthModel(const SynthSpec& spec, const GgufFile* vocab, const std::
   const int n_rot = s.n_rot > 0 ? s.n_rot : static_cast<int>(hd);
   if (n_rot % 2 != 0 || n_rot > hd)
     return Errorf("synth: rope dimensions {} must be even and <= head size {}", n_rot, hd);
+  if (!(s.rope_base > 1.f) || !std::isfinite(s.rope_base))  // what the loader accepts
+    return Errorf("synth: --rope-base {} must be a finite number > 1", s.rope_base);
   w.SetString("general.architecture", s.arch);
   w.SetString("general.name", s.name);
   w.SetU32("general.file_type", static_cast<uint32_t>(FileTypeOf(s.type)));

@@ -268,6 +268,25 @@ TEST(ModelConfig, LinearScalingDividesPositions) {
               {"qwen2.rope.scaling.factor", "= 0"});
 }
 
+// A RoPE base must be a finite number above 1: the loader let infinity
+// through, and synth wrote bases the loader then refused (or silently kept
+// its preset's for 0, negative and NaN ones).
+TEST(ModelConfig, RopeBaseMustBeFiniteAndAboveOne) {
+  for (float base : {1.f, 0.f, -5.f, INFINITY, NAN}) {
+    ExpectError(LoadEdited(SynthPath("llama3-tiny"),
+                           [&](GgufWriter& w) { w.SetF32("llama.rope.freq_base", base); }),
+                {"llama.rope.freq_base", "must be a finite number > 1"});
+    SynthSpec spec = *SynthPreset("llama3-tiny");
+    spec.n_vocab = 300;
+    spec.rope_base = base;
+    ThreadPool pool(1);
+    const Status st = WriteSynthModel(spec, nullptr, TempPath("bad_base.gguf"), pool);
+    ASSERT_FALSE(st.ok()) << base;
+    EXPECT_NE(st.message().find("--rope-base"), std::string::npos) << st.message();
+    EXPECT_FALSE(std::filesystem::exists(TempPath("bad_base.gguf")));
+  }
+}
+
 TEST(ModelConfig, UnsupportedScalingAndBadFactorsAreRefused) {
   ExpectError(LoadEdited(SynthPath("qwen2-tiny"),
                          [](GgufWriter& w) {
