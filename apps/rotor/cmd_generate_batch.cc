@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "base/memory.h"
 #include "base/timer.h"
@@ -14,6 +16,7 @@
 #include "kv_args/kv_args.h"
 #include "engine/scheduler.h"
 #include "grammar/grammar.h"
+#include "sampling/sampler.h"
 #include "server/api.h"
 #include "server/fields.h"
 
@@ -32,12 +35,31 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
     r.prompt = line;
     return r;
   }
-  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return Errorf("--prompts line {}: invalid JSON object", line_no);
+  std::string why;
+  json j = serve::ParseJson(line, &why);
+  if (j.is_discarded()) return Errorf("--prompts line {}: not valid JSON: {}", line_no, why);
+  if (!j.is_object()) return Errorf("--prompts line {}: not a JSON object", line_no);
+  std::string field;  // the one being read, for a type error's message
+  // An integer field's value in [lo, hi] (a float, even 5.0, or a value out
+  // of range is an error; nlohmann's get<int> would truncate or wrap).
+  auto integer = [](const json& v, int64_t lo, int64_t hi) {
+    const bool ok = v.is_number_unsigned()   ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                    : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi
+                                            : false;
+    if (!ok)
+      throw std::invalid_argument(
+          v.is_number_integer() ? fmt::format("{} is out of range [{}, {}]", v.dump(), lo, hi)
+          : v.is_number_float() ? serve::IntegerAsFloat(v, lo, hi)
+                                : fmt::format("must be an integer, not {}", v.dump()));
+    return static_cast<int>(v.get<int64_t>());
+  };
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   try {
-    if (!j.contains("prompt") || !j["prompt"].is_string())
+    if (!j.contains("prompt"))
       return Errorf("--prompts line {}: missing string field \"prompt\"", line_no);
+    if (!j["prompt"].is_string())
+      return Errorf("--prompts line {}: field \"prompt\" must be a string, not {}", line_no,
+                    j["prompt"].dump());
     r.prompt = j["prompt"].get<std::string>();
     GenerateOptions& o = r.options;
     SamplingParams& p = o.sampling;
@@ -51,12 +73,13 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
       return Errorf("--prompts line {}: {}", line_no, e->message);
     for (auto& [key, v] : j.items()) {
       if (key == "prompt" || key == "id" || key == "logit_bias") continue;
+      field = key;
       if (key == "n_predict" || key == "max_tokens")
-        o.n_predict = v.get<int>();
+        o.n_predict = integer(v, -1, kIntMax);
       else if (key == "temperature" || key == "temp")
         p.temperature = v.get<float>();
       else if (key == "top_k")
-        p.top_k = v.get<int>();
+        p.top_k = integer(v, 0, kIntMax);
       else if (key == "top_p")
         p.top_p = v.get<float>();
       else if (key == "min_p")
@@ -64,16 +87,21 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
       else if (key == "repeat_penalty")
         p.repeat_penalty = v.get<float>();
       else if (key == "repeat_last_n")
-        p.repeat_last_n = v.get<int>();
+        p.repeat_last_n = integer(v, -1, kIntMax);
       else if (key == "presence_penalty")
         p.presence_penalty = v.get<float>();
       else if (key == "frequency_penalty")
         p.frequency_penalty = v.get<float>();
-      else if (key == "seed")
-        p.seed = v.get<uint64_t>();
+      else if (key == "seed")  // -1: a random seed, as on the command line
+        p.seed = v.is_number_integer() && v == -1 ? kRandomSeed
+                 : v.is_number_unsigned()         ? v.get<uint64_t>()
+                 : throw std::invalid_argument("must be an integer in [0, 2^64 - 1], or -1 for "
+                                               "a random seed, not " + v.dump());
       else if (key == "stop")
-        o.stop = v.is_string() ? std::vector<std::string>{v.get<std::string>()}
-                               : v.get<std::vector<std::string>>();
+        o.stop = v.is_string()  ? std::vector<std::string>{v.get<std::string>()}
+                 : v.is_array() ? v.get<std::vector<std::string>>()
+                                : throw std::invalid_argument(
+                                      "must be a string or an array of strings, not " + v.dump());
       else if (key == "ignore_eos")
         o.ignore_eos = v.get<bool>();
       else if (key == "grammar" || key == "json_schema") {
@@ -90,7 +118,10 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
         return Errorf("--prompts line {}: unknown field \"{}\"", line_no, key);
     }
   } catch (const json::exception& e) {
-    return Errorf("--prompts line {}: wrong field type: {}", line_no, e.what());
+    return Errorf("--prompts line {}: field \"{}\": {}", line_no, field,
+                  serve::JsonErrorText(e));
+  } catch (const std::invalid_argument& e) {
+    return Errorf("--prompts line {}: field \"{}\": {}", line_no, field, e.what());
   }
   return r;
 }

@@ -55,6 +55,8 @@ class Fields {
   void Int(const char* key, int64_t lo, int64_t hi, T* out) {
     const json* v = Find(key);
     if (!v || error_) return;
+    if (v->is_number_float())  // 1e12, 5.0: an integer's value, written as a float
+      return Fail(key, IntegerAsFloat(*v, lo, hi));
     if (!v->is_number_integer())
       return Fail(key, fmt::format("must be an integer, not {}", TypeName(*v)));
     const bool in_range = v->is_number_unsigned()
@@ -408,8 +410,9 @@ ApiError ErrorForStatus(int status, std::string_view method, std::string_view pa
 
 std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
                                      const GenerateOptions& defaults, ApiRequest* out) {
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Bad("", "the request body is not valid JSON");
+  std::string why;
+  const json j = ParseJson(body, &why);
+  if (j.is_discarded()) return Bad("", "the request body is not valid JSON: " + why);
   if (!j.is_object()) return Bad("", "the request body must be a JSON object");
   out->endpoint = endpoint;
   out->options = defaults;

@@ -49,8 +49,9 @@ std::optional<ApiError> GetBool(const json& j, const char* name, bool def, bool*
 std::optional<ApiError> ParseJsonObject(std::string_view body,
                                         std::initializer_list<std::string_view> fields,
                                         nlohmann::json* out) {
-  *out = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (out->is_discarded()) return BadRequest("the request body is not valid JSON");
+  std::string why;
+  *out = ParseJson(body, &why);
+  if (out->is_discarded()) return BadRequest("the request body is not valid JSON: " + why);
   if (!out->is_object()) return BadRequest("the request body must be a JSON object");
   if (auto unknown = FindUnknownField(*out, fields))
     return BadRequest(unknown->message, unknown->name);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kv_args/kv_args.h"
@@ -132,6 +133,30 @@ std::optional<UnknownField> FindUnknownField(const nlohmann::json& object,
     if (std::find(known.begin(), known.end(), item.key()) == known.end())
       return Unknown(item.key(), known);
   return std::nullopt;
+}
+
+std::string IntegerAsFloat(const nlohmann::json& v, int64_t lo, int64_t hi) {
+  const double d = v.get<double>();
+  if (d != std::floor(d)) return fmt::format("must be an integer, not {}", v.dump());
+  if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi)))
+    return fmt::format("{} is out of range [{}, {}]", v.dump(), lo, hi);
+  return fmt::format("must be an integer, not {} (write it without a decimal point or exponent)",
+                     v.dump());
+}
+
+std::string JsonErrorText(const nlohmann::json::exception& e) {
+  const std::string_view what = e.what();
+  const size_t cut = what.starts_with("[json.exception.") ? what.find("] ") : std::string::npos;
+  return std::string(cut == std::string::npos ? what : what.substr(cut + 2));
+}
+
+nlohmann::json ParseJson(std::string_view text, std::string* error) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    *error = JsonErrorText(e);
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  }
 }
 
 }  // namespace rotor::serve

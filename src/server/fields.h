@@ -42,4 +42,18 @@ std::optional<UnknownField> FindUnknownField(const nlohmann::json& object, Field
 std::optional<UnknownField> FindUnknownField(const nlohmann::json& object,
                                              std::span<const std::string_view> known);
 
+// Why a float (5.0, 1e12) is no value of an integer field in [lo, hi]: its
+// value out of range, not an integer, or written as a float.
+std::string IntegerAsFloat(const nlohmann::json& v, int64_t lo, int64_t hi);
+
+// nlohmann's message without its "[json.exception.type_error.302] " prefix:
+// "type must be number, but is string".
+std::string JsonErrorText(const nlohmann::json::exception& e);
+
+// Parses `text`; when it is not JSON, the result is discarded and *error says
+// where and why ("parse error at line 1, column 16: syntax error while
+// parsing object key - unexpected end of input; ...", "number overflow
+// parsing '1e309'").
+nlohmann::json ParseJson(std::string_view text, std::string* error);
+
 }  // namespace rotor::serve

@@ -261,6 +261,32 @@ TEST(ServeApiTest, ErrorsNameTheField) {
   }
 }
 
+// The messages say what is wrong with the value: 1e12 for max_tokens is out
+// of range (it said "not a non-integer number"), and a body that is not JSON
+// says where and why (a temperature of 1e309 overflows a double).
+TEST(ServeApiTest, MessagesSayWhatIsWrongWithTheValue) {
+  struct Case {
+    const char* body;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "a", "max_tokens": 1e12})", "'max_tokens' 1000000000000.0 is out of range [0, 1048576]"},
+      {R"({"prompt": "a", "max_tokens": 5.0})",
+       "'max_tokens' must be an integer, not 5.0 (write it without a decimal point"},
+      {R"({"prompt": "a", "max_tokens": 2.5})", "'max_tokens' must be an integer, not 2.5"},
+      {R"({"prompt": "a", "temperature": 1e309})",
+       "not valid JSON: number overflow parsing '1e309'"},
+      {R"({"prompt": "a",)", "not valid JSON: parse error at line 1, column 16"},
+  };
+  for (const Case& c : cases) {
+    ApiRequest r;
+    auto e = ParseRequest(c.body, Endpoint::kCompletions, Defaults(), &r);
+    ASSERT_TRUE(e) << c.body;
+    EXPECT_EQ(e->status, 400);
+    EXPECT_NE(e->message.find(c.message), std::string::npos) << c.body << ": " << e->message;
+  }
+}
+
 TEST(ServeApiTest, ConstrainedOutputFields) {
   const char* ok[] = {
       R"({"prompt": "a", "response_format": {"type": "json_object"}})",
