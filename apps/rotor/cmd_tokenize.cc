@@ -123,17 +123,34 @@ rotor_status* ShowPieces(const rotor_model* m, const std::vector<int32_t>& ids, 
   return nullptr;
 }
 
-// Token ids in free form: "1 2 3", "1,2,3", "[1, 2, 3]" (tokenize's output).
+// Token ids separated by commas or whitespace: "1 2 3", "1,2,3", "[1, 2, 3]"
+// (tokenize's output). An empty item ("1,,2", "1,"), a bracket without its
+// pair or inside the list is an error.
 Result<std::vector<int32_t>> ParseIds(std::string_view text, std::string_view where) {
+  auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+  while (!text.empty() && space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && space(text.back())) text.remove_suffix(1);
+  const bool open = text.starts_with('['), close = text.ends_with(']');
+  if (open != close || (open && text.size() < 2))
+    return Errorf("detokenize: {}: '{}' has a bracket without its pair", where, text);
+  if (open) text = text.substr(1, text.size() - 2);
   std::vector<int32_t> ids;
+  bool comma = false;  // since the last id (an item must come before the next one)
   size_t i = 0;
   while (i < text.size()) {
-    const char c = text[i];
-    if (c == ' ' || c == ',' || c == '[' || c == ']' || c == '\n' || c == '\t' || c == '\r') {
+    if (space(text[i])) {
       ++i;
       continue;
     }
-    size_t end = text.find_first_of(" ,[]\n\t\r", i);
+    if (text[i] == ',') {
+      if (ids.empty() || comma)
+        return Errorf("detokenize: {}: an empty item before the comma at character {}", where,
+                      i + 1 + (open ? 1 : 0));
+      comma = true;
+      ++i;
+      continue;
+    }
+    size_t end = text.find_first_of(" ,\n\t\r", i);
     if (end == std::string_view::npos) end = text.size();
     const std::string_view word = text.substr(i, end - i);
     int64_t v = 0;
@@ -141,8 +158,10 @@ Result<std::vector<int32_t>> ParseIds(std::string_view text, std::string_view wh
     if (ec != std::errc() || ptr != word.data() + word.size() || v < 0 || v > INT32_MAX)
       return Errorf("detokenize: {}: '{}' is not a token id", where, word);
     ids.push_back(static_cast<int32_t>(v));
+    comma = false;
     i = end;
   }
+  if (comma) return Errorf("detokenize: {}: an empty item after the last comma", where);
   return ids;
 }
 

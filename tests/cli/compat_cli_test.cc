@@ -321,6 +321,20 @@ TEST(CompatCliTest, TokenizeFileDetokenizeAndInfoModel) {
   const CliResult word = RunRotor({"detokenize", "-m", BundledModel(), "1", "x"});
   EXPECT_NE(word.exit_code, 0);
   EXPECT_THAT(word.err, HasSubstr("'x' is not a token id"));
+  // Lists with an empty item or an unpaired bracket were read as if whole.
+  for (const auto& [list_text, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"1,,2", "an empty item before the comma at character 3"},
+           {"1,", "an empty item after the last comma"},
+           {"[1, 2", "'[1, 2' has a bracket without its pair"},
+           {"1 2]", "has a bracket without its pair"}}) {
+    const CliResult bad = RunRotor({"detokenize", "-m", BundledModel(), list_text});
+    EXPECT_NE(bad.exit_code, 0) << list_text;
+    EXPECT_THAT(bad.err, HasSubstr(message)) << list_text;
+  }
+  const CliResult spaced = RunRotor({"detokenize", "-m", BundledModel(), " [ 1 , 403 ] "});
+  ASSERT_EQ(spaced.exit_code, 0) << spaced.err;
+  EXPECT_EQ(spaced.out, "Once\n");
 
   const CliResult info_pos = RunRotor({"info", BundledModel()});
   ASSERT_EQ(info_pos.exit_code, 0) << info_pos.err;
