@@ -1,11 +1,13 @@
 // rotor perplexity --stream: one continuous stream through each policy,
 // perplexity per window of positions as a table, CSV and an SVG or PNG plot.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -45,6 +47,23 @@ void PrintTable(const std::vector<StreamRun>& runs) {
   fmt::print("| all |");
   for (const StreamRun& r : runs) fmt::print(" {} |", FormatPpl(r.ppl));
   fmt::print("\n");
+}
+
+// A file the run writes at its end: a missing or read-only directory is an
+// error before the minutes of computing, not after.
+Status CheckOutputPath(const std::string& path, const char* flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return Errorf("perplexity: {}: '{}' is a directory", flag, path);
+  const fs::path parent = fs::path(path).parent_path();
+  const fs::path dir = parent.empty() ? fs::path(".") : parent;
+  if (!fs::is_directory(dir, ec))
+    return Errorf("perplexity: {}: cannot create '{}': the directory '{}' does not exist", flag,
+                  path, dir.string());
+  if (access(dir.c_str(), W_OK) != 0)
+    return Errorf("perplexity: {}: cannot create '{}': {}", flag, path, std::strerror(errno));
+  return Status::Ok();
 }
 
 Status WriteCsv(const std::string& path, const std::vector<StreamRun>& runs) {
@@ -123,6 +142,8 @@ Status RunStreamPerplexity(const PerplexityInput& in) {
   if (static_cast<int64_t>(in.tokens.size()) < a.stream)
     return Errorf("perplexity: --stream {}: '{}' has only {} tokens", a.stream, a.text_file,
                        in.tokens.size());
+  if (!a.csv.empty()) RETURN_IF_ERROR(CheckOutputPath(a.csv, "--csv"));
+  if (!a.plot.empty()) RETURN_IF_ERROR(CheckOutputPath(a.plot, "--plot"));
   const std::span<const int32_t> tokens(in.tokens.data(), a.stream);
   Result<std::vector<PerplexityRun>> expanded = ExpandPerplexityRuns(a, model, a.n_ctx);
   if (!expanded.ok()) return expanded.status();

@@ -177,6 +177,13 @@ TEST(PerplexityCli, Errors) {
       {{"-f", kText, "--stream", "100000"}, {"--stream 100000", "tokens"}},
       {{"-f", kText, "--stream", "600", "-c", "256"}, {"-c 600"}},
       {{"-f", kText, "--stream", "600", "--window", "0"}, {"--window"}},
+      // Output paths are checked before the run (they failed after it).
+      {{"-f", kText, "--stream", "600", "--csv", dir.File("none/x.csv")},
+       {"--csv: cannot create", "none' does not exist"}},
+      {{"-f", kText, "--stream", "600", "--plot", dir.File("none/x.svg")},
+       {"--plot: cannot create", "none' does not exist"}},
+      {{"-f", kText, "--stream", "600", "--csv", dir.path().string()}, {"is a directory"}},
+      {{"-f", kText, "-c", "2"}, {"-c 2 is too small"}},
   };
   for (const Case& c : cases) {
     CliResult r = Ppl(c.args);
