@@ -4,8 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
+
+#include "gguf/gguf.h"
 
 namespace rotor {
 namespace {
@@ -133,6 +140,41 @@ TEST(Engine, DefaultKvBudgetHoldsEveryPromptThatFitsTheContext) {
     ASSERT_TRUE(r.ok()) << "-c " << n_ctx << ": " << r.message();
     EXPECT_EQ(r->n_generated, 1) << n_ctx;
   }
+}
+
+// A NaN in the weights makes every logit NaN: greedy decoding took the lowest
+// token id at each step and reported success. Now the request fails saying so.
+TEST(Engine, NanLogitsAreAnErrorNotText) {
+  const std::string path = ::testing::TempDir() + "rotor_engine_nan_" +
+                           std::to_string(::getpid()) + ".gguf";
+  {
+    std::ifstream in(kModel, std::ios::binary);
+    std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    auto file = GgufFile::Open(kModel);
+    ASSERT_TRUE(file.ok()) << file.message();
+    const GgufTensor* norm = (*file)->FindTensor("output_norm.weight");
+    ASSERT_TRUE(norm != nullptr && norm->type == DType::kF32);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(&bytes[(*file)->data_offset() + norm->offset + 4 * 3], &nan, sizeof(nan));
+    std::ofstream(path, std::ios::binary) << bytes;
+  }
+  EngineOptions eo;
+  eo.model_path = path;
+  eo.n_threads = 1;
+  auto e = Engine::Create(eo);
+  ASSERT_TRUE(e.ok()) << e.message();
+  for (float temperature : {0.f, 0.8f}) {
+    GenerateOptions o;
+    o.prompt = "Once upon a time";
+    o.n_predict = 8;
+    o.sampling.temperature = temperature;
+    auto r = (*e)->Generate(o, nullptr);
+    ASSERT_FALSE(r.ok()) << temperature;
+    EXPECT_NE(r.message().find("logits hold NaN or infinite values (after 0 generated tokens)"),
+              std::string::npos)
+        << r.message();
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(Engine, PrefillStepDoesNotChangeOutput) {
