@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -27,12 +28,16 @@ namespace {
 constexpr std::string_view kSpace = " \t\n\r\f\v";
 
 // No logit is NaN or +inf (-inf is a banned token). One pass without an early
-// exit, so it vectorises: a few microseconds for 150,000 logits.
+// exit, on the bits (integer compares vectorise; float ones with NaN did not):
+// +inf and +NaN are 0x7f800000..0x7fffffff, -NaN 0xff800001..0xffffffff.
 bool LogitsAreNumbers(std::span<const float> logits) {
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  bool bad = false;
-  for (const float x : logits) bad |= !(x < kInf);  // NaN fails the comparison
-  return !bad;
+  uint32_t bad = 0;
+  for (const float x : logits) {
+    const auto b = std::bit_cast<uint32_t>(x);
+    bad |= static_cast<uint32_t>(b - 0x7f800000u < 0x00800000u) |
+           static_cast<uint32_t>(b - 0xff800001u < 0x007fffffu);
+  }
+  return bad == 0;
 }
 }  // namespace
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -89,6 +90,36 @@ TEST_F(SampleStepTest, GeneratesUntilTheBudgetIsSpent) {
 
   SampleStep none(*tok_, sampler, StopRules{.n_predict = 0});
   EXPECT_EQ(none.Next(Peak(kA), *cache_).token, -1);
+}
+
+// -inf is a banned token, any NaN (either sign) or +inf is a broken model:
+// the step ends with an error instead of a token.
+TEST_F(SampleStepTest, NanOrPlusInfinityLogitsEndWithAnError) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(),
+                              -std::numeric_limits<float>::quiet_NaN(),
+                              std::bit_cast<float>(0xffffffffu), std::bit_cast<float>(0x7f800001u),
+                              inf};
+  for (const int at : {0, 5, n_vocab() - 1}) {
+    for (const float v : bad_values) {
+      Sampler sampler = Greedy();
+      SampleStep step(*tok_, sampler, StopRules{.n_predict = 4});
+      std::vector<float> l = Peak(kOnce);
+      l[at] = v;
+      const Sampled s = step.Next(l, *cache_);
+      EXPECT_EQ(s.finish, FinishReason::kError) << at << " " << v;
+      EXPECT_EQ(s.token, -1);
+      EXPECT_NE(s.error.find("NaN or infinite"), std::string::npos) << s.error;
+    }
+    Sampler sampler = Greedy();
+    SampleStep step(*tok_, sampler, StopRules{.n_predict = 4});
+    std::vector<float> l = Peak(kOnce);
+    l[at == kOnce ? 0 : at] = -inf;
+    l[kUpon] = std::numeric_limits<float>::max();
+    const Sampled s = step.Next(l, *cache_);
+    EXPECT_EQ(s.token, kUpon);
+    EXPECT_FALSE(s.finish);
+  }
 }
 
 TEST_F(SampleStepTest, EndTokensAreDroppedUnlessIgnored) {
