@@ -59,6 +59,7 @@ Result<ops::Weight> Model::Matrix(const std::string& name, int64_t k, int64_t n)
   if (!Traits(t->type).supported)
     return Errorf("tensor '{}' has type {}, which rotor cannot run", name, DTypeName(t->type));
   ops::Weight w{t->type, k, n, t->data, static_cast<size_t>(RowBytes(t->type, k))};
+  used_tensors_.insert(name);
   n_params_ += k * n;
   return w;
 }
@@ -107,6 +108,7 @@ Result<const float*> Model::Vector(const std::string& name, int64_t n) {
   if (t == nullptr) return Errorf("missing tensor '{}'", name);
   if (t->n_elements != n || t->ne[0] != n)
     return Errorf("tensor '{}' has shape [{}], expected [{}]", name, fmt::join(t->ne, ", "), n);
+  used_tensors_.insert(name);
   n_params_ += n;
   weight_bytes_ += static_cast<int64_t>(t->n_bytes);
   if (t->type == DType::kF32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0)
@@ -127,8 +129,10 @@ Status Model::Init() {
   Status s = [&]() -> Status {
     ASSIGN_OR_RETURN(config_, ReadModelConfig(*file_));
     ModelConfig& c = config_;
-    if (!c.rope_freq_factors.empty() && file_->FindTensor("rope_freqs.weight") != nullptr)
+    if (!c.rope_freq_factors.empty() && file_->FindTensor("rope_freqs.weight") != nullptr) {
       n_params_ += c.n_rot / 2;
+      used_tensors_.insert("rope_freqs.weight");  // read with the config
+    }
     const GgufTensor* embd = file_->FindTensor("token_embd.weight");
     if (embd == nullptr) return Status::Error("missing tensor 'token_embd.weight'");
     if (embd->ne.size() != 2 || embd->ne[0] != c.n_embd)
@@ -176,6 +180,15 @@ Status Model::Init() {
         type_count[std::string(DTypeName(w->type))] += 1;
       }
     }
+    // A tensor nobody reads is a file whose metadata and tensors disagree (a
+    // 5th block under block_count 4) or a variant of the architecture that
+    // rotor would run wrong by leaving it out; llama.cpp refuses both too.
+    for (const GgufTensor& t : file_->tensors())
+      if (!used_tensors_.contains(t.name))
+        return Errorf(
+            "tensor '{}' is not part of a {} model of {} layers (block_count {}): the file's "
+            "tensors and metadata disagree, or it is a variant rotor does not run",
+            t.name, c.arch, c.n_layer, c.n_layer);
     int best = 0;
     for (const auto& [name, count] : type_count)
       if (count > best) best = count, type_name_ = name;

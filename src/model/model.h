@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,7 @@ class Model {
   AlignedBuffer<uint8_t> packed_;  // [sum of PackedWeightBytes(w), each 64-aligned]: the arena
   int64_t weight_bytes_ = 0;
   int64_t n_params_ = 0;
+  std::set<std::string, std::less<>> used_tensors_;  // read by Init: no others may be in the file
   std::string type_name_;
   std::unique_ptr<KvKeyOffsets> key_offsets_;
 };

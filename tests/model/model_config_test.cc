@@ -1,6 +1,7 @@
 // Architectures and RoPE variants from GGUF keys: qwen2, Llama 3 frequency
 // factors (tensor or keys), linear scaling, partial rotary, sliding-window
 // files, and the refusals that name what they refuse.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -285,6 +286,24 @@ TEST(ModelConfig, RopeBaseMustBeFiniteAndAboveOne) {
     EXPECT_NE(st.message().find("--rope-base"), std::string::npos) << st.message();
     EXPECT_FALSE(std::filesystem::exists(TempPath("bad_base.gguf")));
   }
+}
+
+// Every tensor of the file is read: one past block_count (a file whose
+// metadata and tensors disagree) or of a variant rotor does not run was
+// silently left out.
+TEST(ModelConfig, ATensorTheModelDoesNotReadIsAnError) {
+  std::vector<float> data(128, 0.5f);
+  for (const char* name : {"blk.2.attn_norm.weight", "blk.0.attn_q_norm.weight", "extra"}) {
+    ExpectError(LoadEdited(SynthPath("llama3-tiny"),
+                           [&](GgufWriter& w) {
+                             EXPECT_TRUE(w.AddTensor(name, DType::kF32, {128}, data.data(),
+                                                     data.size() * sizeof(float))
+                                             .ok());
+                           }),
+                {fmt::format("tensor '{}' is not part of a llama model of 2 layers", name)});
+  }
+  auto plain = LoadEdited(SynthPath("llama3-tiny"), [](GgufWriter&) {});
+  EXPECT_TRUE(plain.ok()) << plain.message();
 }
 
 TEST(ModelConfig, UnsupportedScalingAndBadFactorsAreRefused) {
