@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/json_depth.h"
 #include "cli_common.h"
 
 namespace rotor::cli {
@@ -97,8 +98,9 @@ Status SaveTranscript(const std::string& path, const std::string& model,
 
 Result<std::vector<ChatMessage>> LoadTranscript(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Errorf("'{}' is not JSON", path);
+  nlohmann::json j = ParseBoundedJson<nlohmann::json>(text);
+  if (j.is_discarded())
+    return Errorf("'{}' is not JSON (or nests deeper than {} levels)", path, kMaxJsonNesting);
   if (!j.is_object() || !j.contains("messages") || !j["messages"].is_array())
     return Errorf("'{}': expected an object with a \"messages\" array", path);
   std::vector<ChatMessage> messages;

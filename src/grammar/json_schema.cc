@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/json_depth.h"
 #include "grammar/grammar.h"
 
 namespace rotor::grammar {
@@ -376,6 +377,9 @@ std::string Converter::Ref(const std::string& ref, const std::string& path) {
 }  // namespace
 
 Result<std::string> JsonSchemaToGrammar(std::string_view schema_json) {
+  if (const int depth = JsonNesting(schema_json); depth > kMaxJsonNesting)
+    return Errorf("json schema: arrays and objects nested {} deep, more than the {} allowed",
+                  depth, kMaxJsonNesting);
   Json schema;
   try {
     schema = Json::parse(schema_json);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/json_depth.h"
 #include "kv_args/kv_args.h"
 
 namespace rotor::serve {
@@ -151,6 +152,11 @@ std::string JsonErrorText(const nlohmann::json::exception& e) {
 }
 
 nlohmann::json ParseJson(std::string_view text, std::string* error) {
+  if (const int depth = JsonNesting(text); depth > kMaxJsonNesting) {
+    *error = fmt::format("arrays and objects nested {} deep, more than the {} allowed", depth,
+                         kMaxJsonNesting);
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  }
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {

@@ -50,7 +50,8 @@ std::string IntegerAsFloat(const nlohmann::json& v, int64_t lo, int64_t hi);
 // "type must be number, but is string".
 std::string JsonErrorText(const nlohmann::json::exception& e);
 
-// Parses `text`; when it is not JSON, the result is discarded and *error says
+// Parses `text`; when it is not JSON (or nests deeper than kMaxJsonNesting,
+// base/json_depth.h), the result is discarded and *error says
 // where and why ("parse error at line 1, column 16: syntax error while
 // parsing object key - unexpected end of input; ...", "number overflow
 // parsing '1e309'").

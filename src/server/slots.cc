@@ -17,6 +17,7 @@
 #include <charconv>
 #include <filesystem>
 
+#include "base/json_depth.h"
 #include "base/timer.h"
 #include "engine/prompt_cache.h"
 #include "server/server.h"
@@ -68,7 +69,7 @@ void Server::HandleSlots(const std::shared_ptr<HttpExchange>& ex) {
   std::string filename;
   std::filesystem::path path;
   if (action != "erase") {
-    const json body = json::parse(req.body, nullptr, false);
+    const json body = ParseBoundedJson<json>(req.body);
     if (body.is_discarded() || !body.is_object())
       return fail(BadRequest("the body must be a JSON object with a \"filename\""));
     const auto it = body.find("filename");

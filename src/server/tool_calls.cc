@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "base/json_depth.h"
 #include "grammar/grammar.h"
 
 namespace rotor::serve {
@@ -113,20 +114,20 @@ std::optional<ToolCall> CallFromJson(const nlohmann::ordered_json& j,
     return std::nullopt;
   const char* key = j.contains("arguments") ? "arguments" : "parameters";
   Json value = j.contains(key) && !j[key].is_null() ? j[key] : Json::object();
-  if (value.is_string()) value = Json::parse(value.get<std::string>(), nullptr, false);
+  if (value.is_string()) value = ParseBoundedJson<Json>(value.get<std::string>());
   if (!value.is_object()) return std::nullopt;
   return ToolCall{RandomCallId(), n, value.dump()};
 }
 
 std::optional<ToolCall> ParseCall(std::string_view text, const std::vector<ChatTool>& tools) {
   using Json = nlohmann::ordered_json;
-  return CallFromJson(Json::parse(TrimSpace(text), nullptr, /*allow_exceptions=*/false), tools);
+  return CallFromJson(ParseBoundedJson<Json>(TrimSpace(text)), tools);
 }
 
 // Mistral's calls: a JSON array of calls (or one call), all valid or none.
 std::vector<ToolCall> ParseCallList(std::string_view text, const std::vector<ChatTool>& tools) {
   using Json = nlohmann::ordered_json;
-  const Json j = Json::parse(TrimSpace(text), nullptr, /*allow_exceptions=*/false);
+  const Json j = ParseBoundedJson<Json>(TrimSpace(text));
   if (!j.is_array()) {
     std::optional<ToolCall> c = CallFromJson(j, tools);
     return c ? std::vector<ToolCall>{std::move(*c)} : std::vector<ToolCall>{};
@@ -261,7 +262,7 @@ Result<std::string> ToolCallGrammar(ChatFormat format, const std::vector<ChatToo
   for (size_t i = 0; i < tools.size(); ++i) {
     Json params = tools[i].parameters.empty()
                       ? Json{{"type", "object"}, {"additionalProperties", false}}
-                      : Json::parse(tools[i].parameters, nullptr, false);
+                      : ParseBoundedJson<Json>(tools[i].parameters);
     if (params.is_discarded() || !params.is_object())
       return Errorf("tools: the parameters of '{}' are not a JSON object", tools[i].name);
     const std::string prefix = fmt::format("t{}-", i);

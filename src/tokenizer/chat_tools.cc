@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "base/json_depth.h"
 #include "tokenizer/chat_segments.h"
 
 namespace rotor::chat_internal {
@@ -101,7 +102,7 @@ std::string PyJson(const Json& j) {
 
 // JSON text as a value; text that is not JSON stays a string.
 Json Parsed(const std::string& text) {
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  Json j = ParseBoundedJson<Json>(text);
   return j.is_discarded() ? Json(text) : j;
 }
 
@@ -115,7 +116,7 @@ Json ToolJson(const ChatTool& tool) {
 // {"name": N, "<args_key>": A}; arguments that are not JSON are written as
 // given.
 std::string CallJson(const ChatToolCall& call, const char* args_key) {
-  Json args = Json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+  Json args = ParseBoundedJson<Json>(call.arguments);
   const std::string a = args.is_discarded() ? call.arguments : PyJson(args);
   return "{\"name\": " + Dump(Json(call.name)) + ", \"" + args_key + "\": " + a + "}";
 }
@@ -168,7 +169,7 @@ std::string MistralCalls(const std::vector<ChatToolCall>& calls) {
 // a JSON string. Only C is the message's content; the rest is markup (I is
 // always 9 letters and digits).
 void MistralResult(Segments* out, const ChatMessage& m) {
-  const Json parsed = Json::parse(m.content, nullptr, /*allow_exceptions=*/false);
+  const Json parsed = ParseBoundedJson<Json>(m.content);
   Markup(out, " {\"content\": ");
   Content(out, parsed.is_discarded() ? Dump(Json(m.content)) : m.content);
   Markup(out, ", \"call_id\": " + Dump(Json(MistralCallId(m.tool_call_id))) + "}");

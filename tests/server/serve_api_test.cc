@@ -277,13 +277,20 @@ TEST(ServeApiTest, MessagesSayWhatIsWrongWithTheValue) {
       {R"({"prompt": "a", "temperature": 1e309})",
        "not valid JSON: number overflow parsing '1e309'"},
       {R"({"prompt": "a",)", "not valid JSON: parse error at line 1, column 16"},
+      // A JSON Schema const nested 100,000 deep (200 KB) crashed the server
+      // when the schema was written back as text (one recursion a level).
+      {nullptr, "not valid JSON: arrays and objects nested 100002 deep, more than the 256"},
   };
+  const std::string deep = R"({"prompt": "a", "json_schema": {"const": )" +
+                           std::string(100000, '[') + std::string(100000, ']') + "}}";
   for (const Case& c : cases) {
     ApiRequest r;
-    auto e = ParseRequest(c.body, Endpoint::kCompletions, Defaults(), &r);
-    ASSERT_TRUE(e) << c.body;
+    const std::string body = c.body != nullptr ? c.body : deep;
+    auto e = ParseRequest(body, Endpoint::kCompletions, Defaults(), &r);
+    ASSERT_TRUE(e) << body.substr(0, 100);
     EXPECT_EQ(e->status, 400);
-    EXPECT_NE(e->message.find(c.message), std::string::npos) << c.body << ": " << e->message;
+    EXPECT_NE(e->message.find(c.message), std::string::npos) << body.substr(0, 100) << ": "
+                                                              << e->message;
   }
 }
 

@@ -54,6 +54,22 @@ TEST(ChatToolsTest, ChatMlListsToolsInTheSystemTurn) {
             "<|im_start|>user\nHi<|im_end|>\n");
 }
 
+// Arguments, results and parameters nested 100,000 levels deep (strings in a
+// request, so no body limit sees them) are written as given: parsing them
+// and writing them back recursed once per level and overflowed the stack.
+TEST(ChatToolsTest, DeeplyNestedJsonTextIsWrittenAsGiven) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (ChatFormat f : {ChatFormat::kChatMl, ChatFormat::kLlama3, ChatFormat::kMistral}) {
+    const ChatTemplate t(f);
+    const std::vector<ChatMessage> m = {{"user", "hi"},
+                                        {"assistant", "", {{"call_1", "get_weather", deep}}},
+                                        {"tool", deep, {}, "call_1"}};
+    const std::vector<ChatTool> tools = {{"get_weather", "", deep}};
+    const std::string text = t.Apply(m, true, tools);
+    EXPECT_NE(text.find(deep), std::string::npos);
+  }
+}
+
 TEST(ChatToolsTest, ChatMlToolCallsAndResults) {
   const ChatTemplate t(ChatFormat::kChatMl);
   std::vector<ChatMessage> m(kExchange.begin() + 1, kExchange.end());
