@@ -183,7 +183,7 @@ std::string NestedArrays(int depth) {
 TEST(JsonSchema, NestingDeeperThan64LevelsIsAnError) {
   Check(NestedArrays(63), {std::string(63, '[') + "7" + std::string(63, ']')},
         {std::string(62, '[') + "7" + std::string(62, ']')});
-  for (int depth : {64, 12000}) {
+  for (int depth : {64, 255}) {
     auto r = JsonSchemaToGrammar(NestedArrays(depth));
     ASSERT_FALSE(r.ok()) << depth;
     EXPECT_NE(r.status().message().find("schemas nested deeper than 64 levels"),
@@ -191,6 +191,13 @@ TEST(JsonSchema, NestingDeeperThan64LevelsIsAnError) {
         << r.status().message().substr(0, 200);
     EXPECT_NE(r.status().message().find("at #/items/items/"), std::string::npos);
   }
+  // Deeper than any JSON text rotor parses (base/json_depth.h): refused unread.
+  auto r = JsonSchemaToGrammar(NestedArrays(12000));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("json schema: arrays and objects nested 12001 deep, more "
+                                      "than the 256 allowed"),
+            std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace
