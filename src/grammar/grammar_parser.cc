@@ -71,7 +71,21 @@ class Parser {
   std::vector<RuleInfo> info_;
   std::map<std::string, int32_t, std::less<>> ids_;
   std::map<std::string, int, std::less<>> last_suffix_;  // NewRule's, per base name
+  // Repetitions' rules by their item (ElementKey): x* and the chain of x{0,k}.
+  std::map<std::string, int32_t> stars_;
+  std::map<std::string, std::vector<int32_t>> chains_;
 };
+
+// An element as bytes, equal for equal elements.
+std::string ElementKey(const Element& e) {
+  std::string k;
+  auto put = [&k](uint32_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(static_cast<uint32_t>(e.kind));
+  put(e.negated ? 1 : 0);
+  put(static_cast<uint32_t>(e.rule));
+  for (const auto& [lo, hi] : e.ranges) put(lo), put(hi);
+  return k;
+}
 
 void Parser::SkipSpace(bool newlines) {
   while (!AtEnd()) {
@@ -252,30 +266,50 @@ int Parser::ParseCount() {
 // Replaces seq[start..] (one element or a literal's characters) S by
 //   S S .. S (min times), then S* (max < 0) or up to max - min more optional S.
 void Parser::Repeat(Alternative* seq, size_t start, int min, int max, int32_t rule, size_t where) {
-  const Alternative item(seq->begin() + static_cast<std::ptrdiff_t>(start), seq->end());
-  seq->resize(start);
-  for (int i = 0; i < min; ++i) seq->insert(seq->end(), item.begin(), item.end());
-  if (max >= 0 && max == min) return;
   const std::string base = g_.rules[rule].name;  // a copy: NewRule grows g_.rules
-  // rest ::= S rest | ""   (S*)   or a chain of  opt_k ::= S opt_k-1 | ""
-  auto with_tail = [&](int32_t tail) {
-    Alternative a = item;
+  // An item of several elements (a literal, a group's sequence) becomes a
+  // rule of its own: copied per repetition, "abc...z"{1000} held 1000 copies
+  // of every character.
+  if (seq->size() - start > 1) {
+    const int32_t r = NewRule(base, where);
+    Alternative a(seq->begin() + static_cast<std::ptrdiff_t>(start), seq->end());
+    a.push_back(Element{});
+    g_.rules[r].alternatives = {std::move(a)};
+    seq->resize(start);
+    seq->push_back(Element{.kind = Element::Kind::kRef, .rule = r});
+  }
+  const Element item = seq->back();
+  seq->resize(start);
+  for (int i = 0; i < min; ++i) seq->push_back(item);
+  if (max >= 0 && max == min) return;
+  // rest ::= S rest | ""   (S*)   or a chain of  opt_k ::= S opt_k-1 | "",
+  // shared by every repetition of the same item: opt_k is the same rule for
+  // x{0,k} wherever it appears (each x{0,1000} of a rule made 1000 rules of
+  // its own: 800 of them took 356 MB).
+  const std::string key = ElementKey(item);
+  auto rule_of = [&](int32_t tail) {
+    const int32_t r = NewRule(base, where);
+    Alternative a = {item};
     if (tail >= 0) a.push_back(Element{.kind = Element::Kind::kRef, .rule = tail});
     a.push_back(Element{});
-    return a;
+    g_.rules[r].alternatives = {std::move(a), Alternative{Element{}}};
+    return r;
   };
   int32_t ref = -1;
   if (max < 0) {
-    ref = NewRule(base, where);
-    const Alternative a = with_tail(ref);
-    g_.rules[ref].alternatives = {a, Alternative{Element{}}};
-  } else {
-    for (int i = 0; i < max - min; ++i) {
-      const int32_t r = NewRule(base, where);
-      const Alternative a = with_tail(ref);
-      g_.rules[r].alternatives = {a, Alternative{Element{}}};
-      ref = r;
+    auto [it, added] = stars_.try_emplace(key, -1);
+    if (added) {
+      it->second = NewRule(base, where);
+      g_.rules[it->second].alternatives = {
+          Alternative{item, Element{.kind = Element::Kind::kRef, .rule = it->second}, Element{}},
+          Alternative{Element{}}};
     }
+    ref = it->second;
+  } else {
+    std::vector<int32_t>& chain = chains_[key];  // chain[k - 1]: opt_k
+    while (static_cast<int>(chain.size()) < max - min)
+      chain.push_back(rule_of(chain.empty() ? -1 : chain.back()));
+    ref = chain[max - min - 1];
   }
   seq->push_back(Element{.kind = Element::Kind::kRef, .rule = ref});
 }
