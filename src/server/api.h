@@ -57,6 +57,8 @@ struct ApiTools {
 inline constexpr int kMaxChoices = 16;
 // Prompts in one completions request (a prompt array) at most.
 inline constexpr int kMaxPrompts = 64;
+// Inputs of one /v1/embeddings request at most (OpenAI's limit).
+inline constexpr size_t kMaxEmbeddingInputs = 2048;
 
 // One completions prompt: text, or token ids given by the client.
 struct ApiPrompt {

@@ -95,6 +95,13 @@ void Server::HandleEmbeddings(HttpExchange& ex) {
     if (auto e = ParseTokenIds(*input, "input", tok.n_vocab(), &inputs.back()))
       return Respond(ex, *e);
   } else {
+    // OpenAI's limit: each input costs a forward pass, so a 4 MiB body of
+    // short strings asked for minutes of compute.
+    if (input->size() > kMaxEmbeddingInputs)
+      return Respond(ex, BadRequest(fmt::format("'input' holds {} inputs, more than the {} one "
+                                                "request may embed",
+                                                input->size(), kMaxEmbeddingInputs),
+                                    "input"));
     for (size_t i = 0; i < input->size(); ++i) {
       const json& x = (*input)[i];
       if (x.is_string() && (*input)[0].is_string()) {

@@ -316,6 +316,9 @@ TEST_F(EndpointsTest, EmbeddingsRefuseBadInput) {
             "'dimensions' 7 is not supported");
   ExpectBad(server_, "/v1/embeddings", {{"input", std::vector<int32_t>(65, 5)}},
             "input has 65 tokens, more than the context size 64");
+  // Each input is a forward pass: 2,048 at most (10,000 took 4.3 s).
+  ExpectBad(server_, "/v1/embeddings", {{"input", std::vector<std::string>(2049, "a cat")}},
+            "'input' holds 2049 inputs, more than the 2048 one request may embed");
 }
 
 TEST(EndpointsOff, EmbeddingsNeedTheFlag) {
