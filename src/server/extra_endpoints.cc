@@ -9,6 +9,8 @@
 // Bodies with unknown fields are refused, naming them.
 #include <fmt/format.h>
 
+#include <iterator>
+
 #include "server/fields.h"
 #include "server/http_parse.h"
 #include "server/server.h"
@@ -198,23 +200,31 @@ void Server::HandleTokenize(HttpExchange& ex) {
   const Tokenizer& tok = engine_->tokenizer();
   const std::vector<int32_t> ids =
       tok.Encode(content->get_ref<const std::string&>(), add_special, parse_special);
-  json tokens = json::array();
-  for (const int32_t id : ids) {
+  // Written as text, token by token, as Dump would write the document: a
+  // document of one object per token took 260 bytes of memory per byte of
+  // content (a 3.9 MB body, 1 GB).
+  std::string out = R"({"tokens":[)";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
     if (!with_pieces) {
-      tokens.push_back(id);
+      fmt::format_to(std::back_inserter(out), "{}", ids[i]);
       continue;
     }
-    const std::string piece = tok.TokenToPiece(id, /*special=*/true);
-    json p;
+    const std::string piece = tok.TokenToPiece(ids[i], /*special=*/true);
+    fmt::format_to(std::back_inserter(out), R"({{"id":{},"piece":)", ids[i]);
     if (ValidUtf8(piece)) {
-      p = piece;
+      out += Dump(json(piece));
     } else {
-      p = json::array();
-      for (const char c : piece) p.push_back(static_cast<unsigned char>(c));
+      out += '[';
+      for (size_t b = 0; b < piece.size(); ++b)
+        fmt::format_to(std::back_inserter(out), "{}{}", b ? "," : "",
+                       static_cast<unsigned char>(piece[b]));
+      out += ']';
     }
-    tokens.push_back({{"id", id}, {"piece", std::move(p)}});
+    out += '}';
   }
-  ex.Respond(HttpResponse{200, kJson, Dump({{"tokens", std::move(tokens)}}), {}});
+  out += "]}";
+  ex.Respond(HttpResponse{200, kJson, std::move(out), {}});
   metrics_.CountRequest(ex.request().path, 200);
 }
 
