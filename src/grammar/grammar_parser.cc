@@ -266,6 +266,7 @@ int Parser::ParseCount() {
 // Replaces seq[start..] (one element or a literal's characters) S by
 //   S S .. S (min times), then S* (max < 0) or up to max - min more optional S.
 void Parser::Repeat(Alternative* seq, size_t start, int min, int max, int32_t rule, size_t where) {
+  if (seq->size() == start) return;  // "" repeated matches nothing, as "" does
   const std::string base = g_.rules[rule].name;  // a copy: NewRule grows g_.rules
   // An item of several elements (a literal, a group's sequence) becomes a
   // rule of its own: copied per repetition, "abc...z"{1000} held 1000 copies

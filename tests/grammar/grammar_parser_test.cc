@@ -131,6 +131,16 @@ TEST(GrammarParser, RepetitionsOfOneItemShareTheirRules) {
   for (const Rule& r : (*lit)->rules)
     for (const Alternative& a : r.alternatives) elements += a.size();
   EXPECT_LT(elements, 6400u + 1000 + 10);
+  // An empty literal repeated is empty (it repeated the element before it,
+  // or read before the sequence: the fuzzer's find).
+  for (const char* text :
+       {"root ::= \"a\" \"\"?", "root ::= \"\"* \"a\"", "root ::= \"a\" \"\"{2,5}"}) {
+    auto g = ParseGrammar(text);
+    ASSERT_TRUE(g.ok()) << text << ": " << g.status().message();
+    Matcher one(*g), two(*g);
+    EXPECT_TRUE(one.Accept("a") && one.CanEnd()) << text;
+    EXPECT_FALSE(two.Accept("aa") && two.CanEnd()) << text;
+  }
   // The language is the same: 2 to 4 "ab", then "c".
   auto counted = ParseGrammar("root ::= \"ab\"{2,4} \"c\" | (\"ab\"){1,2} \"d\"");
   ASSERT_TRUE(counted.ok());

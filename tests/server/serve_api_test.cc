@@ -270,7 +270,8 @@ TEST(ServeApiTest, MessagesSayWhatIsWrongWithTheValue) {
     const char* message;
   };
   const Case cases[] = {
-      {R"({"prompt": "a", "max_tokens": 1e12})", "'max_tokens' 1000000000000.0 is out of range [0, 1048576]"},
+      {R"({"prompt": "a", "max_tokens": 1e12})",
+       "'max_tokens' 1000000000000.0 is out of range [0, 1048576]"},
       {R"({"prompt": "a", "max_tokens": 5.0})",
        "'max_tokens' must be an integer, not 5.0 (write it without a decimal point"},
       {R"({"prompt": "a", "max_tokens": 2.5})", "'max_tokens' must be an integer, not 2.5"},

@@ -100,7 +100,8 @@ TEST(ServerKvMemory, ARequestTheBudgetCannotHoldIsA400WithTheNumbers) {
       "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 4}}.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400) << res->body;
-  EXPECT_NE(res->body.find("K/V budget: 1.00 MiB, 102 blocks (--kv-memory)"), std::string::npos) << res->body;
+  EXPECT_NE(res->body.find("K/V budget: 1.00 MiB, 102 blocks (--kv-memory)"), std::string::npos)
+      << res->body;
   // A short one still runs.
   res = server.Client()->Post("/v1/completions",
                               json{{"prompt", "Once upon a time"}, {"max_tokens", 4}}.dump(),
