@@ -289,7 +289,8 @@ ROTOR_API rotor_status *rotor_sampler_new(const rotor_sampling_params *params, i
 ROTOR_API void rotor_sampler_free(rotor_sampler *sampler);
 /* Draws a token from logits ([n_vocab] floats). Does not accept it. */
 ROTOR_API int32_t rotor_sampler_sample(rotor_sampler *sampler, const float *logits);
-/* Records a token in the repetition history. */
+/* Records a token in the repetition history (an id outside [0, n_vocab) is
+ * ignored). */
 ROTOR_API void rotor_sampler_accept(rotor_sampler *sampler, int32_t token);
 /* The seed in use (the drawn one when the params asked for a random seed). */
 ROTOR_API uint64_t rotor_sampler_seed(const rotor_sampler *sampler);

@@ -20,8 +20,11 @@ Seq* Find(rotor_context* ctx, int32_t id) {
   return ctx->seqs[id].get();
 }
 
+// Looks the sequence up under the model's lock, held to the end of the call:
+// looked up before it, a sequence freed by another thread was used freed.
 #define ROTOR_CAPI_SEQ(call, ctx, id, seq)                                                    \
   ROTOR_CAPI_REQUIRE(ctx != nullptr, "{}: ctx is NULL", call);                               \
+  std::lock_guard<std::mutex> lock(ctx->model->mu);                                           \
   Seq* seq = Find(ctx, id);                                                                   \
   ROTOR_CAPI_REQUIRE(seq != nullptr, "{}: no sequence {} in this context", call, id);
 
@@ -185,7 +188,6 @@ rotor_status* rotor_seq_new(rotor_context* ctx, const rotor_kv_config* kv, int32
 rotor_status* rotor_seq_free(rotor_context* ctx, int32_t id) {
   return Guard("rotor_seq_free", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_seq_free", ctx, id, seq);
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     ctx->seqs[id].reset();
     return nullptr;
   });
@@ -196,7 +198,9 @@ rotor_status* rotor_eval(rotor_context* ctx, int32_t id, const int32_t* tokens, 
   return Guard("rotor_eval", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_eval", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(tokens || n_tokens == 0, "rotor_eval: tokens is NULL");
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
+    // Past int32, a count read as int64 went negative (a CHECK) or appended nothing.
+    ROTOR_CAPI_REQUIRE(n_tokens <= static_cast<size_t>(INT32_MAX),
+                       "rotor_eval: n_tokens {} is more than any context holds", n_tokens);
     if (n_tokens == 0) return nullptr;
     std::span<const int32_t> text(tokens, n_tokens);
     std::vector<Pending> todo(1);
@@ -238,6 +242,9 @@ rotor_status* rotor_eval_batch(rotor_context* ctx, const rotor_batch_entry* entr
       ROTOR_CAPI_REQUIRE(seq != nullptr, "rotor_eval_batch: entry {}: no sequence {}", i, e.seq);
       ROTOR_CAPI_REQUIRE(e.tokens || e.n_tokens == 0, "rotor_eval_batch: entry {}: tokens is NULL",
                          i);
+      ROTOR_CAPI_REQUIRE(e.n_tokens <= static_cast<size_t>(INT32_MAX),
+                         "rotor_eval_batch: entry {}: n_tokens {} is more than any context holds",
+                         i, e.n_tokens);
       for (const Pending& p : todo)
         ROTOR_CAPI_REQUIRE(p.id != e.seq, "rotor_eval_batch: sequence {} appears twice", e.seq);
       if (e.n_tokens == 0) continue;
@@ -254,7 +261,6 @@ rotor_status* rotor_logits(rotor_context* ctx, int32_t id, const float** logits)
   return Guard("rotor_logits", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_logits", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(logits != nullptr, "rotor_logits: logits is NULL");
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     *logits = nullptr;
     if (seq->logits.empty())
       return Make(ROTOR_ERR_INVALID_ARGUMENT,
@@ -270,8 +276,16 @@ rotor_status* rotor_seq_n_tokens(rotor_context* ctx, int32_t id, int64_t* n) {
   return Guard("rotor_seq_n_tokens", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_seq_n_tokens", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(n != nullptr, "rotor_seq_n_tokens: n_tokens is NULL");
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     *n = seq->cache->n_seen();
+    return nullptr;
+  });
+}
+
+rotor_status* rotor_seq_n_cached(rotor_context* ctx, int32_t id, int64_t* n_cells) {
+  return Guard("rotor_seq_n_cached", [&]() -> rotor_status* {
+    ROTOR_CAPI_SEQ("rotor_seq_n_cached", ctx, id, seq);
+    ROTOR_CAPI_REQUIRE(n_cells != nullptr, "rotor_seq_n_cached: n_cells is NULL");
+    *n_cells = seq->cache->n_used();
     return nullptr;
   });
 }
@@ -280,7 +294,6 @@ rotor_status* rotor_seq_kv_bytes(rotor_context* ctx, int32_t id, int64_t* bytes)
   return Guard("rotor_seq_kv_bytes", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_seq_kv_bytes", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(bytes != nullptr, "rotor_seq_kv_bytes: bytes is NULL");
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     *bytes = static_cast<int64_t>(seq->cache->held_bytes());
     return nullptr;
   });
@@ -289,7 +302,6 @@ rotor_status* rotor_seq_kv_bytes(rotor_context* ctx, int32_t id, int64_t* bytes)
 rotor_status* rotor_seq_keep_prefix(rotor_context* ctx, int32_t id, int64_t n) {
   return Guard("rotor_seq_keep_prefix", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_seq_keep_prefix", ctx, id, seq);
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     if (rotor::Status s = seq->cache->KeepPrefix(n); !s.ok()) return rotor::capi::FromStatus(s);
     seq->tokens.resize(static_cast<size_t>(n));
     seq->logits.clear();
@@ -300,7 +312,6 @@ rotor_status* rotor_seq_keep_prefix(rotor_context* ctx, int32_t id, int64_t n) {
 rotor_status* rotor_seq_remove(rotor_context* ctx, int32_t id, int64_t from, int64_t to) {
   return Guard("rotor_seq_remove", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_seq_remove", ctx, id, seq);
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     if (rotor::Status s = seq->cache->RemoveRange(from, to); !s.ok())
       return rotor::capi::FromStatus(s);
     seq->logits.clear();
@@ -312,7 +323,6 @@ rotor_status* rotor_seq_shift(rotor_context* ctx, int32_t id, int64_t from, int6
                               int32_t delta) {
   return Guard("rotor_seq_shift", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_seq_shift", ctx, id, seq);
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     if (rotor::Status s = seq->cache->ShiftPositions(from, to, delta); !s.ok())
       return rotor::capi::FromStatus(s);
     seq->logits.clear();
@@ -324,7 +334,6 @@ rotor_status* rotor_seq_fork(rotor_context* ctx, int32_t id, int32_t* copy) {
   return Guard("rotor_seq_fork", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_seq_fork", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(copy != nullptr, "rotor_seq_fork: copy is NULL");
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     rotor::Result<std::unique_ptr<rotor::KvCache>> cache = seq->cache->Fork();
     if (!cache.ok()) return rotor::capi::FromStatus(cache.status(), ROTOR_ERR_OUT_OF_MEMORY);
     auto s = std::make_unique<Seq>();
@@ -339,7 +348,6 @@ rotor_status* rotor_seq_fork(rotor_context* ctx, int32_t id, int32_t* copy) {
 rotor_status* rotor_seq_clear(rotor_context* ctx, int32_t id) {
   return Guard("rotor_seq_clear", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_seq_clear", ctx, id, seq);
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     seq->cache->Clear();
     seq->tokens.clear();
     seq->logits.clear();
@@ -351,7 +359,6 @@ rotor_status* rotor_seq_save(rotor_context* ctx, int32_t id, const char* path, i
   return Guard("rotor_seq_save", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_seq_save", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(path != nullptr, "rotor_seq_save: path is NULL");
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     rotor::Result<int64_t> r = rotor::SaveKvFile(path, *seq->cache, seq->tokens);
     if (!r.ok()) return rotor::capi::FromStatus(r.status(), ROTOR_ERR_IO);
     if (bytes) *bytes = *r;
@@ -363,7 +370,6 @@ rotor_status* rotor_seq_load(rotor_context* ctx, int32_t id, const char* path, i
   return Guard("rotor_seq_load", [&]() -> rotor_status* {
     ROTOR_CAPI_SEQ("rotor_seq_load", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(path != nullptr, "rotor_seq_load: path is NULL");
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     ROTOR_CAPI_REQUIRE(seq->cache->n_seen() == 0,
                        "rotor_seq_load: sequence {} holds {} tokens; load into an empty one", id,
                        seq->cache->n_seen());
@@ -382,7 +388,6 @@ rotor_status* rotor_seq_tokens(rotor_context* ctx, int32_t id, int32_t* tokens, 
     ROTOR_CAPI_SEQ("rotor_seq_tokens", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(n_tokens != nullptr, "rotor_seq_tokens: n_tokens is NULL");
     ROTOR_CAPI_REQUIRE(tokens || capacity == 0, "rotor_seq_tokens: tokens is NULL");
-    std::lock_guard<std::mutex> lock(ctx->model->mu);
     *n_tokens = seq->tokens.size();
     if (seq->tokens.size() > capacity)
       return Make(ROTOR_ERR_BUFFER_TOO_SMALL,

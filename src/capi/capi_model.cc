@@ -266,7 +266,10 @@ int32_t rotor_sampler_sample(rotor_sampler* s, const float* logits) {
   return s->sampler.Sample(std::span<const float>(logits, s->sampler.n_vocab()));
 }
 
-void rotor_sampler_accept(rotor_sampler* s, int32_t token) { s->sampler.Accept(token); }
+void rotor_sampler_accept(rotor_sampler* s, int32_t token) {
+  // No status to return: an id outside the vocabulary is ignored (it aborted).
+  if (s != nullptr && token >= 0 && token < s->sampler.n_vocab()) s->sampler.Accept(token);
+}
 
 uint64_t rotor_sampler_seed(const rotor_sampler* s) { return s->sampler.seed(); }
 

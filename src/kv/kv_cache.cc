@@ -680,6 +680,9 @@ Status KvCache::ShiftPositions(TextIndex from, TextIndex to, int32_t delta) {
       if (static_cast<int64_t>(cells_.pos(lane, c)) + delta < 0)
         return Errorf("kv: shift: token {} at position {} would move below 0", idx,
                       cells_.pos(lane, c));
+      if (static_cast<int64_t>(cells_.pos(lane, c)) + delta > INT32_MAX)  // wrapped before
+        return Errorf("kv: shift: token {} at position {} would move past {}", idx,
+                      cells_.pos(lane, c), INT32_MAX);
     }
   if (config_.rope_k == RopeK::kCached) RETURN_IF_ERROR(MakeAllWritable());
   // Moved positions: the blocks from `from` on no longer hold tokens at their own positions.

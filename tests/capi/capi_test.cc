@@ -6,12 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "capi_test_util.h"
@@ -272,6 +275,60 @@ TEST_F(CApi, AFullContextIsAnErrorAndAppendsNothing) {
   g.prompt = long_prompt.c_str();
   St gen = rotor_generate(model_, &g, nullptr, nullptr, nullptr);
   EXPECT_EQ(gen.code(), ROTOR_ERR_CONTEXT_FULL) << gen.msg();
+}
+
+// What a careless C program did (found at the end of the sixty-ninth
+// session): a declared function missing from the library, counts and ids
+// that aborted on a CHECK, a shift that wrapped positions, and sequences
+// looked up outside the model's lock.
+TEST_F(CApi, CarelessCallsGetStatusesNotAborts) {
+  const int32_t seq = NewSeq();
+  const std::vector<int32_t> prompt = Tokenize("Once upon a time");
+  ASSERT_OK(rotor_eval(ctx_, seq, prompt.data(), prompt.size(), nullptr));
+  int64_t cached = -1;
+  ASSERT_OK(rotor_seq_n_cached(ctx_, seq, &cached));  // did not link
+  EXPECT_EQ(cached, static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(St(rotor_seq_n_cached(ctx_, seq, nullptr)).code(), ROTOR_ERR_INVALID_ARGUMENT);
+  // Counts past int32 (a negative int64, or 2^63 that appended nothing).
+  for (size_t n : {static_cast<size_t>(-5), size_t{1} << 63}) {
+    St e = rotor_eval(ctx_, seq, prompt.data(), n, nullptr);
+    EXPECT_EQ(e.code(), ROTOR_ERR_INVALID_ARGUMENT) << n;
+    EXPECT_NE(e.msg().find("more than any context holds"), std::string::npos) << e.msg();
+    rotor_batch_entry entry = {seq, prompt.data(), n};
+    EXPECT_EQ(St(rotor_eval_batch(ctx_, &entry, 1)).code(), ROTOR_ERR_INVALID_ARGUMENT) << n;
+  }
+  int64_t n_tokens = -1;
+  ASSERT_OK(rotor_seq_n_tokens(ctx_, seq, &n_tokens));
+  EXPECT_EQ(n_tokens, static_cast<int64_t>(prompt.size()));
+  // A shift past int32 positions wrapped them and returned OK.
+  St shift = rotor_seq_shift(ctx_, seq, 0, n_tokens, INT32_MAX);
+  EXPECT_NE(shift.code(), ROTOR_OK);
+  EXPECT_NE(shift.msg().find("would move past 2147483647"), std::string::npos) << shift.msg();
+  ASSERT_OK(rotor_seq_shift(ctx_, seq, 0, n_tokens, 1000));
+  // An id outside the vocabulary: ignored (it aborted).
+  rotor_sampling_params sp = rotor_sampling_default_params();
+  rotor_sampler* sampler = nullptr;
+  ASSERT_OK(rotor_sampler_new(&sp, rotor_model_n_vocab(model_), &sampler));
+  rotor_sampler_accept(sampler, -1);
+  rotor_sampler_accept(sampler, rotor_model_n_vocab(model_));
+  rotor_sampler_accept(nullptr, 3);
+  rotor_sampler_free(sampler);
+  // Sequences freed and made on one thread while another evaluates its own:
+  // each call finds its sequence under the model's lock.
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    while (!stop) {
+      int32_t other = -1;
+      if (St(rotor_seq_new(ctx_, nullptr, &other)).ok()) rotor_seq_free(ctx_, other);
+    }
+  });
+  for (int i = 0; i < 200; ++i) {
+    const int32_t t = prompt[i % prompt.size()];
+    St e = rotor_eval(ctx_, seq, &t, 1, nullptr);
+    if (e.code() == ROTOR_ERR_CONTEXT_FULL) ASSERT_OK(rotor_seq_clear(ctx_, seq));
+  }
+  stop = true;
+  churn.join();
 }
 
 TEST_F(CApi, BatchedSequencesWithTheirOwnPoliciesEqualEachAlone) {
