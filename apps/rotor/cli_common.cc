@@ -168,10 +168,8 @@ void AddSamplingOptions(CLI::App* app, SamplingParams* p) {
            if (v == "-1")
              seed = kRandomSeed;
            else if (v.empty() || ec != std::errc() || at != end)
-             throw CLI::ValidationError(
-                 "-s,--seed", fmt::format("'{}' is not an integer in [0, 2^64 - 1], or -1 for "
-                                          "a random seed",
-                                          v));
+             throw CLI::ValidationError("-s,--seed",
+                                        fmt::format("'{}' is not {}", v, kSeedRule));
            p->seed = seed;
          },
          "RNG seed, an integer in [0, 2^64 - 1] (default, or -1: random)")

@@ -43,14 +43,7 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
   // An integer field's value in [lo, hi] (a float, even 5.0, or a value out
   // of range is an error; nlohmann's get<int> would truncate or wrap).
   auto integer = [](const json& v, int64_t lo, int64_t hi) {
-    const bool ok = v.is_number_unsigned()   ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
-                    : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi
-                                            : false;
-    if (!ok)
-      throw std::invalid_argument(
-          v.is_number_integer() ? fmt::format("{} is out of range [{}, {}]", v.dump(), lo, hi)
-          : v.is_number_float() ? serve::IntegerAsFloat(v, lo, hi)
-                                : fmt::format("must be an integer, not {}", v.dump()));
+    if (auto why = serve::IntegerError(v, lo, hi)) throw std::invalid_argument(*why);
     return static_cast<int>(v.get<int64_t>());
   };
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
@@ -92,11 +85,9 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
         p.presence_penalty = v.get<float>();
       else if (key == "frequency_penalty")
         p.frequency_penalty = v.get<float>();
-      else if (key == "seed")  // -1: a random seed, as on the command line
-        p.seed = v.is_number_integer() && v == -1 ? kRandomSeed
-                 : v.is_number_unsigned()         ? v.get<uint64_t>()
-                 : throw std::invalid_argument("must be an integer in [0, 2^64 - 1], or -1 for "
-                                               "a random seed, not " + v.dump());
+      else if (key == "seed") {  // -1: a random seed, as on the command line
+        if (auto why = serve::ReadSeed(v, &p.seed)) throw std::invalid_argument(*why);
+      }
       else if (key == "stop")
         o.stop = v.is_string()  ? std::vector<std::string>{v.get<std::string>()}
                  : v.is_array() ? v.get<std::vector<std::string>>()

@@ -58,6 +58,9 @@ namespace rotor {
 
 // SamplingParams::seed value meaning "draw a random seed" (as llama.cpp's LLAMA_DEFAULT_SEED).
 inline constexpr uint64_t kRandomSeed = 0xFFFFFFFF;
+// What a seed may be, wherever one is read (-s, a request's or a --prompts
+// line's "seed"): error messages say "must be <kSeedRule>".
+inline constexpr const char* kSeedRule = "an integer in [0, 2^64 - 1], or -1 for a random seed";
 
 struct SamplingParams {
   float temperature = 0.8f;     // 0 = greedy (argmax; ties -> lowest id)

@@ -20,25 +20,6 @@ ApiError Bad(std::string param, std::string message) {
   return BadRequest(std::move(message), std::move(param));
 }
 
-const char* TypeName(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "a boolean";
-    case json::value_t::string:
-      return "a string";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::number_float:
-      return "a non-integer number";
-    default:
-      return "a number";
-  }
-}
-
 // Reads the fields of one request object; the first problem wins. Absent and
 // null fields leave the output untouched (the server's default).
 class Fields {
@@ -55,15 +36,7 @@ class Fields {
   void Int(const char* key, int64_t lo, int64_t hi, T* out) {
     const json* v = Find(key);
     if (!v || error_) return;
-    if (v->is_number_float())  // 1e12, 5.0: an integer's value, written as a float
-      return Fail(key, IntegerAsFloat(*v, lo, hi));
-    if (!v->is_number_integer())
-      return Fail(key, fmt::format("must be an integer, not {}", TypeName(*v)));
-    const bool in_range = v->is_number_unsigned()
-                              ? v->get<uint64_t>() <= static_cast<uint64_t>(hi) &&
-                                    (lo <= 0 || v->get<uint64_t>() >= static_cast<uint64_t>(lo))
-                              : v->get<int64_t>() >= lo && v->get<int64_t>() <= hi;
-    if (!in_range) return Fail(key, fmt::format("{} is out of range [{}, {}]", v->dump(), lo, hi));
+    if (auto why = IntegerError(*v, lo, hi)) return Fail(key, std::move(*why));
     *out = static_cast<T>(v->get<int64_t>());
   }
 
@@ -444,13 +417,8 @@ std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
   f.Int("repeat_last_n", -1, std::numeric_limits<int32_t>::max(), &s.repeat_last_n);
   f.Number("presence_penalty", -1e6, 1e6, &s.presence_penalty);
   f.Number("frequency_penalty", -1e6, 1e6, &s.frequency_penalty);
-  if (const json* seed = f.Find("seed"); seed && seed->is_number_integer() && *seed == -1) {
-    s.seed = kRandomSeed;
-  } else if (seed && seed->is_number_unsigned()) {
-    s.seed = seed->get<uint64_t>();
-  } else if (seed) {
-    f.Fail("seed", "must be a non-negative integer (or -1 for a random seed)");
-  }
+  if (const json* seed = f.Find("seed"))
+    if (auto why = ReadSeed(*seed, &s.seed)) f.Fail("seed", std::move(*why));
   f.Bool("stream", &out->stream);
   f.Bool("ignore_eos", &o.ignore_eos);
   f.Bool("cache_prompt", &o.cache_prompt);

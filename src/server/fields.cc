@@ -8,6 +8,7 @@
 
 #include "base/json_depth.h"
 #include "kv_args/kv_args.h"
+#include "sampling/sampler.h"
 
 namespace rotor::serve {
 namespace {
@@ -143,6 +144,48 @@ std::string IntegerAsFloat(const nlohmann::json& v, int64_t lo, int64_t hi) {
     return fmt::format("{} is out of range [{}, {}]", v.dump(), lo, hi);
   return fmt::format("must be an integer, not {} (write it without a decimal point or exponent)",
                      v.dump());
+}
+
+const char* TypeName(const nlohmann::json& v) {
+  using T = nlohmann::json::value_t;
+  switch (v.type()) {
+    case T::null:
+      return "null";
+    case T::boolean:
+      return "a boolean";
+    case T::string:
+      return "a string";
+    case T::array:
+      return "an array";
+    case T::object:
+      return "an object";
+    case T::number_float:
+      return "a non-integer number";
+    default:
+      return "a number";
+  }
+}
+
+std::optional<std::string> IntegerError(const nlohmann::json& v, int64_t lo, int64_t hi) {
+  if (v.is_number_float()) return IntegerAsFloat(v, lo, hi);  // 1e12, 5.0, 5.5
+  if (!v.is_number_integer()) return fmt::format("must be an integer, not {}", TypeName(v));
+  const bool in_range = v.is_number_unsigned()
+                            ? v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                                  (lo <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(lo))
+                            : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  if (!in_range) return fmt::format("{} is out of range [{}, {}]", v.dump(), lo, hi);
+  return std::nullopt;
+}
+
+std::optional<std::string> ReadSeed(const nlohmann::json& v, uint64_t* seed) {
+  if (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() == -1) {
+    *seed = kRandomSeed;
+  } else if (v.is_number_unsigned()) {
+    *seed = v.get<uint64_t>();
+  } else {
+    return fmt::format("must be {}, not {}", kSeedRule, v.dump());
+  }
+  return std::nullopt;
 }
 
 std::string JsonErrorText(const nlohmann::json::exception& e) {

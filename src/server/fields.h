@@ -46,6 +46,19 @@ std::optional<UnknownField> FindUnknownField(const nlohmann::json& object,
 // value out of range, not an integer, or written as a float.
 std::string IntegerAsFloat(const nlohmann::json& v, int64_t lo, int64_t hi);
 
+// A value's kind for messages: "a string", "an array", "a non-integer number".
+const char* TypeName(const nlohmann::json& v);
+
+// Why `v` is no integer in [lo, hi] ("must be an integer, not a string",
+// "70000 is out of range [0, 65535]", IntegerAsFloat's reasons), or nothing
+// when it is one (nlohmann's get<int> would truncate 5.5 and wrap 2^40).
+std::optional<std::string> IntegerError(const nlohmann::json& v, int64_t lo, int64_t hi);
+
+// A "seed" field, read as `rotor generate -s` reads its flag: -1 draws a
+// random seed (kRandomSeed), else an integer in [0, 2^64 - 1]. Sets *seed, or
+// says why not.
+std::optional<std::string> ReadSeed(const nlohmann::json& v, uint64_t* seed);
+
 // nlohmann's message without its "[json.exception.type_error.302] " prefix:
 // "type must be number, but is string".
 std::string JsonErrorText(const nlohmann::json::exception& e);

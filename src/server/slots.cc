@@ -17,7 +17,7 @@
 #include <charconv>
 #include <filesystem>
 
-#include "base/json_depth.h"
+#include "server/fields.h"
 #include "base/timer.h"
 #include "engine/prompt_cache.h"
 #include "server/server.h"
@@ -69,8 +69,11 @@ void Server::HandleSlots(const std::shared_ptr<HttpExchange>& ex) {
   std::string filename;
   std::filesystem::path path;
   if (action != "erase") {
-    const json body = ParseBoundedJson<json>(req.body);
-    if (body.is_discarded() || !body.is_object())
+    std::string why;
+    const json body = ParseJson(req.body, &why);
+    if (body.is_discarded())
+      return fail(BadRequest("the body is not valid JSON: " + why));
+    if (!body.is_object())
       return fail(BadRequest("the body must be a JSON object with a \"filename\""));
     const auto it = body.find("filename");
     if (it == body.end() || !it->is_string())

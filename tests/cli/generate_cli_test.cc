@@ -153,12 +153,13 @@ TEST(GenerateCliTest, GrammarAndJsonSchemaConstrainTheOutput) {
   EXPECT_THAT(pb.err, HasSubstr("--prompts line 1: grammar: grammar: line 1"));
   // A field of the wrong type or range is named with what is wrong with it.
   const std::pair<const char*, const char*> bad_lines[] = {
-      {R"({"prompt": "z", "n_predict": "5"})", R"(field "n_predict": must be an integer, not "5")"},
+      {R"({"prompt": "z", "n_predict": "5"})", R"(field "n_predict": must be an integer, not a string)"},
       {R"({"prompt": "z", "n_predict": 99999999999})",
        R"(field "n_predict": 99999999999 is out of range [-1, 2147483647])"},
       {R"({"prompt": "z", "n_predict": 5.5})", R"(field "n_predict": must be an integer, not 5.5)"},
       {R"({"prompt": "z", "stop": 5})", R"(field "stop": must be a string or an array of strings)"},
       {R"({"prompt": "z", "seed": -2})", R"(field "seed": must be an integer in [0, 2^64 - 1])"},
+      {R"({"prompt": "z", "seed": 1.5})", R"(field "seed": must be an integer in [0, 2^64 - 1])"},
       {R"({"prompt": 5})", R"(field "prompt" must be a string, not 5)"},
       {R"({"prompt": "z", "temperature": 1e309})", "not valid JSON: number overflow"},
   };

@@ -275,6 +275,9 @@ TEST(ServeApiTest, MessagesSayWhatIsWrongWithTheValue) {
       {R"({"prompt": "a", "max_tokens": 5.0})",
        "'max_tokens' must be an integer, not 5.0 (write it without a decimal point"},
       {R"({"prompt": "a", "max_tokens": 2.5})", "'max_tokens' must be an integer, not 2.5"},
+      // The seed rule is the one of -s and of --prompts lines (server/fields.h ReadSeed).
+      {R"({"prompt": "a", "seed": -2})",
+       "'seed' must be an integer in [0, 2^64 - 1], or -1 for a random seed, not -2"},
       {R"({"prompt": "a", "temperature": 1e309})",
        "not valid JSON: number overflow parsing '1e309'"},
       {R"({"prompt": "a",)", "not valid JSON: parse error at line 1, column 16"},

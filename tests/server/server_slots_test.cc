@@ -131,7 +131,8 @@ TEST(ServerSlots, BadIdsActionsAndFileNamesAreRefused) {
          "control characters");
   expect("/slots/0?action=save", "{}", 400, "\"filename\" (a string) is required");
   expect("/slots/0?action=save", json{{"filename", 7}}.dump(), 400, "\"filename\"");
-  expect("/slots/0?action=restore", "not json", 400, "JSON object");
+  expect("/slots/0?action=restore", "not json", 400, "not valid JSON: parse error at line 1");
+  expect("/slots/0?action=restore", "[1]", 400, "must be a JSON object");
   EXPECT_FALSE(std::filesystem::exists(dir.path.parent_path() / "x"));
   EXPECT_TRUE(std::filesystem::is_empty(dir.path));
 
