@@ -41,9 +41,10 @@ SAN_CONFIG = $(UNITY_CONFIG) -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=cl
 ASAN_EXCLUDE ?= install|readme|replicas
 FUZZ_DIR ?= $(ASAN_DIR)
 # ThreadSanitizer in `make test`: the thread pool (base_test), the engine
-# with its scheduler and batched runner (engine_test) and the server
-# (server_test, with TSAN_FILTER) (docs/RELIABILITY.md, "Sanitizers").
-TSAN_TARGETS ?= base_test engine_test server_test
+# with its scheduler and batched runner (engine_test), the server
+# (server_test, with TSAN_FILTER) and the C library called from several
+# threads at once (capi_test) (docs/RELIABILITY.md, "Sanitizers").
+TSAN_TARGETS ?= base_test engine_test server_test capi_test
 # Left out under TSan: the hostile tests (2,000 connections at once measure
 # TSan's speed, not races), the tool-call suites and the npm clients (sampling
 # and node processes, no threads of their own beyond the server's).
