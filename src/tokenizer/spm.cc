@@ -65,12 +65,15 @@ void SpmModel::EncodeFragment(std::string_view text, bool after_special,
   const std::string s = Escape(text, vocab_.add_space_prefix && after_special);
   if (s.empty()) return;
 
-  // One symbol per UTF-8 character (by lead byte, cut at the end of the text).
+  // One symbol per UTF-8 character; an invalid sequence is a symbol of its
+  // maximal valid prefix (at least one byte). llama.cpp sizes a symbol by its
+  // lead byte alone, so "\xff x" there swallows the escaped space's three
+  // bytes into the \xff symbol and decodes with U+2581 where the space was;
+  // on valid text the two agree.
   std::vector<Symbol> symbols;
   symbols.reserve(s.size());
   for (size_t off = 0; off < s.size();) {
-    const size_t len =
-        std::min(Utf8LenFromLeadByte(static_cast<unsigned char>(s[off])), s.size() - off);
+    const size_t len = ScanUtf8(std::string_view(s).substr(off)).length;
     const auto i = static_cast<int32_t>(symbols.size());
     symbols.push_back({i - 1, off + len == s.size() ? -1 : i + 1, static_cast<uint32_t>(off),
                        static_cast<uint32_t>(len)});

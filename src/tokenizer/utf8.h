@@ -1,5 +1,5 @@
-// UTF-8 helpers for the tokenizers: splitting text into characters the way
-// llama.cpp does, and cleaning byte streams for output.
+// UTF-8 helpers for the tokenizers: splitting text into characters (invalid
+// sequences included) and cleaning byte streams for output.
 #pragma once
 
 #include <cstddef>
@@ -10,16 +10,6 @@ namespace rotor {
 
 // "\xEF\xBF\xBD", U+FFFD REPLACEMENT CHARACTER.
 inline constexpr std::string_view kUtf8Replacement = "\xEF\xBF\xBD";
-
-// Length of the UTF-8 sequence a byte starts, from its high nibble alone:
-// 0x0-0xB -> 1 (ASCII and stray continuation bytes), 0xC-0xD -> 2, 0xE -> 3,
-// 0xF -> 4. This is llama.cpp's unicode_len_utf8: the SPM tokenizer splits its
-// input into symbols of this length (cut at the end of the text), so invalid
-// input still yields symbols and falls back to byte tokens.
-inline size_t Utf8LenFromLeadByte(unsigned char c) {
-  static constexpr unsigned char kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kLen[c >> 4];
-}
 
 // Result of looking at the start of a byte string for one UTF-8 character.
 struct Utf8Scan {

@@ -7,15 +7,6 @@ namespace {
 
 const std::string kFffd(kUtf8Replacement);
 
-TEST(Utf8, LenFromLeadByte) {
-  EXPECT_EQ(Utf8LenFromLeadByte('a'), 1u);
-  EXPECT_EQ(Utf8LenFromLeadByte(0x80), 1u);  // stray continuation byte
-  EXPECT_EQ(Utf8LenFromLeadByte(0xC3), 2u);
-  EXPECT_EQ(Utf8LenFromLeadByte(0xE2), 3u);
-  EXPECT_EQ(Utf8LenFromLeadByte(0xF0), 4u);
-  EXPECT_EQ(Utf8LenFromLeadByte(0xFF), 4u);
-}
-
 TEST(Utf8, Scan) {
   EXPECT_EQ(ScanUtf8("a").kind, Utf8Scan::kComplete);
   EXPECT_EQ(ScanUtf8("\xC3\xA9").length, 2u);
