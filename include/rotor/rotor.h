@@ -9,8 +9,14 @@
  * otherwise an error whose code and message say what went wrong, naming the
  * file, option or value ("rotor: kv option 'kv_size': 0 out of range [1,
  * 512]"). The caller owns it and frees it with rotor_status_free(). Getters
- * that cannot fail return their value directly. No call throws, aborts or
- * exits on bad input.
+ * that cannot fail return their value directly (for a NULL handle: 0, -1 for
+ * a token id, false or ""). No call throws, aborts or exits on bad input.
+ *
+ * Out-parameters are written on failure too: handles NULL, sequence ids -1,
+ * counts 0, except that ROTOR_ERR_BUFFER_TOO_SMALL gives the size needed.
+ *
+ * Sequence ids are small integers, and a freed sequence's id is given to the
+ * next new one: an id names its sequence only until rotor_seq_free.
  *
  * Thread safety (per call, also noted below):
  *  - rotor_version, rotor_status_*: any thread, any time.
@@ -86,7 +92,8 @@ typedef struct rotor_model rotor_model;
 
 typedef struct rotor_model_params {
   int n_threads;          /* 0 = the machine's hardware threads */
-  int n_ctx;              /* tokens per sequence; 0 = the model's trained context */
+  int n_ctx;              /* tokens per sequence, at most 16777216; 0 = the model's
+                           * trained context (at most 131072) */
   int64_t kv_memory_mib;  /* all K/V of the model's sequences; 0 = a default for max_seqs */
   int max_seqs;           /* sequences expected at once (sizes the default K/V budget) */
   bool prefix_cache;      /* reuse the K/V of earlier prompts' beginnings */
@@ -117,7 +124,8 @@ ROTOR_API const char *rotor_model_description(const rotor_model *model);
 
 /* ---- Tokens ----------------------------------------------------------- */
 
-/* Encodes text[0, len) (UTF-8). add_bos: a beginning-of-text token first,
+/* Encodes text[0, len) (UTF-8; invalid bytes are encoded one by one and
+ * come back unchanged from rotor_detokenize). add_bos: a beginning-of-text token first,
  * where the vocabulary has one and wants it. parse_special: control-token
  * texts ("<|eot_id|>") become those tokens. Writes up to `capacity` ids;
  * *n_tokens receives the count the text needs (also when it does not fit:
@@ -155,13 +163,19 @@ ROTOR_API void rotor_kv_config_free(rotor_kv_config *config);
  * "rope_k", "kv_positions", "kv_type", "kv_type_k", "kv_type_v", "kv_rotate",
  * "kv_k_offset")
  * or a flag ("--kv-size", "--cache-type-k"); value as the CLI takes it
- * ("sink", "256", "deferred", "q8_0", "on"). Errors name both. */
+ * ("sink", "256", "deferred", "q8_0", "on"). Errors name both. The value is
+ * checked here; how the options fit together and the model, by
+ * rotor_kv_config_describe and rotor_seq_new. Any order: the policy applies
+ * first (an option it does not use is an error then, not dropped), then the
+ * others; setting an option again replaces its value. */
 ROTOR_API rotor_status *rotor_kv_config_set(rotor_kv_config *config, const char *option,
                                             const char *value);
 /* The resolved configuration for a model's context in words ("sink, 256 cells
  * (4 sinks + 252 recent), original positions, cached keys, f32 K/V"), or the
- * error a sequence would get. Writes a NUL-terminated string of at most
- * capacity bytes; *n_bytes (may be NULL) receives the length. */
+ * error a sequence would get. Writes a NUL-terminated string: capacity must be
+ * at least its length + 1 (unlike rotor_detokenize's text, which is bytes and
+ * gets a NUL only when room remains); *n_bytes (may be NULL) receives the
+ * length without the NUL. */
 ROTOR_API rotor_status *rotor_kv_config_describe(const rotor_kv_config *config,
                                                  const rotor_model *model, char *text,
                                                  size_t capacity, size_t *n_bytes);
@@ -174,7 +188,8 @@ typedef struct rotor_context rotor_context;
 
 typedef struct rotor_context_params {
   int max_seqs;     /* sequences evaluated in one rotor_eval_batch step */
-  int prefill_step; /* prompt tokens per forward pass (chunked prefill); 0 = 512 */
+  int prefill_step; /* prompt tokens per forward pass (chunked prefill); 0 = 512,
+                     * at most 1048576 */
 } rotor_context_params;
 
 ROTOR_API rotor_context_params rotor_context_default_params(void);
@@ -287,7 +302,9 @@ typedef struct rotor_sampler rotor_sampler;
 ROTOR_API rotor_status *rotor_sampler_new(const rotor_sampling_params *params, int32_t n_vocab,
                                           rotor_sampler **out);
 ROTOR_API void rotor_sampler_free(rotor_sampler *sampler);
-/* Draws a token from logits ([n_vocab] floats). Does not accept it. */
+/* Draws a token from logits ([n_vocab] floats). Does not accept it. -1 for a
+ * NULL sampler or logits, or logits holding NaN or +inf (a model whose weights
+ * hold them; -inf is a banned token). */
 ROTOR_API int32_t rotor_sampler_sample(rotor_sampler *sampler, const float *logits);
 /* Records a token in the repetition history (an id outside [0, n_vocab) is
  * ignored). */
@@ -319,7 +336,7 @@ typedef struct rotor_generate_params {
   const rotor_kv_config *kv;          /* NULL: full cache */
   const char *const *stop;            /* stop strings (not part of the output) */
   size_t n_stop;
-  int prefill_step;                   /* 0 = 512 */
+  int prefill_step;                   /* 0 = 512, at most 1048576 */
   /* Constrained output (docs/GRAMMAR.md): at most one of these, NULL = none.
    * A GBNF grammar (llama.cpp's format) or a JSON Schema (JSON text); an
    * invalid one is an error naming its line/column or schema path. */

@@ -134,15 +134,16 @@ rotor_context_params rotor_context_default_params(void) {
 rotor_status* rotor_context_new(rotor_model* model, const rotor_context_params* params,
                                 rotor_context** out) {
   return Guard("rotor_context_new", [&]() -> rotor_status* {
-    ROTOR_CAPI_REQUIRE(model && out, "rotor_context_new: model or out is NULL");
-    *out = nullptr;
+    rotor::capi::ResetOut<rotor_context*>(out, nullptr);
+    ROTOR_CAPI_NOT_NULL("rotor_context_new", out);
+    ROTOR_CAPI_NOT_NULL("rotor_context_new", model);
     ROTOR_CAPI_REQUIRE_WEIGHTS(model, "rotor_context_new");
     const rotor_context_params p = params ? *params : rotor_context_default_params();
     ROTOR_CAPI_REQUIRE(p.max_seqs >= 1 && p.max_seqs <= 4096,
                        "rotor_context_new: max_seqs {} out of range [1, 4096]", p.max_seqs);
-    ROTOR_CAPI_REQUIRE(p.prefill_step >= 0 && p.prefill_step <= (1 << 20),
-                       "rotor_context_new: prefill_step {} out of range [0, 1048576]",
-                       p.prefill_step);
+    ROTOR_CAPI_REQUIRE(p.prefill_step >= 0 && p.prefill_step <= rotor::kMaxPrefillStep,
+                       "rotor_context_new: prefill_step {} out of range [0, {}]", p.prefill_step,
+                       rotor::kMaxPrefillStep);
     std::lock_guard<std::mutex> lock(model->mu);
     auto ctx = std::make_unique<rotor_context>();
     ctx->model = model;
@@ -170,10 +171,18 @@ void rotor_context_free(rotor_context* ctx) {
 
 rotor_status* rotor_seq_new(rotor_context* ctx, const rotor_kv_config* kv, int32_t* seq) {
   return Guard("rotor_seq_new", [&]() -> rotor_status* {
-    ROTOR_CAPI_REQUIRE(ctx && seq, "rotor_seq_new: ctx or seq is NULL");
+    rotor::capi::ResetOut<int32_t>(seq, -1);
+    ROTOR_CAPI_NOT_NULL("rotor_seq_new", seq);
+    ROTOR_CAPI_NOT_NULL("rotor_seq_new", ctx);
     std::lock_guard<std::mutex> lock(ctx->model->mu);
     rotor::Engine& e = *ctx->model->engine;
-    const rotor::KvConfig config = kv ? kv->config : rotor::KvConfig{};
+    const rotor::KvConfig config = kv ? kv->Build() : rotor::KvConfig{};
+    // Checked as the configuration was set: by field name (KvCache::Create
+    // would name the flags).
+    if (rotor::Result<rotor::KvConfig> r = rotor::ResolveKvConfig(
+            config, e.model().kv_shape(e.n_ctx()), rotor::KvSpelling::kField);
+        !r.ok())
+      return rotor::capi::FromStatus(r.status());
     rotor::Result<std::unique_ptr<rotor::KvCache>> cache = rotor::KvCache::Create(
         e.model().kv_shape(e.n_ctx()), config, &e.kv_pool());
     if (!cache.ok()) return rotor::capi::FromStatus(cache.status());
@@ -259,9 +268,9 @@ rotor_status* rotor_eval_batch(rotor_context* ctx, const rotor_batch_entry* entr
 
 rotor_status* rotor_logits(rotor_context* ctx, int32_t id, const float** logits) {
   return Guard("rotor_logits", [&]() -> rotor_status* {
+    rotor::capi::ResetOut<const float*>(logits, nullptr);
     ROTOR_CAPI_SEQ("rotor_logits", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(logits != nullptr, "rotor_logits: logits is NULL");
-    *logits = nullptr;
     if (seq->logits.empty())
       return Make(ROTOR_ERR_INVALID_ARGUMENT,
                   fmt::format("rotor_logits: sequence {} has no logits (no token evaluated since "
@@ -274,6 +283,7 @@ rotor_status* rotor_logits(rotor_context* ctx, int32_t id, const float** logits)
 
 rotor_status* rotor_seq_n_tokens(rotor_context* ctx, int32_t id, int64_t* n) {
   return Guard("rotor_seq_n_tokens", [&]() -> rotor_status* {
+    rotor::capi::ResetOut<int64_t>(n, 0);
     ROTOR_CAPI_SEQ("rotor_seq_n_tokens", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(n != nullptr, "rotor_seq_n_tokens: n_tokens is NULL");
     *n = seq->cache->n_seen();
@@ -283,6 +293,7 @@ rotor_status* rotor_seq_n_tokens(rotor_context* ctx, int32_t id, int64_t* n) {
 
 rotor_status* rotor_seq_n_cached(rotor_context* ctx, int32_t id, int64_t* n_cells) {
   return Guard("rotor_seq_n_cached", [&]() -> rotor_status* {
+    rotor::capi::ResetOut<int64_t>(n_cells, 0);
     ROTOR_CAPI_SEQ("rotor_seq_n_cached", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(n_cells != nullptr, "rotor_seq_n_cached: n_cells is NULL");
     *n_cells = seq->cache->n_used();
@@ -292,6 +303,7 @@ rotor_status* rotor_seq_n_cached(rotor_context* ctx, int32_t id, int64_t* n_cell
 
 rotor_status* rotor_seq_kv_bytes(rotor_context* ctx, int32_t id, int64_t* bytes) {
   return Guard("rotor_seq_kv_bytes", [&]() -> rotor_status* {
+    rotor::capi::ResetOut<int64_t>(bytes, 0);
     ROTOR_CAPI_SEQ("rotor_seq_kv_bytes", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(bytes != nullptr, "rotor_seq_kv_bytes: bytes is NULL");
     *bytes = static_cast<int64_t>(seq->cache->held_bytes());
@@ -332,6 +344,7 @@ rotor_status* rotor_seq_shift(rotor_context* ctx, int32_t id, int64_t from, int6
 
 rotor_status* rotor_seq_fork(rotor_context* ctx, int32_t id, int32_t* copy) {
   return Guard("rotor_seq_fork", [&]() -> rotor_status* {
+    rotor::capi::ResetOut<int32_t>(copy, -1);
     ROTOR_CAPI_SEQ("rotor_seq_fork", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(copy != nullptr, "rotor_seq_fork: copy is NULL");
     rotor::Result<std::unique_ptr<rotor::KvCache>> cache = seq->cache->Fork();
@@ -357,6 +370,7 @@ rotor_status* rotor_seq_clear(rotor_context* ctx, int32_t id) {
 
 rotor_status* rotor_seq_save(rotor_context* ctx, int32_t id, const char* path, int64_t* bytes) {
   return Guard("rotor_seq_save", [&]() -> rotor_status* {
+    rotor::capi::ResetOut<int64_t>(bytes, 0);
     ROTOR_CAPI_SEQ("rotor_seq_save", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(path != nullptr, "rotor_seq_save: path is NULL");
     rotor::Result<int64_t> r = rotor::SaveKvFile(path, *seq->cache, seq->tokens);
@@ -368,6 +382,7 @@ rotor_status* rotor_seq_save(rotor_context* ctx, int32_t id, const char* path, i
 
 rotor_status* rotor_seq_load(rotor_context* ctx, int32_t id, const char* path, int64_t* n_tokens) {
   return Guard("rotor_seq_load", [&]() -> rotor_status* {
+    rotor::capi::ResetOut<int64_t>(n_tokens, 0);
     ROTOR_CAPI_SEQ("rotor_seq_load", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(path != nullptr, "rotor_seq_load: path is NULL");
     ROTOR_CAPI_REQUIRE(seq->cache->n_seen() == 0,
@@ -385,6 +400,7 @@ rotor_status* rotor_seq_load(rotor_context* ctx, int32_t id, const char* path, i
 rotor_status* rotor_seq_tokens(rotor_context* ctx, int32_t id, int32_t* tokens, size_t capacity,
                                size_t* n_tokens) {
   return Guard("rotor_seq_tokens", [&]() -> rotor_status* {
+    rotor::capi::ResetOut<size_t>(n_tokens, 0);
     ROTOR_CAPI_SEQ("rotor_seq_tokens", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(n_tokens != nullptr, "rotor_seq_tokens: n_tokens is NULL");
     ROTOR_CAPI_REQUIRE(tokens || capacity == 0, "rotor_seq_tokens: tokens is NULL");

@@ -24,13 +24,15 @@ rotor_status* rotor_generate(rotor_model* model, const rotor_generate_params* pa
                              rotor_text_callback on_text, void* user,
                              rotor_generate_result* result) {
   return Guard("rotor_generate", [&]() -> rotor_status* {
-    ROTOR_CAPI_REQUIRE(model && params, "rotor_generate: model or params is NULL");
+    if (result) *result = rotor_generate_result{};  // zero on a failure too
+    ROTOR_CAPI_NOT_NULL("rotor_generate", model);
+    ROTOR_CAPI_NOT_NULL("rotor_generate", params);
     ROTOR_CAPI_REQUIRE_WEIGHTS(model, "rotor_generate");
     ROTOR_CAPI_REQUIRE(params->prompt != nullptr, "rotor_generate: prompt is NULL");
     ROTOR_CAPI_REQUIRE(params->stop || params->n_stop == 0, "rotor_generate: stop is NULL");
-    ROTOR_CAPI_REQUIRE(params->prefill_step >= 0,
-                       "rotor_generate: prefill_step {} must not be negative",
-                       params->prefill_step);
+    ROTOR_CAPI_REQUIRE(params->prefill_step >= 0 && params->prefill_step <= rotor::kMaxPrefillStep,
+                       "rotor_generate: prefill_step {} out of range [0, {}]",
+                       params->prefill_step, rotor::kMaxPrefillStep);
     rotor::GenerateOptions o;
     o.prompt = params->prompt;
     o.add_bos = params->add_bos;
@@ -42,7 +44,7 @@ rotor_status* rotor_generate(rotor_model* model, const rotor_generate_params* pa
       ROTOR_CAPI_REQUIRE(params->stop[i] != nullptr, "rotor_generate: stop[{}] is NULL", i);
       o.stop.emplace_back(params->stop[i]);
     }
-    if (params->kv) o.kv = params->kv->config;
+    if (params->kv) o.kv = params->kv->Build();
     ROTOR_CAPI_REQUIRE(!(params->grammar && params->json_schema),
                        "rotor_generate: give grammar or json_schema, not both");
     if (params->grammar || params->json_schema) {

@@ -33,8 +33,14 @@ struct rotor_model {
   std::mutex mu;
 };
 
+// The options as set. The policy applies first when the configuration is
+// built (choosing one starts from its defaults), then the other options as
+// given, a later value of one replacing an earlier: the order of the calls
+// does not matter.
 struct rotor_kv_config {
-  rotor::KvConfig config;
+  std::string policy;  // empty: full
+  std::vector<std::pair<rotor::KvOpt, std::string>> options;
+  rotor::KvConfig Build() const;
 };
 
 struct rotor_sampler {
@@ -87,6 +93,17 @@ inline SamplingParams ToSampling(const rotor_sampling_params& c) {
   do {                                                                                         \
     if (!(cond)) return ::rotor::capi::Make(ROTOR_ERR_INVALID_ARGUMENT, fmt::format(__VA_ARGS__)); \
   } while (0)
+
+// Out-parameters get a value on every failure too: handles NULL, ids -1,
+// counts 0 (or the size needed, for a buffer too small). Set first thing.
+template <typename T>
+void ResetOut(T* out, T value) {
+  if (out != nullptr) *out = value;
+}
+
+// "rotor_tokenize: n_tokens is NULL": one check per pointer, so the message
+// says which.
+#define ROTOR_CAPI_NOT_NULL(call, ptr) ROTOR_CAPI_REQUIRE((ptr) != nullptr, "{}: {} is NULL", call, #ptr)
 
 // For the calls that need weights: a vocab_only model has none.
 #define ROTOR_CAPI_REQUIRE_WEIGHTS(model, call)                                        \

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "base/check.h"
 #include "capi_internal.h"
 
 using rotor::capi::Guard;
@@ -51,13 +52,23 @@ rotor_status* rotor_model_load(const char* path, const rotor_model_params* param
     *out = nullptr;
     ROTOR_CAPI_REQUIRE(path != nullptr, "rotor_model_load: path is NULL");
     const rotor_model_params p = params ? *params : rotor_model_default_params();
+    // By the fields' names (the engine's messages name the CLI's flags).
     ROTOR_CAPI_REQUIRE(p.kv_memory_mib >= 0 && p.kv_memory_mib < (int64_t{1} << 43),
-                       "rotor_model_load: kv_memory_mib {} out of range", p.kv_memory_mib);
+                       "rotor_model_load: kv_memory_mib {} out of range [0, 2^43)",
+                       p.kv_memory_mib);
+    ROTOR_CAPI_REQUIRE(p.n_threads >= 0 && p.n_threads <= 4096,
+                       "rotor_model_load: n_threads {} out of range [0, 4096] (0 = all)",
+                       p.n_threads);
+    ROTOR_CAPI_REQUIRE(p.n_ctx >= 0 && p.n_ctx <= rotor::kMaxContext,
+                       "rotor_model_load: n_ctx {} out of range [0, {}] (0 = the model's)",
+                       p.n_ctx, rotor::kMaxContext);
+    ROTOR_CAPI_REQUIRE(p.max_seqs >= 1 && p.max_seqs <= 4096,
+                       "rotor_model_load: max_seqs {} out of range [1, 4096]", p.max_seqs);
     if (p.vocab_only) {
       rotor::Result<std::unique_ptr<rotor::GgufFile>> file = rotor::GgufFile::Open(path);
       if (!file.ok()) return Make(ROTOR_ERR_IO, file.message());
       rotor::Result<std::unique_ptr<rotor::Tokenizer>> tok = rotor::Tokenizer::FromGguf(**file);
-      if (!tok.ok()) return Make(ROTOR_ERR_IO, tok.message());
+      if (!tok.ok()) return Make(ROTOR_ERR_IO, fmt::format("{}: {}", path, tok.message()));
       auto m = std::make_unique<rotor_model>();
       m->vocab_file = std::move(*file);
       m->vocab = std::move(*tok);
@@ -74,11 +85,7 @@ rotor_status* rotor_model_load(const char* path, const rotor_model_params* param
     eo.max_seqs = p.max_seqs;
     eo.prefix_cache = p.prefix_cache;
     rotor::Result<std::unique_ptr<rotor::Engine>> engine = rotor::Engine::Create(eo);
-    if (!engine.ok()) {
-      // Bad parameters are the caller's; anything else is the file's.
-      const bool file = p.n_threads >= 0 && p.n_ctx >= 0 && p.max_seqs > 0;
-      return Make(file ? ROTOR_ERR_IO : ROTOR_ERR_INVALID_ARGUMENT, engine.message());
-    }
+    if (!engine.ok()) return Make(ROTOR_ERR_IO, engine.message());  // the parameters passed
     auto m = std::make_unique<rotor_model>();
     m->engine = std::move(*engine);
     const rotor::Model& model = m->engine->model();
@@ -94,18 +101,23 @@ rotor_status* rotor_model_load(const char* path, const rotor_model_params* param
 
 void rotor_model_free(rotor_model* model) { delete model; }
 
-int32_t rotor_model_n_vocab(const rotor_model* m) { return m->tokenizer().n_vocab(); }
-int32_t rotor_model_n_ctx(const rotor_model* m) { return m->engine ? m->engine->n_ctx() : 0; }
-int32_t rotor_model_n_ctx_train(const rotor_model* m) {
-  return m->engine ? m->engine->model().config().n_ctx_train : 0;
+// The getters answer a NULL model with 0, -1, false or "" (no status to return).
+int32_t rotor_model_n_vocab(const rotor_model* m) { return m ? m->tokenizer().n_vocab() : 0; }
+int32_t rotor_model_n_ctx(const rotor_model* m) {
+  return m && m->engine ? m->engine->n_ctx() : 0;
 }
-int32_t rotor_model_token_bos(const rotor_model* m) { return m->tokenizer().bos(); }
-int32_t rotor_model_token_eos(const rotor_model* m) { return m->tokenizer().eos(); }
+int32_t rotor_model_n_ctx_train(const rotor_model* m) {
+  return m && m->engine ? m->engine->model().config().n_ctx_train : 0;
+}
+int32_t rotor_model_token_bos(const rotor_model* m) { return m ? m->tokenizer().bos() : -1; }
+int32_t rotor_model_token_eos(const rotor_model* m) { return m ? m->tokenizer().eos() : -1; }
 bool rotor_model_token_is_eog(const rotor_model* m, int32_t token) {
-  return token >= 0 && token < rotor_model_n_vocab(m) &&
+  return m && token >= 0 && token < rotor_model_n_vocab(m) &&
          m->tokenizer().IsEndOfGeneration(token);
 }
-const char* rotor_model_description(const rotor_model* m) { return m->description.c_str(); }
+const char* rotor_model_description(const rotor_model* m) {
+  return m ? m->description.c_str() : "";
+}
 
 // ---- Tokens ----------------------------------------------------------------
 
@@ -113,7 +125,9 @@ rotor_status* rotor_tokenize(const rotor_model* model, const char* text, size_t 
                              bool parse_special, int32_t* tokens, size_t capacity,
                              size_t* n_tokens) {
   return Guard("rotor_tokenize", [&]() -> rotor_status* {
-    ROTOR_CAPI_REQUIRE(model && n_tokens, "rotor_tokenize: model or n_tokens is NULL");
+    rotor::capi::ResetOut<size_t>(n_tokens, 0);
+    ROTOR_CAPI_NOT_NULL("rotor_tokenize", model);
+    ROTOR_CAPI_NOT_NULL("rotor_tokenize", n_tokens);
     ROTOR_CAPI_REQUIRE(text || len == 0, "rotor_tokenize: text is NULL");
     ROTOR_CAPI_REQUIRE(tokens || capacity == 0, "rotor_tokenize: tokens is NULL, capacity {}",
                        capacity);
@@ -131,7 +145,9 @@ rotor_status* rotor_tokenize(const rotor_model* model, const char* text, size_t 
 rotor_status* rotor_detokenize(const rotor_model* model, const int32_t* tokens, size_t n,
                                bool special, char* text, size_t capacity, size_t* n_bytes) {
   return Guard("rotor_detokenize", [&]() -> rotor_status* {
-    ROTOR_CAPI_REQUIRE(model && n_bytes, "rotor_detokenize: model or n_bytes is NULL");
+    rotor::capi::ResetOut<size_t>(n_bytes, 0);
+    ROTOR_CAPI_NOT_NULL("rotor_detokenize", model);
+    ROTOR_CAPI_NOT_NULL("rotor_detokenize", n_bytes);
     ROTOR_CAPI_REQUIRE(tokens || n == 0, "rotor_detokenize: tokens is NULL");
     ROTOR_CAPI_REQUIRE(text || capacity == 0, "rotor_detokenize: text is NULL, capacity {}",
                        capacity);
@@ -154,7 +170,9 @@ rotor_status* rotor_detokenize(const rotor_model* model, const int32_t* tokens, 
 rotor_status* rotor_token_piece(const rotor_model* model, int32_t token, bool special, char* text,
                                 size_t capacity, size_t* n_bytes) {
   return Guard("rotor_token_piece", [&]() -> rotor_status* {
-    ROTOR_CAPI_REQUIRE(model && n_bytes, "rotor_token_piece: model or n_bytes is NULL");
+    rotor::capi::ResetOut<size_t>(n_bytes, 0);
+    ROTOR_CAPI_NOT_NULL("rotor_token_piece", model);
+    ROTOR_CAPI_NOT_NULL("rotor_token_piece", n_bytes);
     ROTOR_CAPI_REQUIRE(text || capacity == 0, "rotor_token_piece: text is NULL, capacity {}",
                        capacity);
     const rotor::Tokenizer& tok = model->tokenizer();
@@ -183,16 +201,42 @@ rotor_status* rotor_kv_config_new(rotor_kv_config** out) {
 
 void rotor_kv_config_free(rotor_kv_config* config) { delete config; }
 
+}  // extern "C"
+
+rotor::KvConfig rotor_kv_config::Build() const {
+  rotor::KvConfig c;
+  // Each value passed its check when it was set.
+  if (!policy.empty()) CHECK(c.Set(rotor::KvOpt::kPolicy, policy, rotor::KvSpelling::kField).ok());
+  for (const auto& [opt, value] : options)
+    CHECK(c.Set(opt, value, rotor::KvSpelling::kField).ok());
+  return c;
+}
+
+extern "C" {
+
 rotor_status* rotor_kv_config_set(rotor_kv_config* config, const char* option, const char* value) {
   return Guard("rotor_kv_config_set", [&]() -> rotor_status* {
-    ROTOR_CAPI_REQUIRE(config && option && value,
-                       "rotor_kv_config_set: config, option or value is NULL");
+    ROTOR_CAPI_NOT_NULL("rotor_kv_config_set", config);
+    ROTOR_CAPI_NOT_NULL("rotor_kv_config_set", option);
+    ROTOR_CAPI_NOT_NULL("rotor_kv_config_set", value);
     const std::string_view name(option);
     for (const rotor::KvOptionSpec& spec : rotor::KvOptions()) {
-      if (name == spec.field)
-        return rotor::capi::FromStatus(config->config.Set(spec.id, value, rotor::KvSpelling::kField));
-      if (name == spec.flag || (!spec.alias.empty() && name == spec.alias))
-        return rotor::capi::FromStatus(config->config.Set(spec.id, value, rotor::KvSpelling::kFlag));
+      if (name != spec.field && name != spec.flag && (spec.alias.empty() || name != spec.alias))
+        continue;
+      // The value alone is checked here (the message spells the option as
+      // given); how it fits the others and the model, when a sequence is made.
+      const rotor::KvSpelling spelling =
+          name == spec.field ? rotor::KvSpelling::kField : rotor::KvSpelling::kFlag;
+      rotor::KvConfig scratch;
+      if (rotor::Status st = scratch.Set(spec.id, value, spelling); !st.ok())
+        return rotor::capi::FromStatus(st);
+      if (spec.id == rotor::KvOpt::kPolicy) {
+        config->policy = value;
+      } else {
+        std::erase_if(config->options, [&](const auto& o) { return o.first == spec.id; });
+        config->options.emplace_back(spec.id, value);
+      }
+      return nullptr;
     }
     std::string known;
     for (const rotor::KvOptionSpec& spec : rotor::KvOptions())
@@ -205,12 +249,14 @@ rotor_status* rotor_kv_config_set(rotor_kv_config* config, const char* option, c
 rotor_status* rotor_kv_config_describe(const rotor_kv_config* config, const rotor_model* model,
                                        char* text, size_t capacity, size_t* n_bytes) {
   return Guard("rotor_kv_config_describe", [&]() -> rotor_status* {
-    ROTOR_CAPI_REQUIRE(config && model, "rotor_kv_config_describe: config or model is NULL");
+    rotor::capi::ResetOut<size_t>(n_bytes, 0);
+    ROTOR_CAPI_NOT_NULL("rotor_kv_config_describe", config);
+    ROTOR_CAPI_NOT_NULL("rotor_kv_config_describe", model);
     ROTOR_CAPI_REQUIRE(text || capacity == 0, "rotor_kv_config_describe: text is NULL");
     ROTOR_CAPI_REQUIRE_WEIGHTS(model, "rotor_kv_config_describe");
     const rotor::KvShape shape = model->engine->model().kv_shape(model->engine->n_ctx());
     rotor::Result<rotor::KvConfig> r =
-        rotor::ResolveKvConfig(config->config, shape, rotor::KvSpelling::kField);
+        rotor::ResolveKvConfig(config->Build(), shape, rotor::KvSpelling::kField);
     if (!r.ok()) return rotor::capi::FromStatus(r.status());
     const std::string s = rotor::DescribeKvConfig(*r);
     if (n_bytes) *n_bytes = s.size();
@@ -249,7 +295,9 @@ rotor_sampling_params rotor_sampling_greedy_params(void) {
 rotor_status* rotor_sampler_new(const rotor_sampling_params* params, int32_t n_vocab,
                                 rotor_sampler** out) {
   return Guard("rotor_sampler_new", [&]() -> rotor_status* {
-    ROTOR_CAPI_REQUIRE(params && out, "rotor_sampler_new: params or out is NULL");
+    rotor::capi::ResetOut<rotor_sampler*>(out, nullptr);
+    ROTOR_CAPI_NOT_NULL("rotor_sampler_new", out);
+    ROTOR_CAPI_NOT_NULL("rotor_sampler_new", params);
     *out = nullptr;
     ROTOR_CAPI_REQUIRE(n_vocab > 0, "rotor_sampler_new: n_vocab {} must be positive", n_vocab);
     const rotor::SamplingParams p = rotor::capi::ToSampling(*params);
@@ -263,7 +311,12 @@ rotor_status* rotor_sampler_new(const rotor_sampling_params* params, int32_t n_v
 void rotor_sampler_free(rotor_sampler* sampler) { delete sampler; }
 
 int32_t rotor_sampler_sample(rotor_sampler* s, const float* logits) {
-  return s->sampler.Sample(std::span<const float>(logits, s->sampler.n_vocab()));
+  if (s == nullptr || logits == nullptr) return -1;
+  const std::span<const float> l(logits, s->sampler.n_vocab());
+  // NaN or +inf logits (weights holding them): any draw would be garbage, and
+  // greedy took token 0 in silence.
+  if (!rotor::LogitsAreNumbers(l)) return -1;
+  return s->sampler.Sample(l);
 }
 
 void rotor_sampler_accept(rotor_sampler* s, int32_t token) {
@@ -271,6 +324,6 @@ void rotor_sampler_accept(rotor_sampler* s, int32_t token) {
   if (s != nullptr && token >= 0 && token < s->sampler.n_vocab()) s->sampler.Accept(token);
 }
 
-uint64_t rotor_sampler_seed(const rotor_sampler* s) { return s->sampler.seed(); }
+uint64_t rotor_sampler_seed(const rotor_sampler* s) { return s ? s->sampler.seed() : 0; }
 
 }  // extern "C"

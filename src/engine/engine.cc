@@ -42,16 +42,20 @@ constexpr int kMaxDefaultContext = 1 << 17;
 
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (options.n_threads < 0) return Errorf("engine: -t {} must be positive", options.n_threads);
-  if (options.n_ctx < 0) return Errorf("engine: -c {} must not be negative", options.n_ctx);
+  if (options.n_ctx < 0 || options.n_ctx > kMaxContext)
+    return Errorf("engine: -c {} out of range [0, {}] (0 = the model's)", options.n_ctx,
+                  kMaxContext);
   std::unique_ptr<Engine> e(new Engine());
   ASSIGN_OR_RETURN(e->model_, Model::Load(options.model_path, /*pack_matrices=*/true, options.open));
-  ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::FromGguf(e->model_->file()));
+  Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(e->model_->file());
+  if (!tok.ok()) return Errorf("engine: {}: {}", options.model_path, tok.message());
+  e->tokenizer_ = std::move(*tok);
   if (e->tokenizer_->n_vocab() != e->model_->config().n_vocab)
     return Errorf("engine: {}: vocabulary has {} tokens but token_embd.weight has {} rows",
                   options.model_path, e->tokenizer_->n_vocab(), e->model_->config().n_vocab);
   // A default context is the model's, up to kMaxDefaultContext: per-context
   // tables (cells, RoPE distances) are sized by it, and a file's number is no
-  // limit the user chose. -c sets any size up to 2^24.
+  // limit the user chose. -c sets any size up to kMaxContext.
   const int trained = e->model_->config().n_ctx_train;
   e->n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min(trained, kMaxDefaultContext);
   if (options.n_ctx == 0 && trained > kMaxDefaultContext)
@@ -158,7 +162,8 @@ std::string Engine::DescribeKvMemory() const {
 
 Result<KvConfig> Engine::Validate(const GenerateOptions& o, KvSpelling spelling) const {
   if (o.n_predict < -1)
-    return Errorf("generate: -n {} must be >= 0, or -1 for no limit", o.n_predict);
+    return Errorf("generate: {} {} must be >= 0, or -1 for no limit",
+                  spelling == KvSpelling::kField ? "n_predict" : "-n", o.n_predict);
   RETURN_IF_ERROR(ValidateSamplingParams(o.sampling));
   RETURN_IF_ERROR(ValidateLogitBias(o.sampling, model_->config().n_vocab));
   if (o.logprobs < -1 || o.logprobs > kMaxTopLogprobs)

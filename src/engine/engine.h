@@ -25,6 +25,9 @@
 
 namespace rotor {
 
+// The largest context (-c, n_ctx): per-context tables are sized by it.
+inline constexpr int kMaxContext = 1 << 24;
+
 struct EngineOptions {
   std::string model_path;
   int n_threads = 0;  // 0 = the machine's hardware threads

@@ -34,6 +34,8 @@
 namespace rotor {
 
 inline constexpr int kDefaultPrefillStep = 512;
+// The C library's bound on a prefill step (its activations grow with it).
+inline constexpr int kMaxPrefillStep = 1 << 20;
 
 // The one "does it fit" answer, from the cache: n more tokens fit when the
 // cache has room for them (KvCache::Remaining(); -1 = any number).

@@ -26,19 +26,6 @@ SampleStep::SampleStep(const Tokenizer& tokenizer, Sampler& sampler, StopRules r
 
 namespace {
 constexpr std::string_view kSpace = " \t\n\r\f\v";
-
-// No logit is NaN or +inf (-inf is a banned token). One pass without an early
-// exit, on the bits (integer compares vectorise; float ones with NaN did not):
-// +inf and +NaN are 0x7f800000..0x7fffffff, -NaN 0xff800001..0xffffffff.
-bool LogitsAreNumbers(std::span<const float> logits) {
-  uint32_t bad = 0;
-  for (const float x : logits) {
-    const auto b = std::bit_cast<uint32_t>(x);
-    bad |= static_cast<uint32_t>(b - 0x7f800000u < 0x00800000u) |
-           static_cast<uint32_t>(b - 0xff800001u < 0x007fffffu);
-  }
-  return bad == 0;
-}
 }  // namespace
 
 bool SampleStep::CompletesTrigger(int32_t token, std::string* from_trigger) const {

@@ -1,6 +1,7 @@
 #include "sampling/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -112,6 +113,19 @@ inline uint64_t SplitMix64(uint64_t& state) {
 inline double ToUnit(uint64_t r) { return static_cast<double>(r >> 11) * 0x1.0p-53; }
 
 }  // namespace
+
+// On the bits, without an early exit (integer compares vectorise; float ones
+// with NaN did not): +inf and +NaN are 0x7f800000..0x7fffffff, -NaN
+// 0xff800001..0xffffffff.
+bool LogitsAreNumbers(std::span<const float> logits) {
+  uint32_t bad = 0;
+  for (const float x : logits) {
+    const auto b = std::bit_cast<uint32_t>(x);
+    bad |= static_cast<uint32_t>(b - 0x7f800000u < 0x00800000u) |
+           static_cast<uint32_t>(b - 0xff800001u < 0x007fffffu);
+  }
+  return bad == 0;
+}
 
 Status ValidateSamplingParams(const SamplingParams& p) {
   // Comparisons are written so that NaN fails them.

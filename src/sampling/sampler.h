@@ -97,6 +97,10 @@ inline constexpr float kLogitBiasLimit = 100.0f;
 
 // Checks ranges; errors read like "sampling: top_p 1.5 out of range [0, 1]".
 Status ValidateSamplingParams(const SamplingParams& p);
+
+// No logit is NaN or +inf (-inf is a banned token): weights holding NaN gave
+// greedy text of token 0, reported as success. One vectorised pass.
+bool LogitsAreNumbers(std::span<const float> logits);
 // Checks that every logit_bias id is in [0, n_vocab).
 Status ValidateLogitBias(const SamplingParams& p, int32_t n_vocab);
 
