@@ -225,7 +225,8 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
                             .ignore_eos = options_.ignore_eos,
                             .stop = options_.stop,
                             .end_tokens = stop_tokens_,
-                            .trim_leading_space = true});
+                            .trim_leading_space = true},
+                  &engine_.token_trie());
   std::string shown;  // the reply as released: no leading whitespace (sample_step.h)
   bool stopped_by_caller = false;
   auto emit = [&](std::string_view text) {

@@ -50,6 +50,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(e->model_->file());
   if (!tok.ok()) return Errorf("engine: {}: {}", options.model_path, tok.message());
   e->tokenizer_ = std::move(*tok);
+  e->token_trie_ = std::make_unique<TokenTrieCache>(*e->tokenizer_);
   if (e->tokenizer_->n_vocab() != e->model_->config().n_vocab)
     return Errorf("engine: {}: vocabulary has {} tokens but token_embd.weight has {} rows",
                   options.model_path, e->tokenizer_->n_vocab(), e->model_->config().n_vocab);

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/runner.h"
+#include "engine/token_trie_cache.h"
 #include "kv/kv_config.h"
 #include "kv/kv_pool.h"
 #include "model/forward.h"
@@ -109,6 +110,8 @@ class Engine {
 
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The vocabulary as a trie, for grammar masks (built on first use).
+  const TokenTrieCache& token_trie() const { return *token_trie_; }
   ThreadPool& pool() { return *pool_; }
   int n_ctx() const { return n_ctx_; }
   // The K/V budget is DefaultKvMemory's (no --kv-memory given).
@@ -138,6 +141,7 @@ class Engine {
   Engine() = default;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<TokenTrieCache> token_trie_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvBlockPool> kv_pool_;
   bool kv_memory_default_ = true;

@@ -14,12 +14,14 @@
 
 namespace rotor {
 
-SampleStep::SampleStep(const Tokenizer& tokenizer, Sampler& sampler, StopRules rules)
+SampleStep::SampleStep(const Tokenizer& tokenizer, Sampler& sampler, StopRules rules,
+                       const TokenTrieCache* trie)
     : tokenizer_(tokenizer),
       sampler_(sampler),
       rules_(std::move(rules)),
       decoder_(tokenizer),
-      stops_(rules_.stop) {
+      stops_(rules_.stop),
+      trie_(trie) {
   if (sampler_.params().grammar) grammar_.emplace(sampler_.params().grammar);
   lazy_ = grammar_ && !sampler_.params().grammar_triggers.empty();
 }
@@ -188,21 +190,46 @@ int32_t SampleStep::SampleConstrained(std::span<const float> logits) {
   if (Allowed(first)) return first;
   if (grammar_->overflowed()) return -1;
   const auto n = static_cast<int32_t>(logits.size());
+  if (!MaskAllowed()) return -1;
+  allowed_[first] = 0;
   masked_.resize(logits.size());
   bool any = false;
   for (int32_t t = 0; t < n; ++t) {
-    const bool ok = t != first && Allowed(t);
-    if (grammar_->overflowed()) return -1;
-    masked_[t] = ok ? logits[t] : -std::numeric_limits<float>::infinity();
-    any |= ok;
+    masked_[t] = allowed_[t] ? logits[t] : -std::numeric_limits<float>::infinity();
+    any |= allowed_[t] != 0;
   }
   if (!any) return -1;
   const int32_t t = sampler_.Sample(masked_);
-  if (Allowed(t)) return t;
+  if (allowed_[t]) return t;
   // Every allowed logit was -inf too (the sampler's fallback): the first allowed.
   for (int32_t i = 0; i < n; ++i)
-    if (i != first && Allowed(i)) return i;
+    if (allowed_[i]) return i;
   return -1;
+}
+
+bool SampleStep::MaskAllowed() {
+  const auto n = static_cast<int32_t>(tokenizer_.n_vocab());
+  allowed_.assign(n, 0);
+  if (lazy_) {
+    // The grammar's text is from a trigger on: token by token.
+    for (int32_t t = 0; t < n; ++t) {
+      allowed_[t] = Allowed(t);
+      if (grammar_->overflowed()) return false;
+    }
+    return true;
+  }
+  if (trie_ == nullptr) {
+    own_trie_ = std::make_unique<TokenTrieCache>(tokenizer_);
+    trie_ = own_trie_.get();
+  }
+  const bool skip_space = rules_.trim_leading_space && !grammar_started_;  // GrammarText()
+  if (!grammar_->AllowedTokens(trie_->Get(), allowed_, skip_space)) return false;
+  // The tokens whose Allowed() is not their piece's: ends and preserved ones.
+  for (int32_t t = 0; t < n; ++t)
+    if (Ends(t)) allowed_[t] = Allowed(t);
+  for (const int32_t t : sampler_.params().preserved_tokens)
+    if (t >= 0 && t < n) allowed_[t] = Allowed(t);
+  return !grammar_->overflowed();
 }
 
 void ComputeLogprobs(std::span<const float> logits, int32_t token, int n_top, TokenLogprobs* out) {

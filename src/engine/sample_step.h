@@ -42,6 +42,7 @@
 
 #include "engine/engine.h"
 #include "engine/stop_matcher.h"
+#include "engine/token_trie_cache.h"
 #include "grammar/matcher.h"
 #include "kv/kv_cache.h"
 #include "sampling/sampler.h"
@@ -90,7 +91,10 @@ class SampleStep {
  public:
   // The sampler is the caller's: its history (the prompt, earlier replies)
   // outlives one generation.
-  SampleStep(const Tokenizer& tokenizer, Sampler& sampler, StopRules rules);
+  // `trie`: the tokenizer's (Engine::token_trie()), for grammar masks; null
+  // = one of its own, built when first needed.
+  SampleStep(const Tokenizer& tokenizer, Sampler& sampler, StopRules rules,
+             const TokenTrieCache* trie = nullptr);
 
   Sampled Next(std::span<const float> logits, const KvCache& cache);
   // At the end: the text still held back (an unfinished character, a
@@ -107,6 +111,10 @@ class SampleStep {
   // text was too ambiguous to decide (the grammar's overflowed() tells).
   int32_t SampleConstrained(std::span<const float> logits);
   bool Allowed(int32_t token) const;
+  // Allowed() of every token into allowed_; false when a text was too
+  // ambiguous to decide. Walks the vocabulary's trie (a lazy grammar before
+  // its trigger goes token by token).
+  bool MaskAllowed();
   // A lazy grammar before its trigger: whether `token` completes a trigger
   // (then `*from_trigger` is the text from the trigger's first character on).
   bool CompletesTrigger(int32_t token, std::string* from_trigger) const;
@@ -133,6 +141,9 @@ class SampleStep {
   std::string before_;   // lazy: the free text's tail (shorter than the longest trigger),
                          // or with triggers at the start all of it
   std::vector<float> masked_;                // [n_vocab] once a draw was refused
+  std::vector<uint8_t> allowed_;             // [n_vocab] 1 = allowed, with masked_
+  const TokenTrieCache* trie_;
+  std::unique_ptr<TokenTrieCache> own_trie_;  // when none was given
 };
 
 }  // namespace rotor

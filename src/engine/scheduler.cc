@@ -165,7 +165,8 @@ void Scheduler::Begin(Seq& s) {
                                                   .ignore_eos = o.ignore_eos,
                                                   .stop = o.stop,
                                                   .trim_leading_space = o.trim_leading_space,
-                                                  .logprobs = o.logprobs});
+                                                  .logprobs = o.logprobs},
+                                        &engine_.token_trie());
   s.start_ns = NowNs();
   s.started = true;
 }

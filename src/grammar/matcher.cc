@@ -123,61 +123,116 @@ bool Matcher::Step(const std::vector<Stack>& in, uint32_t cp, std::vector<Stack>
   return true;
 }
 
+Matcher::ByteStep Matcher::FeedByte(const std::vector<Stack>& stacks, unsigned char b,
+                                    Pending* p, std::vector<Stack>* next) const {
+  if (p->need > 0) {
+    if ((b & 0xC0) != 0x80) return ByteStep::kRefused;
+    p->partial = (p->partial << 6) | (b & 0x3F);
+    if (--p->need > 0) return ByteStep::kPending;
+  } else if (b < 0x80) {
+    p->partial = b;
+  } else if ((b & 0xE0) == 0xC0 && b >= 0xC2) {
+    *p = Pending{.partial = b & 0x1Fu, .need = 1, .len = 2};
+    return ByteStep::kPending;
+  } else if ((b & 0xF0) == 0xE0) {
+    *p = Pending{.partial = b & 0x0Fu, .need = 2, .len = 3};
+    return ByteStep::kPending;
+  } else if ((b & 0xF8) == 0xF0 && b <= 0xF4) {
+    *p = Pending{.partial = b & 0x07u, .need = 3, .len = 4};
+    return ByteStep::kPending;
+  } else {
+    return ByteStep::kRefused;
+  }
+  const uint32_t cp = p->partial;
+  p->partial = 0;
+  // Overlong forms, surrogates and values past U+10FFFF are not characters.
+  if (b >= 0x80 && (cp < kMinOfLength[p->len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)))
+    return ByteStep::kRefused;
+  if (!Step(stacks, cp, next) || next->empty()) return ByteStep::kRefused;
+  return ByteStep::kStepped;
+}
+
+bool Matcher::PendingPossible(const std::vector<Stack>& stacks, const Pending& p) {
+  const int bits = 6 * p.need;
+  const uint32_t lo = std::max(p.partial << bits, kMinOfLength[p.len]);
+  const uint32_t hi = std::min<uint32_t>(lo | ((1u << bits) - 1), 0x10FFFF);
+  for (const Stack& s : stacks)
+    if (!s.empty() && s.back()->MatchesAnyIn(lo, hi)) return true;
+  return false;
+}
+
 bool Matcher::Feed(const State& from, std::string_view bytes, State* out) const {
   // Reads from.stacks until the first step, then its own stacks, so that a
   // test of a token's text copies nothing when the first character fails.
   const std::vector<Stack>* cur = &from.stacks;
   std::vector<Stack> next;
-  uint32_t partial = from.partial;
-  int need = from.need;
-  int len = from.len;
+  Pending p = from.pending;
   for (const char ch : bytes) {
-    const auto b = static_cast<unsigned char>(ch);
-    if (need > 0) {
-      if ((b & 0xC0) != 0x80) return false;
-      partial = (partial << 6) | (b & 0x3F);
-      if (--need > 0) continue;
-    } else if (b < 0x80) {
-      partial = b;
-    } else if ((b & 0xE0) == 0xC0 && b >= 0xC2) {
-      partial = b & 0x1F, need = 1, len = 2;
-      continue;
-    } else if ((b & 0xF0) == 0xE0) {
-      partial = b & 0x0F, need = 2, len = 3;
-      continue;
-    } else if ((b & 0xF8) == 0xF0 && b <= 0xF4) {
-      partial = b & 0x07, need = 3, len = 4;
-      continue;
-    } else {
-      return false;
+    switch (FeedByte(*cur, static_cast<unsigned char>(ch), &p, &next)) {
+      case ByteStep::kRefused:
+        return false;
+      case ByteStep::kPending:
+        continue;
+      case ByteStep::kStepped:
+        out->stacks.swap(next);
+        cur = &out->stacks;
     }
-    // Overlong forms, surrogates and values past U+10FFFF are not characters.
-    if (b >= 0x80 && (partial < kMinOfLength[len] || partial > 0x10FFFF ||
-                      (partial >= 0xD800 && partial <= 0xDFFF)))
-      return false;
-    if (!Step(*cur, partial, &next) || next.empty()) return false;
-    out->stacks.swap(next);
-    cur = &out->stacks;
-    partial = 0;
   }
   if (cur != &out->stacks) out->stacks = from.stacks;
-  out->partial = partial;
-  out->need = need;
-  out->len = len;
-  if (need == 0) return true;
+  out->pending = p;
   // A character is unfinished: some stack must accept one it can become.
-  const int bits = 6 * need;
-  const uint32_t lo = std::max(partial << bits, kMinOfLength[len]);
-  const uint32_t hi = std::min<uint32_t>(lo | ((1u << bits) - 1), 0x10FFFF);
-  for (const Stack& s : out->stacks)
-    if (!s.empty() && s.back()->MatchesAnyIn(lo, hi)) return true;
-  return false;
+  return p.need == 0 || PendingPossible(out->stacks, p);
+}
+
+bool Matcher::AllowedTokens(const TokenTrie& trie, std::span<uint8_t> allowed,
+                            bool skip_leading_space) const {
+  CHECK(allowed.size() >= static_cast<size_t>(trie.n_tokens()));
+  for (const int32_t id : trie.ids()) allowed[id] = 0;
+  if (state_.stacks.empty()) return true;
+  // frames[d]: the matcher after the d bytes of the current node's path.
+  // A byte that leaves a character pending shares its parent's stacks; the
+  // parents of a node stay put while its subtree is walked (preorder).
+  struct Frame {
+    const std::vector<Stack>* stacks = nullptr;
+    std::vector<Stack> own;
+    Pending p;
+    bool blank = false;  // skip_leading_space and the path is whitespace so far
+  };
+  std::vector<Frame> frames(trie.max_depth() + 1);
+  frames[0].stacks = &state_.stacks;
+  frames[0].p = state_.pending;
+  frames[0].blank = skip_leading_space;
+  const std::span<const TokenTrie::Node> nodes = trie.nodes();
+  for (size_t i = 0; i < nodes.size();) {
+    const TokenTrie::Node& n = nodes[i];
+    const Frame& up = frames[n.depth - 1];
+    Frame& f = frames[n.depth];
+    f.blank = up.blank && std::string_view(" \t\n\r\f\v").find(static_cast<char>(n.byte)) !=
+                              std::string_view::npos;
+    if (f.blank) {  // not the grammar's; a text ending here has nothing for it
+      f.stacks = up.stacks;
+      f.p = up.p;
+      ++i;
+      continue;
+    }
+    f.p = up.p;
+    const ByteStep r = FeedByte(*up.stacks, n.byte, &f.p, &f.own);
+    if (r == ByteStep::kRefused && overflowed_) return false;
+    if (r == ByteStep::kRefused || (r == ByteStep::kPending && !PendingPossible(*up.stacks, f.p))) {
+      i = n.end;  // every text under this prefix is refused
+      continue;
+    }
+    f.stacks = r == ByteStep::kStepped ? &f.own : up.stacks;
+    for (uint32_t k = n.ids_begin; k < n.ids_end; ++k) allowed[trie.ids()[k]] = 1;
+    ++i;
+  }
+  return true;
 }
 
 bool Matcher::Accepts(std::string_view bytes) const {
   if (state_.stacks.empty()) return false;
   // Cheap rejection on the first whole byte before copying any stack.
-  if (!bytes.empty() && state_.need == 0 && static_cast<unsigned char>(bytes[0]) < 0x80) {
+  if (!bytes.empty() && state_.pending.need == 0 && static_cast<unsigned char>(bytes[0]) < 0x80) {
     const auto cp = static_cast<uint32_t>(static_cast<unsigned char>(bytes[0]));
     bool any = false;
     for (const Stack& s : state_.stacks) any |= !s.empty() && s.back()->Matches(cp);
@@ -196,13 +251,13 @@ bool Matcher::Accept(std::string_view bytes) {
 }
 
 bool Matcher::CanEnd() const {
-  if (state_.need != 0) return false;
+  if (state_.pending.need != 0) return false;
   return std::any_of(state_.stacks.begin(), state_.stacks.end(),
                      [](const Stack& s) { return s.empty(); });
 }
 
 bool Matcher::Done() const {
-  if (state_.need != 0) return false;
+  if (state_.pending.need != 0) return false;
   return std::all_of(state_.stacks.begin(), state_.stacks.end(),
                      [](const Stack& s) { return s.empty(); });
 }

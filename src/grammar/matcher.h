@@ -18,11 +18,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "grammar/grammar.h"
+#include "grammar/token_trie.h"
 
 namespace rotor::grammar {
 
@@ -33,6 +35,14 @@ class Matcher {
   // Would the text so far followed by `bytes` still be a prefix of a sentence?
   // An empty `bytes` is accepted iff the matcher is not dead.
   bool Accepts(std::string_view bytes) const;
+  // Accepts(text) of every token in `trie` at once, one step per trie node
+  // reached: allowed[id] becomes 1 or 0 for each id the trie holds (the
+  // others are left alone). With `skip_leading_space`, each text's leading
+  // " \t\n\r\f\v" are not the grammar's, and a text of them alone is refused
+  // (a chat reply's start). False when a step overflowed (overflowed() says
+  // so; the mask is then incomplete).
+  bool AllowedTokens(const TokenTrie& trie, std::span<uint8_t> allowed,
+                     bool skip_leading_space = false) const;
   // Appends `bytes`; false (and nothing changes) if they are not accepted.
   bool Accept(std::string_view bytes);
   // The text so far is a whole sentence of the grammar (generation may end).
@@ -58,14 +68,18 @@ class Matcher {
 
  private:
   using Stack = std::vector<const Element*>;
-  struct State {
-    std::vector<Stack> stacks;
-    // A character whose first bytes arrived: its bits so far and how many
-    // continuation bytes are still due (0: none pending).
+  // A character whose first bytes arrived: its bits so far and how many
+  // continuation bytes are still due (0: none pending).
+  struct Pending {
     uint32_t partial = 0;
     int need = 0;
     int len = 0;  // the pending character's length in bytes
   };
+  struct State {
+    std::vector<Stack> stacks;
+    Pending pending;
+  };
+  enum class ByteStep { kRefused, kPending, kStepped };
 
   // One step's expansions: the stacks with a reference on top already
   // expanded, and the work done.
@@ -76,6 +90,14 @@ class Matcher {
   // The stacks after matching `cp` from each of `in` (deduplicated); false
   // past the limits (sets overflowed_).
   bool Step(const std::vector<Stack>& in, uint32_t cp, std::vector<Stack>* out) const;
+  // One byte after `stacks` with `*p` pending: a byte that completes a
+  // character steps the stacks into *next (kStepped); one that starts or
+  // continues a character only updates *p (kPending); else kRefused (also
+  // past the limits: overflowed_ is set).
+  ByteStep FeedByte(const std::vector<Stack>& stacks, unsigned char b, Pending* p,
+                    std::vector<Stack>* next) const;
+  // Some stack takes a character that the pending bytes can still become.
+  static bool PendingPossible(const std::vector<Stack>& stacks, const Pending& p);
   // `from` followed by `bytes` into *out; false when rejected (*out is then
   // unspecified).
   bool Feed(const State& from, std::string_view bytes, State* out) const;
