@@ -298,7 +298,6 @@ rotor_status* rotor_sampler_new(const rotor_sampling_params* params, int32_t n_v
     rotor::capi::ResetOut<rotor_sampler*>(out, nullptr);
     ROTOR_CAPI_NOT_NULL("rotor_sampler_new", out);
     ROTOR_CAPI_NOT_NULL("rotor_sampler_new", params);
-    *out = nullptr;
     ROTOR_CAPI_REQUIRE(n_vocab > 0, "rotor_sampler_new: n_vocab {} must be positive", n_vocab);
     const rotor::SamplingParams p = rotor::capi::ToSampling(*params);
     if (rotor::Status s = rotor::ValidateSamplingParams(p); !s.ok())

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -190,7 +189,7 @@ int32_t SampleStep::SampleConstrained(std::span<const float> logits) {
   if (Allowed(first)) return first;
   if (grammar_->overflowed()) return -1;
   const auto n = static_cast<int32_t>(logits.size());
-  if (!MaskAllowed()) return -1;
+  if (!MaskAllowed(n)) return -1;
   allowed_[first] = 0;
   masked_.resize(logits.size());
   bool any = false;
@@ -207,9 +206,9 @@ int32_t SampleStep::SampleConstrained(std::span<const float> logits) {
   return -1;
 }
 
-bool SampleStep::MaskAllowed() {
-  const auto n = static_cast<int32_t>(tokenizer_.n_vocab());
-  allowed_.assign(n, 0);
+bool SampleStep::MaskAllowed(int32_t n) {
+  // Room for the trie's ids too (the engine checks that the two agree).
+  allowed_.assign(std::max(n, tokenizer_.n_vocab()), 0);
   if (lazy_) {
     // The grammar's text is from a trigger on: token by token.
     for (int32_t t = 0; t < n; ++t) {

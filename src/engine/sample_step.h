@@ -114,7 +114,7 @@ class SampleStep {
   // Allowed() of every token into allowed_; false when a text was too
   // ambiguous to decide. Walks the vocabulary's trie (a lazy grammar before
   // its trigger goes token by token).
-  bool MaskAllowed();
+  bool MaskAllowed(int32_t n);  // n: the logits' count
   // A lazy grammar before its trigger: whether `token` completes a trigger
   // (then `*from_trigger` is the text from the trigger's first character on).
   bool CompletesTrigger(int32_t token, std::string* from_trigger) const;
