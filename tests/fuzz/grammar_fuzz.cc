@@ -7,8 +7,11 @@
 //              writes must parse (a converter bug otherwise).
 // The text is fed to a matcher of the parsed grammar in pieces whose sizes come
 // from the mode byte; besides no crash or hang: Accepts(x) predicts Accept(x),
-// a rejected piece changes nothing, and a Reset() matcher agrees with a new one.
+// a rejected piece changes nothing, a Reset() matcher agrees with a new one, and
+// the vocabulary mask (AllowedTokens over a trie of the text's short pieces)
+// equals Accepts() of each piece, with and without a leading-space skip.
 // A grammar too ambiguous to follow (Matcher::overflowed) ends the feeding.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -16,9 +19,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
+#include "grammar/token_trie.h"
 
 namespace {
 
@@ -27,6 +32,24 @@ void Check(bool ok, const char* what) {
     std::fprintf(stderr, "grammar: %s\n", what);
     std::abort();
   }
+}
+
+// The mask from the matcher's state equals Accepts() of every token; false
+// when the grammar was too ambiguous to decide (the feeding ends).
+bool CheckMask(const rotor::grammar::Matcher& m, const std::vector<std::string_view>& vocab,
+               const rotor::grammar::TokenTrie& trie) {
+  std::vector<uint8_t> allowed(vocab.size());
+  for (const bool skip : {false, true}) {
+    if (!m.AllowedTokens(trie, allowed, skip)) return false;
+    for (size_t id = 0; id < vocab.size(); ++id) {
+      std::string_view t = vocab[id];
+      if (skip) t.remove_prefix(std::min(t.size(), t.find_first_not_of(" \t\n\r\f\v")));
+      const bool want = !t.empty() && m.Accepts(t);
+      if (m.overflowed()) return false;
+      Check((allowed[id] != 0) == want, "the trie mask and Accepts() disagree");
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -53,8 +76,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   rotor::grammar::Matcher matcher(*grammar);
   const size_t piece = 1 + (mode >> 1) % 7;  // 1..7 bytes: pieces end inside characters
+  // A vocabulary of the text's pieces of 1..4 bytes (at most 256 of them).
+  std::vector<std::string_view> vocab;
+  for (size_t at = 0; at < text.size() && vocab.size() < 256; ++at)
+    for (size_t len = 1; len <= 4 && at + len <= text.size(); ++len)
+      vocab.push_back(text.substr(at, len));
+  const rotor::grammar::TokenTrie trie(vocab);
+  bool masks = true;
   for (size_t at = 0; at < text.size(); at += piece) {
     const std::string_view bytes = text.substr(at, piece);
+    if (masks) masks = CheckMask(matcher, vocab, trie);
+    matcher.ClearOverflow();
     const bool predicted = matcher.Accepts(bytes);
     const bool can_end = matcher.CanEnd();
     Check(matcher.Accept(bytes) == predicted, "Accepts() and Accept() disagree");
