@@ -224,8 +224,13 @@ bool SampleStep::MaskAllowed(int32_t n) {
   const bool skip_space = rules_.trim_leading_space && !grammar_started_;  // GrammarText()
   if (!grammar_->AllowedTokens(trie_->Get(), allowed_, skip_space)) return false;
   // The tokens whose Allowed() is not their piece's: ends and preserved ones.
-  for (int32_t t = 0; t < n; ++t)
-    if (Ends(t)) allowed_[t] = Allowed(t);
+  if (end_ids_.empty()) {
+    for (int32_t t = 0; t < n; ++t)
+      if (Ends(t)) end_ids_.push_back(t);
+    end_ids_.push_back(-1);  // found (a vocabulary without ends is not searched again)
+  }
+  for (const int32_t t : end_ids_)
+    if (t >= 0) allowed_[t] = Allowed(t);
   for (const int32_t t : sampler_.params().preserved_tokens)
     if (t >= 0 && t < n) allowed_[t] = Allowed(t);
   return !grammar_->overflowed();

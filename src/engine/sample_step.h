@@ -142,6 +142,7 @@ class SampleStep {
                          // or with triggers at the start all of it
   std::vector<float> masked_;                // [n_vocab] once a draw was refused
   std::vector<uint8_t> allowed_;             // [n_vocab] 1 = allowed, with masked_
+  std::vector<int32_t> end_ids_;             // the tokens Ends(), then -1; found at the first mask
   const TokenTrieCache* trie_;
   std::unique_ptr<TokenTrieCache> own_trie_;  // when none was given
 };
