@@ -15,18 +15,10 @@ using Kind = Element::Kind;
 // The smallest code point a UTF-8 sequence of each length may encode.
 constexpr uint32_t kMinOfLength[5] = {0, 0, 0x80, 0x800, 0x10000};
 
-struct StackHash {
-  size_t operator()(const std::vector<const Element*>& s) const {
-    size_t h = s.size();
-    for (const Element* e : s) h = (h ^ reinterpret_cast<uintptr_t>(e)) * 0x9E3779B97F4A7C15ull;
-    return h ^ (h >> 29);
-  }
-};
-
 // Drops repeated stacks, each kept in its first place: one hash a stack and
 // a table of indices (sorting compared whole stacks: a quarter of a mask's
 // time with 2,000 open alternatives).
-void Dedupe(std::vector<std::vector<const Element*>>* stacks) {
+void Dedupe(std::vector<SmallStack>* stacks) {
   const size_t n = stacks->size();
   if (n < 2) return;
   size_t mask = 1;
@@ -36,7 +28,7 @@ void Dedupe(std::vector<std::vector<const Element*>>* stacks) {
   std::vector<uint32_t> table(mask + 1, kFree);
   size_t kept = 0;
   for (size_t i = 0; i < n; ++i) {
-    size_t h = StackHash()((*stacks)[i]) & mask;
+    size_t h = SmallStack::Hash()((*stacks)[i]) & mask;
     bool seen = false;
     for (; table[h] != kFree; h = (h + 1) & mask)
       if ((*stacks)[table[h]] == (*stacks)[i]) {
@@ -53,7 +45,7 @@ void Dedupe(std::vector<std::vector<const Element*>>* stacks) {
 }  // namespace
 
 struct Matcher::Expansion {
-  std::unordered_set<Stack, StackHash> expanded;  // stacks with a reference on top, seen
+  std::unordered_set<Stack, SmallStack::Hash> expanded;  // stacks with a reference on top, seen
   std::vector<Stack> work;                        // still to expand
   size_t steps = 0;
 };

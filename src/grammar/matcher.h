@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "grammar/grammar.h"
+#include "grammar/small_stack.h"
 #include "grammar/token_trie.h"
 
 namespace rotor::grammar {
@@ -67,7 +68,7 @@ class Matcher {
   static std::string OverflowMessage();
 
  private:
-  using Stack = std::vector<const Element*>;
+  using Stack = SmallStack;
   // A character whose first bytes arrived: its bits so far and how many
   // continuation bytes are still due (0: none pending).
   struct Pending {
