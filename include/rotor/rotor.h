@@ -167,7 +167,8 @@ ROTOR_API void rotor_kv_config_free(rotor_kv_config *config);
  * checked here; how the options fit together and the model, by
  * rotor_kv_config_describe and rotor_seq_new. Any order: the policy applies
  * first (an option it does not use is an error then, not dropped), then the
- * others; setting an option again replaces its value. */
+ * others in a fixed order (kv_type before kv_type_k / kv_type_v, so the more
+ * specific wins); setting an option again replaces its value. */
 ROTOR_API rotor_status *rotor_kv_config_set(rotor_kv_config *config, const char *option,
                                             const char *value);
 /* The resolved configuration for a model's context in words ("sink, 256 cells
@@ -212,7 +213,8 @@ ROTOR_API rotor_status *rotor_seq_free(rotor_context *ctx, int32_t seq);
  * distribution after the last token. all_logits, if not NULL, receives the
  * logits after every token: n_tokens * n_vocab floats. Errors: tokens that do
  * not fit the sequence's cache (ROTOR_ERR_CONTEXT_FULL, nothing appended),
- * an id out of range, K/V memory exhausted. Takes the model's lock. */
+ * an id out of range (nothing appended), K/V memory exhausted. Takes the
+ * model's lock. */
 ROTOR_API rotor_status *rotor_eval(rotor_context *ctx, int32_t seq, const int32_t *tokens,
                                    size_t n_tokens, float *all_logits);
 
@@ -303,8 +305,8 @@ ROTOR_API rotor_status *rotor_sampler_new(const rotor_sampling_params *params, i
                                           rotor_sampler **out);
 ROTOR_API void rotor_sampler_free(rotor_sampler *sampler);
 /* Draws a token from logits ([n_vocab] floats). Does not accept it. -1 for a
- * NULL sampler or logits, or logits holding NaN or +inf (a model whose weights
- * hold them; -inf is a banned token). */
+ * NULL sampler or logits, logits holding NaN or +inf (a model whose weights
+ * hold them), or all -inf (-inf is a banned token: every token banned). */
 ROTOR_API int32_t rotor_sampler_sample(rotor_sampler *sampler, const float *logits);
 /* Records a token in the repetition history (an id outside [0, n_vocab) is
  * ignored). */

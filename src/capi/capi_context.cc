@@ -211,6 +211,13 @@ rotor_status* rotor_eval(rotor_context* ctx, int32_t id, const int32_t* tokens, 
     ROTOR_CAPI_REQUIRE(n_tokens <= static_cast<size_t>(INT32_MAX),
                        "rotor_eval: n_tokens {} is more than any context holds", n_tokens);
     if (n_tokens == 0) return nullptr;
+    // Every id before anything is attached: a bad one past a cached prefix
+    // left the prefix appended to a call that failed.
+    const int32_t n_vocab = ctx->model->engine->tokenizer().n_vocab();
+    for (size_t i = 0; i < n_tokens; ++i)
+      ROTOR_CAPI_REQUIRE(tokens[i] >= 0 && tokens[i] < n_vocab,
+                         "rotor_eval: sequence {}: token {} (at {}) out of range [0, {})", id,
+                         tokens[i], i, n_vocab);
     std::span<const int32_t> text(tokens, n_tokens);
     std::vector<Pending> todo(1);
     Pending& p = todo[0];

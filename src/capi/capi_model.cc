@@ -2,6 +2,8 @@
 // configurations and samplers.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/check.h"
@@ -207,8 +209,13 @@ rotor::KvConfig rotor_kv_config::Build() const {
   rotor::KvConfig c;
   // Each value passed its check when it was set.
   if (!policy.empty()) CHECK(c.Set(rotor::KvOpt::kPolicy, policy, rotor::KvSpelling::kField).ok());
-  for (const auto& [opt, value] : options)
-    CHECK(c.Set(opt, value, rotor::KvSpelling::kField).ok());
+  // In the table's order, whatever the order of the calls: kv_type before
+  // kv_type_k and kv_type_v, so the more specific one wins (applied as set,
+  // kv_type after kv_type_k undid it).
+  std::vector<std::pair<rotor::KvOpt, std::string>> sorted = options;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [opt, value] : sorted) CHECK(c.Set(opt, value, rotor::KvSpelling::kField).ok());
   return c;
 }
 
@@ -313,8 +320,9 @@ int32_t rotor_sampler_sample(rotor_sampler* s, const float* logits) {
   if (s == nullptr || logits == nullptr) return -1;
   const std::span<const float> l(logits, s->sampler.n_vocab());
   // NaN or +inf logits (weights holding them): any draw would be garbage, and
-  // greedy took token 0 in silence.
+  // greedy took token 0 in silence. Every logit -inf: every token is banned.
   if (!rotor::LogitsAreNumbers(l)) return -1;
+  if (std::none_of(l.begin(), l.end(), [](float x) { return x > -INFINITY; })) return -1;
   return s->sampler.Sample(l);
 }
 

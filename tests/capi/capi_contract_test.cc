@@ -5,6 +5,7 @@
 // are bounded when given, and invalid UTF-8 survives a round trip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -153,6 +154,33 @@ TEST_F(CApiContract, KvOptionsInAnyOrderAndNamedByField) {
   // A bad value is refused at once and changes nothing.
   EXPECT_FALSE(St(rotor_kv_config_set(kv, "kv_size", "-3")).ok());
   rotor_kv_config_free(kv);
+
+  // The K type alone, then both: the more specific one still wins (applied
+  // in the order of the calls, kv_type undid kv_type_k).
+  rotor_kv_config* types = nullptr;
+  ASSERT_TRUE(St(rotor_kv_config_new(&types)).ok());
+  ASSERT_TRUE(St(rotor_kv_config_set(types, "kv_type_k", "q8_0")).ok());
+  ASSERT_TRUE(St(rotor_kv_config_set(types, "kv_type", "f32")).ok());
+  EXPECT_NE(Describe(types).find("q8_0/f32 K/V"), std::string::npos) << Describe(types);
+  rotor_kv_config_free(types);
+}
+
+// A bad id after a cached prefix: the call failed, yet the prefix was
+// attached (and the id's index counted from after it).
+TEST_F(CApiContract, ABadTokenAppendsNothingAfterACachedPrefix) {
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + i * 7 % 400);
+  int32_t a = -1, b = -1;
+  ASSERT_TRUE(St(rotor_seq_new(ctx_, nullptr, &a)).ok());
+  ASSERT_TRUE(St(rotor_eval(ctx_, a, prompt.data(), prompt.size(), nullptr)).ok());
+  ASSERT_TRUE(St(rotor_seq_new(ctx_, nullptr, &b)).ok());
+  prompt.back() = 9999;
+  St bad = rotor_eval(ctx_, b, prompt.data(), prompt.size(), nullptr);
+  EXPECT_EQ(bad.code(), ROTOR_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Has(bad, "token 9999 (at 39) out of range")) << bad.msg();
+  int64_t n = -1;
+  ASSERT_TRUE(St(rotor_seq_n_tokens(ctx_, b, &n)).ok());
+  EXPECT_EQ(n, 0);
 }
 
 TEST_F(CApiContract, OutParametersAreWrittenOnFailure) {
@@ -198,6 +226,8 @@ TEST_F(CApiContract, SamplerRefusesLogitsThatAreNotNumbers) {
   logits[7] = std::numeric_limits<float>::infinity();
   EXPECT_EQ(rotor_sampler_sample(s, logits.data()), -1);
   EXPECT_EQ(rotor_sampler_sample(s, nullptr), -1);
+  std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(rotor_sampler_sample(s, logits.data()), -1);  // every token banned (it gave 0)
   rotor_sampler_free(s);
 }
 
