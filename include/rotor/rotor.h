@@ -114,6 +114,7 @@ ROTOR_API void rotor_model_free(rotor_model *model);
 
 ROTOR_API int32_t rotor_model_n_vocab(const rotor_model *model);
 ROTOR_API int32_t rotor_model_n_ctx(const rotor_model *model);       /* per sequence */
+/* The trained context (also for vocab_only, where the file gives it; else 0). */
 ROTOR_API int32_t rotor_model_n_ctx_train(const rotor_model *model);
 ROTOR_API int32_t rotor_model_token_bos(const rotor_model *model);   /* -1: none */
 ROTOR_API int32_t rotor_model_token_eos(const rotor_model *model);   /* -1: none */
@@ -173,10 +174,11 @@ ROTOR_API rotor_status *rotor_kv_config_set(rotor_kv_config *config, const char 
                                             const char *value);
 /* The resolved configuration for a model's context in words ("sink, 256 cells
  * (4 sinks + 252 recent), original positions, cached keys, f32 K/V"), or the
- * error a sequence would get. Writes a NUL-terminated string: capacity must be
- * at least its length + 1 (unlike rotor_detokenize's text, which is bytes and
- * gets a NUL only when room remains); *n_bytes (may be NULL) receives the
- * length without the NUL. */
+ * error a sequence would get. Writes a NUL-terminated string: *n_bytes (may
+ * be NULL) receives the size it needs, NUL included (its length + 1), also
+ * with ROTOR_ERR_BUFFER_TOO_SMALL, so a buffer of *n_bytes fits (unlike
+ * rotor_detokenize's text, which is bytes and gets a NUL only when room
+ * remains). */
 ROTOR_API rotor_status *rotor_kv_config_describe(const rotor_kv_config *config,
                                                  const rotor_model *model, char *text,
                                                  size_t capacity, size_t *n_bytes);

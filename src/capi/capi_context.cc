@@ -8,6 +8,7 @@
 #include "capi_internal.h"
 #include "kv/kv_file.h"
 
+using rotor::capi::Count;
 using rotor::capi::Guard;
 using rotor::capi::Make;
 using rotor::capi::Seq;
@@ -393,8 +394,8 @@ rotor_status* rotor_seq_load(rotor_context* ctx, int32_t id, const char* path, i
     ROTOR_CAPI_SEQ("rotor_seq_load", ctx, id, seq);
     ROTOR_CAPI_REQUIRE(path != nullptr, "rotor_seq_load: path is NULL");
     ROTOR_CAPI_REQUIRE(seq->cache->n_seen() == 0,
-                       "rotor_seq_load: sequence {} holds {} tokens; load into an empty one", id,
-                       seq->cache->n_seen());
+                       "rotor_seq_load: sequence {} holds {}; load into an empty one", id,
+                       Count(seq->cache->n_seen(), "token"));
     rotor::Result<rotor::KvFileLoaded> r = rotor::LoadKvFile(path, *seq->cache);
     if (!r.ok()) return rotor::capi::FromStatus(r.status(), ROTOR_ERR_IO);
     seq->tokens = r->tokens;
@@ -414,8 +415,8 @@ rotor_status* rotor_seq_tokens(rotor_context* ctx, int32_t id, int32_t* tokens, 
     *n_tokens = seq->tokens.size();
     if (seq->tokens.size() > capacity)
       return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
-                  fmt::format("rotor_seq_tokens: {} tokens, room for {}", seq->tokens.size(),
-                              capacity));
+                  fmt::format("rotor_seq_tokens: {}, room for {}",
+                              Count(seq->tokens.size(), "token"), capacity));
     std::copy(seq->tokens.begin(), seq->tokens.end(), tokens);
     return nullptr;
   });

@@ -26,6 +26,7 @@ struct rotor_model {
   // vocab_only: the file and its vocabulary, without weights.
   std::unique_ptr<rotor::GgufFile> vocab_file;
   std::unique_ptr<rotor::Tokenizer> vocab;
+  int32_t vocab_n_ctx_train = 0;  // vocab_only: the file's trained context, 0 = not given
   const rotor::Tokenizer& tokenizer() const { return engine ? engine->tokenizer() : *vocab; }
   std::string description;
   // Serializes every call that computes or touches sequences: the engine's
@@ -86,6 +87,11 @@ inline SamplingParams ToSampling(const rotor_sampling_params& c) {
   p.frequency_penalty = c.frequency_penalty;
   p.seed = c.seed;
   return p;
+}
+
+// "1 token", "5 tokens": a count and its noun for messages.
+inline std::string Count(size_t n, std::string_view noun) {
+  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
 }
 
 // "rotor_eval: ctx is NULL"-style argument checks.

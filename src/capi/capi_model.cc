@@ -8,7 +8,9 @@
 
 #include "base/check.h"
 #include "capi_internal.h"
+#include "model/model_config.h"
 
+using rotor::capi::Count;
 using rotor::capi::Guard;
 using rotor::capi::Make;
 
@@ -74,6 +76,10 @@ rotor_status* rotor_model_load(const char* path, const rotor_model_params* param
       auto m = std::make_unique<rotor_model>();
       m->vocab_file = std::move(*file);
       m->vocab = std::move(*tok);
+      // The trained context where the file says it (a vocabulary-only file
+      // may not: 0 then).
+      rotor::Result<rotor::ModelConfig> config = rotor::ReadModelConfig(*m->vocab_file);
+      m->vocab_n_ctx_train = config.ok() ? config->n_ctx_train : 0;
       m->description =
           fmt::format("vocabulary of {}: {} tokens (no weights)", path, m->vocab->n_vocab());
       *out = m.release();
@@ -109,7 +115,8 @@ int32_t rotor_model_n_ctx(const rotor_model* m) {
   return m && m->engine ? m->engine->n_ctx() : 0;
 }
 int32_t rotor_model_n_ctx_train(const rotor_model* m) {
-  return m && m->engine ? m->engine->model().config().n_ctx_train : 0;
+  if (!m) return 0;
+  return m->engine ? m->engine->model().config().n_ctx_train : m->vocab_n_ctx_train;
 }
 int32_t rotor_model_token_bos(const rotor_model* m) { return m ? m->tokenizer().bos() : -1; }
 int32_t rotor_model_token_eos(const rotor_model* m) { return m ? m->tokenizer().eos() : -1; }
@@ -138,7 +145,7 @@ rotor_status* rotor_tokenize(const rotor_model* model, const char* text, size_t 
     *n_tokens = ids.size();
     if (ids.size() > capacity)
       return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
-                  fmt::format("rotor_tokenize: {} tokens, room for {}", ids.size(), capacity));
+                  fmt::format("rotor_tokenize: {}, room for {}", Count(ids.size(), "token"), capacity));
     std::copy(ids.begin(), ids.end(), tokens);
     return nullptr;
   });
@@ -162,7 +169,7 @@ rotor_status* rotor_detokenize(const rotor_model* model, const int32_t* tokens, 
     *n_bytes = s.size();
     if (s.size() > capacity)
       return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
-                  fmt::format("rotor_detokenize: {} bytes, room for {}", s.size(), capacity));
+                  fmt::format("rotor_detokenize: {}, room for {}", Count(s.size(), "byte"), capacity));
     std::memcpy(text, s.data(), s.size());
     if (s.size() < capacity) text[s.size()] = '\0';
     return nullptr;
@@ -184,7 +191,7 @@ rotor_status* rotor_token_piece(const rotor_model* model, int32_t token, bool sp
     *n_bytes = piece.size();
     if (piece.size() > capacity)
       return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
-                  fmt::format("rotor_token_piece: {} bytes, room for {}", piece.size(), capacity));
+                  fmt::format("rotor_token_piece: {}, room for {}", Count(piece.size(), "byte"), capacity));
     if (!piece.empty()) std::memcpy(text, piece.data(), piece.size());  // text may be NULL
     if (piece.size() < capacity) text[piece.size()] = '\0';
     return nullptr;
@@ -259,18 +266,19 @@ rotor_status* rotor_kv_config_describe(const rotor_kv_config* config, const roto
     rotor::capi::ResetOut<size_t>(n_bytes, 0);
     ROTOR_CAPI_NOT_NULL("rotor_kv_config_describe", config);
     ROTOR_CAPI_NOT_NULL("rotor_kv_config_describe", model);
-    ROTOR_CAPI_REQUIRE(text || capacity == 0, "rotor_kv_config_describe: text is NULL");
+    ROTOR_CAPI_REQUIRE(text || capacity == 0,
+                       "rotor_kv_config_describe: text is NULL, capacity {}", capacity);
     ROTOR_CAPI_REQUIRE_WEIGHTS(model, "rotor_kv_config_describe");
     const rotor::KvShape shape = model->engine->model().kv_shape(model->engine->n_ctx());
     rotor::Result<rotor::KvConfig> r =
         rotor::ResolveKvConfig(config->Build(), shape, rotor::KvSpelling::kField);
     if (!r.ok()) return rotor::capi::FromStatus(r.status());
     const std::string s = rotor::DescribeKvConfig(*r);
-    if (n_bytes) *n_bytes = s.size();
+    if (n_bytes) *n_bytes = s.size() + 1;
     if (s.size() + 1 > capacity)
       return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
-                  fmt::format("rotor_kv_config_describe: {} bytes and a NUL, room for {}",
-                              s.size(), capacity));
+                  fmt::format("rotor_kv_config_describe: {} and a NUL, room for {}",
+                              Count(s.size(), "byte"), capacity));
     std::memcpy(text, s.c_str(), s.size() + 1);
     return nullptr;
   });

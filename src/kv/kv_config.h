@@ -132,6 +132,12 @@ struct KvConfig {
   std::string Get(KvOpt o) const;
 };
 
+// " (the default)" when `o` was not set explicitly, else "": for errors about
+// a value the user may not have chosen ("kv_keep 4 (the default) must be ...").
+inline std::string_view DefaultMark(const KvConfig& c, KvOpt o) {
+  return c.Given(o) ? std::string_view() : std::string_view(" (the default)");
+}
+
 // The configuration with the policy's defaults filled in (size, keep, recent,
 // window), or a clear error naming the option as `spelling` writes it: a value
 // out of range for the context, an option the policy does not use.

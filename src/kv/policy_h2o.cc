@@ -78,11 +78,12 @@ Status ResolveH2o(KvConfig& c, const KvShape&, KvSpelling s) {
   if (!c.Given(KvOpt::kRecent)) c.recent = std::max(1, c.size * 4 / 5);
   if (!c.Given(KvOpt::kPositions)) c.positions = KvPositions::kCompact;
   DeferKeysWhenCompact(c, /*all_types=*/true);
-  if (c.recent >= c.size)
-    return Errorf("kv: {} {} must be smaller than {} {}", KvOption(KvOpt::kRecent).Name(s),
-                  c.recent, KvOption(KvOpt::kSize).Name(s), c.size);
   if (c.size < 2)
     return Errorf("kv: {} {} is too small for h2o (at least 2)", KvOption(KvOpt::kSize).Name(s),
+                  c.size);
+  if (c.recent >= c.size)
+    return Errorf("kv: {} {}{} must be smaller than {} {}", KvOption(KvOpt::kRecent).Name(s),
+                  c.recent, DefaultMark(c, KvOpt::kRecent), KvOption(KvOpt::kSize).Name(s),
                   c.size);
   return Status::Ok();
 }

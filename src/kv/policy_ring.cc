@@ -134,8 +134,8 @@ Status ResolveSink(KvConfig& c, const KvShape&, KvSpelling s) {
   if (!c.Given(KvOpt::kPositions)) c.positions = KvPositions::kCompact;
   const std::string_view keep = KvOption(KvOpt::kKeep).Name(s);
   if (c.keep >= c.size)
-    return Errorf("kv: {} {} must be smaller than {} {}", keep, c.keep,
-                  KvOption(KvOpt::kSize).Name(s), c.size);
+    return Errorf("kv: {} {}{} must be smaller than {} {}", keep, c.keep,
+                  DefaultMark(c, KvOpt::kKeep), KvOption(KvOpt::kSize).Name(s), c.size);
   return Status::Ok();
 }
 

@@ -199,8 +199,9 @@ Status ResolveSnapKv(KvConfig& c, const KvShape&, KvSpelling s) {
   if (!c.Given(KvOpt::kPositions)) c.positions = KvPositions::kCompact;
   DeferKeysWhenCompact(c, /*all_types=*/false);
   if (c.window >= c.size)
-    return Errorf("kv: {} {} must be smaller than {} {}", KvOption(KvOpt::kWindow).Name(s),
-                  c.window, KvOption(KvOpt::kSize).Name(s), c.size);
+    return Errorf("kv: {} {}{} must be smaller than {} {}", KvOption(KvOpt::kWindow).Name(s),
+                  c.window, DefaultMark(c, KvOpt::kWindow), KvOption(KvOpt::kSize).Name(s),
+                  c.size);
   return Status::Ok();
 }
 

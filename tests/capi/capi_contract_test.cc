@@ -165,6 +165,28 @@ TEST_F(CApiContract, KvOptionsInAnyOrderAndNamedByField) {
   rotor_kv_config_free(types);
 }
 
+// A description's *n_bytes is the size it needs, NUL included, so a buffer of
+// that size fits (it gave the length, and a caller retrying with a buffer of
+// *n_bytes was refused every time).
+TEST_F(CApiContract, DescribeGivesTheSizeABufferNeeds) {
+  rotor_kv_config* kv = nullptr;
+  ASSERT_TRUE(St(rotor_kv_config_new(&kv)).ok());
+  size_t need = 0;
+  St probe = rotor_kv_config_describe(kv, model_, nullptr, 0, &need);
+  EXPECT_EQ(probe.code(), ROTOR_ERR_BUFFER_TOO_SMALL);
+  ASSERT_GT(need, 1u);
+  std::vector<char> text(need, 'x');
+  size_t got = 0;
+  St fits = rotor_kv_config_describe(kv, model_, text.data(), text.size(), &got);
+  ASSERT_TRUE(fits.ok()) << fits.msg();
+  EXPECT_EQ(got, need);
+  EXPECT_EQ(std::strlen(text.data()) + 1, need);
+  St short_by_one = rotor_kv_config_describe(kv, model_, text.data(), need - 1, &got);
+  EXPECT_EQ(short_by_one.code(), ROTOR_ERR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(got, need);
+  rotor_kv_config_free(kv);
+}
+
 // A bad id after a cached prefix: the call failed, yet the prefix was
 // attached (and the id's index counted from after it).
 TEST_F(CApiContract, ABadTokenAppendsNothingAfterACachedPrefix) {

@@ -87,6 +87,8 @@ TEST(CApiVocab, VocabOnlyOfAModelTokenizesAsTheModel) {
   const std::string text = "Once upon a time, there was a little girl named Lily.";
   EXPECT_EQ(Tokenize(vocab, text), Tokenize(full, text));
   EXPECT_EQ(rotor_model_n_vocab(vocab), rotor_model_n_vocab(full));
+  EXPECT_EQ(rotor_model_n_ctx_train(vocab), rotor_model_n_ctx_train(full));  // it was 0
+  EXPECT_GT(rotor_model_n_ctx_train(vocab), 0);
   EXPECT_EQ(rotor_model_token_bos(vocab), rotor_model_token_bos(full));
   EXPECT_EQ(rotor_model_token_eos(vocab), rotor_model_token_eos(full));
   rotor_model_free(vocab);

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace rotor {
 namespace {
 
@@ -23,6 +27,23 @@ TEST(KvConfig, ResolvesDefaultsAndRejectsBadCombinations) {
   ASSERT_TRUE(keep.SetInt(KvOpt::kKeep, 8).ok());
   EXPECT_NE(ResolveKvConfig(keep, kShape).message().find("--kv-keep 8 must be smaller"),
             std::string::npos);
+  // A limit the user did not set is named as the default; h2o's own lower
+  // bound on the size comes before the default it derives from the size.
+  const std::pair<std::vector<std::pair<KvOpt, std::string>>, std::string> defaults[] = {
+      {{{KvOpt::kPolicy, "sink"}, {KvOpt::kSize, "4"}},
+       "--kv-keep 4 (the default) must be smaller than --kv-size 4"},
+      {{{KvOpt::kPolicy, "snapkv"}, {KvOpt::kSize, "16"}},
+       "--kv-window 32 (the default) must be smaller than --kv-size 16"},
+      {{{KvOpt::kPolicy, "h2o"}, {KvOpt::kSize, "1"}}, "--kv-size 1 is too small for h2o"},
+      {{{KvOpt::kPolicy, "h2o"}, {KvOpt::kSize, "4"}, {KvOpt::kRecent, "4"}},
+       "--kv-recent 4 must be smaller than --kv-size 4"},
+  };
+  for (const auto& [options, message] : defaults) {
+    KvConfig c;
+    for (const auto& [o, v] : options) ASSERT_TRUE(c.Set(o, v).ok());
+    const std::string got = ResolveKvConfig(c, kShape).message();
+    EXPECT_NE(got.find(message), std::string::npos) << got;
+  }
   // The full cache has no positions to choose: compact, given, is an error.
   KvConfig compact;
   ASSERT_TRUE(compact.Set(KvOpt::kPositions, "compact").ok());
