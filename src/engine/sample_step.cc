@@ -23,11 +23,29 @@ SampleStep::SampleStep(const Tokenizer& tokenizer, Sampler& sampler, StopRules r
       trie_(trie) {
   if (sampler_.params().grammar) grammar_.emplace(sampler_.params().grammar);
   lazy_ = grammar_ && !sampler_.params().grammar_triggers.empty();
+  // A grammar that must begin with whitespace asks for it: the reply keeps it
+  // (skipped, as a chat reply's start, the grammar could never be met).
+  if (rules_.trim_leading_space && grammar_ && !lazy_ && MustBeginWithSpace(*grammar_))
+    rules_.trim_leading_space = false;
+  if (grammar_) grammar_->ClearOverflow();
 }
 
 namespace {
 constexpr std::string_view kSpace = " \t\n\r\f\v";
 }  // namespace
+
+bool SampleStep::MustBeginWithSpace(const grammar::Matcher& g) {
+  // Every byte a text can begin with (lead bytes of longer characters
+  // included: the matcher holds them pending): only whitespace is accepted.
+  bool space = false;
+  for (int b = 1; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    if (!g.Accepts(std::string_view(&c, 1))) continue;
+    if (kSpace.find(c) == std::string_view::npos) return false;
+    space = true;
+  }
+  return space;
+}
 
 bool SampleStep::CompletesTrigger(int32_t token, std::string* from_trigger) const {
   const SamplingParams& p = sampler_.params();

@@ -126,6 +126,8 @@ class SampleStep {
   // The part of a token's text the grammar sees: chat replies skip leading
   // whitespace until the grammar has seen something (as the released text).
   std::string_view GrammarText(int32_t token) const;
+  // The grammar accepts only whitespace as its first byte (and some).
+  static bool MustBeginWithSpace(const grammar::Matcher& g);
   std::string Release(std::string text);
 
   const Tokenizer& tokenizer_;

@@ -222,6 +222,31 @@ TEST_F(SampleStepTest, GrammarRefusesTokensAndEndsWhenComplete) {
 
 // A grammar too ambiguous to follow ends the step with an error that says so,
 // not as a stop (matcher.h: exponentially many open stacks).
+// A chat reply (trim_leading_space) skips its leading whitespace, for the
+// grammar too; a grammar that must begin with whitespace keeps it instead
+// (skipped, it could never be met: the reply came back empty).
+TEST_F(SampleStepTest, ChatReplyKeepsTheLeadingSpaceItsGrammarAsksFor) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"g(root ::= " a" " time"?)g", " a"},
+      {R"g(root ::= [ \t\n]+ "a" " time"?)g", " a"},
+      {R"g(root ::= "a" " time"?)g", "a"},
+      {R"g(root ::= [ ]? "a" " time"?)g", "a"},  // may begin with it: skipped, as before
+  };
+  for (const auto& [gbnf, first] : cases) {
+    Sampler sampler(GreedyUnder(gbnf), n_vocab());
+    SampleStep step(*tok_, sampler, StopRules{.trim_leading_space = true});
+    std::vector<float> l = Peak(kOnce, kUpon);
+    l[kA] = 0.5f;
+    const Sampled a = step.Next(l, *cache_);
+    EXPECT_EQ(a.token, kA) << gbnf;
+    EXPECT_EQ(a.text, first) << gbnf;
+    const Sampled t = step.Next(Peak(kTime), *cache_);
+    EXPECT_EQ(t.token, kTime) << gbnf;
+    EXPECT_EQ(t.text, " time") << gbnf;
+    EXPECT_EQ(t.finish, FinishReason::kEos) << gbnf;
+  }
+}
+
 TEST_F(SampleStepTest, GrammarTooAmbiguousIsAnError) {
   Sampler sampler(GreedyUnder(R"g(root ::= x
 x ::= " a" x y | " a" x z | " a"
