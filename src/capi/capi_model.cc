@@ -145,7 +145,8 @@ rotor_status* rotor_tokenize(const rotor_model* model, const char* text, size_t 
     *n_tokens = ids.size();
     if (ids.size() > capacity)
       return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
-                  fmt::format("rotor_tokenize: {}, room for {}", Count(ids.size(), "token"), capacity));
+                  fmt::format("rotor_tokenize: {}, room for {}", Count(ids.size(), "token"),
+                              capacity));
     std::copy(ids.begin(), ids.end(), tokens);
     return nullptr;
   });
@@ -169,7 +170,8 @@ rotor_status* rotor_detokenize(const rotor_model* model, const int32_t* tokens, 
     *n_bytes = s.size();
     if (s.size() > capacity)
       return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
-                  fmt::format("rotor_detokenize: {}, room for {}", Count(s.size(), "byte"), capacity));
+                  fmt::format("rotor_detokenize: {}, room for {}", Count(s.size(), "byte"),
+                              capacity));
     std::memcpy(text, s.data(), s.size());
     if (s.size() < capacity) text[s.size()] = '\0';
     return nullptr;
@@ -191,7 +193,8 @@ rotor_status* rotor_token_piece(const rotor_model* model, int32_t token, bool sp
     *n_bytes = piece.size();
     if (piece.size() > capacity)
       return Make(ROTOR_ERR_BUFFER_TOO_SMALL,
-                  fmt::format("rotor_token_piece: {}, room for {}", Count(piece.size(), "byte"), capacity));
+                  fmt::format("rotor_token_piece: {}, room for {}",
+                              Count(piece.size(), "byte"), capacity));
     if (!piece.empty()) std::memcpy(text, piece.data(), piece.size());  // text may be NULL
     if (piece.size() < capacity) text[piece.size()] = '\0';
     return nullptr;
