@@ -600,7 +600,7 @@ Cut CutOf(const ThreadPool& pool, const AttentionArgs& a, int max_tile) {
   ChooseFold(a, c);
   // Few tokens (decode steps): split the cells so every thread has work
   // (flash-decoding).
-  const bool few = n_tokens < 2 * pool.size();
+  const bool few = !a.prompt && n_tokens < 2 * pool.size();
   if (few && n_cells >= 256)
     c.splits = std::min<int>((4 * pool.size() + n_tokens - 1) / n_tokens, n_cells / 128);
   c.per_split = (n_cells + c.splits - 1) / c.splits;

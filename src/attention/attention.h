@@ -40,6 +40,11 @@ struct AttentionArgs {
   const RopeDistanceTable* rope = nullptr;
   float* out = nullptr;          // [n_tokens, n_head, head_dim], rows out_stride apart
   int64_t out_stride = 0;
+  // Text given rather than sampled (SeqInput::prompt): never the decode
+  // steps' cut (one-token folds, cells split across threads), whose rounding
+  // differs from the tiles' for block-type K/V, so a prompt's tokens come out
+  // the same however the prompt was cut.
+  bool prompt = false;
 };
 
 // Working memory, sized once for a thread count, head layout and token count.

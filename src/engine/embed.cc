@@ -65,7 +65,7 @@ Result<std::vector<float>> Embed(Engine& engine, std::span<const int32_t> tokens
   std::vector<float> hidden(static_cast<size_t>(n * E));
   for (int64_t b = 0; b < n; b += step) {
     const SeqInput in{cache.get(), tokens.subspan(b, std::min<int64_t>(step, n - b)),
-                      LogitsWanted::kNone};
+                      LogitsWanted::kNone, /*prompt=*/true};
     RETURN_IF_ERROR(forward.RunHidden(std::span(&in, 1), hidden.data() + b * E));
   }
   std::vector<float> out;

@@ -100,7 +100,7 @@ Status Runner::Step(std::span<Feed* const> feeds) {
       want = LogitsWanted::kNone;
     else if (f->logits_from == e - 1)
       want = LogitsWanted::kLast;
-    inputs_.push_back(SeqInput{f->cache, f->tokens.subspan(b, n), want});
+    inputs_.push_back(SeqInput{f->cache, f->tokens.subspan(b, n), want, e <= f->n_prompt});
     owners_.push_back(f);
     budget -= n;
   }

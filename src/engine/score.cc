@@ -46,7 +46,7 @@ Status PromptScorer::Step() {
   const int64_t n_vocab = engine_.model().config().n_vocab;
   const int64_t b = n_run_, rows = std::min<int64_t>(step_, n - b);
   const SeqInput in{cache_.get(), std::span<const int32_t>(tokens_).subspan(b, rows),
-                    LogitsWanted::kAll};
+                    LogitsWanted::kAll, /*prompt=*/true};
   RETURN_IF_ERROR(forward_->Run(std::span(&in, 1), logits_.data()));
   // Row r predicts token b + r + 1 (the last token's row predicts nothing).
   for (int64_t r = 0; r < rows && b + r + 1 < n; ++r)

@@ -220,6 +220,7 @@ void Forward::Layer(int il, std::span<const SeqInput> seqs, int64_t n_tokens) {
     args.rope = &rope_table_;
     args.out = att_.data() + row * q_dim;
     args.out_stride = q_dim;
+    args.prompt = seqs[si].prompt;
     attn_args_.push_back(args);
     row += n;
   }

@@ -27,6 +27,11 @@ struct SeqInput {
   KvCache* cache = nullptr;
   std::span<const int32_t> tokens;
   LogitsWanted logits = LogitsWanted::kLast;
+  // The tokens are given text (a prompt, a text scored or embedded), not a
+  // sampled token fed back: attention computes each as in any other cut of
+  // the text (AttentionArgs::prompt), so a prefix-cache hit or a prefill
+  // chunk that leaves one token gives the same bits as one long chunk.
+  bool prompt = false;
 };
 
 class Forward {

@@ -98,7 +98,8 @@ std::vector<float> ComputeKeyOffsets(const Model& model, int n_threads) {
   CHECK_MSG(cache.ok(), cache.message().c_str());
   ThreadPool pool(std::max(1, n_threads));
   Forward forward(model, pool, n, n);
-  const SeqInput input{.cache = cache->get(), .tokens = tokens, .logits = LogitsWanted::kNone};
+  const SeqInput input{
+      .cache = cache->get(), .tokens = tokens, .logits = LogitsWanted::kNone, .prompt = true};
   const Status s = forward.Run(std::span<const SeqInput>(&input, 1), nullptr);
   CHECK_MSG(s.ok(), s.message().c_str());
 
