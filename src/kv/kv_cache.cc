@@ -600,7 +600,12 @@ void KvCache::Commit(KvPlan& plan, ThreadPool* pool) {
     text_.clear();
     return;
   }
-  text_.insert(text_.end(), plan.tokens.begin(), plan.tokens.end());
+  // Only the ids of tokens [0, n_cells) can be in a published block: a ring
+  // past its size (sink, window) generating forever keeps no more of them.
+  // text_ holds tokens [0, min(n_seen, n_cells)).
+  const size_t room = static_cast<size_t>(n_cells_) - std::min(text_.size(), size_t(n_cells_));
+  const size_t take = std::min(room, plan.tokens.size());
+  text_.insert(text_.end(), plan.tokens.begin(), plan.tokens.begin() + take);
   PublishFull();
 }
 

@@ -157,6 +157,9 @@ class KvCache {
   void DisablePublishing() { publish_ = publish_allowed_ = false; }
   // True when the policy shares prefixes (kv_policy.h): full, sink, window.
   bool SharesPrefix() const { return policy_->SharesPrefix(); }
+  // Token ids kept for publishing: at most one per cell, however long a ring
+  // generates (it kept one per token, 4 bytes each, without end).
+  size_t publish_ids() const { return text_.size(); }
 
   // KV files (kv_file.h, kv_cache_io.cc). The rows of one layer's K (is_v
   // false) or V for cells [first, first + rows.size() / row_bytes(is_v)), all
@@ -292,7 +295,7 @@ class KvCache {
   // own positions, the text's token ids and the hash of each full block.
   bool publish_ = true;
   bool publish_allowed_ = true;  // DisablePublishing
-  std::vector<int32_t> text_;    // [n_seen] while publishing
+  std::vector<int32_t> text_;    // [min(n_seen, n_cells)] while publishing
   std::vector<uint64_t> chain_;  // [full blocks published or attached]
   uint64_t root_ = 0;            // PrefixRoot of the model, types, rotation and RoPE mode
   int64_t reserved_ = 0;         // blocks the pool set aside for this cache

@@ -242,6 +242,23 @@ void ExpectHolds(const Seq& s) {
   }
 }
 
+// A sink generating far past its size ("generate forever at fixed memory")
+// keeps no more token ids for publishing than it has cells (it kept one per
+// token, without end).
+TEST(KvPool, ARingPastItsSizeKeepsBoundedIds) {
+  KvBlockPool pool(kShape, Opts(40));
+  Seq s;
+  s.cache = std::move(KvCache::Create(kShape, Policy(1), &pool)).value();  // sink, 24 cells
+  bool refused = false;
+  for (int i = 0; i < 24 && !refused; ++i) Append(s, {i % 4}, &refused);
+  EXPECT_EQ(s.cache->publish_ids(), 24u);
+  for (int i = 24; i < 2000 && !refused; ++i) Append(s, {i % 4}, &refused);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(s.cache->n_seen(), 2000);
+  EXPECT_LE(s.cache->publish_ids(), 24u);
+  ExpectHolds(s);
+}
+
 TEST(KvPool, RandomOperationsAgainstAModel) {
   KvBlockPool pool(kShape, Opts(40));
   std::mt19937 rng(7);
