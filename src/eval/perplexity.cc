@@ -264,6 +264,30 @@ Status KlBaseReader::NextRow(KlBaseRow* row) {
   std::memcpy(&row->top1, buf_.data() + 12, 4);
   row->code.resize(info_.n_vocab);
   std::memcpy(row->code.data(), buf_.data() + kRowHeader, 2 * row->code.size());
+  // The row as KlBaseWriter makes it (the format has no checksum: a damaged
+  // row gave NaN or infinite statistics that printed, with exit status 0).
+  const int64_t index = rows_read_++;
+  const float top = row->lo + 65535.f * row->step;  // log p of the most likely token
+  const char* what = nullptr;
+  if (!std::isfinite(row->nll) || row->nll < -1e-3f)
+    what = "its -log p is not a number >= 0";
+  else if (!std::isfinite(row->lo) || !std::isfinite(row->step) || row->step < 0 ||
+           top > 1e-3f || top < -std::log(static_cast<float>(info_.n_vocab)) - 1e-3f ||
+           row->lo < top - kLogProbRange - 1e-3f)
+    what = "its log-probability range is impossible";
+  else if (row->top1 < 0 || row->top1 >= info_.n_vocab ||
+           (row->step > 0 && row->code[row->top1] != 65535))
+    what = "its most likely token is not one";
+  if (what == nullptr) {
+    double sum = 0;  // the probabilities: 1 within the 16-bit codes' rounding
+    for (const uint16_t c : row->code)
+      sum += std::exp(static_cast<double>(row->lo) + static_cast<double>(row->step) * c);
+    if (!(std::fabs(sum - 1.0) < 0.01)) what = "its probabilities do not sum to 1";
+  }
+  if (what != nullptr)
+    return Errorf("'{}': row {} of the KL base is damaged ({}); delete it and run the full cache "
+                  "with --kl-base again to write it",
+                  path_, index, what);
   return Status::Ok();
 }
 

@@ -121,6 +121,7 @@ class KlBaseReader {
   std::FILE* f_ = nullptr;
   KlBaseInfo info_;
   int64_t rows_left_ = 0;
+  int64_t rows_read_ = 0;
   std::vector<unsigned char> buf_;
 };
 

@@ -10,6 +10,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <string>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -211,6 +215,55 @@ TEST_F(KlBaseTest, MismatchesAreClearErrors) {
   r = ChunkedPerplexity(runner64, 1, TextTokens(), o, hooks);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.message(), HasSubstr("holds 5 chunks"));
+}
+
+// The rows have no checksum: a damaged row's numbers are checked against what
+// the writer makes (they gave NaN or infinite statistics, exit status 0).
+TEST_F(KlBaseTest, DamagedRowsAreRejected) {
+  std::string bytes;
+  {
+    std::ifstream in(path_, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const int n_vocab = base_.n_vocab;
+  const size_t row_bytes = 16 + 2 * static_cast<size_t>(n_vocab);
+  const int64_t n_rows = kChunks * (kCtx - 1 - kCtx / 2);
+  const size_t row3 = bytes.size() - static_cast<size_t>(n_rows) * row_bytes + 3 * row_bytes;
+  int32_t top1 = 0;
+  std::memcpy(&top1, bytes.data() + row3 + 12, 4);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const int32_t bad_top = n_vocab + 5;
+  const uint16_t zero = 0, high = 65535;
+  const int32_t other = top1 == 0 ? 1 : 0;
+  const struct {
+    size_t at;
+    std::string value;
+    const char* what;
+  } damage[] = {
+      {0, std::string(reinterpret_cast<const char*>(&nan), 4), "-log p"},
+      {8, std::string(reinterpret_cast<const char*>(&inf), 4), "range"},
+      {12, std::string(reinterpret_cast<const char*>(&bad_top), 4), "most likely"},
+      {16 + 2 * static_cast<size_t>(top1), std::string(reinterpret_cast<const char*>(&zero), 2),
+       "most likely"},
+      {16 + 2 * static_cast<size_t>(other), std::string(reinterpret_cast<const char*>(&high), 2),
+       "sum to 1"},
+  };
+  for (const auto& d : damage) {
+    std::string damaged = bytes;
+    damaged.replace(row3 + d.at, d.value.size(), d.value);
+    std::ofstream(path_, std::ios::binary) << damaged;
+    auto reader = KlBaseReader::Open(path_);
+    ASSERT_TRUE(reader.ok()) << reader.message();
+    KlBaseRow row;
+    Status st = Status::Ok();
+    int read = 0;
+    for (; read < 4 && st.ok(); ++read) st = (*reader)->NextRow(&row);
+    ASSERT_FALSE(st.ok()) << d.what;
+    EXPECT_EQ(read, 4) << d.what;  // rows 0-2 are fine
+    EXPECT_THAT(st.message(), HasSubstr("row 3 of the KL base is damaged")) << st.message();
+    EXPECT_THAT(st.message(), HasSubstr(d.what)) << st.message();
+  }
 }
 
 TEST_F(KlBaseTest, DamagedFilesAreRejected) {
