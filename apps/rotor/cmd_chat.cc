@@ -52,7 +52,9 @@ std::string Footer(const ChatTurn& t, const ChatSession& chat, int n_ctx) {
                             : fmt::format("{}/{}", t.n_past, chat.cache().n_cells());
   std::string finish(FinishReasonName(t.finish));
   if (t.finish == FinishReason::kError) finish += ": " + t.error;
-  if (t.finish == FinishReason::kContext)
+  if (t.finish == FinishReason::kContext && t.longer_than_context)
+    finish += fmt::format(" (the message is longer than the context of {} tokens)", n_ctx);
+  else if (t.finish == FinishReason::kContext)
     finish += fmt::format(" (the context of {} tokens is full: /clear to start again)", n_ctx);
   return fmt::format(
       "[prompt {} tokens, {:.1f} tok/s | reply {} tokens, {:.1f} tok/s | "
@@ -130,8 +132,17 @@ class ChatLoop {
       fmt::print(stderr, "rotor: error: {}\n", t.message());
       return;
     }
-    if (t->finish == FinishReason::kContext && t->n_prompt == 0)
-      fmt::print(stderr, "rotor: the message does not fit in what is left of the context\n");
+    if (t->finish == FinishReason::kContext && t->longer_than_context)
+      fmt::print(stderr,
+                 "rotor: the message takes {} tokens (with the chat template), more than the "
+                 "context holds ({} tokens with --kv {}): shorten it, or choose a policy that "
+                 "evicts (--kv sink)\n",
+                 t->n_refused, chat_.cache().n_cells(), chat_.cache().config().policy);
+    else if (t->finish == FinishReason::kContext && t->n_prompt == 0)
+      fmt::print(stderr,
+                 "rotor: the message takes {} tokens, more than is left of the context: /clear "
+                 "to start again\n",
+                 t->n_refused);
     std::fputc('\n', stdout);
     std::fflush(stdout);
     fmt::print(stderr, "{}\n", Footer(*t, chat_, n_ctx_));

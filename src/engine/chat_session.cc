@@ -185,11 +185,15 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
   // conversation starts over in an emptied cache.
   NewTokens plan = Plan(next, /*add_generation_prompt=*/true);
   const int64_t start_ns = NowNs();
+  auto refused = [&](int64_t n) {
+    turn.finish = FinishReason::kContext;
+    turn.n_refused = n;
+    turn.longer_than_context = !FitsNewCache(cache_->config(), cache_->shape(), n).ok();
+    return turn;
+  };
   if (plan.from_scratch) {
-    if (!FitsNewCache(cache_->config(), cache_->shape(), std::ssize(plan.tokens)).ok()) {
-      turn.finish = FinishReason::kContext;
-      return turn;
-    }
+    if (!FitsNewCache(cache_->config(), cache_->shape(), std::ssize(plan.tokens)).ok())
+      return refused(std::ssize(plan.tokens));
     ResetCache();
   }
   // A conversation that starts over (a new session, /clear, a history the
@@ -204,8 +208,7 @@ Result<ChatTurn> ChatSession::Send(std::string_view user, const TextCallback& on
   Feed prompt = Feed::Prompt(cache_.get(), fresh);
   if (Status s = Run(prompt); !s.ok()) {
     if (prompt.status.ok()) return s;
-    turn.finish = FinishReason::kContext;  // refused before anything ran
-    return turn;
+    return refused(std::ssize(fresh));  // refused before anything ran
   }
   after_special_ = plan.after_special;
   for (int32_t t : plan.tokens) sampler_->Accept(t);

@@ -59,6 +59,11 @@ struct ChatTurn {
   std::string error;  // finish kError: why (the reply so far is kept)
   int64_t prompt_ns = 0, gen_ns = 0;
   int64_t n_past = 0;  // tokens of the whole conversation after the turn
+  // finish kContext before anything ran: the tokens the turn needed, and
+  // whether they would not fit even an empty cache (the message alone is too
+  // long: /clear cannot help).
+  int64_t n_refused = 0;
+  bool longer_than_context = false;
   double prompt_tps() const { return prompt_ns ? n_prompt * 1e9 / prompt_ns : 0; }
   double gen_tps() const { return gen_ns ? n_generated * 1e9 / gen_ns : 0; }
 };

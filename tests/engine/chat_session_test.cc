@@ -225,10 +225,18 @@ TEST(ChatSession, FullContextEndsTheReplyAndClearStartsOver) {
   EXPECT_EQ(t2.finish, FinishReason::kContext);
   EXPECT_EQ(t2.n_prompt, 0);
   EXPECT_EQ(t2.n_generated, 0);
+  EXPECT_GT(t2.n_refused, 0);
+  EXPECT_FALSE(t2.longer_than_context);  // /clear helps
   EXPECT_EQ(chat->messages().size(), n_messages);  // the message was not taken
   chat->Clear();
   EXPECT_TRUE(chat->tokens().empty());
   EXPECT_TRUE(chat->messages().empty());
+  std::string long_message;  // longer than the whole context: /clear cannot help
+  for (int i = 0; i < 20; ++i) long_message += "and then the dog ran ";
+  ChatTurn too_long = Send(*chat, long_message);
+  EXPECT_EQ(too_long.finish, FinishReason::kContext);
+  EXPECT_TRUE(too_long.longer_than_context);
+  EXPECT_GT(too_long.n_refused, 64);
   ChatTurn t3 = Send(*chat, "Tell me a story.");
   // The conversation starts over: its whole blocks come from the prefix cache.
   EXPECT_EQ(t3.n_prompt + t3.n_cached, t1.n_prompt);
@@ -276,6 +284,8 @@ TEST(ChatSession, EachTurnIsAPromptTheCacheMayRefuse) {
   const ChatTurn t2 = Send(*chat, long_message);
   EXPECT_EQ(t2.finish, FinishReason::kContext);
   EXPECT_EQ(t2.n_prompt, 0);
+  EXPECT_GT(t2.n_refused, 64);
+  EXPECT_TRUE(t2.longer_than_context);  // said so: /clear would not help
   EXPECT_EQ(t2.n_past, t1.n_past);
   EXPECT_EQ(chat->messages().size(), n_messages);
   EXPECT_EQ(chat->tokens(), before);
