@@ -54,7 +54,8 @@ int64_t LoadPromptCacheFile(Engine& engine, const GenerateArgs& a, const KvConfi
 void SavePromptCacheFile(Engine& engine, const GenerateArgs& a, const KvConfig& kv,
                          const std::vector<int32_t>& prompt, int64_t loaded) {
   const int64_t b = engine.kv_pool().block_cells();
-  const int64_t whole = static_cast<int64_t>(prompt.size()) / b * b;
+  // What a cache of kv.size cells can hold of it (a ring keeps its first blocks).
+  const int64_t whole = std::min<int64_t>(std::ssize(prompt), kv.size) / b * b;
   if (whole == 0) {
     fmt::print(stderr,
                "rotor: prompt cache {}: not written: the prompt has no whole block of {} tokens\n",
@@ -65,6 +66,13 @@ void SavePromptCacheFile(Engine& engine, const GenerateArgs& a, const KvConfig& 
   Result<PromptCacheFile> r = SavePromptCache(engine, a.prompt_cache, kv, prompt);
   if (!r.ok()) {
     fmt::print(stderr, "rotor: warning: {}\n", r.message());
+    return;
+  }
+  if (r->n_tokens == 0) {
+    fmt::print(stderr,
+               "rotor: prompt cache {}: saved no prompt tokens: no whole block of the prompt's "
+               "start stayed in the cache as it ran\n",
+               a.prompt_cache);
     return;
   }
   fmt::print(stderr, "rotor: prompt cache {}: saved {} prompt tokens ({})\n", a.prompt_cache,
@@ -92,9 +100,18 @@ int RunGenerate(GenerateArgs& a) {
   if (std::string w = (*engine)->TrainedContextWarning(*kv, reach); !w.empty())
     fmt::print(stderr, "rotor: warning: {}\n", w);
   int64_t loaded = 0;
+  int prefill_step = a.prefill_step;
   if (!a.prompt_cache.empty()) {
     if (Status s = CheckPromptCache(**engine, *kv); !s.ok()) return Fail(s);
     loaded = LoadPromptCacheFile(**engine, a, *kv, prompt);
+    // A prompt longer than a ring's cells (sink, window) runs its first whole
+    // blocks as a chunk of their own, so they are committed, and can be saved,
+    // before the ring evicts them (in one chunk nothing was saved); a run that
+    // loads them cuts the rest at the same place.
+    const int64_t block = (*engine)->kv_pool().block_cells();
+    const int whole = static_cast<int>(kv->size / block * block);
+    if (std::ssize(prompt) > kv->size && whole > 0)
+      prefill_step = prefill_step == 0 ? whole : std::min(prefill_step, whole);
   }
   int64_t window_start = NowNs();
   if (a.progress > 0) {
@@ -123,7 +140,7 @@ int RunGenerate(GenerateArgs& a) {
         wrote = wrote || !text.empty();
         return true;
       },
-      a.prefill_step);
+      prefill_step);
   if (!r.ok()) {
     if (wrote) std::fputc('\n', stdout);
     std::fflush(stdout);

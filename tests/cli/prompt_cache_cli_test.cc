@@ -108,5 +108,29 @@ TEST(PromptCacheCli, AFileItCannotUseIsAWarningAndThePromptIsComputed) {
   EXPECT_THAT(r.err, HasSubstr("the h2o cache does not share prefixes"));
 }
 
+// A prompt longer than a sink's cells: its first whole blocks are saved (in
+// one chunk the ring evicted them before they were committed, and every run
+// said "saved 0 prompt tokens"), and a run that restores them prints what an
+// uninterrupted run with the same cut prints.
+TEST(PromptCacheCli, ARingSavesTheBlocksItHoldsOfALongerPrompt) {
+  TempDir dir;
+  const std::string file = dir.File("ring.kv");
+  const std::vector<std::string> sink = {"--kv", "sink", "--kv-size", "32"};
+  std::vector<std::string> cached = sink;
+  cached.insert(cached.end(), {"--prompt-cache", file});
+  std::vector<std::string> cut = sink;
+  cut.insert(cut.end(), {"--prefill-step", "32"});
+  const CliResult plain = Generate(kStory, cut);  // 41 tokens
+  const CliResult first = Generate(kStory, cached);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_THAT(first.err, HasSubstr("saved 32 prompt tokens"));
+  EXPECT_EQ(first.out, plain.out);
+  const CliResult second = Generate(kStory, cached);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_THAT(second.err, HasSubstr("32 prompt tokens restored, 9 computed"));
+  EXPECT_THAT(second.err, Not(HasSubstr("saved")));  // nothing more a 32-cell ring can hold
+  EXPECT_EQ(second.out, plain.out);
+}
+
 }  // namespace
 }  // namespace rotor::testing
