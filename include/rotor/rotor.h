@@ -252,10 +252,13 @@ ROTOR_API rotor_status *rotor_seq_kv_bytes(rotor_context *ctx, int32_t seq, int6
  * text from 0. All take the model's lock. */
 /* Drops tokens [n, n_tokens): the text continues at token n. */
 ROTOR_API rotor_status *rotor_seq_keep_prefix(rotor_context *ctx, int32_t seq, int64_t n);
-/* Drops tokens [from, to); later tokens keep their positions. */
+/* Drops tokens [from, to); later tokens keep their positions. Up to the end
+ * (to = n_tokens) it is rotor_seq_keep_prefix(from). */
 ROTOR_API rotor_status *rotor_seq_remove(rotor_context *ctx, int32_t seq, int64_t from,
                                          int64_t to);
-/* Adds delta to the positions of tokens [from, to). */
+/* Adds delta to the positions of tokens [from, to). With cached RoPE the
+ * stored keys are rotated again (and rounded or requantized): the sequence
+ * can no longer be saved (rotor_seq_save), even once shifted back. */
 ROTOR_API rotor_status *rotor_seq_shift(rotor_context *ctx, int32_t seq, int64_t from,
                                         int64_t to, int32_t delta);
 /* A new sequence with a copy of this one's cache (sharing its blocks where

@@ -334,6 +334,10 @@ rotor_status* rotor_seq_remove(rotor_context* ctx, int32_t id, int64_t from, int
     ROTOR_CAPI_SEQ("rotor_seq_remove", ctx, id, seq);
     if (rotor::Status s = seq->cache->RemoveRange(from, to); !s.ok())
       return rotor::capi::FromStatus(s);
+    // Up to the end, the text is cut there (the cache keeps the prefix); a
+    // hole keeps the later tokens' indices, and with them their ids.
+    if (seq->cache->n_seen() < static_cast<rotor::TextIndex>(seq->tokens.size()))
+      seq->tokens.resize(static_cast<size_t>(seq->cache->n_seen()));
     seq->logits.clear();
     return nullptr;
   });

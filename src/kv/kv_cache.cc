@@ -617,6 +617,7 @@ void KvCache::Clear() {
   publish_ = policy_->SharesPrefix() && publish_allowed_;
   text_.clear();
   chain_.clear();
+  keys_moved_ = false;
   if (bounded_) CHECK(ReserveAll());  // the blocks just returned
 }
 
@@ -689,7 +690,10 @@ Status KvCache::ShiftPositions(TextIndex from, TextIndex to, int32_t delta) {
         return Errorf("kv: shift: token {} at position {} would move past {}", idx,
                       cells_.pos(lane, c), INT32_MAX);
     }
-  if (config_.rope_k == RopeK::kCached) RETURN_IF_ERROR(MakeAllWritable());
+  if (config_.rope_k == RopeK::kCached) {
+    RETURN_IF_ERROR(MakeAllWritable());
+    keys_moved_ = true;
+  }
   // Moved positions: the blocks from `from` on no longer hold tokens at their own positions.
   TruncatePublished(from);
   publish_ = false;
@@ -721,6 +725,7 @@ Result<std::unique_ptr<KvCache>> KvCache::Fork() const {
   }
   copy->n_seen_ = n_seen_;
   copy->publish_ = publish_;
+  copy->keys_moved_ = keys_moved_;
   copy->publish_allowed_ = publish_allowed_;
   copy->text_ = text_;
   copy->chain_ = chain_;

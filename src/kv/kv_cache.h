@@ -297,6 +297,9 @@ class KvCache {
   bool publish_allowed_ = true;  // DisablePublishing
   std::vector<int32_t> text_;    // [min(n_seen, n_cells)] while publishing
   std::vector<uint64_t> chain_;  // [full blocks published or attached]
+  // A shift re-rotated stored keys (cached RoPE): even at their own positions
+  // again they are not a run's keys (rounded, requantized), so not saved.
+  bool keys_moved_ = false;
   uint64_t root_ = 0;            // PrefixRoot of the model, types, rotation and RoPE mode
   int64_t reserved_ = 0;         // blocks the pool set aside for this cache
   bool bounded_ = false;         // ReserveAll: reserved_ stays BlocksToFill()

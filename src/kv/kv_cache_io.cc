@@ -33,6 +33,11 @@ Status KvCache::ExportPrefix(std::span<const int32_t> tokens, const RowsOut& out
         "a text's first tokens and cannot be saved",
         config_.policy);
   if (n > n_seen_) return Errorf("kv: {} tokens to save, but the cache has run {}", n, n_seen_);
+  if (keys_moved_ && n > 0)
+    return Errorf(
+        "kv: a shift re-rotated the {} cache's stored keys (cached RoPE): even back at their own "
+        "positions they are not the keys a run of the text computes, and cannot be saved",
+        config_.policy);
   for (int32_t c = 0; c < n; ++c)
     if (cells_.index(0, c) != c || cells_.pos(0, c) != c)
       return Errorf(

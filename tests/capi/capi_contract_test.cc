@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -203,6 +204,60 @@ TEST_F(CApiContract, ABadTokenAppendsNothingAfterACachedPrefix) {
   int64_t n = -1;
   ASSERT_TRUE(St(rotor_seq_n_tokens(ctx_, b, &n)).ok());
   EXPECT_EQ(n, 0);
+}
+
+// Removing tokens up to the end cuts the text there, as keep_prefix does:
+// the cache dropped them but rotor_seq_tokens still listed them, and a file
+// saved after new tokens labelled their K/V with the removed ids.
+TEST_F(CApiContract, RemovingToTheEndCutsTheText) {
+  std::vector<int32_t> text(40);
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<int32_t>(1 + i * 11 % 400);
+  int32_t s = -1;
+  ASSERT_TRUE(St(rotor_seq_new(ctx_, nullptr, &s)).ok());
+  ASSERT_TRUE(St(rotor_eval(ctx_, s, text.data(), text.size(), nullptr)).ok());
+  ASSERT_TRUE(St(rotor_seq_remove(ctx_, s, 25, 40)).ok());
+  const std::vector<int32_t> more = {117, 118, 119};
+  ASSERT_TRUE(St(rotor_eval(ctx_, s, more.data(), more.size(), nullptr)).ok());
+  int64_t n = -1;
+  ASSERT_TRUE(St(rotor_seq_n_tokens(ctx_, s, &n)).ok());
+  EXPECT_EQ(n, 28);
+  std::vector<int32_t> ids(64);
+  size_t got = 0;
+  ASSERT_TRUE(St(rotor_seq_tokens(ctx_, s, ids.data(), ids.size(), &got)).ok());
+  ids.resize(got);
+  std::vector<int32_t> want(text.begin(), text.begin() + 25);
+  want.insert(want.end(), more.begin(), more.end());
+  EXPECT_EQ(ids, want);
+  // A hole keeps the later tokens' indices, and their ids.
+  ASSERT_TRUE(St(rotor_seq_remove(ctx_, s, 5, 10)).ok());
+  ASSERT_TRUE(St(rotor_seq_tokens(ctx_, s, ids.data(), 64, &got)).ok());
+  EXPECT_EQ(got, 28u);
+}
+
+// A shift re-rotates cached-RoPE keys; shifted back, the positions are the
+// tokens' own again, but the keys were rounded twice: a save is refused (a
+// file of them, loaded with the prefix cache on, changed later requests).
+TEST_F(CApiContract, ShiftedKeysAreNotSaved) {
+  std::vector<int32_t> text(40);
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<int32_t>(1 + i * 13 % 400);
+  rotor_kv_config* kv = nullptr;
+  ASSERT_TRUE(St(rotor_kv_config_new(&kv)).ok());
+  ASSERT_TRUE(St(rotor_kv_config_set(kv, "kv_type", "q8_0")).ok());
+  int32_t s = -1;
+  ASSERT_TRUE(St(rotor_seq_new(ctx_, kv, &s)).ok());
+  ASSERT_TRUE(St(rotor_eval(ctx_, s, text.data(), text.size(), nullptr)).ok());
+  ASSERT_TRUE(St(rotor_seq_shift(ctx_, s, 0, 40, 3)).ok());
+  ASSERT_TRUE(St(rotor_seq_shift(ctx_, s, 0, 40, -3)).ok());
+  const std::string path = ::testing::TempDir() + "rotor_capi_shifted.kv";
+  St saved = rotor_seq_save(ctx_, s, path.c_str(), nullptr);
+  EXPECT_FALSE(saved.ok());
+  EXPECT_TRUE(Has(saved, "re-rotated")) << saved.msg();
+  // Cleared, the sequence saves again.
+  ASSERT_TRUE(St(rotor_seq_clear(ctx_, s)).ok());
+  ASSERT_TRUE(St(rotor_eval(ctx_, s, text.data(), text.size(), nullptr)).ok());
+  EXPECT_TRUE(St(rotor_seq_save(ctx_, s, path.c_str(), nullptr)).ok());
+  std::remove(path.c_str());
+  rotor_kv_config_free(kv);
 }
 
 TEST_F(CApiContract, OutParametersAreWrittenOnFailure) {
