@@ -258,7 +258,8 @@ ROTOR_API rotor_status *rotor_seq_remove(rotor_context *ctx, int32_t seq, int64_
                                          int64_t to);
 /* Adds delta to the positions of tokens [from, to). With cached RoPE the
  * stored keys are rotated again (and rounded or requantized): the sequence
- * can no longer be saved (rotor_seq_save), even once shifted back. */
+ * can no longer be saved (rotor_seq_save), even once shifted back, until
+ * rotor_seq_clear. */
 ROTOR_API rotor_status *rotor_seq_shift(rotor_context *ctx, int32_t seq, int64_t from,
                                         int64_t to, int32_t delta);
 /* A new sequence with a copy of this one's cache (sharing its blocks where
