@@ -25,46 +25,75 @@ constexpr int kGemvPrefetchQ8 = 8 << 10;
 
 // ---------------------------------------------------------------- f32 family
 
-// y[r0 .. r0 + kR) for one token.
-template <DType kT, int kR>
-inline void GemvFloatRows(const Weight& w, const float* x, int64_t r0, float* y) {
-  const uint8_t* rows[kR];
-  for (int r = 0; r < kR; ++r)
-    rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes;
-  __m512 acc0[kR], acc1[kR];
-  for (int r = 0; r < kR; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+// The sums of kN consecutive chunks of one row (kFloatSumK values each from
+// k0, the last one `last` values long), one FMA chain each, run side by side
+// (kN chains hide the FMA latency): out[0 .. kN).
+template <DType kT, int kN>
+inline void RowChunkSums(const uint8_t* row, const float* x, int64_t k0, int64_t last,
+                         float* out) {
+  constexpr int64_t kC = kFloatSumK;
+  constexpr int kBytes = kT == DType::kF32 ? 4 : 2;
+  __m512 acc[4];
+  for (int c = 0; c < 4; ++c) acc[c] = _mm512_setzero_ps();
+  const int64_t last16 = last / 16 * 16;
   int64_t i = 0;
-  for (; i + 32 <= w.k; i += 32) {
-    const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+  for (; i < last16; i += 16) {
 #pragma GCC unroll 4
-    for (int r = 0; r < kR; ++r) {
-      const char* p =
-          reinterpret_cast<const char*>(rows[r] + i * (kT == DType::kF32 ? 4 : 2)) + kGemvPrefetch;
-      _mm_prefetch(p, _MM_HINT_T0);
-      if constexpr (kT == DType::kF32) _mm_prefetch(p + 64, _MM_HINT_T0);
-      acc0[r] = _mm512_fmadd_ps(LoadW<kT>(rows[r], i), x0, acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(LoadW<kT>(rows[r], i + 16), x1, acc1[r]);
+    for (int c = 0; c < kN; ++c) {
+      const int64_t at = k0 + c * kC + i;
+      _mm_prefetch(reinterpret_cast<const char*>(row + at * kBytes) + kGemvPrefetch, _MM_HINT_T0);
+      acc[c] = _mm512_fmadd_ps(LoadW<kT>(row, at), _mm512_loadu_ps(x + at), acc[c]);
     }
   }
-  for (; i < w.k; i += 16) {
-    const __mmask16 mk = TailMask16(w.k - i);
-    const __m512 x0 = _mm512_maskz_loadu_ps(mk, x + i);
-    for (int r = 0; r < kR; ++r)
-      acc0[r] = _mm512_fmadd_ps(LoadWMasked<kT>(rows[r], i, mk), x0, acc0[r]);
+  if (i < last) {  // the row's last values
+    const __mmask16 mk = TailMask16(last - i);
+    const int64_t at = k0 + (kN - 1) * kC + i;
+    acc[kN - 1] = _mm512_fmadd_ps(LoadWMasked<kT>(row, at, mk), _mm512_maskz_loadu_ps(mk, x + at),
+                                  acc[kN - 1]);
   }
-  __m512 s[4];
-  for (int r = 0; r < 4; ++r) s[r] = r < kR ? _mm512_add_ps(acc0[r], acc1[r]) : _mm512_setzero_ps();
-  alignas(16) float out[4];  // [4]
-  _mm_store_ps(out, Reduce4(s[0], s[1], s[2], s[3]));
-  for (int r = 0; r < kR; ++r) y[r0 + r] = out[r];
+  // The chunks before the last are whole: their slices past the last one's.
+  for (int64_t j = last16; kN > 1 && j < kC; j += 16) {
+#pragma GCC unroll 4
+    for (int c = 0; c + 1 < kN; ++c) {
+      const int64_t at = k0 + c * kC + j;
+      _mm_prefetch(reinterpret_cast<const char*>(row + at * kBytes) + kGemvPrefetch, _MM_HINT_T0);
+      acc[c] = _mm512_fmadd_ps(LoadW<kT>(row, at), _mm512_loadu_ps(x + at), acc[c]);
+    }
+  }
+  _mm_store_ps(out, Reduce4(acc[0], acc[1], acc[2], acc[3]));
 }
 
 // One row at a time: a single sequential stream per thread (ops_bench, four
 // alternating runs, 2 threads, against 4 rows per pass: f16 1.18x / 1.22x,
-// f32 1.13x / 0.99x, bf16 1.22x / 1.18x).
+// f32 1.13x / 0.99x, bf16 1.22x / 1.18x), up to 4 of its chunks side by side.
 template <DType kT>
 void GemvFloat(const Weight& w, const float* x, int64_t r0, int64_t r1, float* y) {
-  for (int64_t r = r0; r < r1; ++r) GemvFloatRows<kT, 1>(w, x, r, y);
+  const int64_t n_chunks = (w.k + kFloatSumK - 1) / kFloatSumK;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * w.row_bytes;
+    float sum = 0.f;
+    for (int64_t c = 0; c < n_chunks; c += 4) {
+      const int64_t n = n_chunks - c < 4 ? n_chunks - c : 4, k0 = c * kFloatSumK;
+      const int64_t left = w.k - (k0 + (n - 1) * kFloatSumK);
+      const int64_t last = left < kFloatSumK ? left : kFloatSumK;  // the group's last chunk
+      alignas(16) float s[4];  // [4] chunk sums
+      switch (n) {
+        case 1:
+          RowChunkSums<kT, 1>(row, x, k0, last, s);
+          break;
+        case 2:
+          RowChunkSums<kT, 2>(row, x, k0, last, s);
+          break;
+        case 3:
+          RowChunkSums<kT, 3>(row, x, k0, last, s);
+          break;
+        default:
+          RowChunkSums<kT, 4>(row, x, k0, last, s);
+      }
+      for (int64_t j = 0; j < n; ++j) sum = c + j == 0 ? s[0] : sum + s[j];
+    }
+    y[r] = sum;
+  }
 }
 
 // ---------------------------------------------------------------- q8_0 / q4_0
@@ -203,40 +232,48 @@ inline void GemvFloatMultiRows(const Weight& w, const float* x, int64_t r0, floa
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r)
     rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes;
-  __m512 acc[kR][kTok];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < kTok; ++t) acc[r][t] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= w.k; i += 16) {
-    __m512 wv[kR];
+  __m128 tot[kTok];  // [kTok] x 4 rows: the chunk sums so far (kernels.h's order)
+  for (int64_t k0 = 0; k0 < w.k; k0 += kFloatSumK) {
+    const int64_t k1 = w.k - k0 < kFloatSumK ? w.k : k0 + kFloatSumK;
+    __m512 acc[kR][kTok];
+    for (int r = 0; r < kR; ++r)
+      for (int t = 0; t < kTok; ++t) acc[r][t] = _mm512_setzero_ps();
+    int64_t i = k0;
+    for (; i + 16 <= k1; i += 16) {
+      __m512 wv[kR];
 #pragma GCC unroll 4
-    for (int r = 0; r < kR; ++r) {
-      const char* p =
-          reinterpret_cast<const char*>(rows[r] + i * (kT == DType::kF32 ? 4 : 2)) + kGemvPrefetch;
-      _mm_prefetch(p, _MM_HINT_T0);
-      wv[r] = LoadW<kT>(rows[r], i);
+      for (int r = 0; r < kR; ++r) {
+        const char* p =
+            reinterpret_cast<const char*>(rows[r] + i * (kT == DType::kF32 ? 4 : 2)) + kGemvPrefetch;
+        _mm_prefetch(p, _MM_HINT_T0);
+        wv[r] = LoadW<kT>(rows[r], i);
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < kTok; ++t) {
+        const __m512 xv = _mm512_loadu_ps(x + t * w.k + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < kR; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+      }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < kTok; ++t) {
-      const __m512 xv = _mm512_loadu_ps(x + t * w.k + i);
-#pragma GCC unroll 4
-      for (int r = 0; r < kR; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    if (i < k1) {
+      const __mmask16 mk = TailMask16(k1 - i);
+      __m512 wv[kR];
+      for (int r = 0; r < kR; ++r) wv[r] = LoadWMasked<kT>(rows[r], i, mk);
+      for (int t = 0; t < kTok; ++t) {
+        const __m512 xv = _mm512_maskz_loadu_ps(mk, x + t * w.k + i);
+        for (int r = 0; r < kR; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+      }
     }
-  }
-  if (i < w.k) {
-    const __mmask16 mk = TailMask16(w.k - i);
-    __m512 wv[kR];
-    for (int r = 0; r < kR; ++r) wv[r] = LoadWMasked<kT>(rows[r], i, mk);
     for (int t = 0; t < kTok; ++t) {
-      const __m512 xv = _mm512_maskz_loadu_ps(mk, x + t * w.k + i);
-      for (int r = 0; r < kR; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+      __m512 s[4];
+      for (int r = 0; r < 4; ++r) s[r] = r < kR ? acc[r][t] : _mm512_setzero_ps();
+      const __m128 sum = Reduce4(s[0], s[1], s[2], s[3]);
+      tot[t] = k0 == 0 ? sum : _mm_add_ps(tot[t], sum);
     }
   }
   for (int t = 0; t < kTok; ++t) {
-    __m512 s[4];
-    for (int r = 0; r < 4; ++r) s[r] = r < kR ? acc[r][t] : _mm512_setzero_ps();
     alignas(16) float out[4];  // [4]
-    _mm_store_ps(out, Reduce4(s[0], s[1], s[2], s[3]));
+    _mm_store_ps(out, tot[t]);
     for (int r = 0; r < kR; ++r) y[t * ldy + r0 + r] = out[r];
   }
 }

@@ -18,6 +18,16 @@ inline constexpr int kPanelRows = 8;
 // f32 panels hold a k slice of kFloatKc per pass, rows padded to <= kFloatKpadMax.
 inline constexpr int kFloatKc = 512;
 inline constexpr int kFloatKpadMax = kFloatKc + 16;
+// Every f32 / f16 / bf16 product of an ISA adds in one order, whatever the
+// kernel (m == 1, small batches, panels) or the number of tokens, so a token's
+// outputs do not depend on the batch it shares: per chunk of kFloatSumK
+// values of k, one FMA chain per SIMD lane over the chunk's vector-wide slices
+// in order (the row's last slice zero-padded), the lanes summed by the ISA's
+// Reduce4 tree; the chunks' sums added in order (the first taken as it is).
+// The chunk is the panels' k slice: prefill's panel kernels keep the order
+// they had (a 256 chunk cost them 10-18% at m = 512), the one- and few-token
+// kernels follow it.
+inline constexpr int kFloatSumK = kFloatKc;
 // AVX-512 integer panels: bytes per row per group of 512 weights.
 inline constexpr int kIntPanelGroupBytes = 640;
 
@@ -123,7 +133,11 @@ inline constexpr int kActBiasQ8 = 12, kActBiasQ4 = 13;
 // the m == 1 integer kernel once per token (activations quantized to 8 bits);
 // more tokens, the scalar ISA and the other block types dequantize weight rows
 // to f32 (exact) and run the f32 kernels (measured on q4_K / q6_K, k = 2048,
-// n = 8192: at m = 8 the per-token kernels take ~55% of the panel path's time).
+// n = 8192: at m = 8 the per-token kernels take ~55% of the panel path's time;
+// token by token for every m, 16 rows in cache while the tokens pass, took
+// 1.3-2.4x the panels' time at m = 512 on q2_K .. q6_K). So a token's row from
+// unpacked K-quants (q2_K and q3_K: no interleaved kernel) is the same in
+// batches of up to this many tokens only.
 inline constexpr int kGemvKMaxTokens = 8;
 inline constexpr bool HasIntegerGemv(DType t, bool /*avx512*/) {
   return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K ||
@@ -148,6 +162,8 @@ inline constexpr int kDequantRows = 8;
   void DequantizeRow(DType t, const void* src, float* dst, int64_t n);                          \
   void F32ToF16Row(const float* src, uint16_t* dst, int64_t n);                                 \
   float DotRow(DType t, const void* w_row, const float* x, int64_t n);                          \
+  /* sum w[i] x[i], n <= kFloatSumK: one chunk in the f32 products' order (above). */           \
+  float DotChunkF32(const float* w, const float* x, int64_t n);                                 \
   void AxpyRow(DType t, float a, const void* row, float* y, int64_t n);                         \
   void RmsNorm(const float* x, const float* weight, float* out, int64_t n, float eps);          \
   void Softmax(float* x, int64_t n);                                                            \

@@ -69,6 +69,8 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
   const size_t rb = w.row_bytes;
   const uint8_t* data = static_cast<const uint8_t*>(w.data);
   if (m == 1) {
+    // DotRow dequantizes and adds in the f32 kernels' order (kernels.h): the
+    // bits the panels below give the same token in a batch.
     pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r) y[r] = DotRow(w.type, data + r * rb, x, w.k);
     });

@@ -1,8 +1,9 @@
 // AVX2 + FMA + F16C matmul kernels (16 ymm registers).
 //
-// f32 / f16 / bf16: converted exactly to f32, FMA in f32. m == 1: 4 rows per
-// pass; m > 1: 8-row panels converted to f32 per 512-wide k slice, 4-row x
-// 2-token register tiles.
+// f32 / f16 / bf16: converted exactly to f32, FMA in f32, added in kernels.h's
+// order (chunks of kFloatSumK) on both paths. m == 1: 4 rows per pass; m > 1:
+// 8-row panels converted to f32 per 512-wide k slice, 4-row x 3-token
+// register tiles.
 // q8_0 / q4_0 (q4_0 unpacked to signed w = nibble - 8), activations quantized
 // to q8_0: one block per ymm; maddubs needs an unsigned operand, so the sign
 // trick: |w| (<= 128) times x * sign(w) (|x| <= 127): each pair sum <= 2 * 128 *
@@ -80,34 +81,40 @@ inline __m256 LoadXPartial(const float* x, int64_t left) {
   return _mm256_load_ps(buf);
 }
 
+// y[r0 .. r0 + kR) for one token, chunk by chunk in kernels.h's order (one
+// FMA chain per row: 4 rows per pass hide the FMA latency).
 template <DType kT, int kR>
 inline void GemvFloatRows(const Weight& w, const float* x, int64_t r0, float* y) {
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r)
     rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes;
-  __m256 acc0[kR], acc1[kR];
-  for (int r = 0; r < kR; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= w.k; i += 16) {
-    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+  __m128 tot = _mm_setzero_ps();  // 4 rows: the chunk sums so far
+  for (int64_t k0 = 0; k0 < w.k; k0 += kFloatSumK) {
+    const int64_t k1 = w.k - k0 < kFloatSumK ? w.k : k0 + kFloatSumK;
+    __m256 acc[4];
+    for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_ps();
+    int64_t i = k0;
+    for (; i + 8 <= k1; i += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + i);
 #pragma GCC unroll 4
-    for (int r = 0; r < kR; ++r) {
-      _mm_prefetch(
-          reinterpret_cast<const char*>(rows[r] + i * (kT == DType::kF32 ? 4 : 2)) + kGemvPrefetch,
-          _MM_HINT_T0);
-      acc0[r] = _mm256_fmadd_ps(LoadW<kT>(rows[r], i), x0, acc0[r]);
-      acc1[r] = _mm256_fmadd_ps(LoadW<kT>(rows[r], i + 8), x1, acc1[r]);
+      for (int r = 0; r < kR; ++r) {
+        if (i % 16 == 0 || kT == DType::kF32)
+          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + i * (kT == DType::kF32 ? 4 : 2)) +
+                           kGemvPrefetch,
+                       _MM_HINT_T0);
+        acc[r] = _mm256_fmadd_ps(LoadW<kT>(rows[r], i), xv, acc[r]);
+      }
     }
+    if (i < k1) {
+      const __m256 xv = LoadXPartial(x + i, k1 - i);
+      for (int r = 0; r < kR; ++r)
+        acc[r] = _mm256_fmadd_ps(LoadWPartial<kT>(rows[r], i, k1 - i), xv, acc[r]);
+    }
+    const __m128 sum = Reduce4(acc[0], acc[1], acc[2], acc[3]);
+    tot = k0 == 0 ? sum : _mm_add_ps(tot, sum);
   }
-  for (; i < w.k; i += 8) {
-    const __m256 x0 = LoadXPartial(x + i, w.k - i);
-    for (int r = 0; r < kR; ++r)
-      acc0[r] = _mm256_fmadd_ps(LoadWPartial<kT>(rows[r], i, w.k - i), x0, acc0[r]);
-  }
-  __m256 s[4];
-  for (int r = 0; r < 4; ++r) s[r] = r < kR ? _mm256_add_ps(acc0[r], acc1[r]) : _mm256_setzero_ps();
   alignas(16) float out[4];  // [4]
-  _mm_store_ps(out, Reduce4(s[0], s[1], s[2], s[3]));
+  _mm_store_ps(out, tot);
   for (int r = 0; r < kR; ++r) y[r0 + r] = out[r];
 }
 
@@ -117,6 +124,20 @@ void GemvFloat(const Weight& w, const float* x, int64_t r0, int64_t r1, float* y
   for (; r + 4 <= r1; r += 4) GemvFloatRows<kT, 4>(w, x, r, y);
   for (; r < r1; ++r) GemvFloatRows<kT, 1>(w, x, r, y);
 }
+
+}  // namespace
+
+float DotChunkF32(const float* w, const float* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), acc);
+  if (i < n) acc = _mm256_fmadd_ps(LoadXPartial(w + i, n - i), LoadXPartial(x + i, n - i), acc);
+  const __m256 zero = _mm256_setzero_ps();
+  return _mm_cvtss_f32(Reduce4(acc, zero, zero, zero));
+}
+
+namespace {
 
 constexpr int64_t kFloatKpad = kFloatKc + 8;  // panel row stride, off a multiple of 4 KiB
 static_assert(kFloatKpad <= kFloatKpadMax);
@@ -138,7 +159,8 @@ void PackFloatPanel(const Weight& w, int64_t r0, int64_t k0, int64_t kc, float* 
   }
 }
 
-// y[t * ldy + r] (+)= for 4 panel rows and kTok tokens over k values [0, k).
+// y[t * ldy + r] (+)= for 4 panel rows and kTok tokens over k values [0, k): one
+// chunk of kernels.h's order (kFloatSumK == kFloatKc), added to y when `accumulate`.
 template <int kTok>
 void TileFloat(const float* panel, const float* x, int64_t ldx, int64_t k, bool accumulate,
                int n_rows, float* y, int64_t ldy) {

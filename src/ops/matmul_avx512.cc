@@ -1,7 +1,9 @@
 // AVX-512 matmul kernels (Zen 4: F, BW, VL, DQ, VNNI, BF16).
 //
-// f32 / f16 / bf16 weights: converted exactly to f32, FMA in f32.
-//   m == 1: 4 rows per pass, two accumulators each, weights read once.
+// f32 / f16 / bf16 weights: converted exactly to f32, FMA in f32, added in
+// kernels.h's order (chunks of kFloatSumK) on every path, so any m gives a
+// token the same bits.
+//   m == 1 and small m: gemv_avx512.cc (weights read once).
 //   m > 1: a panel of 8 rows converted to f32 once per token chunk, then a
 //   4-row x 5-token register tile (20 accumulators) over k.
 // q8_0 / q4_0 weights, activations quantized to q8_0 (qx signed, dx f32):
@@ -50,7 +52,8 @@ void PackFloatPanel(const Weight& w, int64_t r0, int64_t k0, int64_t kc, float* 
 }
 
 // y[t * ldy + r] (+)= for 4 panel rows (f32, stride kpad) and kTok tokens (x
-// stride ldx) over k values [0, k) of the given pointers.
+// stride ldx) over k values [0, k) of the given pointers: one chunk of kernels.h's order
+// (kFloatSumK == kFloatKc), added to y when `accumulate`.
 template <int kTok>
 void TileFloat(const float* panel, int64_t kpad, const float* x, int64_t ldx, int64_t k,
                bool accumulate, int n_rows, float* y, int64_t ldy) {
@@ -127,6 +130,23 @@ void GemmFloat(const Weight& w, const float* x, int64_t t0, int64_t t1, int64_t 
     }
   }
 }
+
+}  // namespace
+
+float DotChunkF32(const float* w, const float* x, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), acc);
+  if (i < n) {
+    const __mmask16 mk = TailMask16(n - i);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w + i), _mm512_maskz_loadu_ps(mk, x + i), acc);
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  return _mm_cvtss_f32(Reduce4(acc, zero, zero, zero));
+}
+
+namespace {
 
 // ---------------------------------------------------------------- q8_0 / q4_0
 

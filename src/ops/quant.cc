@@ -27,7 +27,8 @@ namespace {
 
 // The block types q4_1 .. q6_K: dequantized (AVX-512 or scalar) 256 elements
 // at a time, then the ISA's f32 dot / axpy kernel.
-constexpr int64_t kChunk = 256;
+constexpr int64_t kChunk = internal::kFloatSumK;
+static_assert(kChunk % 256 == 0, "whole K-quant super-blocks");
 
 void DequantizeExtra(DType t, const void* src, float* dst, int64_t n) {
   CHECK_MSG(n % Traits(t).block_size == 0, "ops: row not a multiple of the block size");
@@ -35,12 +36,13 @@ void DequantizeExtra(DType t, const void* src, float* dst, int64_t n) {
   ref::DequantizeExtra(t, src, dst, n);
 }
 
-float DotF32(const float* w, const float* x, int64_t n) {
+// One chunk of at most kFloatSumK values in the f32 products' order.
+float DotChunkF32(const float* w, const float* x, int64_t n) {
   switch (ActiveIsa()) {
     case Isa::kAvx512:
-      return internal::avx512::DotRow(DType::kF32, w, x, n);
+      return internal::avx512::DotChunkF32(w, x, n);
     case Isa::kAvx2:
-      return internal::avx2::DotRow(DType::kF32, w, x, n);
+      return internal::avx2::DotChunkF32(w, x, n);
     case Isa::kScalar:
       break;
   }
@@ -63,11 +65,14 @@ float DotExtra(DType t, const void* w_row, const float* x, int64_t n) {
   CHECK_MSG(n % Traits(t).block_size == 0, "ops: DotRow: row not a multiple of the block size");
   alignas(64) float buf[kChunk];  // [kChunk] dequantized weights
   const int64_t chunk_bytes = RowBytes(t, kChunk);
+  // Chunk by chunk as the f32 kernels add (kernels.h), so a token's row
+  // alone equals its row in a batch (dequantized rows through the panels).
   float sum = 0.f;
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t len = std::min(kChunk, n - i);
     DequantizeExtra(t, static_cast<const uint8_t*>(w_row) + i / kChunk * chunk_bytes, buf, len);
-    sum += DotF32(buf, x + i, len);
+    const float s = DotChunkF32(buf, x + i, len);
+    sum = i == 0 ? s : sum + s;
   }
   return sum;
 }

@@ -82,35 +82,39 @@ const Model& Stories() { return testing::LoadModelCached(testing::kStories); }
 // of one token (a prefill step of 1, a prefix-cache hit that leaves the last
 // token) take the prompt's path, not a decode step's one-token folds, whose
 // rounding differs for block-type keys (a repeated request's text changed
-// with q4_0 K/V). With packed weights (the same matmul for every token count)
-// the logits are equal bit for bit, for every K/V type and both RoPE modes.
+// with q4_0 K/V). With packed q8_0 weights and with f32 weights (every
+// token count's matmul adds in one order) the logits are equal bit for bit,
+// for every K/V type and both RoPE modes.
 TEST(Runner, APromptsLogitsDoNotDependOnItsCut) {
-  const Model& m = testing::LoadModelCached(testing::ModelPath("gqa-q8_0"));
-  ThreadPool pool(2);
-  const std::vector<int32_t> text = testing::Prompt(37, m.config().n_vocab, 5);
-  const std::span<const int32_t> all(text);
-  for (const KvType t : {KvType::kF16, KvType::kQ8_0, KvType::kQ4_0, KvType::kQ5_0}) {
-    for (const RopeK rope : {RopeK::kCached, RopeK::kDeferred}) {
-      const KvConfig kv{.rope_k = rope, .types = {t, t}};
-      SCOPED_TRACE(std::string(KvTypeName(t)) + (rope == RopeK::kDeferred ? " deferred" : ""));
-      std::vector<float> whole;
-      for (const int step : {0, 1, 36}) {
-        Runner runner(m, pool, RunnerOptions{.prefill_step = step, .n_ctx = kCtx});
+  for (const char* model : {"gqa-q8_0", "gqa"}) {
+    const Model& m = testing::LoadModelCached(testing::ModelPath(model));
+    ThreadPool pool(2);
+    const std::vector<int32_t> text = testing::Prompt(37, m.config().n_vocab, 5);
+    const std::span<const int32_t> all(text);
+    for (const KvType t : {KvType::kF16, KvType::kQ8_0, KvType::kQ4_0, KvType::kQ5_0}) {
+      for (const RopeK rope : {RopeK::kCached, RopeK::kDeferred}) {
+        const KvConfig kv{.rope_k = rope, .types = {t, t}};
+        SCOPED_TRACE(std::string(model) + " " + std::string(KvTypeName(t)) +
+                     (rope == RopeK::kDeferred ? " deferred" : ""));
+        std::vector<float> whole;
+        for (const int step : {0, 1, 36}) {
+          Runner runner(m, pool, RunnerOptions{.prefill_step = step, .n_ctx = kCtx});
+          auto cache = MakeCache(m, kv);
+          Feed feed = Feed::Prompt(cache.get(), text);
+          const Ran r = RunAll(runner, feed);
+          if (step == 0)
+            whole = r.rows;
+          else
+            EXPECT_EQ(r.rows, whole) << "prefill step " << step;
+        }
+        // As a prefix-cache hit: the first 36 tokens, then the last as a prompt.
+        Runner runner(m, pool, RunnerOptions{.n_ctx = kCtx});
         auto cache = MakeCache(m, kv);
-        Feed feed = Feed::Prompt(cache.get(), text);
-        const Ran r = RunAll(runner, feed);
-        if (step == 0)
-          whole = r.rows;
-        else
-          EXPECT_EQ(r.rows, whole) << "prefill step " << step;
+        Feed head = Feed::Prompt(cache.get(), all.first(36));
+        RunAll(runner, head);
+        Feed tail = Feed::Prompt(cache.get(), all.subspan(36));
+        EXPECT_EQ(RunAll(runner, tail).rows, whole) << "the last token alone";
       }
-      // As a prefix-cache hit: the first 36 tokens, then the last as a prompt.
-      Runner runner(m, pool, RunnerOptions{.n_ctx = kCtx});
-      auto cache = MakeCache(m, kv);
-      Feed head = Feed::Prompt(cache.get(), all.first(36));
-      RunAll(runner, head);
-      Feed tail = Feed::Prompt(cache.get(), all.subspan(36));
-      EXPECT_EQ(RunAll(runner, tail).rows, whole) << "the last token alone";
     }
   }
 }

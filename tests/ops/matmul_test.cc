@@ -241,6 +241,81 @@ TEST(MatmulPackedTest, EachTokenAloneEqualsInABatch) {
   }
 }
 
+// f32 / f16 / bf16 weights: a token's outputs do not depend on the other
+// tokens of the call (m == 1, the small-batch kernel, the panels; tile
+// position, thread split): bit for bit, on every ISA (kernels.h, kFloatSumK).
+// k covers a lone partial chunk, whole chunks, groups of 4 chunks side by
+// side plus a partial one, and tails that are not a multiple of the vector.
+TEST(MatmulFloatTest, EachTokenAloneEqualsInABatch) {
+  Sweep sweep(3);  // under the sanitizers: every ISA, type and k, fewer m
+  for (Isa isa : testing::Isas()) {
+    for (int threads : {1, 2}) {
+      testing::ScopedIsa scoped(isa);
+      ThreadPool pool(threads);
+      for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+        for (const int64_t k : {int64_t{33}, int64_t{288}, int64_t{777}, int64_t{1040},
+                                int64_t{2311}}) {
+          const int64_t n = 13 + k % 29;
+          const TestWeight& w = SharedWeight(t, k, n, static_cast<uint32_t>(k + 1), false);
+          const int64_t m_max = k > 1000 ? 40 : 300;
+          const std::vector<float> x = testing::RandomVector(m_max * k, 9, 2.f);  // [m_max, k]
+          MatmulScratch scratch(m_max, k, threads);
+          std::vector<float> alone(m_max * n);  // [m_max, n]
+          for (int64_t i = 0; i < m_max; ++i)
+            Matmul(pool, w.view, x.data() + i * k, 1, alone.data() + i * n, n, scratch);
+          for (int64_t m : {2, 3, 5, 6, 9, 16, 17, 40, 300}) {
+            if (m > m_max) continue;
+            if (!sweep.Next({static_cast<int>(isa), threads, static_cast<int>(t),
+                             static_cast<int>(k), static_cast<int>(m)}))
+              continue;
+            std::vector<float> y(m * n);  // [m, n]
+            Matmul(pool, w.view, x.data(), m, y.data(), n, scratch);
+            for (int64_t i = 0; i < m * n; ++i)
+              ASSERT_EQ(y[i], alone[i]) << IsaName(isa) << " " << DTypeName(t) << " k " << k
+                                        << " m " << m << " token " << i / n << " row " << i % n
+                                        << " threads " << threads;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(sweep.EveryValueRan());
+}
+
+// The other block types: q4_1, q5_0, q5_1 and iq4_nl run the f32 order on
+// dequantized rows for every m; unpacked K-quants up to kGemvKMaxTokens
+// tokens the integer kernel token by token (more: the f32 panels, another
+// rounding of x). A token alone equals its outputs in a batch, bit for bit.
+TEST(MatmulBlockTypesTest, EachTokenAloneEqualsInABatch) {
+  Sweep sweep(3);
+  for (Isa isa : testing::Isas()) {
+    testing::ScopedIsa scoped(isa);
+    ThreadPool pool(2);
+    for (const Case& c : {Case{DType::kQ4_1, 96, 37}, Case{DType::kQ5_0, 800, 19},
+                          Case{DType::kQ5_1, 1056, 13}, Case{DType::kIQ4_NL, 288, 21},
+                          Case{DType::kQ2_K, 512, 17}, Case{DType::kQ3_K, 768, 19},
+                          Case{DType::kQ4_K, 256, 9}, Case{DType::kQ6_K, 1280, 7}}) {
+      const bool k_quant = Traits(c.type).block_size == 256;
+      const TestWeight& w = SharedWeight(c.type, c.k, c.n, 5, false);
+      const int64_t m_max = k_quant ? internal::kGemvKMaxTokens : 40;
+      const std::vector<float> x = testing::RandomVector(m_max * c.k, 9, 2.f);  // [m_max, k]
+      MatmulScratch scratch(m_max, c.k, 2);
+      std::vector<float> alone(m_max * c.n);  // [m_max, n]
+      for (int64_t i = 0; i < m_max; ++i)
+        Matmul(pool, w.view, x.data() + i * c.k, 1, alone.data() + i * c.n, c.n, scratch);
+      for (int64_t m : {2, 3, 8, 17, 40}) {
+        if (m > m_max || !sweep.Next({static_cast<int>(isa), static_cast<int>(c.type)})) continue;
+        std::vector<float> y(m * c.n);  // [m, n]
+        Matmul(pool, w.view, x.data(), m, y.data(), c.n, scratch);
+        for (int64_t i = 0; i < m * c.n; ++i)
+          ASSERT_EQ(y[i], alone[i]) << IsaName(isa) << " " << DTypeName(c.type) << " k " << c.k
+                                    << " m " << m << " token " << i / c.n << " row " << i % c.n;
+      }
+    }
+  }
+  EXPECT_TRUE(sweep.EveryValueRan());
+}
+
 // The AVX2 packed kernels run the AVX-512 ones' integer block sums and f32
 // steps: the same outputs, bit for bit (only where both ISAs run).
 TEST(MatmulPackedTest, Avx2EqualsAvx512BitForBit) {
