@@ -243,8 +243,8 @@ inline void GemvFloatMultiRows(const Weight& w, const float* x, int64_t r0, floa
       __m512 wv[kR];
 #pragma GCC unroll 4
       for (int r = 0; r < kR; ++r) {
-        const char* p =
-            reinterpret_cast<const char*>(rows[r] + i * (kT == DType::kF32 ? 4 : 2)) + kGemvPrefetch;
+        const char* p = reinterpret_cast<const char*>(rows[r] + i * (kT == DType::kF32 ? 4 : 2)) +
+                        kGemvPrefetch;
         _mm_prefetch(p, _MM_HINT_T0);
         wv[r] = LoadW<kT>(rows[r], i);
       }
