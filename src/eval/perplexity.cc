@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/check.h"
+
 namespace rotor {
 
 static_assert(std::endian::native == std::endian::little, "the KL base format is little-endian");
@@ -279,9 +281,16 @@ Status KlBaseReader::NextRow(KlBaseRow* row) {
            (row->step > 0 && row->code[row->top1] != 65535))
     what = "its most likely token is not one";
   if (what == nullptr) {
-    double sum = 0;  // the probabilities: 1 within the 16-bit codes' rounding
-    for (const uint16_t c : row->code)
-      sum += std::exp(static_cast<double>(row->lo) + static_cast<double>(row->step) * c);
+    // The probabilities, for KlStats::Add too: their sum is 1 within the
+    // 16-bit codes' rounding.
+    row->p.resize(row->code.size());
+    double sum = 0;
+    for (size_t i = 0; i < row->code.size(); ++i) {
+      row->p[i] =
+          std::exp(static_cast<double>(row->lo) + static_cast<double>(row->step) * row->code[i]);
+      sum += row->p[i];
+    }
+    row->p_sum = sum;
     if (!(std::fabs(sum - 1.0) < 0.01)) what = "its probabilities do not sum to 1";
   }
   if (what != nullptr)
@@ -298,13 +307,13 @@ double KlStats::Add(std::span<const float> logits, int32_t target, const KlBaseR
   // KL(base || policy) = sum_i p_base(i) * (log p_base(i) - log p_policy(i)),
   // with the base's 16-bit log-probabilities renormalised (sum s), so that the
   // estimate is a true divergence: never negative, 0 only for equal rows.
-  double s = 0, a = 0;
+  CHECK_EQ(base.p.size(), logits.size());
+  double a = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
     const double lp_base = base.lo + static_cast<double>(base.step) * base.code[i];
-    const double p = std::exp(lp_base);
-    s += p;
-    a += p * (lp_base - (logits[i] - log_z));
+    a += base.p[i] * (lp_base - (logits[i] - log_z));
   }
+  const double s = base.p_sum;
   const double kl = a / s - std::log(s);
   nll.Add(nll_q);
   nll_base.Add(base.nll);

@@ -90,6 +90,8 @@ struct KlBaseRow {
   int32_t top1 = 0;            // most likely token
   float lo = 0, step = 0;      // log p(token i) = lo + step * code[i]
   std::vector<uint16_t> code;  // [n_vocab]
+  std::vector<double> p;       // [n_vocab] exp(lo + step * code[i]), decoded once by NextRow
+  double p_sum = 0;            // their sum (1 within the codes' rounding)
 };
 
 class KlBaseWriter {
