@@ -25,8 +25,8 @@ bool IsSupported(DType t) {
 
 namespace {
 
-// The block types q4_1 .. q6_K: dequantized (AVX-512 or scalar) 256 elements
-// at a time, then the ISA's f32 dot / axpy kernel.
+// The block types q4_1 .. q6_K: dequantized (AVX-512 or scalar) kChunk (512)
+// elements at a time, then the ISA's f32 dot / axpy kernel.
 constexpr int64_t kChunk = internal::kFloatSumK;
 static_assert(kChunk % 256 == 0, "whole K-quant super-blocks");
 
