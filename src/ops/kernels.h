@@ -24,9 +24,9 @@ inline constexpr int kFloatKpadMax = kFloatKc + 16;
 // values of k, one FMA chain per SIMD lane over the chunk's vector-wide slices
 // in order (the row's last slice zero-padded), the lanes summed by the ISA's
 // Reduce4 tree; the chunks' sums added in order (the first taken as it is).
-// The chunk is the panels' k slice: prefill's panel kernels keep the order
-// they had (a 256 chunk cost them 10-18% at m = 512), the one- and few-token
-// kernels follow it.
+// The chunk is the panels' k slice: prefill's panel kernels keep their code
+// and order (a tile rewritten to reduce per chunk, 256 or 512 values, cost
+// them 2-18% at m = 512), the one- and few-token kernels follow it.
 inline constexpr int kFloatSumK = kFloatKc;
 // AVX-512 integer panels: bytes per row per group of 512 weights.
 inline constexpr int kIntPanelGroupBytes = 640;
