@@ -96,10 +96,17 @@ Result<SeqRequest> ParseLine(const std::string& line, int line_no,
       else if (key == "ignore_eos")
         o.ignore_eos = v.get<bool>();
       else if (key == "grammar" || key == "json_schema") {
-        // GBNF text; a JSON Schema as an object (or its text).
+        // GBNF text; a JSON Schema as an object (its keys in the line's
+        // order: the grammar writes properties in it) or its text.
+        std::string schema;
+        if (key == "json_schema" && !v.is_string()) {
+          const nlohmann::ordered_json ordered = serve::ParseOrdered(line, j, {"json_schema"});
+          const nlohmann::ordered_json* in_order = serve::OrderedAt(ordered, {"json_schema"});
+          schema = in_order ? in_order->dump() : v.dump();
+        }
         Result<std::string> gbnf = key == "grammar" ? Result<std::string>(v.get<std::string>())
                                    : grammar::JsonSchemaToGrammar(
-                                         v.is_string() ? v.get<std::string>() : v.dump());
+                                         v.is_string() ? v.get<std::string>() : schema);
         if (!gbnf.ok()) return Errorf("--prompts line {}: {}: {}", line_no, key, gbnf.message());
         auto g = grammar::ParseGrammar(*gbnf);
         if (!g.ok()) return Errorf("--prompts line {}: {}: {}", line_no, key, g.message());

@@ -231,7 +231,8 @@ std::optional<ApiError> ParseChoices(const json& j, Endpoint endpoint, ApiReques
 // Constrained output: OpenAI's response_format, llama-server's grammar and
 // json_schema; at most one of them. Sets s->grammar (the server's default,
 // from --grammar, stays when the request names none).
-std::optional<ApiError> ParseConstraint(const json& j, SamplingParams* s) {
+std::optional<ApiError> ParseConstraint(const json& j, const nlohmann::ordered_json& ordered,
+                                        SamplingParams* s) {
   std::string field, gbnf;
   auto set = [&](const char* name, std::string text) -> std::optional<ApiError> {
     if (!field.empty())
@@ -240,10 +241,14 @@ std::optional<ApiError> ParseConstraint(const json& j, SamplingParams* s) {
     gbnf = std::move(text);
     return std::nullopt;
   };
-  auto schema = [](const char* name, const json& v) -> Result<std::string> {
+  // The schema's text as its client wrote it (properties in order), from the
+  // ordered parse at `path`.
+  auto schema = [&](const char* name, const json& v,
+                    const std::vector<std::string>& path) -> Result<std::string> {
     if (!v.is_object() && !v.is_boolean())
       return Errorf("'{}' must be a JSON Schema object", name);
-    return grammar::JsonSchemaToGrammar(v.dump());
+    const nlohmann::ordered_json* in_order = OrderedAt(ordered, path);
+    return grammar::JsonSchemaToGrammar(in_order ? in_order->dump() : v.dump());
   };
   if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
     const json& rf = *it;
@@ -256,16 +261,20 @@ std::optional<ApiError> ParseConstraint(const json& j, SamplingParams* s) {
       // llama-server also takes a schema here.
       auto sc = rf.find("schema");
       text = sc == rf.end() ? Result<std::string>(std::string(grammar::JsonGrammarText()))
-                            : schema("response_format.schema", *sc);
+                            : schema("response_format.schema", *sc, {"response_format", "schema"});
     } else if (t == "json_schema") {
       // OpenAI: {"json_schema": {"schema": ...}}; llama-server: {"schema": ...}.
       const json* sc = nullptr;
+      std::vector<std::string> path = {"response_format", "json_schema", "schema"};
       if (auto js = rf.find("json_schema"); js != rf.end() && js->is_object())
         if (auto in = js->find("schema"); in != js->end()) sc = &*in;
-      if (auto direct = rf.find("schema"); sc == nullptr && direct != rf.end()) sc = &*direct;
+      if (auto direct = rf.find("schema"); sc == nullptr && direct != rf.end()) {
+        sc = &*direct;
+        path = {"response_format", "schema"};
+      }
       text = sc == nullptr
                  ? Result<std::string>(Errorf("'response_format.json_schema.schema' is required"))
-                 : schema("response_format.json_schema.schema", *sc);
+                 : schema("response_format.json_schema.schema", *sc, path);
     } else if (t != "text") {
       return Bad("response_format", fmt::format("unknown response_format type '{}' (text, "
                                                 "json_object or json_schema)", t));
@@ -275,7 +284,7 @@ std::optional<ApiError> ParseConstraint(const json& j, SamplingParams* s) {
       if (auto e = set("response_format", std::move(*text))) return e;
   }
   if (auto it = j.find("json_schema"); it != j.end() && !it->is_null()) {
-    Result<std::string> text = schema("json_schema", *it);
+    Result<std::string> text = schema("json_schema", *it, {"json_schema"});
     if (!text.ok()) return Bad("json_schema", "'json_schema': " + text.message());
     if (auto e = set("json_schema", std::move(*text))) return e;
   }
@@ -401,8 +410,10 @@ std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
                               &o.sampling.logit_bias))
     return e;
   if (auto e = ParseStop(j, &o.stop)) return e;
+  const nlohmann::ordered_json ordered =
+      ParseOrdered(body, j, {"response_format", "json_schema", "tools"});
   if (endpoint == Endpoint::kChat)
-    if (auto e = ParseTools(j, &out->tools)) return e;
+    if (auto e = ParseTools(j, ordered, &out->tools)) return e;
 
   Fields f(j);
   f.Int("n_predict", -1, kMaxTokensLimit, &o.n_predict);  // llama-server's
@@ -431,7 +442,7 @@ std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
   }
   if (f.error()) return f.error();
   if (auto e = ParseKv(j, &o.kv)) return e;
-  if (auto e = ParseConstraint(j, &s)) return e;
+  if (auto e = ParseConstraint(j, ordered, &s)) return e;
   if (Status st = ValidateSamplingParams(s); !st.ok()) return Bad("", st.message());
   return std::nullopt;
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <vector>
 
@@ -206,6 +207,35 @@ nlohmann::json ParseJson(std::string_view text, std::string* error) {
     *error = JsonErrorText(e);
     return nlohmann::json(nlohmann::json::value_t::discarded);
   }
+}
+
+nlohmann::ordered_json ParseOrdered(std::string_view text, const nlohmann::json& body,
+                                    std::initializer_list<const char*> keys) {
+  if (!body.is_object()) return nullptr;
+  for (const char* key : keys)
+    if (body.contains(key))  // parsed before as `body`: no error, no depth to check
+      return nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return nullptr;
+}
+
+const nlohmann::ordered_json* OrderedAt(const nlohmann::ordered_json& root,
+                                        const std::vector<std::string>& path) {
+  const nlohmann::ordered_json* at = &root;
+  for (const std::string& step : path) {
+    if (at->is_object()) {
+      auto it = at->find(step);
+      if (it == at->end()) return nullptr;
+      at = &*it;
+    } else if (at->is_array()) {
+      size_t i = 0;
+      const auto [end, ec] = std::from_chars(step.data(), step.data() + step.size(), i);
+      if (ec != std::errc() || end != step.data() + step.size() || i >= at->size()) return nullptr;
+      at = &(*at)[i];
+    } else {
+      return nullptr;
+    }
+  }
+  return at;
 }
 
 }  // namespace rotor::serve

@@ -8,11 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rotor::serve {
 
@@ -69,5 +71,16 @@ std::string JsonErrorText(const nlohmann::json::exception& e);
 // parsing object key - unexpected end of input; ...", "number overflow
 // parsing '1e309'").
 nlohmann::json ParseJson(std::string_view text, std::string* error);
+
+// A request's JSON Schemas keep the order their client wrote their keys in
+// (the output grammar writes an object's properties in that order), which
+// nlohmann::json, a sorted map, loses: the body parsed once more in order
+// (only when it holds a schema: `keys` at its top level), and a path in it.
+nlohmann::ordered_json ParseOrdered(std::string_view text, const nlohmann::json& body,
+                                    std::initializer_list<const char*> keys);
+// The value at `path` (object keys, or array indices as decimal text), or
+// nullptr when there is none.
+const nlohmann::ordered_json* OrderedAt(const nlohmann::ordered_json& root,
+                                        const std::vector<std::string>& path);
 
 }  // namespace rotor::serve

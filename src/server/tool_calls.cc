@@ -1,5 +1,7 @@
 #include "server/tool_calls.h"
 
+#include "server/fields.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -39,7 +41,8 @@ bool ValidName(const std::string& name) {
          });
 }
 
-std::optional<ApiError> ParseTool(const json& t, size_t i, ChatTool* out) {
+std::optional<ApiError> ParseTool(const json& t, size_t i, const nlohmann::ordered_json& ordered,
+                                  ChatTool* out) {
   const std::string where = fmt::format("tools[{}]", i);
   if (!t.is_object()) return Bad(where, fmt::format("'{}' must be an object", where));
   const json* type = Member(t, "type");
@@ -67,9 +70,13 @@ std::optional<ApiError> ParseTool(const json& t, size_t i, ChatTool* out) {
     const std::string field = where + ".function.parameters";
     if (!p->is_object())
       return Bad(field, fmt::format("'{}' must be a JSON Schema object", field));
-    Result<std::string> g = grammar::JsonSchemaToGrammar(p->dump());
+    // As the client wrote it: the grammar and the template list the
+    // properties in their order.
+    const nlohmann::ordered_json* in_order =
+        OrderedAt(ordered, {"tools", std::to_string(i), "function", "parameters"});
+    out->parameters = in_order ? in_order->dump() : p->dump();
+    Result<std::string> g = grammar::JsonSchemaToGrammar(out->parameters);
     if (!g.ok()) return Bad(field, fmt::format("'{}': {}", field, g.message()));
-    out->parameters = p->dump();
   }
   return std::nullopt;
 }
@@ -152,7 +159,8 @@ json CallsJson(const std::vector<ToolCall>& calls) {
 
 }  // namespace
 
-std::optional<ApiError> ParseTools(const json& body, ApiTools* out) {
+std::optional<ApiError> ParseTools(const json& body, const nlohmann::ordered_json& ordered,
+                                   ApiTools* out) {
   if (const json* tools = Member(body, "tools")) {
     if (!tools->is_array())
       return Bad("tools", "'tools' must be an array of {type: \"function\", function} objects");
@@ -161,7 +169,7 @@ std::optional<ApiError> ParseTools(const json& body, ApiTools* out) {
       return Bad("tools", fmt::format("'tools' holds more than {} tools", kMaxTools));
     for (size_t i = 0; i < tools->size(); ++i) {
       ChatTool t;
-      if (auto e = ParseTool((*tools)[i], i, &t)) return e;
+      if (auto e = ParseTool((*tools)[i], i, ordered, &t)) return e;
       for (const ChatTool& before : out->tools)
         if (before.name == t.name)
           return Bad(fmt::format("tools[{}].function.name", i),

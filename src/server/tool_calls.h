@@ -37,8 +37,10 @@ namespace rotor::serve {
 inline constexpr int kMaxParallelCalls = 4;
 
 // tools, tool_choice, parallel_tool_calls of a request body. Errors name the
-// field ("tools[1].function.name").
-std::optional<ApiError> ParseTools(const nlohmann::json& body, ApiTools* out);
+// field ("tools[1].function.name"). `ordered`: the body parsed in its keys'
+// order (ParseOrdered), where the tools' parameter schemas are read.
+std::optional<ApiError> ParseTools(const nlohmann::json& body,
+                                   const nlohmann::ordered_json& ordered, ApiTools* out);
 // A message's tool_calls (assistant) and tool_call_id (tool); `where` is
 // "messages[i]".
 std::optional<ApiError> ParseMessageTools(const nlohmann::json& message, const std::string& where,

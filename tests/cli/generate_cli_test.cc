@@ -135,7 +135,11 @@ TEST(GenerateCliTest, GrammarAndJsonSchemaConstrainTheOutput) {
   {
     std::ofstream(dir.File("p.jsonl"))
         << R"({"prompt": "A", "grammar": "root ::= \"yes\" | \"no\"", "seed": 1})" << "\n"
-        << R"({"prompt": "B", "json_schema": {"enum": [1, 2]}, "seed": 2})" << "\n";
+        << R"({"prompt": "B", "json_schema": {"enum": [1, 2]}, "seed": 2})" << "\n"
+        // Properties in the schema's order, not the alphabet's.
+        << R"({"prompt": "C", "n_predict": 64, "json_schema": {"type": "object", "properties": )"
+        << R"({"zeta": {"enum": [1]}, "alpha": {"enum": [2]}}, "required": ["zeta", "alpha"]}})"
+        << "\n";
     std::ofstream(dir.File("bad.jsonl")) << R"({"prompt": "A", "grammar": "root ::= ("})" << "\n";
   }
   CliResult p = RunRotor({"generate", "-m", BundledModel(), "--prompts", dir.File("p.jsonl")});
@@ -148,6 +152,9 @@ TEST(GenerateCliTest, GrammarAndJsonSchemaConstrainTheOutput) {
   }
   EXPECT_TRUE(texts[0] == "yes" || texts[0] == "no") << p.out;
   EXPECT_TRUE(texts[1] == "1" || texts[1] == "2") << p.out;
+  const nlohmann::ordered_json object = nlohmann::ordered_json::parse(texts[2], nullptr, false);
+  ASSERT_TRUE(object.is_object()) << p.out;
+  EXPECT_EQ(object.dump(), R"({"zeta":1,"alpha":2})") << p.out;
   CliResult pb = RunRotor({"generate", "-m", BundledModel(), "--prompts", dir.File("bad.jsonl")});
   EXPECT_NE(pb.exit_code, 0);
   EXPECT_THAT(pb.err, HasSubstr("--prompts line 1: grammar: grammar: line 1"));

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
 namespace rotor::serve {
 namespace {
 
@@ -296,6 +299,45 @@ TEST(ServeApiTest, MessagesSayWhatIsWrongWithTheValue) {
     EXPECT_NE(e->message.find(c.message), std::string::npos) << body.substr(0, 100) << ": "
                                                               << e->message;
   }
+}
+
+// A schema's properties are written in the order its client gave them (as
+// llama-server and OpenAI's structured outputs do), wherever the schema is:
+// nlohmann::json sorts keys, so the request's schemas are read in order.
+TEST(ServeApiTest, SchemasKeepTheirPropertiesOrder) {
+  const std::string schema =
+      R"({"type": "object", "properties": {"zeta": {"type": "integer"}, )"
+      R"("alpha": {"type": "integer"}}, "required": ["zeta", "alpha"]})";
+  auto accepts = [](const ApiRequest& r, const std::string& text) {
+    grammar::Matcher m(r.options.sampling.grammar);
+    return m.Accept(text) && m.CanEnd();
+  };
+  for (const std::string& field :
+       {R"("response_format": {"type": "json_schema", "json_schema": {"schema": )" + schema + "}}",
+        R"("response_format": {"type": "json_schema", "schema": )" + schema + "}",
+        R"("response_format": {"type": "json_object", "schema": )" + schema + "}",
+        R"("json_schema": )" + schema}) {
+    const std::string body = R"({"prompt": "a", )" + field + "}";
+    ApiRequest r;
+    auto e = ParseRequest(body, Endpoint::kCompletions, Defaults(), &r);
+    ASSERT_FALSE(e) << body << ": " << e->message;
+    ASSERT_NE(r.options.sampling.grammar, nullptr) << body;
+    EXPECT_TRUE(accepts(r, R"({"zeta": 1, "alpha": 2})")) << body;
+    EXPECT_FALSE(accepts(r, R"({"alpha": 2, "zeta": 1})")) << body;
+  }
+  // A tool's parameters: the grammar of its calls and the text the chat
+  // template shows the model.
+  const std::string body =
+      R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", )"
+      R"("function": {"name": "f", "parameters": )" + schema + "}}]}";
+  ApiRequest r;
+  auto e = ParseRequest(body, Endpoint::kChat, Defaults(), &r);
+  ASSERT_FALSE(e) << e->message;
+  ASSERT_EQ(r.tools.tools.size(), 1u);
+  const std::string& p = r.tools.tools[0].parameters;
+  EXPECT_LT(p.find("\"type\""), p.find("\"properties\"")) << p;
+  EXPECT_LT(p.find("\"zeta\""), p.find("\"alpha\"")) << p;
+  EXPECT_LT(p.find("\"properties\""), p.find("\"required\"")) << p;
 }
 
 TEST(ServeApiTest, ConstrainedOutputFields) {
