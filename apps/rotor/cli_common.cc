@@ -125,6 +125,67 @@ void AddPrefillStepOptions(CLI::App* app, int* prefill_step) {
   });
 }
 
+void AddEscapeOptions(CLI::App* app, bool* escape) {
+  // Run as each is read, so that the last one on the line wins.
+  app->add_flag_callback(
+         "-e,--escape", [escape] { *escape = true; },
+         "turn \\n \\r \\t \\' \\\" \\\\ \\xHH in the prompt, -f text, system prompt and "
+         "stop strings into those characters (the default, as llama.cpp's)")
+      ->trigger_on_parse();
+  app->add_flag_callback(
+         "--no-escape", [escape] { *escape = false; },
+         "take the prompt, -f text, system prompt and stop strings as written")
+      ->trigger_on_parse();
+}
+
+std::string ProcessEscapes(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 == text.size()) {
+      out += text[i];
+      continue;
+    }
+    const char c = text[++i];
+    switch (c) {
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case '\'':
+      case '"':
+      case '\\':
+        out += c;
+        break;
+      default:
+        if (c == 'x' && i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
+          out += static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2]));
+          i += 2;
+        } else {  // unknown (or \x without two hex digits): kept as written
+          out += '\\';
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string WithoutTrailingNewline(std::string text) {
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
 Result<std::pair<int32_t, float>> ParseLogitBiasFlag(std::string_view v) {
   const size_t sign = v.find_first_of("+-", 1);
   int64_t id = -1;

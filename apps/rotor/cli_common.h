@@ -38,6 +38,15 @@ void AddEngineOptions(CLI::App* app, EngineOptions* o);
 void AddLlamaCppNotes(CLI::App* app);
 // --prefill-step (llama.cpp's -ub) and -b / --batch-size, which caps it.
 void AddPrefillStepOptions(CLI::App* app, int* prefill_step);
+// llama.cpp's -e / --escape and --no-escape (the last one given wins):
+// *escape (default true) says whether ProcessEscapes applies to the prompt,
+// the -f text, the system prompt and the stop strings.
+void AddEscapeOptions(CLI::App* app, bool* escape);
+// llama.cpp's string_process_escapes: \n \r \t \' \" \\ and \xHH (two hex
+// digits) become the character; any other backslash stays as written.
+std::string ProcessEscapes(std::string_view text);
+// A prompt file's text as llama.cpp's -f reads it: one trailing "\n" removed.
+std::string WithoutTrailingNewline(std::string text);
 // --temp, --top-k, ... on a subcommand (and AddGrammarOptions).
 void AddSamplingOptions(CLI::App* app, SamplingParams* p);
 // "15043+1" / "2-100" (llama.cpp's --logit-bias): (token id, bias in [-100, 100]).

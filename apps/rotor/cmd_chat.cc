@@ -23,6 +23,7 @@ struct ChatArgs {
   ChatOptions chat;
   std::string chat_template;
   int prefill_step = kDefaultPrefillStep;
+  bool escape = true;  // -e / --no-escape
 };
 
 constexpr const char* kHelp =
@@ -233,6 +234,10 @@ class ChatLoop {
 };
 
 int RunChat(ChatArgs& a) {
+  if (a.escape) {  // the command line's texts, as llama.cpp's (typed messages are not)
+    a.chat.system = ProcessEscapes(a.chat.system);
+    for (std::string& stop : a.chat.stop) stop = ProcessEscapes(stop);
+  }
   // Worker threads start with SIGINT blocked: the signal goes to the thread
   // that reads input, so Ctrl-C interrupts a wait at the prompt.
   SigintFlag::Block();
@@ -273,6 +278,7 @@ Runner RegisterChat(CLI::App& app) {
                   "also end a reply at this string (repeatable)");
   sub->add_flag("--ignore-eos", a->chat.ignore_eos,
                 "run past end-of-text and end-of-turn tokens (replies end at -n or Ctrl-C)");
+  AddEscapeOptions(sub, &a->escape);
   AddPrefillStepOptions(sub, &a->prefill_step);
   return [a] { return RunChat(*a); };
 }

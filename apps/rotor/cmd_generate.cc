@@ -27,6 +27,7 @@ struct GenerateArgs {
   int prefill_step = kDefaultPrefillStep;
   std::string prompt_cache;  // --prompt-cache FILE
   bool prompt_cache_ro = false;
+  bool escape = true;  // -e / --no-escape
 };
 
 // --prompt-cache: before generating, the file's tokens that start the prompt
@@ -80,13 +81,18 @@ void SavePromptCacheFile(Engine& engine, const GenerateArgs& a, const KvConfig& 
 }
 
 int RunGenerate(GenerateArgs& a) {
+  // As llama.cpp: the command line's stop strings are escaped, a --prompts
+  // file's text and fields are not.
+  if (a.escape)
+    for (std::string& stop : a.gen.stop) stop = ProcessEscapes(stop);
   if (!a.prompts_file.empty())
     return RunGenerateBatch(a.engine, a.gen, a.prompts_file, a.parallel, a.prefill_step);
   if (!a.prompt_file.empty()) {
     Result<std::string> text = ReadFile(a.prompt_file);
     if (!text.ok()) return Fail(text.status().WithContext("generate: -f"));
-    a.gen.prompt = *text;
+    a.gen.prompt = WithoutTrailingNewline(std::move(*text));
   }
+  if (a.escape) a.gen.prompt = ProcessEscapes(a.gen.prompt);
   Result<std::unique_ptr<Engine>> engine = Engine::Create(a.engine);
   if (!engine.ok()) return Fail(engine.status());
   Result<KvConfig> kv = (*engine)->Validate(a.gen);
@@ -176,7 +182,9 @@ Runner RegisterGenerate(CLI::App& app) {
   AddSamplingOptions(sub, &a->gen.sampling);
   AddKvOptions(sub, &a->gen.kv);
   auto* p = sub->add_option("-p,--prompt", a->gen.prompt, "prompt text");
-  auto* f = sub->add_option("-f,--file", a->prompt_file, "read the prompt from a file");
+  auto* f = sub->add_option("-f,--file", a->prompt_file,
+                            "read the prompt from a file (one trailing newline dropped, as "
+                            "llama.cpp's -f)");
   auto* pf = sub->add_option("--prompts", a->prompts_file,
                              "many prompts: one per line, or JSONL with per-prompt options; "
                              "writes one JSON line per prompt");
@@ -193,6 +201,7 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("--stop,-r,--reverse-prompt", a->gen.stop,
                   "stop at this string (repeatable; the string is not printed)");
   sub->add_flag("--ignore-eos", a->gen.ignore_eos, "keep generating past end-of-sequence");
+  AddEscapeOptions(sub, &a->escape);
   AddPrefillStepOptions(sub, &a->prefill_step);
   sub->add_flag("--no-conversation")
       ->description("llama-cli's -no-cnv: generate is never a conversation");

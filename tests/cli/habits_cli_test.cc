@@ -1,0 +1,122 @@
+// More llama.cpp habits (after compat_cli_test.cc): escape sequences in the
+// command line's texts, -f's trailing newline, repeated options (the last
+// wins), -b / -ub on every command with a prefill step, perplexity -c 0, and
+// llama-server / llama-perplexity spellings.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "run_cli.h"
+
+// A namespace of its own: the unity build joins this file with compat_cli_test.cc.
+namespace rotor::testing::habits {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+CliResult Generate(const std::string& prompt, std::vector<std::string> extra,
+                   const std::string& n = "8") {
+  std::vector<std::string> args = {"generate", "-m", BundledModel(), "-p", prompt, "-n", n,
+                                   "--temp",   "0",  "-t",           "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return RunRotor(args);
+}
+
+std::string WriteFile(const TempDir& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir.File(name);
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+// The "[prompt N tokens" count of a chat footer.
+int PromptTokens(const std::string& err) {
+  const size_t at = err.find("[prompt ");
+  return at == std::string::npos ? -1 : std::stoi(err.substr(at + 8));
+}
+
+TEST(HabitsCliTest, EscapesInThePromptAsLlamaCpp) {
+  // -n 0: the output is the prompt as it was read, then a newline.
+  const CliResult all = Generate(R"(a\tb\x41\q\\n\'\"\x4g\)", {}, "0");
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(all.out, "a\tbA\\q\\n'\"\\x4g\\\n");  // unknown ones stay as written
+  const std::string real = "Once upon a time\nthere";
+  const CliResult base = Generate(real, {"--no-escape"});
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  for (std::vector<std::string> flags :
+       {std::vector<std::string>{}, {"-e"}, {"--escape"}, {"--no-escape", "-e"}}) {
+    const CliResult r = Generate(R"(Once upon a time\nthere)", flags);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, base.out) << (flags.empty() ? "default" : flags.back());
+  }
+  for (std::vector<std::string> flags :
+       {std::vector<std::string>{"--no-escape"}, {"-e", "--no-escape"}}) {
+    const CliResult literal = Generate(R"(Once upon a time\nthere)", flags);
+    ASSERT_EQ(literal.exit_code, 0) << literal.err;
+    EXPECT_EQ(literal.out.rfind(R"(Once upon a time\nthere)", 0), 0u) << literal.out;
+  }
+}
+
+TEST(HabitsCliTest, ReversePromptNewlineStopsAtTheFirstNewline) {
+  const CliResult base = Generate("Once upon a time", {}, "80");
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const size_t nl = base.out.find('\n');
+  ASSERT_LT(nl + 1, base.out.size()) << "no newline in the generated text: " << base.out;
+  const CliResult r = Generate("Once upon a time", {"-r", R"(\n)"}, "80");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, base.out.substr(0, nl) + "\n");
+  EXPECT_THAT(r.err, HasSubstr("finish: stop"));
+  const CliResult literal = Generate("Once upon a time", {"-r", R"(\n)", "--no-escape"}, "80");
+  EXPECT_EQ(literal.out, base.out);  // a backslash and an n never come
+}
+
+TEST(HabitsCliTest, PromptFileLosesOneTrailingNewlineAndIsEscaped) {
+  TempDir dir;
+  const CliResult p = Generate("Once upon a time", {});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  auto from_file = [&](const std::string& text, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {
+        "generate", "-m", BundledModel(), "-f", WriteFile(dir, "p.txt", text), "-n", "8",
+        "--temp",   "0",  "-t",           "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunRotor(args);
+  };
+  const CliResult f = from_file("Once upon a time\n");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(f.out, p.out);
+  EXPECT_THAT(f.err, HasSubstr("prompt 5 tokens"));
+  // Only one newline goes; a file's escapes are processed as -p's.
+  const CliResult two = from_file("Once upon a time\n\n");
+  EXPECT_EQ(two.out.rfind("Once upon a time\n", 0), 0u) << two.out;
+  EXPECT_NE(two.out, p.out);
+  const CliResult esc = from_file("Once upon a time\\nthere\n");
+  EXPECT_EQ(esc.out, Generate("Once upon a time\nthere", {"--no-escape"}).out);
+  const CliResult raw = from_file("Once upon a time\\nthere\n", {"--no-escape"});
+  EXPECT_EQ(raw.out.rfind("Once upon a time\\nthere", 0), 0u) << raw.out;
+}
+
+TEST(HabitsCliTest, ChatEscapesTheSystemPrompt) {
+  TempDir dir;
+  const std::string input = WriteFile(dir, "in.txt", "Hi\n");
+  auto chat = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"chat", "-m", BundledModel(), "--temp", "0",
+                                     "-n",   "8",  "-t",           "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunRotor(args, input);
+  };
+  const CliResult real = chat({"-sys", "Be\nbrief.", "--no-escape"});
+  ASSERT_EQ(real.exit_code, 0) << real.err;
+  const CliResult escaped = chat({"-sys", R"(Be\nbrief.)"});
+  ASSERT_EQ(escaped.exit_code, 0) << escaped.err;
+  EXPECT_EQ(PromptTokens(escaped.err), PromptTokens(real.err));
+  EXPECT_EQ(escaped.out, real.out);
+  const CliResult literal = chat({"-sys", R"(Be\nbrief.)", "--no-escape"});
+  EXPECT_NE(PromptTokens(literal.err), PromptTokens(real.err)) << literal.err;
+}
+
+}  // namespace
+}  // namespace rotor::testing::habits
