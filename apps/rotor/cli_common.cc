@@ -186,6 +186,14 @@ std::string WithoutTrailingNewline(std::string text) {
   return text;
 }
 
+void TakeLastValueEverywhere(CLI::App* app) {
+  for (CLI::Option* o : app->get_options())
+    if (o->get_multi_option_policy() == CLI::MultiOptionPolicy::Throw &&
+        o->get_items_expected_max() <= 1)
+      o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (CLI::App* sub : app->get_subcommands({})) TakeLastValueEverywhere(sub);
+}
+
 Result<std::pair<int32_t, float>> ParseLogitBiasFlag(std::string_view v) {
   const size_t sign = v.find_first_of("+-", 1);
   int64_t id = -1;

@@ -47,6 +47,10 @@ void AddEscapeOptions(CLI::App* app, bool* escape);
 std::string ProcessEscapes(std::string_view text);
 // A prompt file's text as llama.cpp's -f reads it: one trailing "\n" removed.
 std::string WithoutTrailingNewline(std::string text);
+// Every option of `app` and its subcommands that takes one value takes the
+// last one when repeated (llama.cpp's habit; CLI11 would refuse "-n 8 -n 3").
+// Options that take lists (vectors, repeatable --stop) keep every value.
+void TakeLastValueEverywhere(CLI::App* app);
 // --temp, --top-k, ... on a subcommand (and AddGrammarOptions).
 void AddSamplingOptions(CLI::App* app, SamplingParams* p);
 // "15043+1" / "2-100" (llama.cpp's --logit-bias): (token id, bias in [-100, 100]).

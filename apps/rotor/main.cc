@@ -12,6 +12,7 @@
 
 #include "argv_compat.h"
 #include "base/log.h"
+#include "cli_common.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   add(rotor::cli::RegisterPerplexity);
   add(rotor::cli::RegisterChat);
   add(rotor::cli::RegisterQuantize);
+  // "-n 8 -n 3" is 3, as llama.cpp reads it (lists keep every value).
+  rotor::cli::TakeLastValueEverywhere(&app);
   // llama.cpp's spellings, and an error naming an unknown option (argv_compat.h).
   rotor::cli::CompatArgs args =
       rotor::cli::RewriteArgs(app, std::vector<std::string>(argv + 1, argv + argc));

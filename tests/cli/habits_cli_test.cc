@@ -118,5 +118,25 @@ TEST(HabitsCliTest, ChatEscapesTheSystemPrompt) {
   EXPECT_NE(PromptTokens(literal.err), PromptTokens(real.err)) << literal.err;
 }
 
+TEST(HabitsCliTest, ARepeatedOptionTakesTheLastValue) {
+  const CliResult last = Generate("Once upon a time", {"-n", "3"}, "8");
+  ASSERT_EQ(last.exit_code, 0) << last.err;
+  EXPECT_EQ(last.out, Generate("Once upon a time", {}, "3").out);
+  EXPECT_THAT(last.err, HasSubstr("generated 3 tokens"));
+  const CliResult kv = Generate("Once upon a time", {"--kv", "sink", "--kv", "full"});
+  ASSERT_EQ(kv.exit_code, 0) << kv.err;  // --kv-size would be needed for sink
+  const CliResult reps = RunRotor({"bench", "-m", BundledModel(), "-p", "8", "-n", "0", "-t", "1",
+                                   "-r", "3", "-r", "1", "-o", "json"});
+  ASSERT_EQ(reps.exit_code, 0) << reps.err;
+  EXPECT_EQ(nlohmann::json::parse(reps.out)[0]["samples_ns"].size(), 1u);
+  // Lists keep every value, repeated or comma-separated.
+  const CliResult lists = RunRotor({"bench", "-m", BundledModel(), "-p", "8", "-p", "16,4", "-n",
+                                    "0", "-t", "1", "-r", "1", "-o", "json"});
+  ASSERT_EQ(lists.exit_code, 0) << lists.err;
+  const nlohmann::json rows = nlohmann::json::parse(lists.out);
+  ASSERT_EQ(rows.size(), 3u) << lists.out;
+  EXPECT_EQ(rows[2]["n_prompt"], 4);
+}
+
 }  // namespace
 }  // namespace rotor::testing::habits
