@@ -108,9 +108,12 @@ void AddLlamaCppNotes(CLI::App* app) {
       ->type_name("on|off|auto");
 }
 
-void AddPrefillStepOptions(CLI::App* app, int* prefill_step) {
-  app->add_option("--prefill-step,--ubatch-size", *prefill_step,
-                  "prompt tokens per forward pass (0 = the whole prompt; llama.cpp's -ub)")
+void AddPrefillStepOptions(CLI::App* app, int* prefill_step, std::string_view help) {
+  // "... (0 = the whole prompt)" -> "... (0 = the whole prompt; llama.cpp's -ub)"
+  std::string text(help);
+  text = text.ends_with(")") ? text.substr(0, text.size() - 1) + "; llama.cpp's -ub)"
+                             : text + " (llama.cpp's -ub)";
+  app->add_option("--prefill-step,--ubatch-size", *prefill_step, text)
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   // llama.cpp's logical batch: a forward pass takes at most that many tokens

@@ -36,8 +36,11 @@ void AddEngineOptions(CLI::App* app, EngineOptions* o);
 // llama.cpp's -ngl and -fa, accepted with a note where they do not apply
 // (AddEngineOptions adds them).
 void AddLlamaCppNotes(CLI::App* app);
-// --prefill-step (llama.cpp's -ub) and -b / --batch-size, which caps it.
-void AddPrefillStepOptions(CLI::App* app, int* prefill_step);
+// --prefill-step (llama.cpp's -ub / --ubatch-size) and -b / --batch-size,
+// which caps it; `help` describes --prefill-step (its 0 differs per command).
+void AddPrefillStepOptions(
+    CLI::App* app, int* prefill_step,
+    std::string_view help = "prompt tokens per forward pass (0 = the whole prompt)");
 // llama.cpp's -e / --escape and --no-escape (the last one given wins):
 // *escape (default true) says whether ProcessEscapes applies to the prompt,
 // the -f text, the system prompt and the stop strings.

@@ -361,11 +361,28 @@ Runner RegisterBench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(1, 1024));
   AddKvListOptions(sub, &a->kv);
-  sub->add_option("--prefill-step", a->prefill_step,
-                  "tokens per forward pass for pp tests and the depth fill (0 = all at once)")
+  sub->add_option("--prefill-step,--ubatch-size", a->prefill_step,
+                  "tokens per forward pass for pp tests and the depth fill (0 = all at once; "
+                  "llama-bench's -ub)")
       ->delimiter(',')
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
+  // llama-bench's -b: a forward pass takes at most that many tokens too.
+  auto batch_sizes = std::make_shared<std::vector<int>>();
+  sub->add_option("-b,--batch-size", *batch_sizes,
+                  "llama-bench's logical batch: caps each --prefill-step (a list runs each cap)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 24));
+  sub->parse_complete_callback([a, batch_sizes] {
+    if (batch_sizes->empty()) return;
+    std::vector<int> steps;
+    for (int b : *batch_sizes)
+      for (int s : a->prefill_step) {
+        const int step = s == 0 ? b : std::min(s, b);
+        if (std::find(steps.begin(), steps.end(), step) == steps.end()) steps.push_back(step);
+      }
+    a->prefill_step = steps;
+  });
   sub->add_option("--batch", a->batch,
                   "sequences run together, each with its own cache (aggregate t/s; JSON n_seq)")
       ->delimiter(',')

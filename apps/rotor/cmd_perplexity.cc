@@ -80,10 +80,8 @@ Runner RegisterPerplexity(CLI::App& app) {
   CLI::Option* chunks =
       sub->add_option("--chunks", a->n_chunks, "score only the first N chunks (-1 = all)")
           ->check(CLI::Range(-1, 1 << 30));
-  sub->add_option("--prefill-step", a->prefill_step,
-                  "tokens per forward pass (0 = a whole chunk; with --stream, -c tokens)")
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
+  AddPrefillStepOptions(sub, &a->prefill_step,
+                        "tokens per forward pass (0 = a whole chunk; with --stream, -c tokens)");
   AddKvListOptions(sub, &a->kv);
   CLI::Option* kl = sub->add_option(
       "--kl-base", a->kl_base,

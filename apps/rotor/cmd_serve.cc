@@ -210,10 +210,7 @@ Runner RegisterServe(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--stop", o.defaults.stop, "stop string of requests that give none (repeatable)");
   sub->add_flag("--ignore-eos", o.defaults.ignore_eos, "keep generating past end-of-sequence");
-  sub->add_option("--prefill-step", o.prefill_step,
-                  "prompt tokens per forward pass (0 = the whole prompt)")
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
+  AddPrefillStepOptions(sub, &o.prefill_step);
   sub->add_flag_callback("--no-bos", [&o] { o.defaults.add_bos = false; },
                          "do not add the BOS token");
   sub->add_option("--replica-id", o.replica_id,

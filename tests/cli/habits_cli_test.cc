@@ -33,6 +33,14 @@ std::string WriteFile(const TempDir& dir, const std::string& name, const std::st
   return path;
 }
 
+// A text of a few hundred tokens for perplexity.
+std::string Story(const TempDir& dir) {
+  std::string words;
+  for (int i = 0; i < 60; ++i)
+    words += "Once upon a time, the cat sat on the mat and then it ran. ";
+  return WriteFile(dir, "story.txt", words);
+}
+
 // The "[prompt N tokens" count of a chat footer.
 int PromptTokens(const std::string& err) {
   const size_t at = err.find("[prompt ");
@@ -136,6 +144,49 @@ TEST(HabitsCliTest, ARepeatedOptionTakesTheLastValue) {
   const nlohmann::json rows = nlohmann::json::parse(lists.out);
   ASSERT_EQ(rows.size(), 3u) << lists.out;
   EXPECT_EQ(rows[2]["n_prompt"], 4);
+}
+
+TEST(HabitsCliTest, BatchAndUbatchOnBenchServeAndPerplexity) {
+  for (std::vector<std::string> b : {std::vector<std::string>{"-ub", "8"},
+                                     {"--ubatch-size", "8"},
+                                     {"-b", "8"},
+                                     {"--batch-size", "8"},
+                                     {"--prefill-step", "8"}}) {
+    std::vector<std::string> args = {"bench", "-m", BundledModel(), "-p", "16", "-n",  "0",
+                                     "-t",    "1",  "-r",           "1",  "-o", "json"};
+    args.insert(args.end(), b.begin(), b.end());
+    const CliResult r = RunRotor(args);
+    ASSERT_EQ(r.exit_code, 0) << b[0] << ": " << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)[0]["prefill_step"], 8) << b[0];
+  }
+  const CliResult caps = RunRotor({"bench", "-m", BundledModel(), "-p", "16", "-n", "0", "-t", "1",
+                                   "-r", "1", "-b", "4,8", "-ub", "6", "-o", "json"});
+  ASSERT_EQ(caps.exit_code, 0) << caps.err;
+  const nlohmann::json rows = nlohmann::json::parse(caps.out);
+  ASSERT_EQ(rows.size(), 2u) << caps.out;
+  EXPECT_EQ(rows[0]["prefill_step"], 4);
+  EXPECT_EQ(rows[1]["prefill_step"], 6);
+  TempDir dir;
+  const std::string text = Story(dir);
+  for (std::vector<std::string> b :
+       {std::vector<std::string>{"-b", "32"}, {"-ub", "32"}, {"-b", "64", "-ub", "32"}}) {
+    std::vector<std::string> args = {"perplexity", "-m",           BundledModel(), "-f", text,
+                                     "-c",         "128",          "--chunks",     "1",  "-t",
+                                     "1",          "--no-progress"};
+    args.insert(args.end(), b.begin(), b.end());
+    const CliResult r = RunRotor(args);
+    ASSERT_EQ(r.exit_code, 0) << b[0] << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("32 tokens per forward pass")) << b[0];
+  }
+  // serve takes them (the error is the port's, found after every option was read).
+  const CliResult serve =
+      RunRotor({"serve", "-m", BundledModel(), "-ub", "8", "-b", "16", "--port", "99999"});
+  EXPECT_NE(serve.exit_code, 0);
+  EXPECT_THAT(serve.err, HasSubstr("--port"));
+  EXPECT_THAT(serve.err, Not(HasSubstr("unknown option")));
+  const CliResult zero = RunRotor({"serve", "-m", BundledModel(), "-b", "0"});
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_THAT(zero.err, HasSubstr("--batch-size"));
 }
 
 }  // namespace
