@@ -26,7 +26,8 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-int RunPerplexity(PerplexityArgs& a) {
+// `ctx_zero`: -c 0 was given (the trained context), not left out (512).
+int RunPerplexity(PerplexityArgs& a, bool ctx_zero) {
   if (!a.plot.empty() && !EndsWith(a.plot, ".svg") && !EndsWith(a.plot, ".png") &&
       !EndsWith(a.plot, ".SVG") && !EndsWith(a.plot, ".PNG"))
     return Fail(Errorf("perplexity: --plot '{}': unknown format (name the file .svg or .png)",
@@ -41,7 +42,12 @@ int RunPerplexity(PerplexityArgs& a) {
   const int n_ctx_train = (*engine)->model().config().n_ctx_train;
   a.ctx_given = a.n_ctx > 0;
   if (a.stream == 0) {
-    if (a.n_ctx == 0) a.n_ctx = std::min(512, n_ctx_train);
+    if (ctx_zero)
+      fmt::print(stderr,
+                 "rotor: perplexity: -c 0: chunks of the model's trained context, {} "
+                 "tokens\n",
+                 n_ctx_train);
+    if (a.n_ctx == 0) a.n_ctx = ctx_zero ? n_ctx_train : std::min(512, n_ctx_train);
     if (a.n_ctx > n_ctx_train)
       return Fail(
           Errorf("perplexity: -c {} is larger than the context the model was trained on "
@@ -73,21 +79,25 @@ Runner RegisterPerplexity(CLI::App& app) {
   sub->add_option("-f,--file", a->text_file, "the text to score")->required();
   sub->add_option("-t,--threads", a->n_threads, "threads (default: all hardware threads)")
       ->check(CLI::Range(1, 1024));
-  sub->add_option("-c,--ctx-size", a->n_ctx,
-                  "tokens per chunk (default 512, at most the trained context); with --stream, "
-                  "the cache's context (default: the trained context; full: the stream)")
-      ->check(CLI::Range(0, 1 << 24));
+  CLI::Option* ctx =
+      sub->add_option("-c,--ctx-size", a->n_ctx,
+                      "tokens per chunk (default 512; 0 = the trained context, also the most); "
+                      "with --stream, the cache's context (default: the trained context; full: "
+                      "the stream)")
+          ->check(CLI::Range(0, 1 << 24));
   CLI::Option* chunks =
       sub->add_option("--chunks", a->n_chunks, "score only the first N chunks (-1 = all)")
           ->check(CLI::Range(-1, 1 << 30));
   AddPrefillStepOptions(sub, &a->prefill_step,
                         "tokens per forward pass (0 = a whole chunk; with --stream, -c tokens)");
   AddKvListOptions(sub, &a->kv);
+  // llama-perplexity's --kl-divergence-base FILE writes the base (rotor's full
+  // run does), with --kl-divergence it reads it (rotor's --kl-read).
   CLI::Option* kl = sub->add_option(
-      "--kl-base", a->kl_base,
+      "--kl-base,--kl-divergence-base", a->kl_base,
       "full-cache distributions: the full run writes FILE, every other run is compared with it "
       "(mean KL divergence, top-1 agreement)");
-  sub->add_flag("--kl-read", a->kl_read,
+  sub->add_flag("--kl-read,--kl-divergence", a->kl_read,
                 "never write the --kl-base FILE: compare every run with it, full included")
       ->needs(kl);
   CLI::Option* stream =
@@ -100,10 +110,11 @@ Runner RegisterPerplexity(CLI::App& app) {
       ->needs(stream)
       ->capture_default_str();
   sub->add_option("--csv", a->csv, "write the stream's windows as CSV")->needs(stream);
-  sub->add_option("--plot", a->plot, "draw perplexity against position (FILE.svg or FILE.png)")->needs(stream);
+  sub->add_option("--plot", a->plot, "draw perplexity against position (FILE.svg or FILE.png)")
+      ->needs(stream);
   sub->add_flag("--no-progress", a->no_progress, "no progress bar on stderr");
   AddLlamaCppNotes(sub);
-  return [a] { return RunPerplexity(*a); };
+  return [a, ctx] { return RunPerplexity(*a, ctx->count() > 0 && a->n_ctx == 0); };
 }
 
 }  // namespace rotor::cli

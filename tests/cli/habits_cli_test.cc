@@ -189,5 +189,49 @@ TEST(HabitsCliTest, BatchAndUbatchOnBenchServeAndPerplexity) {
   EXPECT_THAT(zero.err, HasSubstr("--batch-size"));
 }
 
+TEST(HabitsCliTest, PerplexityCtxZeroIsTheTrainedContext) {
+  TempDir dir;
+  const std::string model = dir.File("t1k.gguf");
+  const CliResult synth =
+      RunRotor({"synth", "--shape", "llama3-tiny", "--ctx", "1024", "-o", model, "-t", "1"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += "the cat sat on the mat and then it ran away ";
+  const std::string text = WriteFile(dir, "t.txt", words);
+  auto ppl = [&](const std::string& c) {
+    std::vector<std::string> args = {"perplexity", "-m", model, "-f", text,
+                                     "--chunks",   "1",  "-t",  "1",  "--no-progress"};
+    if (!c.empty()) args.insert(args.end(), {"-c", c});
+    return RunRotor(args);
+  };
+  const CliResult zero = ppl("0");
+  ASSERT_EQ(zero.exit_code, 0) << zero.err;
+  EXPECT_THAT(zero.err, HasSubstr("-c 0: chunks of the model's trained context, 1024 tokens"));
+  EXPECT_THAT(zero.err, HasSubstr("1 chunks of 1024 tokens"));
+  const CliResult none = ppl("");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_THAT(none.err, HasSubstr("1 chunks of 512 tokens"));  // llama-perplexity's default
+}
+
+// llama-perplexity's --kl-divergence-base FILE writes the base; with --kl-divergence it is read.
+TEST(HabitsCliTest, PerplexityKlDivergenceSpellings) {
+  TempDir dir;
+  const std::string base = dir.File("base.kld");
+  const std::vector<std::string> ppl = {
+      "perplexity", "-m", BundledModel(), "-f", Story(dir),     "-c", "128",
+      "--chunks",   "1",  "-t",           "1",  "--no-progress"};
+  std::vector<std::string> write = ppl;
+  write.insert(write.end(), {"--kl-divergence-base", base});
+  const CliResult w = RunRotor(write);
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_THAT(w.err, HasSubstr("wrote the KL base"));
+  std::vector<std::string> read = write;
+  read.push_back("--kl-divergence");
+  const CliResult r = RunRotor(read);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("KL divergence against"));
+  EXPECT_THAT(r.err, Not(HasSubstr("wrote the KL base")));
+}
+
 }  // namespace
 }  // namespace rotor::testing::habits
