@@ -22,6 +22,7 @@ constexpr Alias kAliases[] = {
     {"sys", "--system-prompt"}, {"ub", "--ubatch-size"},
     {"np", "--parallel"},       {"ctk", "--cache-type-k"},
     {"ctv", "--cache-type-v"},  {"mli", "--multiline-input"},
+    {"cb", "--cont-batching"},
 };
 
 // llama.cpp options rotor has no equivalent of, and why; named in the error
@@ -32,6 +33,13 @@ struct Missing {
 };
 constexpr std::string_view kGpu = "rotor runs on the CPU";
 constexpr std::string_view kSampler = "rotor's sampler has no such stage";
+// A server the user believes protected must not start open.
+constexpr std::string_view kApiKey =
+    "rotor serve has no API-key check: put it behind a proxy that checks the key (and keep "
+    "--host 127.0.0.1)";
+constexpr std::string_view kChatPrompt =
+    "rotor chat reads each message from its input (printf 'MESSAGE\\n' | rotor chat ...); the "
+    "system prompt is -sys / --system";
 constexpr Missing kMissing[] = {
     // Where the subcommand has --cache-type-k the alias above applies.
     {"-ctk", "this command stores no K/V (generate, chat, serve, bench and perplexity take it)"},
@@ -80,6 +88,19 @@ constexpr Missing kMissing[] = {
     {"--rope-scaling", "rotor takes RoPE scaling from the GGUF file"},
     {"--rope-freq-base", "rotor takes RoPE scaling from the GGUF file"},
     {"--rope-freq-scale", "rotor takes RoPE scaling from the GGUF file"},
+    {"--api-key", kApiKey},
+    {"--api-key-file", kApiKey},
+    {"-nocb", "rotor serve always batches continuously"},
+    {"--no-cont-batching", "rotor serve always batches continuously"},
+};
+// The same, for one command only.
+struct MissingIn {
+  std::string_view command;
+  Missing missing;
+};
+constexpr MissingIn kMissingIn[] = {
+    {"chat", {"-p", kChatPrompt}},
+    {"chat", {"--prompt", kChatPrompt}},
 };
 
 bool IsNumber(std::string_view s) {
@@ -143,7 +164,10 @@ std::string Suggest(CLI::App* sub, std::string_view word) {
 }
 
 std::string Unknown(CLI::App* sub, std::string_view word) {
-  for (const Missing& m : kMissing)
+  std::vector<Missing> missing(std::begin(kMissing), std::end(kMissing));
+  for (const MissingIn& m : kMissingIn)
+    if (m.command == sub->get_name()) missing.push_back(m.missing);
+  for (const Missing& m : missing)
     if (m.name == word)
       return fmt::format("rotor {}: {} is llama.cpp's; {} (rotor {} --help lists the options)",
                          sub->get_name(), word, m.why, sub->get_name());

@@ -267,6 +267,8 @@ Runner RegisterChat(CLI::App& app) {
   AddKvOptions(sub, &a->chat.kv);
   sub->add_option("--system,--system-prompt", a->chat.system, "system prompt (llama.cpp's -sys)");
   sub->add_flag("--conversation")->description("llama-cli's -cnv: chat is always a conversation");
+  sub->add_flag("--jinja")->description(
+      "llama-cli's: the chat template comes from the GGUF (see --chat-template)");
   sub->add_option("--chat-template", a->chat_template,
                   "llama2|llama3|chatml|mistral|phi3|gemma|zephyr|plain (default: from the "
                   "model's tokenizer.chat_template; plain without one)");

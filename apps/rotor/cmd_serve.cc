@@ -208,11 +208,21 @@ Runner RegisterServe(CLI::App& app) {
                   "context)")
       ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
-  sub->add_option("--stop", o.defaults.stop, "stop string of requests that give none (repeatable)");
+  sub->add_option("--stop,-r,--reverse-prompt", o.defaults.stop,
+                  "stop string of requests that give none (repeatable; llama-server's -r)");
   sub->add_flag("--ignore-eos", o.defaults.ignore_eos, "keep generating past end-of-sequence");
   AddPrefillStepOptions(sub, &o.prefill_step);
   sub->add_flag_callback("--no-bos", [&o] { o.defaults.add_bos = false; },
                          "do not add the BOS token");
+  sub->add_option("-a,--alias", o.model_alias,
+                  "the model's id in /v1/models and in responses (default: the file's name "
+                  "without .gguf)");
+  // llama-server's switches for what rotor serve always does.
+  sub->add_flag("--metrics")->description("llama-server's: GET /metrics (Prometheus) is always on");
+  sub->add_flag("--cont-batching")
+      ->description("llama-server's -cb: rotor serve always batches continuously");
+  sub->add_flag("--jinja")->description(
+      "llama-server's: the chat template comes from the GGUF (see --chat-template)");
   sub->add_option("--replica-id", o.replica_id,
                   "this replica's name in the X-Rotor-Replica header of every response "
                   "(default: host:port)");

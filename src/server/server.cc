@@ -153,7 +153,9 @@ Status Server::Load() {
           "serve: the model's pooling is 'none' (a vector per token), which /v1/embeddings "
           "cannot return; choose --pooling mean, cls or last");
   }
-  model_id_ = std::filesystem::path(options_.engine.model_path).stem().string();
+  model_id_ = options_.model_alias.empty()
+                  ? std::filesystem::path(options_.engine.model_path).stem().string()
+                  : options_.model_alias;
   batcher_ =
       std::make_unique<Batcher>(*engine_, Batcher::Options{.parallel = options_.parallel,
                                                            .max_queue = options_.max_queue,

@@ -70,6 +70,7 @@ struct ServeOptions {
   int keep_alive_requests = 100;
   std::string slot_save_path;  // where slot files go; "" = no slot actions
   std::string replica_id;      // X-Rotor-Replica; "" = host:port
+  std::string model_alias;     // the model's id in /v1/models and responses; "" = file stem
   bool embeddings = false;     // POST /v1/embeddings answers (else 501)
   std::string pooling;         // of embeddings: mean|cls|last; "" = the model's (ModelPooling)
 };

@@ -213,6 +213,43 @@ TEST(HabitsCliTest, PerplexityCtxZeroIsTheTrainedContext) {
   EXPECT_THAT(none.err, HasSubstr("1 chunks of 512 tokens"));  // llama-perplexity's default
 }
 
+TEST(HabitsCliTest, LlamaCppSpellingsOfServeAndChat) {
+  // Accepted: what rotor serve always does, -a and -r (the port's error comes after parsing).
+  for (std::vector<std::string> flag : {std::vector<std::string>{"--metrics"},
+                                        {"-cb"},
+                                        {"--cont-batching"},
+                                        {"--jinja"},
+                                        {"-a", "my-model"},
+                                        {"--alias", "my-model"},
+                                        {"-r", "STOP"},
+                                        {"--reverse-prompt", "STOP"}}) {
+    std::vector<std::string> args = {"serve", "-m", BundledModel(), "--port", "99999"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    const CliResult r = RunRotor(args);
+    EXPECT_THAT(r.err, HasSubstr("--port")) << flag[0];
+    EXPECT_THAT(r.err, Not(HasSubstr("unknown option"))) << flag[0];
+  }
+  struct Case {
+    std::vector<std::string> args;
+    std::string want;
+  };
+  for (const Case& c : {Case{{"serve", "--api-key", "k"}, "has no API-key check"},
+                        Case{{"serve", "--api-key-file", "k.txt"}, "put it behind a proxy"},
+                        Case{{"serve", "-nocb"}, "always batches continuously"},
+                        Case{{"chat", "-p", "Hello"}, "reads each message from its input"},
+                        Case{{"chat", "--prompt", "Hello"}, "-sys / --system"}}) {
+    const CliResult r = RunRotor(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args[1];
+    EXPECT_THAT(r.err, HasSubstr(c.want)) << c.args[1];
+    EXPECT_THAT(r.err, Not(HasSubstr("did you mean"))) << c.args[1];
+  }
+  TempDir dir;
+  const std::string input = WriteFile(dir, "in.txt", "Hi\n");
+  const CliResult jinja =
+      RunRotor({"chat", "-m", BundledModel(), "-n", "4", "-t", "1", "--jinja"}, input);
+  EXPECT_EQ(jinja.exit_code, 0) << jinja.err;
+}
+
 // llama-perplexity's --kl-divergence-base FILE writes the base; with --kl-divergence it is read.
 TEST(HabitsCliTest, PerplexityKlDivergenceSpellings) {
   TempDir dir;

@@ -105,6 +105,28 @@ int StartServe(const std::vector<std::string>& extra, const fs::path& dir, pid_t
   return port;
 }
 
+// llama-server's -a / --alias: the model's id in /v1/models and in responses.
+TEST(ServeCliTest, AliasNamesTheModel) {
+  TempDir dir;
+  pid_t pid = -1;
+  const int port = StartServe({"-a", "my-model", "--temp", "0"}, dir.path(), &pid);
+  ASSERT_GT(port, 0) << Slurp(dir.path() / "stderr");
+  EXPECT_NE(Slurp(dir.path() / "stderr").find("model my-model"), std::string::npos);
+  httplib::Client cli("127.0.0.1", port);
+  auto models = cli.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "my-model") << models->body;
+  auto one = cli.Get("/v1/models/my-model");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200);
+  auto res = cli.Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 2})",
+                      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(json::parse(res->body)["model"], "my-model") << res->body;
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid), 0) << Slurp(dir.path() / "stderr");
+}
+
 // SIGTERM with a stream in flight: /health turns 503 "draining", the stream
 // is answered to its end, the process exits 0.
 TEST(ServeCliTest, SigtermDrainsTheStreamInFlightThenExitsZero) {
