@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -348,12 +349,40 @@ Runner RegisterBench(CLI::App& app) {
           ->delimiter(',')
           ->check(CLI::Range(0, 1 << 24))
           ->capture_default_str();
+  // One pair per -pg, as llama-bench's (repeat it for more).
+  CLI::Option* pg =
+      sub->add_option_function<std::vector<std::string>>(
+             "--pg",
+             [a](const std::vector<std::string>& values) {
+               for (const std::string& v : values) {
+                 int pp = -1, tg = -1;
+                 const size_t comma = v.find(',');
+                 const char* end = v.data() + v.size();
+                 if (comma != std::string::npos) {
+                   const auto [e1, ec1] = std::from_chars(v.data(), v.data() + comma, pp);
+                   const auto [e2, ec2] = std::from_chars(v.data() + comma + 1, end, tg);
+                   if (ec1 != std::errc() || e1 != v.data() + comma || ec2 != std::errc() ||
+                       e2 != end)
+                     pp = tg = -1;
+                 }
+                 if (pp < 0 || tg < 0 || pp > (1 << 24) || tg > (1 << 24))
+                   throw CLI::ValidationError(
+                       "-pg", fmt::format("'{}' is not PP,TG (two token counts, as 512,128)", v));
+                 a->n_pg.emplace_back(pp, tg);
+               }
+             },
+             "llama-bench's -pg PP,TG: a prompt of PP tokens, then TG generated ones, timed "
+             "together (test pp512+tg128; t/s counts both); repeatable")
+          ->type_name("PP,TG")
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+          ->allow_extra_args(false);
   sub->add_option("--tests", a->tests,
-                  "explicit tests instead of -p/-n/-d, e.g. pp512,tg128,tg128@d4096")
+                  "explicit tests instead of -p/-n/-d/-pg, e.g. pp512,tg128,tg128@d4096")
       ->delimiter(',')
       ->excludes(p)
       ->excludes(n)
-      ->excludes(d);
+      ->excludes(d)
+      ->excludes(pg);
   sub->add_option("-r,--repetitions", a->repetitions, "timed runs per test (after one warm-up)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();

@@ -58,15 +58,19 @@ Result<std::vector<BenchTest>> ExpandTests(const BenchArgs& a) {
       if (p > 0) tests.push_back(BenchTest{.n_prompt = p, .n_depth = d});
     for (int n : a.n_gen)
       if (n > 0) tests.push_back(BenchTest{.n_gen = n, .n_depth = d});
+    for (const auto& [p, n] : a.n_pg)
+      if (p > 0 || n > 0) tests.push_back(BenchTest{.n_prompt = p, .n_gen = n, .n_depth = d});
   }
-  if (tests.empty()) return Status::Error("bench: no tests: every -p and -n is 0");
+  if (tests.empty()) return Status::Error("bench: no tests: every -p, -n and -pg is 0");
   return tests;
 }
 
 }  // namespace
 
 std::string BenchTest::Name() const {
-  std::string name = n_prompt > 0 ? fmt::format("pp{}", n_prompt) : fmt::format("tg{}", n_gen);
+  std::string name = n_prompt > 0 && n_gen > 0 ? fmt::format("pp{}+tg{}", n_prompt, n_gen)
+                     : n_prompt > 0            ? fmt::format("pp{}", n_prompt)
+                                               : fmt::format("tg{}", n_gen);
   if (n_depth > 0) name += fmt::format(" @ d{}", n_depth);
   return name;
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -26,6 +27,8 @@ struct BenchArgs {
   std::vector<int> n_prompt = {512};
   std::vector<int> n_gen = {128};
   std::vector<int> n_depth = {0};
+  // llama-bench's -pg PP,TG: a prompt of PP tokens, then TG generated ones.
+  std::vector<std::pair<int, int>> n_pg;
   std::vector<std::string> tests;  // explicit "pp512", "tg128@d4096": replaces -p/-n/-d
   int repetitions = 5;
   std::vector<int> threads;  // empty: HardwareThreads()
@@ -48,13 +51,14 @@ struct BenchArgs {
   uint64_t seed = 1234;
 };
 
-// One measurement: n_prompt tokens prefilled (pp) or n_gen tokens decoded one
-// at a time (tg), after n_depth tokens were put in the cache untimed.
+// One measurement: n_prompt tokens prefilled (pp), n_gen tokens decoded one
+// at a time (tg), or both, the prompt first (pg, llama-bench's -pg); each
+// after n_depth tokens were put in the cache untimed.
 struct BenchTest {
   int n_prompt = 0;
   int n_gen = 0;
   int n_depth = 0;
-  // "pp512", "tg128", "tg128 @ d4096".
+  // "pp512", "tg128", "pp512+tg128", "tg128 @ d4096".
   std::string Name() const;
   // Tokens the cache must hold at the end: depth + the test's tokens.
   int64_t Tokens() const { return int64_t{n_depth} + n_prompt + n_gen; }

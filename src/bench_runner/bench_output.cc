@@ -202,7 +202,7 @@ BenchRow MakeBenchRow(const BenchModel& model, const BenchCase& c, const BenchRe
     const double compute_peak = int8 ? roofline->int8_gops : roofline->fma_gflops;
     const char* compute = int8 ? "int8" : "f32";
     const double compute_pct = compute_peak > 0 ? 100.0 * row.gflops / compute_peak : 0;
-    if (c.test.n_prompt > 0) {
+    if (c.test.n_prompt > 0 && c.test.n_gen == 0) {
       row.roofline_bound = compute;
       if (compute_peak > 0) row.roofline_pct = compute_pct;
     } else if (roofline->read_gbps > 0) {

@@ -53,7 +53,7 @@ BenchWork EstimateWork(const BenchModel& bm, const BenchCase& c, int kv_cells) {
   const int64_t cap = std::max(kv_cells, 1);
   const BenchTest& t = c.test;
   BenchWork w;
-  const int64_t n = t.n_prompt > 0 ? t.n_prompt : t.n_gen;
+  const int64_t n = int64_t{t.n_prompt} + t.n_gen;  // the prompt's tokens, then the generated
   for (int64_t i = 0; i < n; ++i) {
     const int64_t index = t.n_depth + i;  // text index of the token
     w.flops += attn_flops_per_key * static_cast<double>(std::min(index + 1, cap));
@@ -63,14 +63,13 @@ BenchWork EstimateWork(const BenchModel& bm, const BenchCase& c, int kv_cells) {
   const double seqs = c.n_seq;
   if (t.n_prompt > 0) {
     w.flops += 2.0 * static_cast<double>(bm.output_matmul_params);
-    const int64_t step = c.prefill_step > 0 ? c.prefill_step : n;
-    for (int64_t b = 0; b < n; b += step)  // per chunk: the weights, and each cache before it
+    const int64_t step = c.prefill_step > 0 ? c.prefill_step : t.n_prompt;
+    for (int64_t b = 0; b < t.n_prompt; b += step)  // per chunk: the weights, each cache before it
       w.bytes += weight_bytes + seqs * kv_bytes_per_token * std::min(t.n_depth + b, cap);
-  } else {
-    w.flops += 2.0 * static_cast<double>(bm.output_matmul_params) * n;
-    for (int64_t i = 0; i < n; ++i)
-      w.bytes += weight_bytes + seqs * kv_bytes_per_token * std::min(t.n_depth + i, cap);
   }
+  w.flops += 2.0 * static_cast<double>(bm.output_matmul_params) * t.n_gen;
+  for (int64_t i = t.n_prompt; i < n; ++i)
+    w.bytes += weight_bytes + seqs * kv_bytes_per_token * std::min(t.n_depth + i, cap);
   w.flops *= seqs;  // the weights are read once per pass (bytes above), the work is per sequence
   return w;
 }
@@ -113,13 +112,13 @@ struct BenchCaseRun::State {
 
   // The test itself, one timed unit per call: the whole prompt and the
   // logits of its last token (pp), or one pass of one token of every
-  // sequence (tg: n_gen calls). Returns true when the test is done; its
-  // time (the sum of its units) is then in `elapsed_ns`.
+  // sequence (tg: n_gen calls); pg is the prompt's unit, then tg's. Returns true when the test is
+  // done; its time (the sum of its units) is then in `elapsed_ns`.
   Result<bool> StepTest() {
     const BenchTest& t = c.test;
     if (next == 0) elapsed_ns = 0;
     Timer timer;
-    if (t.n_prompt > 0) {
+    if (next < t.n_prompt) {
       const auto prompt = std::span<const int32_t>(test_tokens).first(t.n_prompt);
       RETURN_IF_ERROR(Run([&](KvCache* cache) { return Feed::Prompt(cache, prompt); }));
       next = t.n_prompt;
@@ -130,7 +129,7 @@ struct BenchCaseRun::State {
       ++next;
     }
     elapsed_ns += timer.ElapsedNs();
-    const bool done = next == std::max(t.n_prompt, t.n_gen);
+    const bool done = next == t.n_prompt + t.n_gen;
     if (done) next = 0;
     return done;
   }
@@ -175,7 +174,7 @@ struct BenchCaseRun::State {
   int chunk;
   Runner runner;
   std::vector<int32_t> depth_tokens;  // [n_depth]
-  std::vector<int32_t> test_tokens;   // [max(n_prompt, n_gen)]
+  std::vector<int32_t> test_tokens;   // [n_prompt + n_gen]
   std::vector<Feed> feeds;            // [n_seq]
   std::vector<Feed*> feed_ptrs;       // [n_seq]
   int next = 0;                       // the test's next token (0: not started)
@@ -211,7 +210,7 @@ Result<std::unique_ptr<BenchCaseRun>> BenchCaseRun::Start(const BenchModel& bm, 
   st->r = std::move(r);
   std::mt19937_64 rng(seed);
   st->depth_tokens = RandomTokens(rng, c.test.n_depth, mc.n_vocab);
-  st->test_tokens = RandomTokens(rng, std::max(c.test.n_prompt, c.test.n_gen), mc.n_vocab);
+  st->test_tokens = RandomTokens(rng, c.test.n_prompt + c.test.n_gen, mc.n_vocab);
 
   if (progress) progress("warm-up", 0);  // the test at depth 0
   for (auto& cache : st->caches) cache->Clear();

@@ -7,6 +7,8 @@
 // tg: n_gen runner steps of one random token each (ids drawn before the timer
 //     starts, so no sampling is timed; the logits of every step are computed,
 //     as in generation).
+// pg (llama-bench's -pg): the pp test, then tg's steps after its prompt; the
+//     time is their sum, t/s counts both (n_prompt + n_gen).
 // Before every repetition the caches are cleared and n_depth random tokens
 // are prefilled as a prompt in chunks of prefill_step (not timed). One
 // untimed warm-up run of the test at depth 0 precedes the repetitions.

@@ -189,6 +189,32 @@ TEST(HabitsCliTest, BatchAndUbatchOnBenchServeAndPerplexity) {
   EXPECT_THAT(zero.err, HasSubstr("--batch-size"));
 }
 
+TEST(HabitsCliTest, BenchPromptThenGeneration) {
+  const CliResult r = RunRotor({"bench", "-m", BundledModel(), "-p", "0", "-n", "0", "-pg", "16,4",
+                                "-pg", "8,2", "-d", "0,8", "-t", "1", "-r", "1", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 4u) << r.out;
+  EXPECT_EQ(rows[0]["test"], "pp16+tg4");
+  EXPECT_EQ(rows[0]["n_prompt"], 16);
+  EXPECT_EQ(rows[0]["n_gen"], 4);
+  EXPECT_EQ(rows[1]["test"], "pp8+tg2");
+  EXPECT_EQ(rows[3]["test"], "pp8+tg2 @ d8");
+  // t/s counts the prompt's and the generated tokens.
+  const double ns = rows[0]["avg_ns"].get<double>();
+  EXPECT_NEAR(rows[0]["avg_ts"].get<double>(), 20 * 1e9 / ns, 1e-6 * 20 * 1e9 / ns);
+  const CliResult md = RunRotor(
+      {"bench", "-m", BundledModel(), "-pg", "16,4", "-p", "16", "-n", "4", "-t", "1", "-r", "1"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  for (const char* test : {"| pp16 |", "| tg4 |", "| pp16+tg4 |"})
+    EXPECT_THAT(md.out, HasSubstr(test));
+  for (const char* bad : {"16", "16,x", "16,4,2", "16,-1"}) {
+    const CliResult e = RunRotor({"bench", "-m", BundledModel(), "-pg", bad, "-t", "1"});
+    EXPECT_NE(e.exit_code, 0) << bad;
+    EXPECT_THAT(e.err, HasSubstr("is not PP,TG")) << bad;
+  }
+}
+
 TEST(HabitsCliTest, PerplexityCtxZeroIsTheTrainedContext) {
   TempDir dir;
   const std::string model = dir.File("t1k.gguf");
