@@ -1,4 +1,4 @@
-// AVX2 matrix-vector kernels of the K-quants (m == 1, memory-bound).
+// AVX2 kernels of the K-quants on rows as stored (one kernel for every m).
 // As the AVX-512 kernels (gemv_kquant_avx512.cc) with 32 weights per register:
 // the activation quantized once to 8-bit blocks of 32 (qx, dx), weights
 // unpacked to unsigned bytes, vpmaddubsw + vpmaddwd give int32 lanes of 4
@@ -8,7 +8,9 @@
 // (4-lane activation sums). 4 rows per pass with software prefetch.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "ops/kernels.h"
 
@@ -49,21 +51,24 @@ inline __m256 Bcast(__m256 v, int i) { return _mm256_permutevar8x32_ps(v, _mm256
 
 // Sub-block j (elements 32 j .. 32 j + 31) of a q4_K / q5_K super-block:
 // chunk c = j / 2 of qs, low nibbles for even j; q5_K adds bit j of qh[l].
-template <bool kQ5, int kR>
+// Rows [r0, r0 + kR) for kTok tokens (token t's activations at qx + t k, dx +
+// t k / 32, xsum + t k / 32; y + t ldy): each super-block of a row is unpacked
+// once for the kTok tokens, and each (row, token) output takes the same
+// operations in the same order for every kR and kTok (batched == alone).
+template <bool kQ5, int kR, int kTok>
 void GemvK45Rows(const Weight& w, const int8_t* qx, const float* dx, const float* xsum,
-                 int64_t r0, float* y) {
+                 int64_t r0, float* y, int64_t ldy) {
   constexpr int kBytes = kQ5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
   constexpr int kQs = kQ5 ? 48 : 16;
-  const int64_t nsb = w.k / kQK_K;
+  const int64_t k = w.k, nsb = k / kQK_K, nb = k / 32;
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r)
     rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes;
-  __m256 acc[kR], accm[kR];
-  for (int r = 0; r < kR; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
+  __m256 acc[kR][kTok], accm[kR][kTok];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < kTok; ++t) acc[r][t] = accm[r][t] = _mm256_setzero_ps();
   const __m256i nib = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    const int8_t* xb = qx + sb * kQK_K;
-    const __m256 dx8 = _mm256_loadu_ps(dx + sb * 8), xs8 = _mm256_loadu_ps(xsum + sb * 8);
     for (int r = 0; r < kR; ++r) {
       const uint8_t* blk = rows[r] + sb * kBytes;
       const char* pf = reinterpret_cast<const char*>(blk) + kPrefetch;
@@ -78,8 +83,13 @@ void GemvK45Rows(const Weight& w, const int8_t* qx, const float* dx, const float
           _mm_cvtsi64_si128(static_cast<long long>(static_cast<uint64_t>(sc_hi) << 32 | sc_lo))));
       const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
           _mm_cvtsi64_si128(static_cast<long long>(static_cast<uint64_t>(m_hi) << 32 | m_lo))));
-      accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(mn, _mm256_set1_ps(Half(blk + 2))), xs8, accm[r]);
-      const __m256 t8 = _mm256_mul_ps(_mm256_mul_ps(sc, _mm256_set1_ps(Half(blk))), dx8);
+      const __m256 mins = _mm256_mul_ps(mn, _mm256_set1_ps(Half(blk + 2)));
+      const __m256 scales = _mm256_mul_ps(sc, _mm256_set1_ps(Half(blk)));
+      __m256 t8[kTok];  // [kTok] d * sc * dx per sub-block
+      for (int t = 0; t < kTok; ++t) {
+        accm[r][t] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(xsum + t * nb + sb * 8), accm[r][t]);
+        t8[t] = _mm256_mul_ps(scales, _mm256_loadu_ps(dx + t * nb + sb * 8));
+      }
       __m256i qh = _mm256_setzero_si256();
       if constexpr (kQ5) qh = Load32(blk + 16);
       for (int c = 0; c < 4; ++c) {
@@ -94,14 +104,18 @@ void GemvK45Rows(const Weight& w, const int8_t* qx, const float* dx, const float
           lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
           hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
         }
-        const __m256i d0 = Dot4(lo, Load32(xb + 64 * c));
-        const __m256i d1 = Dot4(hi, Load32(xb + 64 * c + 32));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), Bcast(t8, 2 * c), acc[r]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), Bcast(t8, 2 * c + 1), acc[r]);
+        for (int t = 0; t < kTok; ++t) {
+          const int8_t* xb = qx + t * k + sb * kQK_K;
+          const __m256i d0 = Dot4(lo, Load32(xb + 64 * c));
+          const __m256i d1 = Dot4(hi, Load32(xb + 64 * c + 32));
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), Bcast(t8[t], 2 * c), acc[r][t]);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), Bcast(t8[t], 2 * c + 1), acc[r][t]);
+        }
       }
     }
   }
-  for (int r = 0; r < kR; ++r) y[r0 + r] = Sum(acc[r]) - Sum(accm[r]);
+  for (int t = 0; t < kTok; ++t)
+    for (int r = 0; r < kR; ++r) y[t * ldy + r0 + r] = Sum(acc[r][t]) - Sum(accm[r][t]);
 }
 
 // q2_K / q3_K / q6_K (sub-blocks of 16): group g = 4 h + j holds elements
@@ -170,26 +184,30 @@ inline void Scales16(const uint8_t* blk, float* s, float* m) {
   }
 }
 
-template <DType kT, int kR>
+// Rows and tokens as GemvK45Rows (q2_K's xsum per 16: xsum + t k / 16).
+template <DType kT, int kR, int kTok>
 void GemvK16Rows(const Weight& w, const int8_t* qx, const float* dx, const float* xsum16,
-                 int64_t r0, float* y) {
+                 int64_t r0, float* y, int64_t ldy) {
   constexpr int kBytes = kT == DType::kQ2_K   ? sizeof(BlockQ2_K)
                          : kT == DType::kQ3_K ? sizeof(BlockQ3_K)
                                               : sizeof(BlockQ6_K);
   constexpr int kBias = kT == DType::kQ2_K ? 0 : kT == DType::kQ3_K ? 4 : 32;
-  const int64_t nsb = w.k / kQK_K;
+  const int64_t k = w.k, nsb = k / kQK_K, nb = k / 32;
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r)
     rows[r] = static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes;
-  __m256 acc[kR], accm[kR];
-  for (int r = 0; r < kR; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
+  __m256 acc[kR][kTok], accm[kR][kTok];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < kTok; ++t) acc[r][t] = accm[r][t] = _mm256_setzero_ps();
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(kBias));
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    const int8_t* xb = qx + sb * kQK_K;
-    __m256i xv[8], corr[8];
-    for (int g = 0; g < 8; ++g) {
-      xv[g] = Load32(xb + 32 * g);
-      corr[g] = kBias ? Dot4(bias, xv[g]) : _mm256_setzero_si256();
+    __m256i xv[kTok][8], corr[kTok][8];  // [kTok][8] activations, bias corrections
+    for (int t = 0; t < kTok; ++t) {
+      const int8_t* xb = qx + t * k + sb * kQK_K;
+      for (int g = 0; g < 8; ++g) {
+        xv[t][g] = Load32(xb + 32 * g);
+        corr[t][g] = kBias ? Dot4(bias, xv[t][g]) : _mm256_setzero_si256();
+      }
     }
     for (int r = 0; r < kR; ++r) {
       const uint8_t* blk = rows[r] + sb * kBytes;
@@ -199,48 +217,83 @@ void GemvK16Rows(const Weight& w, const int8_t* qx, const float* dx, const float
       alignas(32) float s[16], m[16];  // [16] scales, [16] mins (q2_K)
       Scales16<kT>(blk, s, m);
       if constexpr (kT == DType::kQ2_K) {
-        accm[r] = _mm256_fmadd_ps(_mm256_load_ps(m), _mm256_loadu_ps(xsum16 + sb * 16), accm[r]);
-        accm[r] = _mm256_fmadd_ps(_mm256_load_ps(m + 8), _mm256_loadu_ps(xsum16 + sb * 16 + 8),
-                                  accm[r]);
+        for (int t = 0; t < kTok; ++t) {
+          const float* xs = xsum16 + t * (k / 16) + sb * 16;
+          accm[r][t] = _mm256_fmadd_ps(_mm256_load_ps(m), _mm256_loadu_ps(xs), accm[r][t]);
+          accm[r][t] = _mm256_fmadd_ps(_mm256_load_ps(m + 8), _mm256_loadu_ps(xs + 8), accm[r][t]);
+        }
       }
       for (int g = 0; g < 8; ++g) {
-        const __m256i dot = _mm256_sub_epi32(Dot4(UnpackGroup<kT>(blk, g), xv[g]), corr[g]);
-        const float dxg = dx[sb * 8 + g];
-        const __m256 scale =
-            _mm256_set_m128(_mm_set1_ps(s[2 * g + 1] * dxg), _mm_set1_ps(s[2 * g] * dxg));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r]);
+        const __m256i wq = UnpackGroup<kT>(blk, g);
+        for (int t = 0; t < kTok; ++t) {
+          const __m256i dot = _mm256_sub_epi32(Dot4(wq, xv[t][g]), corr[t][g]);
+          const float dxg = dx[t * nb + sb * 8 + g];
+          const __m256 scale =
+              _mm256_set_m128(_mm_set1_ps(s[2 * g + 1] * dxg), _mm_set1_ps(s[2 * g] * dxg));
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r][t]);
+        }
       }
     }
   }
-  for (int r = 0; r < kR; ++r) y[r0 + r] = Sum(acc[r]) - Sum(accm[r]);
+  for (int t = 0; t < kTok; ++t)
+    for (int r = 0; r < kR; ++r) y[t * ldy + r0 + r] = Sum(acc[r][t]) - Sum(accm[r][t]);
+}
+
+// Rows [r0, r1) of tokens [t0, t1): blocks of kRowBlock rows stay in cache
+// while the tokens pass, kGemvKTile tokens a call (2 rows), the rest token by
+// token (4 rows a call).
+template <typename Kernel>
+void RunTiles(int64_t t0, int64_t t1, int64_t r0, int64_t r1, Kernel kernel) {
+  constexpr int64_t kRowBlock = 16;
+  for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+    const int64_t re = std::min(r1, rb + kRowBlock);
+    int64_t t = t0;
+    for (; t + kGemvKTile <= t1; t += kGemvKTile) {
+      int64_t r = rb;
+      for (; r + 2 <= re; r += 2)
+        kernel(std::integral_constant<int, 2>{}, std::integral_constant<int, kGemvKTile>{}, t, r);
+      for (; r < re; ++r)
+        kernel(std::integral_constant<int, 1>{}, std::integral_constant<int, kGemvKTile>{}, t, r);
+    }
+    for (; t < t1; ++t) {
+      int64_t r = rb;
+      for (; r + 4 <= re; r += 4)
+        kernel(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, t, r);
+      for (; r < re; ++r)
+        kernel(std::integral_constant<int, 1>{}, std::integral_constant<int, 1>{}, t, r);
+    }
+  }
 }
 
 }  // namespace
 
-void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
-           int64_t r1, float* y) {
-  int64_t r = r0;
+void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t t0,
+           int64_t t1, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const int64_t k = w.k, xs = KXsumStride(w.type, k);
+  auto run16 = [&](auto type) {
+    constexpr DType kT = decltype(type)::value;
+    RunTiles(t0, t1, r0, r1, [&](auto rows, auto toks, int64_t t, int64_t r) {
+      GemvK16Rows<kT, decltype(rows)::value, decltype(toks)::value>(
+          w, qx + t * k, dx + t * (k / 32), xsum + t * xs, r, y + t * ldy, ldy);
+    });
+  };
+  auto run45 = [&](auto q5) {
+    RunTiles(t0, t1, r0, r1, [&](auto rows, auto toks, int64_t t, int64_t r) {
+      GemvK45Rows<decltype(q5)::value, decltype(rows)::value, decltype(toks)::value>(
+          w, qx + t * k, dx + t * (k / 32), xsum + t * xs, r, y + t * ldy, ldy);
+    });
+  };
   switch (w.type) {
-    case DType::kQ4_K:
-      for (; r + 4 <= r1; r += 4) GemvK45Rows<false, 4>(w, qx, dx, xsum, r, y);
-      for (; r < r1; ++r) GemvK45Rows<false, 1>(w, qx, dx, xsum, r, y);
-      return;
-    case DType::kQ5_K:
-      for (; r + 4 <= r1; r += 4) GemvK45Rows<true, 4>(w, qx, dx, xsum, r, y);
-      for (; r < r1; ++r) GemvK45Rows<true, 1>(w, qx, dx, xsum, r, y);
-      return;
     case DType::kQ2_K:
-      for (; r + 4 <= r1; r += 4) GemvK16Rows<DType::kQ2_K, 4>(w, qx, dx, xsum, r, y);
-      for (; r < r1; ++r) GemvK16Rows<DType::kQ2_K, 1>(w, qx, dx, xsum, r, y);
-      return;
+      return run16(std::integral_constant<DType, DType::kQ2_K>{});
     case DType::kQ3_K:
-      for (; r + 4 <= r1; r += 4) GemvK16Rows<DType::kQ3_K, 4>(w, qx, dx, xsum, r, y);
-      for (; r < r1; ++r) GemvK16Rows<DType::kQ3_K, 1>(w, qx, dx, xsum, r, y);
-      return;
+      return run16(std::integral_constant<DType, DType::kQ3_K>{});
     case DType::kQ6_K:
-      for (; r + 4 <= r1; r += 4) GemvK16Rows<DType::kQ6_K, 4>(w, qx, dx, xsum, r, y);
-      for (; r < r1; ++r) GemvK16Rows<DType::kQ6_K, 1>(w, qx, dx, xsum, r, y);
-      return;
+      return run16(std::integral_constant<DType, DType::kQ6_K>{});
+    case DType::kQ4_K:
+      return run45(std::false_type{});
+    case DType::kQ5_K:
+      return run45(std::true_type{});
     default:
       UnsupportedType(w.type);
   }

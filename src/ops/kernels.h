@@ -129,16 +129,24 @@ inline constexpr int kPackedActBytes = 56;
 inline constexpr int kActSum = 8, kActScale = 9, kActSumLo = 10, kActXsum = 11;
 inline constexpr int kActBiasQ8 = 12, kActBiasQ4 = 13;
 
-// Up to this many tokens, q2_K .. q6_K on AVX-512 and AVX2 run
-// the m == 1 integer kernel once per token (activations quantized to 8 bits);
-// more tokens, the scalar ISA and the other block types dequantize weight rows
-// to f32 (exact) and run the f32 kernels (measured on q4_K / q6_K, k = 2048,
-// n = 8192: at m = 8 the per-token kernels take ~55% of the panel path's time;
-// token by token for every m, 16 rows in cache while the tokens pass, took
-// 1.3-2.4x the panels' time at m = 512 on q2_K .. q6_K). So a token's row from
-// unpacked K-quants (q2_K and q3_K: no interleaved kernel) is the same in
-// batches of up to this many tokens only.
-inline constexpr int kGemvKMaxTokens = 8;
+// q2_K .. q6_K rows as stored (unpacked: q2_K and q3_K have no interleaved
+// layout) on AVX-512 and AVX2, up to kGemvKMaxTokens tokens (decode batches):
+// the integer kernel GemvK (activations quantized to 8 bits), kGemvKTile
+// tokens a call with each weight super-block unpacked once for them (q3_K /
+// q6_K on AVX-512: 8), the rest token by token. Every (row, token) output
+// takes the same operations for any such m, so a token's row is the same
+// alone and in a batch of up to kGemvKMaxTokens. More tokens (prompts), the
+// scalar ISA and the other block types dequantize weight rows to f32 and run
+// the f32 panels (exact, and x not rounded): the integer kernel for every m
+// was measured at 0.65x their prompt speed (110M Q3_K_M, pp512, 2 threads;
+// BENCHMARKS.md "Seventy-third session"), so batches of more than 16 tokens
+// from q2_K / q3_K rows are not bit for bit those of a token alone.
+inline constexpr int kGemvKMaxTokens = 16;
+inline constexpr int kGemvKTile = 4;
+// Elements per activation sum of GemvK's xsum: q2_K sums per 16, the others per 32.
+inline constexpr int64_t KXsumStride(DType t, int64_t k) {
+  return t == DType::kQ2_K ? k / 16 : k / 32;
+}
 inline constexpr bool HasIntegerGemv(DType t, bool /*avx512*/) {
   return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K ||
          t == DType::kQ6_K;
@@ -173,9 +181,9 @@ inline constexpr int kDequantRows = 8;
 
 namespace avx2 {
 ROTOR_OPS_KERNELS
-// q2_K .. q6_K, one token; arguments as avx512::GemvK.
-void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
-           int64_t r1, float* y);
+// q2_K .. q6_K; arguments as avx512::GemvK.
+void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t t0,
+           int64_t t1, int64_t r0, int64_t r1, float* y, int64_t ldy);
 // As avx512::PackedMatmul (the same results, bit for bit): q8_0 / q4_0, and
 // q4_K / q5_K / q6_K by PackedMatmulK (gemv_packed_kquant_avx2.cc).
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
@@ -194,11 +202,13 @@ ROTOR_OPS_KERNELS
 // GemvScratchBytes(k) bytes.
 void GemvMulti(const Weight& w, const float* x, const int8_t* qx, const float* dx, int64_t m,
                int64_t r0, int64_t r1, float* y, int64_t ldy, uint8_t* scratch);
-// q2_K .. q6_K, one token: y[r] for r in [r0, r1). qx [k], dx [k / 32] from
-// QuantizeActivations; xsum: q4_K / q5_K [k / 32] dx[b] * (sum of qx over
-// block b); q2_K [k / 16] the same per 16; unused for q3_K / q6_K.
-void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t r0,
-           int64_t r1, float* y);
+// q2_K .. q6_K: y[t * ldy + r] for tokens t in [t0, t1) and rows r in [r0,
+// r1). Token t: qx + t k [k] and dx + t k / 32 [k / 32] from
+// QuantizeActivations; xsum + t KXsumStride(type, k): q4_K / q5_K [k / 32]
+// dx[b] * (sum of qx over block b), q2_K [k / 16] the same per 16, unused for
+// q3_K / q6_K.
+void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t t0,
+           int64_t t1, int64_t r0, int64_t r1, float* y, int64_t ldy);
 // y[t * ldy + r] for every token t < m and the rows of groups [g0, g1) of
 // w.packed (row r = 16 g + lane; rows >= w.n are not written).
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,

@@ -48,22 +48,26 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
                   int64_t ldy, MatmulScratch& scratch, Isa isa) {
   if (isa != Isa::kScalar && internal::HasIntegerGemv(w.type, isa == Isa::kAvx512) &&
       m <= internal::kGemvKMaxTokens) {
-    int8_t* qx = scratch.qx();                           // [k]
-    float* dx = scratch.dx();                            // [k / 32]
-    float* xsum = scratch.xsum();                        // [k / group]
-    const int group = w.type == DType::kQ2_K ? 16 : 32;  // elements per sum
+    // The integer kernel, each token's activations quantized to 8 bits; the
+    // threads split the rows, each weight read once for all the tokens.
+    const int64_t k = w.k, xs = internal::KXsumStride(w.type, k), group = k / xs;
+    int8_t* qx = scratch.qx();     // [m, k]
+    float* dx = scratch.dx();      // [m, k / 32]
+    float* xsum = scratch.xsum();  // [m, xs]: dx * (sum of qx) per group
     for (int64_t t = 0; t < m; ++t) {
-      QuantizeActivationsOn(isa, x + t * w.k, qx, dx, w.k);
-      for (int64_t b = 0; b < w.k / group; ++b) {
+      const int8_t* q = qx + t * k;
+      const float* d = dx + t * (k / ref::kBlock);
+      QuantizeActivationsOn(isa, x + t * k, qx + t * k, dx + t * (k / ref::kBlock), k);
+      for (int64_t b = 0; b < xs; ++b) {
         int32_t s = 0;
-        for (int j = 0; j < group; ++j) s += qx[b * group + j];
-        xsum[b] = dx[b * group / ref::kBlock] * static_cast<float>(s);
+        for (int64_t j = 0; j < group; ++j) s += q[b * group + j];
+        xsum[t * xs + b] = d[b * group / ref::kBlock] * static_cast<float>(s);
       }
-      auto gemv = isa == Isa::kAvx512 ? &internal::avx512::GemvK : &internal::avx2::GemvK;
-      pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
-        gemv(w, qx, dx, xsum, r0, r1, y + t * ldy);
-      });
     }
+    auto gemv = isa == Isa::kAvx512 ? &internal::avx512::GemvK : &internal::avx2::GemvK;
+    pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
+      gemv(w, qx, dx, xsum, 0, m, r0, r1, y, ldy);
+    });
     return;
   }
   const size_t rb = w.row_bytes;
@@ -194,7 +198,8 @@ void MatmulScratch::Reserve(int64_t max_m, int64_t max_k, int max_threads) {
   qx_.Resize(static_cast<size_t>(max_m_ * internal::PackedQxStride(max_k_)));
   dx_.Resize(static_cast<size_t>(max_m_ * internal::PackedDxStride(max_k_)));
   panel_bytes_ = PanelBytes(max_k_);
-  xsum_.Resize(static_cast<size_t>(max_k_ / 16));
+  xsum_.Resize(static_cast<size_t>(std::min<int64_t>(max_m_, internal::kGemvKMaxTokens) *
+                                   (max_k_ / 16)));
   acts_.Resize(static_cast<size_t>(max_m_ * (max_k_ / ref::kBlock) * internal::kPackedActBytes));
   n_threads_ = 0;
   EnsureThreads(max_threads > 0 ? max_threads : HardwareThreads());

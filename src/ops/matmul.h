@@ -75,7 +75,8 @@ class MatmulScratch {
   // Activations of the packed (row-interleaved) kernels:
   // [max_m * max_k / 32 * kPackedActBytes] bytes, in tiles of 8 tokens (kernels.h).
   uint8_t* acts() { return acts_.data(); }
-  // Per-block sums of the quantized activation (K-quant kernels): [max_k / 16].
+  // Per-block sums of the quantized activations (K-quant kernels):
+  // [min(max_m, kGemvKMaxTokens), max_k / 16].
   float* xsum() { return xsum_.data(); }
   // Per-thread dequantized weight rows (block types without integer
   // kernels): [kDequantRows = 8, max_k] floats each.
@@ -92,7 +93,7 @@ class MatmulScratch {
   AlignedBuffer<int8_t> qx_;
   AlignedBuffer<float> dx_;
   AlignedBuffer<uint8_t> panels_;  // [n_threads, panel_bytes_]
-  AlignedBuffer<float> xsum_;      // [max_k / 16]
+  AlignedBuffer<float> xsum_;      // [min(max_m, 16), max_k / 16]
   AlignedBuffer<uint8_t> acts_;    // [max_m, max_k / 32, kPackedActBytes] (tiles of 8)
   AlignedBuffer<float> rows_;      // [n_threads, kRowsPerThread, max_k]
 };
@@ -107,13 +108,13 @@ class MatmulScratch {
 //   scale), exact integer block dot products, f32 accumulation of the scaled
 //   block sums: <= sum_j |w_j| d_x(j) / 2 (= |w_j| amax_block / 254) + the f32
 //   accumulation (nb + 64) u sum |w| |x|.
-// - q2_K, q3_K, q4_K, q5_K, q6_K with m <= 8 on AVX-512 or AVX2: the same q8_0
+// - q2_K, q3_K, q4_K, q5_K, q6_K rows as stored, m <= 16, on AVX-512 or AVX2: the same q8_0
 //   activation quantization (sum_j |w_j| d_x(j) / 2), exact int32 sums of 4
 //   products, f32 accumulation of the scaled lane sums and of the sub-block
 //   min terms (q2_K/q4_K/q5_K: dmin * m_i * d_x * sum of qx over the
 //   sub-block): + (k / 4 + 64) u sum |w_j| (|x_j| + d_x(j)).
 // - q4_K, q5_K, q6_K with a packed copy on AVX-512 (every m): the same bound.
-// - q4_1, q5_0, q5_1, iq4_nl (always), the K-quants with m > 8, and every
+// - q4_1, q5_0, q5_1, iq4_nl (always), the K-quants with m > 16, and every
 //   block type on the scalar ISA: weight rows dequantized exactly to f32
 //   (GGML's arithmetic), x not quantized, the f32 kernels: the f32 bound.
 // m == 1 is matrix-vector (memory-bound: each weight read once, 4 rows per

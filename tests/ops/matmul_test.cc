@@ -283,9 +283,10 @@ TEST(MatmulFloatTest, EachTokenAloneEqualsInABatch) {
 }
 
 // The other block types: q4_1, q5_0, q5_1 and iq4_nl run the f32 order on
-// dequantized rows for every m; unpacked K-quants up to kGemvKMaxTokens
-// tokens the integer kernel token by token (more: the f32 panels, another
-// rounding of x). A token alone equals its outputs in a batch, bit for bit.
+// dequantized rows for every m; unpacked K-quants the integer kernel up to
+// kGemvKMaxTokens tokens (in tiles of several tokens and token by token; more:
+// the f32 panels, another rounding of x). A token alone equals its outputs in
+// a batch, bit for bit.
 TEST(MatmulBlockTypesTest, EachTokenAloneEqualsInABatch) {
   Sweep sweep(3);
   for (Isa isa : testing::Isas()) {
@@ -294,16 +295,17 @@ TEST(MatmulBlockTypesTest, EachTokenAloneEqualsInABatch) {
     for (const Case& c : {Case{DType::kQ4_1, 96, 37}, Case{DType::kQ5_0, 800, 19},
                           Case{DType::kQ5_1, 1056, 13}, Case{DType::kIQ4_NL, 288, 21},
                           Case{DType::kQ2_K, 512, 17}, Case{DType::kQ3_K, 768, 19},
-                          Case{DType::kQ4_K, 256, 9}, Case{DType::kQ6_K, 1280, 7}}) {
-      const bool k_quant = Traits(c.type).block_size == 256;
+                          Case{DType::kQ4_K, 256, 9}, Case{DType::kQ5_K, 512, 11},
+                          Case{DType::kQ6_K, 1280, 7}}) {
       const TestWeight& w = SharedWeight(c.type, c.k, c.n, 5, false);
-      const int64_t m_max = k_quant ? internal::kGemvKMaxTokens : 40;
+      const int64_t m_max =
+          Traits(c.type).block_size == 256 ? internal::kGemvKMaxTokens : int64_t{40};
       const std::vector<float> x = testing::RandomVector(m_max * c.k, 9, 2.f);  // [m_max, k]
       MatmulScratch scratch(m_max, c.k, 2);
       std::vector<float> alone(m_max * c.n);  // [m_max, n]
       for (int64_t i = 0; i < m_max; ++i)
         Matmul(pool, w.view, x.data() + i * c.k, 1, alone.data() + i * c.n, c.n, scratch);
-      for (int64_t m : {2, 3, 8, 17, 40}) {
+      for (int64_t m : {2, 3, 5, 8, 13, 16, 17, 40}) {
         if (m > m_max || !sweep.Next({static_cast<int>(isa), static_cast<int>(c.type)})) continue;
         std::vector<float> y(m * c.n);  // [m, n]
         Matmul(pool, w.view, x.data(), m, y.data(), c.n, scratch);

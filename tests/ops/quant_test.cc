@@ -412,11 +412,11 @@ TEST(QuantTest, GgmlTestVectorsDequantize) {
   }
 }
 
-// Matmul (every path: the integer GEMV kernels at m = 1 and 3, the f32
-// fallbacks at m = 12) on llama-quantize's rows against dequantize-then-dot in
+// Matmul (every path: the integer kernels at m = 1, 3 and 12, the f32
+// fallbacks at m = 20) on llama-quantize's rows against dequantize-then-dot in
 // double. Bound: f32 accumulation (k / 4 + 64) u sum |w| (|x| + d_x), plus,
 // where the kernel quantizes x (q8_0 / q4_0 always; K-quants on AVX2 /
-// AVX-512 with m <= kGemvKMaxTokens = 8), the
+// AVX-512 with m <= kGemvKMaxTokens = 16), the
 // activation rounding sum |w| d_x / 2 + 1e-6 sum |w x|.
 TEST(QuantTest, GgmlTestVectorsMatmul) {
   auto file = GgufFile::Open(std::string(ROTOR_TESTDATA_DIR) + "/quant-vectors.gguf");
@@ -429,7 +429,7 @@ TEST(QuantTest, GgmlTestVectorsMatmul) {
     const DType t = v.q->type;
     const int64_t k = v.q->ne[0], rows = v.q->rows();
     const Weight w = MakeWeight(t, k, rows, v.q->data);
-    for (int64_t m : {1, 3, 12}) {
+    for (int64_t m : {1, 3, 12, 20}) {
       const std::vector<float> x = testing::RandomVector(m * k, static_cast<uint32_t>(m + 11));
       std::vector<int8_t> qx(k);     // [k]
       std::vector<float> dx(k / 32);  // [k / 32]
