@@ -296,10 +296,12 @@ Result<std::string> ToolCallGrammar(ChatFormat format, const std::vector<ChatToo
   if (!text.starts_with(kRoot)) return Status::Error("tools: unexpected schema grammar");
   text = "call-json ::= " + text.substr(kRoot.size());
   if (format == ChatFormat::kLlama3) return "root ::= call-json\n" + text;
-  if (format == ChatFormat::kMistral) {
+  if (IsMistral(format)) {
     const std::string more =
         parallel ? fmt::format(R"( ( ", " call-json ){{0,{}}})", kMaxParallelCalls - 1) : "";
-    return R"(root ::= "[TOOL_CALLS] [" call-json)" + more + R"( "]")" + "\n" + text;
+    // Nemo's format writes no space after its markers.
+    const char* open = format == ChatFormat::kMistralTekken ? "[TOOL_CALLS][" : "[TOOL_CALLS] [";
+    return fmt::format(R"(root ::= "{}" call-json)", open) + more + R"( "]")" + "\n" + text;
   }
   const std::string more =
       parallel ? fmt::format(R"( ( "\n" call ){{0,{}}})", kMaxParallelCalls - 1) : "";
@@ -363,7 +365,7 @@ std::optional<ApiError> PrepareTools(const ApiRequest& api, const ChatTemplate& 
 ToolCallTrigger ToolCallTriggerOf(ChatFormat format) {
   // Llama 3.1 answers a call as the whole reply, one JSON object.
   if (format == ChatFormat::kLlama3) return {"{", true};
-  if (format == ChatFormat::kMistral) return {"[TOOL_CALLS]", false};
+  if (IsMistral(format)) return {"[TOOL_CALLS]", false};
   return {"<tool_call>", false};
 }
 
@@ -391,7 +393,7 @@ ToolReply ParseToolReply(std::string_view text, ChatFormat format,
     if (r.calls.empty()) r.content = std::string(text);
     return r;
   }
-  if (format == ChatFormat::kMistral) {
+  if (IsMistral(format)) {
     // A vocabulary with [TOOL_CALLS] as a control token (v0.3) leaves it out
     // of the reply's text: then a reply that is all a list of calls is calls.
     constexpr std::string_view kMarker = "[TOOL_CALLS]";

@@ -53,12 +53,16 @@ inline Segments Trimmed(Segments body) {
 inline Segments Text(const std::string& content) { return {{content, true}}; }
 
 // The formats with a tool-call convention (chat_tools.cc).
+// `date`: Llama 3.1's system preamble ("" for Llama 3.0's format).
 Segments RenderLlama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                      const std::vector<ChatTool>& tools);
+                      const std::vector<ChatTool>& tools, const std::string& date);
 Segments RenderChatMl(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                       const std::vector<ChatTool>& tools);
 // Ends where the reply begins, as the format always does.
 Segments RenderMistral(const std::vector<ChatMessage>& messages,
                        const std::vector<ChatTool>& tools);
+// Mistral v0.3 (tekken false) and Nemo (true).
+Segments RenderMistralV3(const std::vector<ChatMessage>& messages,
+                         const std::vector<ChatTool>& tools, bool tekken);
 
 }  // namespace rotor::chat_internal

@@ -5,17 +5,22 @@
 // distinctive substrings and Apply() renders them in C++:
 //
 // clang-format off
-//   name     recognised by               a user turn, then the generation prompt
-//   llama2   "<<SYS>>" (and "[INST]")    [INST] Hi [/INST]
-//   llama3   "<|start_header_id|>"       <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>
-//                                        <|start_header_id|>assistant<|end_header_id|>\n\n
-//   chatml   "<|im_start|>" (Qwen, ...)  <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n
-//   mistral  "[INST]", no "<<SYS>>"      [INST] Hi [/INST]
-//   phi3     "<|user|>" and "<|end|>"    <|user|>\nHi<|end|>\n<|assistant|>\n
-//   gemma    "<start_of_turn>"           <start_of_turn>user\nHi<end_of_turn>\n
-//                                        <start_of_turn>model\n
-//   zephyr   "<|user|>", no "<|end|>"    <|user|>\nHi</s>\n<|assistant|>\n
-//   plain    no template (the fallback)  User: Hi\nAssistant:
+//   name               recognised by                a user turn, then the generation prompt
+//   llama2             "<<SYS>>" (and "[INST]")     [INST] Hi [/INST]
+//   llama3             "<|start_header_id|>"        <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>
+//                                                   <|start_header_id|>assistant<|end_header_id|>\n\n
+//   llama3.1           and "Cutting Knowledge Date" the same after a system turn that always opens
+//                                                   "Cutting Knowledge Date: December 2023\nToday Date: D\n\n"
+//   chatml             "<|im_start|>" (Qwen, ...)   <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n
+//   phi4               "<|im_sep|>"                 <|im_start|>user<|im_sep|>Hi<|im_end|><|im_start|>assistant<|im_sep|>
+//   mistral            "[INST]" and " [/INST]"      [INST] Hi [/INST]      (v0.1, v0.2)
+//   mistral-v3         "[INST] " without " [/INST]" [INST] Hi[/INST]       (v0.3)
+//   mistral-v3-tekken  "[INST]" + a quote            [INST]Hi[/INST]        (Nemo)
+//   phi3               "<|user|>" and "<|end|>"     <|user|>\nHi<|end|>\n<|assistant|>\n
+//   gemma              "<start_of_turn>"            <start_of_turn>user\nHi<end_of_turn>\n
+//                                                   <start_of_turn>model\n
+//   zephyr             "<|user|>", no "<|end|>"     <|user|>\nHi</s>\n<|assistant|>\n
+//   plain              no template (the fallback)   User: Hi\nAssistant:
 // clang-format on
 //
 // plain is for models without a template (base models): "System: ...\n" if
@@ -27,19 +32,26 @@
 // add_bos), and control-token text inside ("<|im_start|>", a later "<s>") must
 // be tokenized with parse_special. Formats without a system role (llama2,
 // mistral, gemma) put a system message in front of the next user message, as
-// the models' own templates do. Roles are "system", "user" and "assistant";
-// chatml and llama3 write any other role by its name, the rest treat it as
-// "user". Default system prompts written into a model's template (Qwen's
-// "You are a helpful assistant.") are not reproduced.
+// the models' own templates do; mistral-v3 and -tekken put the system prompt
+// in front of the conversation's last message when it is the user's (and
+// nowhere otherwise), as theirs do. Llama 3.1's date is the template's
+// default ("26 Jul 2024"), or today's where the template asks for it
+// (Llama 3.2's strftime_now). phi3 leaves out an empty system message. Roles
+// are "system", "user" and "assistant"; chatml and llama3 write any other role
+// by its name, the rest treat it as "user". Default system prompts written
+// into a model's template (Qwen's "You are a helpful assistant.") are not
+// reproduced.
 //
 // Tool calling (tools offered to the model, assistant tool calls, "tool"
-// results) is defined for chatml, llama3 and mistral only: chat_tools.cc.
+// results) is defined for chatml, llama3 (and 3.1) and the mistral formats
+// only: chat_tools.cc.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -80,12 +92,36 @@ struct ChatSegment {
   friend bool operator==(const ChatSegment&, const ChatSegment&) = default;
 };
 
-enum class ChatFormat { kPlain, kLlama2, kLlama3, kChatMl, kMistral, kPhi3, kGemma, kZephyr };
+// kMistral: v0.1 / v0.2 ("[INST] Hi [/INST]"); kMistralV3: v0.3 ("[INST]
+// Hi[/INST]", replies " " + trimmed, the system prompt before the last user
+// message); kMistralTekken: Mistral-Nemo ("[INST]Hi[/INST]", no spaces around
+// markers). kPhi4: "<|im_start|>user<|im_sep|>Hi<|im_end|>".
+enum class ChatFormat {
+  kPlain,
+  kLlama2,
+  kLlama3,
+  kChatMl,
+  kMistral,
+  kPhi3,
+  kGemma,
+  kZephyr,
+  kMistralV3,
+  kMistralTekken,
+  kPhi4,
+};
+// The Mistral formats share the tool-call convention ([TOOL_CALLS]).
+inline bool IsMistral(ChatFormat f) {
+  return f == ChatFormat::kMistral || f == ChatFormat::kMistralV3 ||
+         f == ChatFormat::kMistralTekken;
+}
 
 class ChatTemplate {
  public:
   ChatTemplate() = default;  // plain
   explicit ChatTemplate(ChatFormat format) : format_(format) {}
+  // Llama 3.1+ (llama3 with `date`): the system turn always opens with
+  // "Cutting Knowledge Date: December 2023\nToday Date: <date>\n\n".
+  ChatTemplate(ChatFormat format, std::string date) : format_(format), date_(std::move(date)) {}
 
   // From a GGUF's tokenizer.chat_template: "" gives plain; a template that is
   // none of the known formats is an error naming them.
@@ -97,6 +133,8 @@ class ChatTemplate {
 
   ChatFormat format() const { return format_; }
   std::string_view name() const;
+  // Llama 3.1+'s "Today Date" ("" for other formats and Llama 3.0).
+  const std::string& date() const { return date_; }
 
   // The prompt for `messages`; with `add_generation_prompt` it ends where the
   // assistant's reply begins (llama2 and mistral always do).
@@ -130,6 +168,7 @@ class ChatTemplate {
 
  private:
   ChatFormat format_ = ChatFormat::kPlain;
+  std::string date_;
 };
 
 // The call id Mistral's format writes for an OpenAI call id: the id itself

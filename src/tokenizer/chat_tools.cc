@@ -154,9 +154,10 @@ bool IsMistralId(std::string_view id) {
          });
 }
 
-// " [" + each call {"name": N, "arguments": A, "id": I} + "]".
-std::string MistralCalls(const std::vector<ChatToolCall>& calls) {
-  std::string out = " [";
+// gap + "[" + each call {"name": N, "arguments": A, "id": I} + "]" (gap: " "
+// but for Nemo's format, which writes no space after its markers).
+std::string MistralCalls(const std::vector<ChatToolCall>& calls, std::string_view gap) {
+  std::string out = std::string(gap) + "[";
   for (size_t c = 0; c < calls.size(); ++c) {
     std::string call = CallJson(calls[c], "arguments");
     call.pop_back();  // its closing brace: the id follows
@@ -165,19 +166,19 @@ std::string MistralCalls(const std::vector<ChatToolCall>& calls) {
   return out + "]";
 }
 
-// " {"content": C, "call_id": I}": C unquoted when the result is JSON, else
-// a JSON string. Only C is the message's content; the rest is markup (I is
-// always 9 letters and digits).
-void MistralResult(Segments* out, const ChatMessage& m) {
+// gap + "{"content": C, "call_id": I}": C unquoted when the result is JSON,
+// else a JSON string. Only C is the message's content; the rest is markup (I
+// is always 9 letters and digits).
+void MistralResult(Segments* out, const ChatMessage& m, std::string_view gap) {
   const Json parsed = ParseBoundedJson<Json>(m.content);
-  Markup(out, " {\"content\": ");
+  Markup(out, std::string(gap) + "{\"content\": ");
   Content(out, parsed.is_discarded() ? Dump(Json(m.content)) : m.content);
   Markup(out, ", \"call_id\": " + Dump(Json(MistralCallId(m.tool_call_id))) + "}");
 }
 
-void MistralToolList(Segments* out, const std::vector<ChatTool>& tools) {
+void MistralToolList(Segments* out, const std::vector<ChatTool>& tools, std::string_view gap) {
   Markup(out, "[AVAILABLE_TOOLS]");
-  std::string list = " [";
+  std::string list = std::string(gap) + "[";
   for (size_t i = 0; i < tools.size(); ++i) list += (i ? ", " : "") + PyJson(ToolJson(tools[i]));
   Content(out, list + "]");
   Markup(out, "[/AVAILABLE_TOOLS]");
@@ -237,11 +238,22 @@ Segments RenderChatMl(const std::vector<ChatMessage>& messages, bool add_generat
 }
 
 Segments RenderLlama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                      const std::vector<ChatTool>& tools) {
+                      const std::vector<ChatTool>& tools, const std::string& date) {
   Segments out;
   size_t first = 0;
   bool tools_due = !tools.empty();  // until the first user message carries them
-  if (tools_due) {
+  if (!date.empty()) {
+    // Llama 3.1+: a system turn always, its date lines before the system
+    // prompt (trimmed).
+    Llama3Header(&out, "system");
+    if (tools_due) Markup(&out, "Environment: ipython\n");
+    Markup(&out, "Cutting Knowledge Date: December 2023\nToday Date: " + date + "\n\n");
+    if (!messages.empty() && messages[0].role == "system") {
+      Append(&out, Trimmed(Text(messages[0].content)));
+      first = 1;
+    }
+    Markup(&out, "<|eot_id|>");
+  } else if (tools_due) {
     Segments body = {{"Environment: ipython\n\n", false}};
     if (!messages.empty() && messages[0].role == "system") {
       Content(&body, messages[0].content);
@@ -318,23 +330,84 @@ Segments RenderMistral(const std::vector<ChatMessage>& messages,
     const ChatMessage* m = turns[i].m;
     if (m && m->role == "tool") {
       Markup(&out, "[TOOL_RESULTS]");
-      MistralResult(&out, *m);
+      MistralResult(&out, *m, " ");
       Markup(&out, "[/TOOL_RESULTS]");
     } else if (m && m->role == "assistant") {
       if (!m->content.empty() || m->tool_calls.empty()) Content(&out, m->content);
       if (!m->tool_calls.empty()) {
         Markup(&out, "[TOOL_CALLS]");
-        Content(&out, MistralCalls(m->tool_calls));
+        Content(&out, MistralCalls(m->tool_calls, " "));
       }
       Markup(&out, "</s>");
     } else {
-      if (i == last_user && !tools.empty()) MistralToolList(&out, tools);
+      if (i == last_user && !tools.empty()) MistralToolList(&out, tools, " ");
       Markup(&out, "[INST] ");
       Append(&out, turns[i].user);
       Markup(&out, " [/INST]");
     }
   }
-  if (last_user == turns.size() && !tools.empty()) MistralToolList(&out, tools);
+  if (last_user == turns.size() && !tools.empty()) MistralToolList(&out, tools, " ");
+  return out;
+}
+
+Segments RenderMistralV3(const std::vector<ChatMessage>& messages,
+                         const std::vector<ChatTool>& tools, bool tekken) {
+  const std::string_view gap = tekken ? "" : " ";
+  // The system prompt (the templates take the first message's; later ones,
+  // which they refuse, join it) goes before the last message when that is
+  // the user's, and nowhere else.
+  std::string system;
+  bool have_system = false;
+  std::vector<const ChatMessage*> loop;  // the other messages, in order
+  for (const ChatMessage& m : messages) {
+    if (m.role != "system") {
+      loop.push_back(&m);
+    } else {
+      system = have_system ? system + "\n\n" + m.content : m.content;
+      have_system = true;
+    }
+  }
+  auto is_user = [](const ChatMessage& m) { return m.role != "assistant" && m.role != "tool"; };
+  size_t last_user = loop.size();
+  for (size_t i = 0; i < loop.size(); ++i)
+    if (is_user(*loop[i])) last_user = i;
+  Segments out;
+  auto user_turn = [&](std::string_view text, bool with_system) {
+    Markup(&out, "[INST]" + std::string(gap));
+    if (with_system) {
+      Content(&out, system);
+      Markup(&out, "\n\n");
+    }
+    Content(&out, text);
+    Markup(&out, "[/INST]");
+  };
+  for (size_t i = 0; i < loop.size(); ++i) {
+    const ChatMessage& m = *loop[i];
+    if (m.role == "tool") {
+      Markup(&out, "[TOOL_RESULTS]");
+      MistralResult(&out, m, gap);
+      Markup(&out, "[/TOOL_RESULTS]");
+    } else if (m.role == "assistant" && !m.tool_calls.empty()) {
+      Markup(&out, "[TOOL_CALLS]");
+      Content(&out, MistralCalls(m.tool_calls, gap));
+      Markup(&out, "</s>");
+    } else if (m.role == "assistant") {
+      if (tekken) {
+        Content(&out, m.content);
+      } else {  // " " + content|trim
+        Markup(&out, " ");
+        Append(&out, Trimmed(Text(m.content)));
+      }
+      Markup(&out, "</s>");
+    } else {
+      if (i == last_user && !tools.empty()) MistralToolList(&out, tools, gap);
+      user_turn(m.content, have_system && i + 1 == loop.size());
+    }
+  }
+  if (last_user == loop.size()) {  // no user message: the tools and the system prompt alone
+    if (!tools.empty()) MistralToolList(&out, tools, gap);
+    if (have_system) user_turn(system, false);
+  }
   return out;
 }
 

@@ -323,18 +323,29 @@ TEST(ChatSession, EveryTemplateContinuesTheRenderedConversation) {
     auto chat = MakeChat(*e, o);
     const ChatTurn t1 = Send(*chat, "Once upon a time");
     const ChatTurn t2 = Send(*chat, "Then a cat came.");
-    EXPECT_LT(t2.n_prompt, t1.n_prompt + t1.n_generated) << name;
+    // Mistral v0.3 and Nemo write the system prompt in the last user turn
+    // only, so each turn renders the one before it anew (as their templates
+    // do): the cache keeps what still matches.
+    const bool moves = name == "mistral-v3" || name == "mistral-v3-tekken";
+    if (!moves) {
+      EXPECT_LT(t2.n_prompt, t1.n_prompt + t1.n_generated) << name;
+    }
     ExpectTurnEqualsSingleShot(*e, *chat, t2);
     const std::vector<int32_t>& all = chat->tokens();
     ASSERT_EQ(all[0], tok.bos());
     // Whitespace aside: the tokenizer puts a space prefix after a control
     // token, and a reply's own spaces are the model's, not the rendering's.
     const std::string text = NoSpace(tok.Decode(std::span(all).subspan(1), /*special=*/true));
+    std::vector<ChatMessage> asked = chat->messages();  // up to the last user message
+    asked.pop_back();
+    const std::string prompt = NoSpace(chat->chat_template().Apply(asked, true));
+    EXPECT_TRUE(text.starts_with(prompt)) << name << "\n" << text << "\n---\n" << prompt;
+    if (moves) continue;
     const std::string full = NoSpace(chat->chat_template().Apply(chat->messages(), false));
     EXPECT_TRUE(full.starts_with(text)) << name << "\n" << text << "\n---\n" << full;
     EXPECT_LE(full.size() - text.size(), 16u) << name;  // the closing markup
   }
-  EXPECT_EQ(ran, 4);  // plain, llama2, mistral, zephyr
+  EXPECT_EQ(ran, 6);  // plain, llama2, mistral, mistral-v3, mistral-v3-tekken, zephyr
 }
 
 TEST(ChatSession, UserTextCannotInjectControlTokens) {
