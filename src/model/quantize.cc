@@ -19,7 +19,8 @@ QuantModelInfo QuantModelInfoOf(const GgufFile& in) {
     if (t.name.find("attn_v.weight") != std::string::npos) ++n_attn_v;
   m.has_output = in.FindTensor("output.weight") != nullptr;
   const Result<std::string> arch = in.GetString("general.architecture");
-  const std::string p = arch.ok() ? *arch + "." : "llama.";
+  m.arch = arch.ok() ? *arch : "llama";
+  const std::string p = m.arch + ".";
   const Result<int64_t> blocks = in.GetInt(p + "block_count");
   m.n_layer = blocks.ok() ? static_cast<int>(*blocks) : n_attn_v;
   // head_count may be a per-layer array in some files: then no GQA bonus.

@@ -81,8 +81,10 @@ DType MixType(FileType ft, DType base, const QuantModelInfo& m, std::string_view
       t = DType::kQ5_K;
     }
     // 70B Llama: 8 query heads share each attn_v row, so it is 8x smaller than
-    // attn_q and more bits there cost almost nothing.
-    if (n == 80 && (t == DType::kQ3_K || t == DType::kQ4_K)) t = DType::kQ5_K;
+    // attn_q and more bits there cost almost nothing. llama.cpp's 70B: 80
+    // layers, and for llama GQA (LLaMA-1 65B has none: its model type 65B).
+    const bool is_70b = n == 80 && (m.arch != "llama" || m.n_gqa > 1);
+    if (is_70b && (t == DType::kQ3_K || t == DType::kQ4_K)) t = DType::kQ5_K;
   } else if (Contains(name, "ffn_down")) {
     if (ft == F::kQ2_K) {
       t = DType::kQ3_K;

@@ -18,8 +18,10 @@
 //      Q4_K_S  attn_v q5_K (i < 4); ffn_down q5_K (i < n/8)
 //      Q4_K_M, Q5_K_M  attn_v and ffn_down q6_K where use_more_bits
 //      IQ4_NL  attn_v q5_K (n_head/n_head_kv >= 4); ffn_down q5_K (i < n/8)
-//      70B-class (80 layers): attn_v q3_K/q4_K -> q5_K
-//  - Row length not a multiple of the chosen block: q2_K/q3_K -> iq4_nl,
+//      70B-class (80 layers; llama only with GQA, as llama.cpp tells 70B from
+//      LLaMA-1 65B): attn_v q3_K/q4_K -> q5_K
+//  - Row length not a multiple of the chosen block (as llama.cpp 8784689f, 2025;
+//    its 2026 tensor_type_fallback gives q2_K/q3_K q4_0 instead): q2_K/q3_K -> iq4_nl,
 //    q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, and f16 when that does not fit
 //    either. Unlike llama.cpp (which stops), any other type falls back to f16
 //    too, and --pure falls back the same way.
@@ -85,6 +87,7 @@ struct QuantModelInfo {
   int n_layer = 0;         // blocks (attn_v / ffn_down tensors)
   int n_gqa = 1;           // n_head / n_head_kv
   bool has_output = true;  // false: output tied to token_embd.weight
+  std::string arch = "llama";  // general.architecture
 };
 
 struct QuantRuleOptions {

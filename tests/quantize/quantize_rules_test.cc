@@ -117,6 +117,13 @@ TEST(QuantizeRulesTest, OtherMixes) {
   // 80 layers (70B): attn_v gets q5_K where the mix said q4_K.
   const QuantModelInfo k70B{.n_layer = 80, .n_gqa = 8, .has_output = true};
   EXPECT_EQ(Pick("Q4_K_S", "blk.40.attn_v.weight", k70B), DType::kQ5_K);
+  // llama.cpp types an 80-layer llama without GQA as 65B (LLaMA-1): no bonus
+  // there; Qwen2's 80 layers are 70B with or without it.
+  const QuantModelInfo k65B{.n_layer = 80, .n_gqa = 1, .has_output = true};
+  EXPECT_EQ(Pick("Q4_K_S", "blk.40.attn_v.weight", k65B), DType::kQ4_K);
+  EXPECT_EQ(Pick("Q2_K", "blk.40.attn_v.weight", k65B), DType::kQ3_K);
+  const QuantModelInfo qwen80{.n_layer = 80, .n_gqa = 1, .has_output = true, .arch = "qwen2"};
+  EXPECT_EQ(Pick("Q4_K_S", "blk.40.attn_v.weight", qwen80), DType::kQ5_K);
 }
 
 TEST(QuantizeRulesTest, OutputTensor) {
