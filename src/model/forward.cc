@@ -122,6 +122,12 @@ Status Forward::RunLayers(std::span<const SeqInput> seqs, int64_t* n_tokens_out)
       ops::DequantizeRow(embd.type, static_cast<const uint8_t*>(embd.data) + tok * embd.row_bytes,
                          x_.data() + (row++) * c.n_embd, c.n_embd);
 
+  // Which rows are sampled tokens fed back (the rest are text): a product
+  // whose kernel depends on it treats each row the same in any batch
+  // (MatmulScratch::SetSampledRows).
+  sampled_.clear();
+  for (const SeqInput& s : seqs) sampled_.insert(sampled_.end(), s.tokens.size(), s.prompt ? 0 : 1);
+  matmul_scratch_.SetSampledRows(sampled_);
   for (int il = 0; il < c.n_layer; ++il) Layer(il, seqs, n_tokens);
   // The last layer's feed-forward output (each layer's norm adds the one before).
   if (c.n_layer > 0) ops::Add(x_.data(), out_.data(), n_tokens * c.n_embd);
@@ -152,14 +158,18 @@ Status Forward::Run(std::span<const SeqInput> seqs, float* logits) {
   // Final norm of the rows whose logits are wanted, gathered into xn: [n_out, n_embd].
   int64_t n_out = 0;
   int64_t row = 0;
+  sampled_.clear();  // of the gathered rows
   for (const SeqInput& s : seqs) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     const int64_t first = s.logits == LogitsWanted::kAll ? 0 : s.logits == LogitsWanted::kLast ? n - 1 : n;
-    for (int64_t i = first; i < n; ++i)
+    for (int64_t i = first; i < n; ++i) {
       ops::RmsNorm(x_.data() + (row + i) * c.n_embd, model_.output_norm(),
                    xn_.data() + (n_out++) * c.n_embd, c.n_embd, c.rms_eps);
+      sampled_.push_back(s.prompt ? 0 : 1);
+    }
     row += n;
   }
+  matmul_scratch_.SetSampledRows(sampled_);
   if (n_out > 0)
     ops::Matmul(pool_, model_.output(), xn_.data(), n_out, logits, c.n_vocab, matmul_scratch_);
   return Status::Ok();

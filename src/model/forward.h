@@ -84,6 +84,7 @@ class Forward {
   std::vector<AttentionArgs> attn_args_;  // one per sequence of a step
   std::vector<KvLayerView> attn_views_;   // what attn_args_ point to
   ops::MatmulScratch matmul_scratch_;
+  std::vector<uint8_t> sampled_;  // [rows of a product]: 1 = a sampled token (SetSampledRows)
   AttentionScratch attn_scratch_;
   RopeDistanceTable rope_table_;
   AlignedBuffer<float> x_;     // [max_tokens, n_embd] residual stream

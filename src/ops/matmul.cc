@@ -43,58 +43,82 @@ void ScalarGemm(const Weight& w, const float* x, const int8_t* qx, const float* 
           ref::MatmulDot(w, r, x + t * w.k, qx ? qx + t * qs : nullptr, dx ? dx + t * ds : nullptr);
 }
 
-// q4_1, q5_0, q5_1, iq4_nl, q2_K..q6_K on a SIMD ISA (see Matmul's comment).
-void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y,
-                  int64_t ldy, MatmulScratch& scratch, Isa isa) {
-  if (isa != Isa::kScalar && internal::HasIntegerGemv(w.type, isa == Isa::kAvx512) &&
-      m <= internal::kGemvKMaxTokens) {
-    // The integer kernel, each token's activations quantized to 8 bits; the
-    // threads split the rows, each weight read once for all the tokens.
-    const int64_t k = w.k, xs = internal::KXsumStride(w.type, k), group = k / xs;
-    int8_t* qx = scratch.qx();     // [m, k]
-    float* dx = scratch.dx();      // [m, k / 32]
-    float* xsum = scratch.xsum();  // [m, xs]: dx * (sum of qx) per group
-    for (int64_t t = 0; t < m; ++t) {
-      const int8_t* q = qx + t * k;
-      const float* d = dx + t * (k / ref::kBlock);
-      QuantizeActivationsOn(isa, x + t * k, qx + t * k, dx + t * (k / ref::kBlock), k);
-      for (int64_t b = 0; b < xs; ++b) {
-        int32_t s = 0;
-        for (int64_t j = 0; j < group; ++j) s += q[b * group + j];
-        xsum[t * xs + b] = d[b * group / ref::kBlock] * static_cast<float>(s);
-      }
+// Tokens [t0, t1) of an unpacked K-quant through the integer kernel, each
+// token's activations quantized to 8 bits; the threads split the rows, each
+// weight read once for all the tokens.
+void IntegerRows(ThreadPool& pool, const Weight& w, const float* x, int64_t t0, int64_t t1,
+                 float* y, int64_t ldy, MatmulScratch& scratch, Isa isa) {
+  const int64_t k = w.k, xs = internal::KXsumStride(w.type, k), group = k / xs;
+  int8_t* qx = scratch.qx();     // [m, k]
+  float* dx = scratch.dx();      // [m, k / 32]
+  float* xsum = scratch.xsum();  // [m, xs]: dx * (sum of qx) per group
+  for (int64_t t = t0; t < t1; ++t) {
+    const int8_t* q = qx + t * k;
+    const float* d = dx + t * (k / ref::kBlock);
+    QuantizeActivationsOn(isa, x + t * k, qx + t * k, dx + t * (k / ref::kBlock), k);
+    for (int64_t b = 0; b < xs; ++b) {
+      int32_t s = 0;
+      for (int64_t j = 0; j < group; ++j) s += q[b * group + j];
+      xsum[t * xs + b] = d[b * group / ref::kBlock] * static_cast<float>(s);
     }
-    auto gemv = isa == Isa::kAvx512 ? &internal::avx512::GemvK : &internal::avx2::GemvK;
-    pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
-      gemv(w, qx, dx, xsum, 0, m, r0, r1, y, ldy);
-    });
-    return;
   }
+  auto gemv = isa == Isa::kAvx512 ? &internal::avx512::GemvK : &internal::avx2::GemvK;
+  pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
+    gemv(w, qx, dx, xsum, t0, t1, r0, r1, y, ldy);
+  });
+}
+
+// Tokens [t0, t1) through the f32 panels: tasks of kRowsPerThread rows
+// dequantized once x a chunk of <= 256 tokens.
+void PanelRows(ThreadPool& pool, const Weight& w, const float* x, int64_t t0, int64_t t1,
+               float* y, int64_t ldy, MatmulScratch& scratch, Isa isa) {
   const size_t rb = w.row_bytes;
   const uint8_t* data = static_cast<const uint8_t*>(w.data);
-  if (m == 1) {
-    // DotRow dequantizes and adds in the f32 kernels' order (kernels.h): the
-    // bits the panels below give the same token in a batch.
-    pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
-      for (int64_t r = r0; r < r1; ++r) y[r] = DotRow(w.type, data + r * rb, x, w.k);
-    });
-    return;
-  }
-  // Tasks: kRowsPerThread rows dequantized once x a chunk of <= 256 tokens.
   auto gemm = isa == Isa::kAvx512 ? &internal::avx512::Gemm : &internal::avx2::Gemm;
   constexpr int64_t kRows = MatmulScratch::kRowsPerThread;
-  const int64_t tb = 256, n_tb = (m + tb - 1) / tb, n_rb = (w.n + kRows - 1) / kRows;
+  const int64_t tb = 256, n_tb = (t1 - t0 + tb - 1) / tb, n_rb = (w.n + kRows - 1) / kRows;
   CHECK_LE(n_rb * n_tb, int64_t{1} << 30);
   pool.Run(static_cast<int>(n_rb * n_tb), [&](int task, int thread) {
-    const int64_t r0 = task % n_rb * kRows, t0 = task / n_rb * tb;
+    const int64_t r0 = task % n_rb * kRows, a = t0 + task / n_rb * tb;
     const int64_t rows = std::min(kRows, w.n - r0);
     float* f = scratch.rows(thread);  // [rows, k]
     for (int64_t r = 0; r < rows; ++r)
       DequantizeRow(w.type, data + (r0 + r) * rb, f + r * w.k, w.k);
     const Weight fw = MakeWeight(DType::kF32, w.k, rows, f);
-    gemm(fw, x, nullptr, nullptr, t0, std::min(m, t0 + tb), 0, rows, y + r0, ldy,
+    gemm(fw, x, nullptr, nullptr, a, std::min(t1, a + tb), 0, rows, y + r0, ldy,
          scratch.panel(thread));
   });
+}
+
+// q4_1, q5_0, q5_1, iq4_nl, q2_K..q6_K on a SIMD ISA (see Matmul's comment).
+void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float* y,
+                  int64_t ldy, MatmulScratch& scratch, Isa isa) {
+  if (isa != Isa::kScalar && internal::HasIntegerGemv(w.type, isa == Isa::kAvx512)) {
+    const std::span<const uint8_t> sampled = scratch.sampled_rows();
+    if (sampled.size() != static_cast<size_t>(m)) {  // not marked: by the number of rows
+      if (m <= internal::kGemvKMaxTokens) return IntegerRows(pool, w, x, 0, m, y, ldy, scratch, isa);
+      return PanelRows(pool, w, x, 0, m, y, ldy, scratch, isa);
+    }
+    // Sampled tokens the integer kernel, text the panels, run by run.
+    for (int64_t a = 0; a < m;) {
+      int64_t b = a + 1;
+      while (b < m && sampled[b] == sampled[a]) ++b;
+      (sampled[a] ? IntegerRows : PanelRows)(pool, w, x, a, b, y, ldy, scratch, isa);
+      a = b;
+    }
+    return;
+  }
+  if (m == 1) {
+    // DotRow dequantizes and adds in the f32 kernels' order (kernels.h): the
+    // bits the panels below give the same token in a batch.
+    const size_t rb = w.row_bytes;
+    const uint8_t* data = static_cast<const uint8_t*>(w.data);
+    pool.ParallelFor(w.n, internal::kPanelRows, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) y[r] = DotRow(w.type, data + r * rb, x, w.k);
+    });
+    return;
+  }
+  PanelRows(pool, w, x, 0, m, y, ldy, scratch, isa);
 }
 
 // Every product of `outs` (all packed, one k) for m tokens on the ISA (AVX-512
@@ -198,8 +222,8 @@ void MatmulScratch::Reserve(int64_t max_m, int64_t max_k, int max_threads) {
   qx_.Resize(static_cast<size_t>(max_m_ * internal::PackedQxStride(max_k_)));
   dx_.Resize(static_cast<size_t>(max_m_ * internal::PackedDxStride(max_k_)));
   panel_bytes_ = PanelBytes(max_k_);
-  xsum_.Resize(static_cast<size_t>(std::min<int64_t>(max_m_, internal::kGemvKMaxTokens) *
-                                   (max_k_ / 16)));
+  xsum_.Resize(static_cast<size_t>(max_m_ * (max_k_ / 16)));
+  sampled_.reserve(static_cast<size_t>(max_m_));
   acts_.Resize(static_cast<size_t>(max_m_ * (max_k_ / ref::kBlock) * internal::kPackedActBytes));
   n_threads_ = 0;
   EnsureThreads(max_threads > 0 ? max_threads : HardwareThreads());

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "base/memory.h"
 #include "base/thread_pool.h"
@@ -64,6 +65,16 @@ class MatmulScratch {
   int64_t max_m() const { return max_m_; }
   int64_t max_k() const { return max_k_; }
 
+  // Which of the next products' rows are sampled tokens fed back (1) and which
+  // are given text (0: prompts), for the weights whose kernel depends on it
+  // (q2_K .. q6_K rows as stored: sampled rows take the integer kernel,
+  // text rows the f32 panels, whatever else shares the call, so a sequence's
+  // outputs do not depend on its batch). Read by every product of exactly
+  // that many rows until changed; empty (the default), such weights choose
+  // by the number of rows (up to kGemvKMaxTokens the integer kernel).
+  void SetSampledRows(std::span<const uint8_t> rows) { sampled_.assign(rows.begin(), rows.end()); }
+  std::span<const uint8_t> sampled_rows() const { return sampled_; }
+
   // Internal to the kernels.
   // Activations quantized to q8_0 (f32 scales, not f16), in the kernel's order:
   int8_t* qx() { return qx_.data(); }  // [max_m, PackedQxStride(max_k)]
@@ -75,8 +86,7 @@ class MatmulScratch {
   // Activations of the packed (row-interleaved) kernels:
   // [max_m * max_k / 32 * kPackedActBytes] bytes, in tiles of 8 tokens (kernels.h).
   uint8_t* acts() { return acts_.data(); }
-  // Per-block sums of the quantized activations (K-quant kernels):
-  // [min(max_m, kGemvKMaxTokens), max_k / 16].
+  // Per-block sums of the quantized activations (K-quant kernels): [max_m, max_k / 16].
   float* xsum() { return xsum_.data(); }
   // Per-thread dequantized weight rows (block types without integer
   // kernels): [kDequantRows = 8, max_k] floats each.
@@ -93,7 +103,8 @@ class MatmulScratch {
   AlignedBuffer<int8_t> qx_;
   AlignedBuffer<float> dx_;
   AlignedBuffer<uint8_t> panels_;  // [n_threads, panel_bytes_]
-  AlignedBuffer<float> xsum_;      // [min(max_m, 16), max_k / 16]
+  AlignedBuffer<float> xsum_;      // [max_m, max_k / 16]
+  std::vector<uint8_t> sampled_;   // SetSampledRows
   AlignedBuffer<uint8_t> acts_;    // [max_m, max_k / 32, kPackedActBytes] (tiles of 8)
   AlignedBuffer<float> rows_;      // [n_threads, kRowsPerThread, max_k]
 };
@@ -108,13 +119,14 @@ class MatmulScratch {
 //   scale), exact integer block dot products, f32 accumulation of the scaled
 //   block sums: <= sum_j |w_j| d_x(j) / 2 (= |w_j| amax_block / 254) + the f32
 //   accumulation (nb + 64) u sum |w| |x|.
-// - q2_K, q3_K, q4_K, q5_K, q6_K rows as stored, m <= 16, on AVX-512 or AVX2: the same q8_0
+// - q2_K, q3_K, q4_K, q5_K, q6_K rows as stored on AVX-512 or AVX2, the rows
+//   SetSampledRows marks (unmarked calls: m <= 16): the same q8_0
 //   activation quantization (sum_j |w_j| d_x(j) / 2), exact int32 sums of 4
 //   products, f32 accumulation of the scaled lane sums and of the sub-block
 //   min terms (q2_K/q4_K/q5_K: dmin * m_i * d_x * sum of qx over the
 //   sub-block): + (k / 4 + 64) u sum |w_j| (|x_j| + d_x(j)).
 // - q4_K, q5_K, q6_K with a packed copy on AVX-512 (every m): the same bound.
-// - q4_1, q5_0, q5_1, iq4_nl (always), the K-quants with m > 16, and every
+// - q4_1, q5_0, q5_1, iq4_nl (always), the K-quants' other rows, and every
 //   block type on the scalar ISA: weight rows dequantized exactly to f32
 //   (GGML's arithmetic), x not quantized, the f32 kernels: the f32 bound.
 // m == 1 is matrix-vector (memory-bound: each weight read once, 4 rows per

@@ -276,6 +276,58 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
   EXPECT_FALSE(fwd.Decode(caches, std::vector<int32_t>{1, 2}, logits.data()).ok());
 }
 
+// q2_K / q3_K rows have no interleaved kernel: sampled tokens take the
+// integer kernel and prompt text the f32 panels, whatever shares the pass
+// (MatmulScratch::SetSampledRows). A decode step of three sequences, and one
+// sequence's decode token beside another's prompt chunk, give each sequence
+// the logits it gets alone, bit for bit (Q3_K_M: q3_K beside q4_K / q5_K).
+TEST(ForwardDecode, UnpackedKQuantsBatchEqualsAlone) {
+  const Model& m = testing::LoadModelCached(testing::ModelPath("gqa256-Q3_K_M"));
+  ASSERT_EQ(m.layer(0).wq.type, DType::kQ3_K);
+  const int n_vocab = m.config().n_vocab;
+  ThreadPool pool(2);
+  Forward fwd(m, pool, 64, 256);
+  Runner runner(m, pool, RunnerOptions{.prefill_step = 8, .n_ctx = 256});
+  const KvConfig kv{.types = {KvType::kF16, KvType::kF16}};
+  std::vector<std::unique_ptr<KvCache>> batch, alone;
+  for (int i = 0; i < 4; ++i) {
+    batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
+    alone.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
+  }
+  for (int i = 0; i < 3; ++i) {  // prompts of 5, 16 and 27 tokens
+    std::vector<int32_t> p = testing::Prompt(5 + 11 * i, n_vocab, i);
+    ASSERT_FALSE(PrefillLast(runner, batch[i].get(), p).empty());
+    ASSERT_FALSE(PrefillLast(runner, alone[i].get(), p).empty());
+  }
+  std::vector<KvCache*> caches = {batch[0].get(), batch[1].get(), batch[2].get()};
+  std::vector<float> logits(3 * n_vocab), one(n_vocab);
+  for (int step = 0; step < 12; ++step) {
+    const std::vector<int32_t> tokens = {7 + step, 50 + step, 100 + step};
+    ASSERT_TRUE(fwd.Decode(caches, tokens, logits.data()).ok());
+    for (int i = 0; i < 3; ++i) {
+      SeqInput in{alone[i].get(), std::span<const int32_t>(&tokens[i], 1)};
+      ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), one.data()).ok());
+      for (int v = 0; v < n_vocab; ++v)
+        ASSERT_EQ(logits[i * n_vocab + v], one[v]) << "seq " << i << " step " << step;
+    }
+  }
+  // A decode token beside a 20-token prompt chunk (a sequence joining).
+  const std::vector<int32_t> prompt = testing::Prompt(20, n_vocab, 9);
+  const int32_t token = 33;
+  const SeqInput mixed[] = {
+      SeqInput{batch[0].get(), std::span<const int32_t>(&token, 1)},
+      SeqInput{batch[3].get(), prompt, LogitsWanted::kLast, /*prompt=*/true}};
+  std::vector<float> two(2 * n_vocab);
+  ASSERT_TRUE(fwd.Run(mixed, two.data()).ok());
+  SeqInput in{alone[0].get(), std::span<const int32_t>(&token, 1)};
+  ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), one.data()).ok());
+  const std::vector<float> joined = PrefillLast(runner, alone[3].get(), prompt);
+  for (int v = 0; v < n_vocab; ++v) {
+    ASSERT_EQ(two[v], one[v]) << "the decode token beside a prompt";
+    ASSERT_EQ(two[n_vocab + v], joined[v]) << "the prompt beside a decode token";
+  }
+}
+
 // With q8_0 / q4_0 weights on AVX2 and AVX-512, and K-quants on AVX-512 (row-interleaved, one kernel for every m) and
 // the batch's attention in one parallel region, a sequence's logits in a
 // decode step of several sequences are bit for bit what it gets alone, f16
