@@ -151,6 +151,9 @@ Result<QuantizeStats> QuantizeModel(const std::string& in_path, const std::strin
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
     return Errorf("quantize: output '{}': directory '{}' does not exist", out_path,
                   parent.string());
+  // Before the work: the file is written whole, then renamed over the path.
+  if (std::filesystem::is_directory(out_path, ec))
+    return Errorf("quantize: output '{}' is a directory; name a file", out_path);
   Status st = w.Write(out_path);
   if (!st.ok()) return st.WithContext(fmt::format("quantize: cannot write output '{}'", out_path));
   stats.in_file_bytes = in.file_size();

@@ -206,7 +206,11 @@ TensorChoice ChooseTensorType(const QuantTarget& target, const QuantModelInfo& m
   TensorChoice c;
   c.type = in_type;
   const bool is_output_name = name == "output.weight";
-  c.convert = EndsWith(name, "weight") && ne.size() >= 2 && !Contains(name, "_norm.weight") &&
+  // Dimensions as llama.cpp's ggml_n_dims counts them: trailing 1s do not
+  // count, so a [256, 1] weight is 1-D and stays as it is.
+  size_t n_dims = ne.size();
+  while (n_dims > 1 && ne[n_dims - 1] == 1) --n_dims;
+  c.convert = EndsWith(name, "weight") && n_dims >= 2 && !Contains(name, "_norm.weight") &&
               !(options.leave_output && is_output_name) && !Contains(name, "ffn_gate_inp.weight") &&
               name != "position_embd.weight" && name != "token_types.weight" &&
               !Contains(name, "ssm_conv1d.weight") && !Contains(name, "attn_rel_b.weight");

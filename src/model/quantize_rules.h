@@ -3,7 +3,8 @@
 // (llama-quant.cpp, llama_tensor_get_type), rewritten for rotor.
 //
 // Rules, in order:
-//  - Only 2-D+ tensors whose name ends in "weight" are converted; "*_norm.weight",
+//  - Only 2-D+ tensors (trailing sizes of 1 not counted: a [256, 1] weight is
+//    1-D, as llama.cpp's ggml_n_dims says) whose name ends in "weight" are converted; "*_norm.weight",
 //    biases and 1-D tensors are copied as they are (f32 norms stay f32).
 //    --leave-output copies output.weight too.
 //  - f32/f16/bf16 targets: every converted tensor gets that type; no other rule.

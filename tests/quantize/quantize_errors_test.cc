@@ -68,6 +68,12 @@ TEST(QuantizeErrorsTest, OutputUnwritable) {
   EXPECT_THAT(r.message(), HasSubstr("'/nonexistent-dir/out.gguf'"));
   EXPECT_THAT(r.message(), HasSubstr("does not exist"));
   TempFiles tmp;
+  // A directory as the output: refused before any tensor is converted.
+  const std::string out_dir = tmp.Path("a-dir");
+  std::filesystem::create_directory(out_dir);
+  auto d = Quant(testing::kStories, out_dir, Opts("q8_0"));
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(d.message(), HasSubstr("is a directory"));
   const std::string dir = tmp.Path("readonly");
   std::filesystem::create_directory(dir);
   std::filesystem::permissions(

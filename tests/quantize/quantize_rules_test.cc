@@ -87,6 +87,11 @@ TEST(QuantizeRulesTest, Q4KM) {
   EXPECT_EQ(norm.type, DType::kF32);
   EXPECT_FALSE(
       ChooseTensorType(T("Q4_K_M"), k7B, {}, "blk.0.attn_q.bias", {4096, 1}, DType::kF32).convert);
+  // A weight of one row is 1-D for llama.cpp (ggml_n_dims): copied as it is.
+  EXPECT_FALSE(
+      ChooseTensorType(T("Q4_K_M"), k7B, {}, "blk.0.extra.weight", {256, 1}, DType::kF32).convert);
+  EXPECT_TRUE(
+      ChooseTensorType(T("Q4_K_M"), k7B, {}, "blk.0.extra.weight", {256, 2}, DType::kF32).convert);
 }
 
 TEST(QuantizeRulesTest, OtherMixes) {
