@@ -130,17 +130,17 @@ inline constexpr int kActSum = 8, kActScale = 9, kActSumLo = 10, kActXsum = 11;
 inline constexpr int kActBiasQ8 = 12, kActBiasQ4 = 13;
 
 // q2_K .. q6_K rows as stored (unpacked: q2_K and q3_K have no interleaved
-// layout) on AVX-512 and AVX2, up to kGemvKMaxTokens tokens (decode batches):
-// the integer kernel GemvK (activations quantized to 8 bits), kGemvKTile
-// tokens a call with each weight super-block unpacked once for them (q3_K /
-// q6_K on AVX-512: 8), the rest token by token. Every (row, token) output
-// takes the same operations for any such m, so a token's row is the same
-// alone and in a batch of up to kGemvKMaxTokens. More tokens (prompts), the
-// scalar ISA and the other block types dequantize weight rows to f32 and run
-// the f32 panels (exact, and x not rounded): the integer kernel for every m
-// was measured at 0.65x their prompt speed (110M Q3_K_M, pp512, 2 threads;
-// BENCHMARKS.md "Seventy-third session"), so batches of more than 16 tokens
-// from q2_K / q3_K rows are not bit for bit those of a token alone.
+// layout) on AVX-512 and AVX2: the integer kernel GemvK (activations
+// quantized to 8 bits), kGemvKTile tokens a call with each weight super-block
+// unpacked once for them (q3_K / q6_K on AVX-512: 8), the rest token by token;
+// every (row, token) output takes the same operations for any m. Or the f32
+// panels on dequantized rows (x not rounded), which prompts need: the integer
+// kernel for every row ran pp512 at 0.65x (110M Q3_K_M, 2 threads;
+// BENCHMARKS.md "Seventy-third session"). Which one a row takes is the
+// caller's (MatmulScratch::SetSampledRows: sampled tokens the integer kernel,
+// prompt text the panels, in any batch); unmarked products take the integer
+// kernel up to kGemvKMaxTokens rows. The scalar ISA and the other block types
+// dequantize weight rows and run the f32 kernels (exact).
 inline constexpr int kGemvKMaxTokens = 16;
 inline constexpr int kGemvKTile = 4;
 // Elements per activation sum of GemvK's xsum: q2_K sums per 16, the others per 32.
