@@ -14,6 +14,7 @@
 #include "server/fields.h"
 #include "server/http_parse.h"
 #include "server/server.h"
+#include "server/tool_calls.h"
 #include "tokenizer/utf8.h"
 
 #ifndef ROTOR_BUILD_INFO
@@ -87,7 +88,7 @@ bool Server::DispatchExtra(const std::shared_ptr<HttpExchange>& ex) {
   const bool models = path.starts_with("/v1/models/");
   const bool get = models || path == "/props";
   if (!get && path != "/tokenize" && path != "/detokenize" && path != "/v1/embeddings" &&
-      path != "/embeddings")
+      path != "/embeddings" && path != "/apply-template")
     return false;
   if (req.method != (get ? "GET" : "POST")) {
     Respond(*ex, ErrorForStatus(405, req.method, path), {{"Allow", get ? "GET, HEAD" : "POST"}});
@@ -122,6 +123,8 @@ bool Server::DispatchExtra(const std::shared_ptr<HttpExchange>& ex) {
             HandleTokenize(*ex);
           else if (p == "/detokenize")
             HandleDetokenize(*ex);
+          else if (p == "/apply-template")
+            HandleApplyTemplate(*ex);
           else
             HandleEmbeddings(*ex);
         } catch (const std::bad_alloc&) {
@@ -237,6 +240,26 @@ void Server::HandleDetokenize(HttpExchange& ex) {
   std::vector<int32_t> ids;
   if (auto e = ParseTokenIds(*tokens, "tokens", tok.n_vocab(), &ids)) return Respond(ex, *e);
   ex.Respond(HttpResponse{200, kJson, Dump({{"content", tok.Decode(ids, /*special=*/true)}}), {}});
+  metrics_.CountRequest(ex.request().path, 200);
+}
+
+// llama-server's /apply-template: a chat request's body -> {"prompt": the
+// text the model is given for it} (BOS as its text first when the tokenizer
+// adds one), tools rendered as the chat request would render them.
+void Server::HandleApplyTemplate(HttpExchange& ex) {
+  ApiRequest api;
+  if (auto e = ParseRequest(ex.request().body, Endpoint::kChat, options_.defaults, &api))
+    return Respond(ex, *e);
+  GenerateOptions options = api.options;  // PrepareTools' checks; the grammar is not used
+  const Tokenizer& tok = engine_->tokenizer();
+  if (auto e = PrepareTools(api, chat_template_, tok, options_.defaults, &options))
+    return Respond(ex, *e);
+  std::string prompt;
+  if (api.options.add_bos && tok.add_bos() && tok.bos() >= 0)
+    prompt = tok.Decode(std::vector<int32_t>{tok.bos()}, /*special=*/true);
+  prompt += chat_template_.Apply(api.messages, /*add_generation_prompt=*/true,
+                                 api.tools.offered() ? api.tools.tools : std::vector<ChatTool>{});
+  ex.Respond(HttpResponse{200, kJson, Dump({{"prompt", prompt}}), {}});
   metrics_.CountRequest(ex.request().path, 200);
 }
 

@@ -143,6 +143,7 @@ class Server {
   bool DispatchExtra(const std::shared_ptr<HttpExchange>& ex);
   void HandleTokenize(HttpExchange& ex);    // workers
   void HandleDetokenize(HttpExchange& ex);  // workers
+  void HandleApplyTemplate(HttpExchange& ex);  // workers
   void HandleEmbeddings(HttpExchange& ex);  // workers (embeddings.cc)
   nlohmann::json ModelObject() const;       // an entry of /v1/models
   nlohmann::json Props() const;             // GET /props

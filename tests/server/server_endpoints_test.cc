@@ -126,6 +126,29 @@ TEST_F(EndpointsTest, DetokenizeMatchesTheTokenizer) {
   EXPECT_EQ(PostJson(server_, "/detokenize", {{"tokens", json::array()}}, &status)["content"], "");
 }
 
+// llama-server's /apply-template: the text a chat request's messages become
+// (the bundled model has no template: plain), the same tokens the chat
+// request is given, and a chat request's errors for a bad body.
+TEST_F(EndpointsTest, ApplyTemplateGivesTheChatPrompt) {
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}},
+                         {{"role", "user"}, {"content", "Hi"}}};
+  int status = 0;
+  const json r = PostJson(server_, "/apply-template", {{"messages", messages}}, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["prompt"], "<s>System: Be brief.\nUser: Hi\nAssistant:") << r.dump();
+  const json chat = PostJson(server_, "/v1/chat/completions",
+                             {{"messages", messages}, {"max_tokens", 1}}, &status);
+  ASSERT_EQ(status, 200) << chat.dump();
+  const json t = PostJson(server_, "/tokenize",
+                          {{"content", r["prompt"]}, {"parse_special", true}}, &status);
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], t["tokens"].size()) << t.dump();
+  ExpectBad(server_, "/apply-template", json::object(), "messages");
+  ExpectBad(server_, "/apply-template", {{"messages", "x"}}, "messages");
+  auto get = server_.Client()->Get("/apply-template");
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
+}
+
 TEST_F(EndpointsTest, TokenizeAndDetokenizeRefuseBadBodies) {
   ExpectBad(server_, "/tokenize", "not json", "must be a JSON object");  // a JSON string
   auto raw = server_.Client()->Post("/tokenize", "{nope", "application/json");
