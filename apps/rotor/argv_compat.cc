@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <string_view>
 
@@ -243,6 +244,83 @@ int EditDistance(std::string_view a, std::string_view b) {
   return at(n, m);
 }
 
+namespace {
+
+// llama-bench's ranges in a list of counts: FIRST-LAST (every value),
+// FIRST-LAST+STEP, FIRST-LAST*MULT ("16-64*2" is 16,32,64), beside plain
+// values ("1,4-6" is 1,4,5,6). The list written out, or an error naming the
+// item.
+std::optional<std::string> ExpandRanges(std::string_view option, std::string_view list,
+                                        std::string* out) {
+  constexpr size_t kMaxValues = 1024;
+  std::vector<int64_t> values;
+  auto number = [](std::string_view s, size_t* at, int64_t* v) {
+    const auto [end, ec] = std::from_chars(s.data() + *at, s.data() + s.size(), *v);
+    if (ec != std::errc() || end == s.data() + *at) return false;
+    *at = static_cast<size_t>(end - s.data());
+    return true;
+  };
+  for (size_t b = 0; b <= list.size();) {
+    const size_t e = std::min(list.find(',', b), list.size());
+    const std::string_view item = list.substr(b, e - b);
+    b = e + 1;
+    const size_t dash = item.find('-', 1);
+    if (dash == std::string_view::npos) {  // a plain value: CLI11 checks it
+      out->append(out->empty() ? "" : ",").append(item);
+      continue;
+    }
+    size_t at = 0;
+    int64_t first = 0, last = 0, step = 1;
+    char how = '+';
+    bool ok = number(item, &at, &first) && at == dash && number(item, &(++at), &last);
+    if (ok && at < item.size()) {
+      how = item[at];
+      ok = (how == '+' || how == '*') && number(item, &(++at), &step) && at == item.size();
+    }
+    ok = ok && first >= 0 && first <= last && (how == '+' ? step >= 1 : step >= 2 && first >= 1);
+    if (!ok)
+      return fmt::format("{}: '{}' is not a range FIRST-LAST, FIRST-LAST+STEP or FIRST-LAST*MULT "
+                         "(llama-bench's; FIRST <= LAST)",
+                         option, item);
+    for (int64_t v = first; v <= last; v = how == '+' ? v + step : v * step) {
+      if (values.size() >= kMaxValues)
+        return fmt::format("{}: '{}' gives more than {} values", option, item, kMaxValues);
+      values.push_back(v);
+      out->append(out->empty() ? "" : ",").append(std::to_string(v));
+    }
+  }
+  return std::nullopt;
+}
+
+// bench's lists of counts take llama-bench's ranges (ExpandRanges).
+std::optional<std::string> ExpandBenchRanges(std::vector<Word>& words) {
+  static constexpr std::string_view kLists[] = {
+      "-p", "--n-prompt", "-n", "--n-gen", "-d", "--n-depth", "-t", "--threads",
+      "--ubatch-size", "--prefill-step", "-b", "--batch-size", "--batch"};
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::string& w = words[i].text;
+    if (w == "--") break;
+    for (std::string_view name : kLists) {
+      std::string* value = nullptr;
+      size_t from = 0;
+      if (w == name && i + 1 < words.size()) {
+        value = &words[++i].text;
+      } else if (name.starts_with("--") && w.starts_with(std::string(name) + "=")) {
+        value = &w;
+        from = name.size() + 1;
+      }
+      if (value == nullptr) continue;
+      std::string expanded;
+      if (auto e = ExpandRanges(name, std::string_view(*value).substr(from), &expanded)) return e;
+      *value = value->substr(0, from) + expanded;
+      break;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 CompatArgs RewriteArgs(CLI::App& app, std::vector<std::string> args) {
   CompatArgs out;
   // Before the subcommand: --version, -v, and what CLI11 knows (--help).
@@ -328,6 +406,11 @@ CompatArgs RewriteArgs(CLI::App& app, std::vector<std::string> args) {
     out.error = *e;
     return out;
   }
+  if (sub->get_name() == "bench")
+    if (auto e = ExpandBenchRanges(words)) {
+      out.error = "rotor bench " + *e;
+      return out;
+    }
   out.args.push_back(sub->get_name());
   for (const Word& w : words) out.args.push_back(w.text);
   return out;

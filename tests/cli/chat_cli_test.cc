@@ -52,12 +52,6 @@ std::vector<int64_t> PromptCounts(const std::string& text) {
   return counts;
 }
 
-std::string WriteFile(const TempDir& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir.File(name);
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
-
 TEST(ChatCli, PipedInputRunsTurnsAndCommands) {
   TempDir dir;
   const std::string saved = dir.File("chat.json");

@@ -30,12 +30,6 @@ CliResult Generate(std::vector<std::string> extra, const std::string& n = "24") 
   return RunRotor(args);
 }
 
-std::string WriteFile(const TempDir& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir.File(name);
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
-
 // The "[prompt N tokens" count of a chat footer.
 int PromptTokens(const std::string& err) {
   const size_t at = err.find("[prompt ");

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,12 +26,6 @@ CliResult Generate(const std::string& prompt, std::vector<std::string> extra,
                                    "--temp",   "0",  "-t",           "1"};
   args.insert(args.end(), extra.begin(), extra.end());
   return RunRotor(args);
-}
-
-std::string WriteFile(const TempDir& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir.File(name);
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
 }
 
 // A text of a few hundred tokens for perplexity.
@@ -212,6 +207,23 @@ TEST(HabitsCliTest, BenchPromptThenGeneration) {
     const CliResult e = RunRotor({"bench", "-m", BundledModel(), "-pg", bad, "-t", "1"});
     EXPECT_NE(e.exit_code, 0) << bad;
     EXPECT_THAT(e.err, HasSubstr("is not PP,TG")) << bad;
+  }
+}
+
+// llama-bench's ranges in bench's lists: FIRST-LAST, +STEP, *MULT.
+TEST(HabitsCliTest, BenchListsTakeLlamaBenchRanges) {
+  const CliResult r = RunRotor({"bench", "-m", BundledModel(), "-p", "4-16*2,3", "-n", "2-4+2",
+                                "-t", "1-1", "-r", "1", "-o", "jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> tests;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    tests.push_back(nlohmann::json::parse(line)["test"]);
+  EXPECT_EQ(tests, (std::vector<std::string>{"pp4", "pp8", "pp16", "pp3", "tg2", "tg4"})) << r.out;
+  for (const char* bad : {"64-16", "4-x", "4-8/2", "4-8*1", "0-8*2", "1-100000"}) {
+    const CliResult e = RunRotor({"bench", "-m", BundledModel(), "-p", bad, "-t", "1"});
+    EXPECT_NE(e.exit_code, 0) << bad;
+    EXPECT_THAT(e.err, HasSubstr(std::string("'") + bad + "'")) << bad;
   }
 }
 

@@ -81,4 +81,10 @@ CliResult RunRotor(const std::vector<std::string>& args, const std::string& stdi
 std::string BundledModel() { return std::string(ROTOR_MODELS_DIR) + "/stories260K.gguf"; }
 std::string LlamaVocab() { return std::string(ROTOR_MODELS_DIR) + "/ggml-vocab-llama-spm.gguf"; }
 
+std::string WriteFile(const TempDir& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir.File(name);
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
 }  // namespace rotor::testing

@@ -34,6 +34,9 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// Writes `text` to dir/name (bytes as given); the path.
+std::string WriteFile(const TempDir& dir, const std::string& name, const std::string& text);
+
 // The bundled model and vocabulary.
 std::string BundledModel();
 std::string LlamaVocab();
