@@ -4,7 +4,8 @@
 //
 // Rules, in order:
 //  - Only 2-D+ tensors (trailing sizes of 1 not counted: a [256, 1] weight is
-//    1-D, as llama.cpp's ggml_n_dims says) whose name ends in "weight" are converted; "*_norm.weight",
+//    1-D, as llama.cpp's ggml_n_dims says) whose name ends in "weight" are
+//    converted; "*_norm.weight",
 //    biases and 1-D tensors are copied as they are (f32 norms stay f32).
 //    --leave-output copies output.weight too.
 //  - f32/f16/bf16 targets: every converted tensor gets that type; no other rule.

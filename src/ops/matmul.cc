@@ -96,7 +96,8 @@ void MatmulBlocks(ThreadPool& pool, const Weight& w, const float* x, int64_t m, 
   if (isa != Isa::kScalar && internal::HasIntegerGemv(w.type, isa == Isa::kAvx512)) {
     const std::span<const uint8_t> sampled = scratch.sampled_rows();
     if (sampled.size() != static_cast<size_t>(m)) {  // not marked: by the number of rows
-      if (m <= internal::kGemvKMaxTokens) return IntegerRows(pool, w, x, 0, m, y, ldy, scratch, isa);
+      if (m <= internal::kGemvKMaxTokens)
+        return IntegerRows(pool, w, x, 0, m, y, ldy, scratch, isa);
       return PanelRows(pool, w, x, 0, m, y, ldy, scratch, isa);
     }
     // Sampled tokens the integer kernel, text the panels, run by run.

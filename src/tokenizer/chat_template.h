@@ -7,15 +7,19 @@
 // clang-format off
 //   name               recognised by                a user turn, then the generation prompt
 //   llama2             "<<SYS>>" (and "[INST]")     [INST] Hi [/INST]
-//   llama3             "<|start_header_id|>"        <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>
-//                                                   <|start_header_id|>assistant<|end_header_id|>\n\n
-//   llama3.1           and "Cutting Knowledge Date" the same after a system turn that always opens
-//                                                   "Cutting Knowledge Date: December 2023\nToday Date: D\n\n"
-//   chatml             "<|im_start|>" (Qwen, ...)   <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n
-//   phi4               "<|im_sep|>"                 <|im_start|>user<|im_sep|>Hi<|im_end|><|im_start|>assistant<|im_sep|>
+//   llama3             "<|start_header_id|>"        <|start_header_id|>user<|end_header_id|>
+//                                                   \n\nHi<|eot_id|><|start_header_id|>
+//                                                   assistant<|end_header_id|>\n\n
+//   llama3.1           and "Cutting Knowledge Date" the same after a system turn that opens
+//                                                   "Cutting Knowledge Date: December 2023\n
+//                                                   Today Date: D\n\n"
+//   chatml             "<|im_start|>" (Qwen, ...)   <|im_start|>user\nHi<|im_end|>\n
+//                                                   <|im_start|>assistant\n
+//   phi4               "<|im_sep|>"                 <|im_start|>user<|im_sep|>Hi<|im_end|>
+//                                                   <|im_start|>assistant<|im_sep|>
 //   mistral            "[INST]" and " [/INST]"      [INST] Hi [/INST]      (v0.1, v0.2)
 //   mistral-v3         "[INST] " without " [/INST]" [INST] Hi[/INST]       (v0.3)
-//   mistral-v3-tekken  "[INST]" + a quote            [INST]Hi[/INST]        (Nemo)
+//   mistral-v3-tekken  "[INST]" + a quote           [INST]Hi[/INST]        (Nemo)
 //   phi3               "<|user|>" and "<|end|>"     <|user|>\nHi<|end|>\n<|assistant|>\n
 //   gemma              "<start_of_turn>"            <start_of_turn>user\nHi<end_of_turn>\n
 //                                                   <start_of_turn>model\n
