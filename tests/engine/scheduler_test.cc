@@ -237,6 +237,26 @@ std::vector<float> PrefillLast(Runner& runner, KvCache* cache, const std::vector
   return std::vector<float>(feed.rows, feed.rows + runner.model().config().n_vocab);
 }
 
+// `steps` decode steps of one token for each of `caches` in one pass; each
+// sequence's logits equal, bit for bit, one step of its copy in `alone`.
+void ExpectDecodeStepsEqualAlone(Forward& fwd, const std::vector<KvCache*>& caches,
+                                 const std::vector<std::unique_ptr<KvCache>>& alone, int n_vocab,
+                                 int steps) {
+  const int n = static_cast<int>(caches.size());
+  std::vector<float> logits(n * n_vocab), one(n_vocab);
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < n; ++i) tokens.push_back(7 + 43 * i + step);  // 7, 50, 93, ...
+    ASSERT_TRUE(fwd.Decode(caches, tokens, logits.data()).ok());
+    for (int i = 0; i < n; ++i) {
+      SeqInput in{alone[i].get(), std::span<const int32_t>(&tokens[i], 1)};
+      ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), one.data()).ok());
+      for (int v = 0; v < n_vocab; ++v)
+        ASSERT_EQ(logits[i * n_vocab + v], one[v]) << "seq " << i << " step " << step;
+    }
+  }
+}
+
 // The explicit decode step: one token for each of three sequences in one pass
 // gives each sequence the logits it gets alone, bit for bit, on the f32 test
 // model (its products add in one order for every m: ops/kernels.h), with
@@ -256,23 +276,14 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
     batch.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
     alone.push_back(std::move(KvCache::Create(m.config().kv_shape(256), kv)).value());
   }
-  std::vector<float> logits(3 * n_vocab), one(n_vocab);
+  std::vector<float> logits(3 * n_vocab);
   for (int i = 0; i < 3; ++i) {  // prompts of different lengths
     std::vector<int32_t> p = testing::Prompt(5 + 11 * i, n_vocab, i);
     ASSERT_FALSE(PrefillLast(runner, batch[i].get(), p).empty());
     ASSERT_FALSE(PrefillLast(runner, alone[i].get(), p).empty());
   }
   std::vector<KvCache*> caches = {batch[0].get(), batch[1].get(), batch[2].get()};
-  for (int step = 0; step < 20; ++step) {
-    const std::vector<int32_t> tokens = {7 + step, 50 + step, 100 + step};
-    ASSERT_TRUE(fwd.Decode(caches, tokens, logits.data()).ok());
-    for (int i = 0; i < 3; ++i) {
-      SeqInput in{alone[i].get(), std::span<const int32_t>(&tokens[i], 1)};
-      ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), one.data()).ok());
-      for (int v = 0; v < n_vocab; ++v)
-        ASSERT_EQ(logits[i * n_vocab + v], one[v]) << "seq " << i << " step " << step;
-    }
-  }
+  ExpectDecodeStepsEqualAlone(fwd, caches, alone, n_vocab, 20);
   EXPECT_FALSE(fwd.Decode(caches, std::vector<int32_t>{1, 2}, logits.data()).ok());
 }
 
@@ -300,17 +311,8 @@ TEST(ForwardDecode, UnpackedKQuantsBatchEqualsAlone) {
     ASSERT_FALSE(PrefillLast(runner, alone[i].get(), p).empty());
   }
   std::vector<KvCache*> caches = {batch[0].get(), batch[1].get(), batch[2].get()};
-  std::vector<float> logits(3 * n_vocab), one(n_vocab);
-  for (int step = 0; step < 12; ++step) {
-    const std::vector<int32_t> tokens = {7 + step, 50 + step, 100 + step};
-    ASSERT_TRUE(fwd.Decode(caches, tokens, logits.data()).ok());
-    for (int i = 0; i < 3; ++i) {
-      SeqInput in{alone[i].get(), std::span<const int32_t>(&tokens[i], 1)};
-      ASSERT_TRUE(fwd.Run(std::span<const SeqInput>(&in, 1), one.data()).ok());
-      for (int v = 0; v < n_vocab; ++v)
-        ASSERT_EQ(logits[i * n_vocab + v], one[v]) << "seq " << i << " step " << step;
-    }
-  }
+  ExpectDecodeStepsEqualAlone(fwd, caches, alone, n_vocab, 12);
+  std::vector<float> one(n_vocab);
   // A decode token beside a 20-token prompt chunk (a sequence joining).
   const std::vector<int32_t> prompt = testing::Prompt(20, n_vocab, 9);
   const int32_t token = 33;
