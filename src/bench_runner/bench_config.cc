@@ -115,7 +115,7 @@ Result<BenchModel> LoadBenchModel(const std::string& path) {
   }
   m.output_matmul_params = model.output().k * model.output().n;
   // q8_0 / q4_0 run int8 dot products on every SIMD ISA; the K-quants with
-  // row-interleaved copies (AVX-512: q4_K, q5_K, q6_K) too.
+  // row-interleaved copies (q3_K .. q6_K) too.
   const std::optional<DType> main_type = ParseDType(model.type_name());
   m.int8_matmul = main_type && (*main_type == DType::kQ8_0 || *main_type == DType::kQ4_0 ||
                                 ops::PackingHelps(*main_type));

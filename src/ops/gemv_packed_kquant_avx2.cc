@@ -1,4 +1,4 @@
-// AVX2 q4_K / q5_K / q6_K products over row-interleaved weights (PackWeight,
+// AVX2 q2_K .. q6_K products over row-interleaved weights (PackWeight,
 // kernels.h: PackedK), one kernel for every number of tokens: the AVX-512
 // kernel (gemv_packed_kquant_avx512.cc) on ymm halves of its vectors.
 //
@@ -8,13 +8,16 @@
 // sums one sub-block of one row, and the f32 work runs once per sub-block
 // and token for 8 rows:
 //   q4_K / q5_K: acc += (d * sc) * dx * isum - (dmin * m) * (dx * sum(qx))
+//   q2_K:        the same, sum(qx) over the sub-block's 16
 //   q6_K:        acc += (d * sc) * dx * (isum - 32 * sum(qx over the 16))
+//   q3_K:        acc += (d * sc) * dx * (isum - 4 * sum(qx over the 16))
 // AVX2 has no vpdpbusd: vpmaddubsw multiplies the unsigned values by the
 // signed activation bytes into int16 pair sums (|x| <= 127), which add up
 // in int16 as far as they cannot overflow, then vpmaddwd with ones:
 //   q4_K: values <= 15, 15 * 127 * 2 = 3810 per pair: a sub-block's 8 quads;
 //   q5_K: <= 31, 7874: 4 quads (two sums per sub-block);
-//   q6_K: <= 63, 16002: 2 quads (two sums per sub-block of 16).
+//   q6_K: <= 63, 16002: 2 quads (two sums per sub-block of 16);
+//   q3_K: <= 7, 1778: a sub-block's 4 quads; q2_K: <= 3, 762: the same.
 // The integer sums are exact and the f32 steps the AVX-512 kernel's, in its
 // order, so the outputs are the same bit for bit, and the same whatever m
 // and the tile (batched == alone).
@@ -103,9 +106,9 @@ inline void PrefetchPart(const uint8_t* rec, int part, bool prefetch) {
 template <int kTok, int kN>
 inline void Scale(__m256* acc, const __m256i* isum, __m256 scale, const int32_t* aj) {
   for (int t = 0; t < kN; ++t)
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
-                             _mm256_mul_ps(scale, _mm256_set1_ps(FieldFloat<kTok>(aj, kActScale, t))),
-                             acc[t]);
+    acc[t] = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(isum[t]),
+        _mm256_mul_ps(scale, _mm256_set1_ps(FieldFloat<kTok>(aj, kActScale, t))), acc[t]);
 }
 
 // acc[t] -= mins * dx * sum(qx) of token t, one sub-block (q4_K / q5_K).
@@ -118,8 +121,8 @@ inline void Mins(__m256* acc, __m256 mins, const int32_t* aj) {
 // q4_K, sub-blocks 2c and 2c + 1 of a record: quants byte 32 c + i of a row
 // holds element i of sub-block 2c (low nibble) and of 2c + 1 (high).
 template <int kC, int kH, int kTok, int kN>
-inline void ChunkQ4(const uint8_t* rec, const int32_t* a0, const int32_t* a1, __m256 d,
-                    __m256 dmin, __m256i sc, __m256i mn, bool prefetch, __m256* acc) {
+inline void ChunkQ4(const uint8_t* rec, const int32_t* a0, const int32_t* a1, __m256 d, __m256 dmin,
+                    __m256i sc, __m256i mn, bool prefetch, __m256* acc) {
   constexpr PackedKLayout kL = PackedK(DType::kQ4_K);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   __m256i lo[kN], hi[kN];  // int16 pair sums, <= 8 * 3810
@@ -180,7 +183,8 @@ inline void SubQ5(const uint8_t* rec, const int32_t* aj, __m256 d, __m256 dmin, 
 
 template <int kH, int kTok, int kN, int... kJ>
 inline void SubsQ5(const uint8_t* rec, const int32_t* aj, __m256 d, __m256 dmin, const __m256i* sc,
-                   const __m256i* mn, bool prefetch, __m256* acc, std::integer_sequence<int, kJ...>) {
+                   const __m256i* mn, bool prefetch, __m256* acc,
+                   std::integer_sequence<int, kJ...>) {
   constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
   (SubQ5<kJ, kH, kTok, kN>(rec, aj + kJ * kBlock, d, dmin, sc[kJ / 4], mn[kJ / 4], prefetch, acc),
    ...);
@@ -262,13 +266,122 @@ inline void SubsQ6(const uint8_t* rec, const int32_t* aj, __m256 d, const __m256
   (SubQ6<kS, kH, kTok, kN>(rec, aj + kS / 2 * kBlock, d, scales, prefetch, acc), ...);
 }
 
+// q3_K, block kJ (32 weights; activation block kJ; sub-blocks 2 kJ and
+// 2 kJ + 1) of a record: 3 vectors unpacked to the 8 of its values
+// (kernels.h: PackedQ3Byte). Each sub-block's sums start at -4 x its 16
+// activations' sum: q3_K's bias.
+template <int kJ, int kH, int kTok, int kN>
+inline void BlockQ3(const uint8_t* rec, const int32_t* aj, __m256 d, const __m256i* scales,
+                    bool prefetch, __m256* acc) {
+  constexpr PackedKLayout kL = PackedK(DType::kQ3_K);
+  PrefetchPart<DType::kQ3_K, 8>(rec, kJ, prefetch);
+  const __m256i three = _mm256_set1_epi8(0x07), two = _mm256_set1_epi8(0x03);
+  const __m256i z0 = Load<kH>(rec, kL.qs, 3 * kJ), z1 = Load<kH>(rec, kL.qs, 3 * kJ + 1),
+                z2 = Load<kH>(rec, kL.qs, 3 * kJ + 2);
+  // v6, v7: bits 0-1 from bits 6-7 of z0 / z1, bit 2 from bit 6 / 7 of z2.
+  const __m256i v[8] = {
+      _mm256_and_si256(z0, three),
+      _mm256_and_si256(_mm256_srli_epi16(z0, 3), three),
+      _mm256_and_si256(z1, three),
+      _mm256_and_si256(_mm256_srli_epi16(z1, 3), three),
+      _mm256_and_si256(z2, three),
+      _mm256_and_si256(_mm256_srli_epi16(z2, 3), three),
+      _mm256_and_si256(Select(two, _mm256_srli_epi16(z0, 6), _mm256_srli_epi16(z2, 4)), three),
+      _mm256_and_si256(Select(two, _mm256_srli_epi16(z1, 6), _mm256_srli_epi16(z2, 5)), three)};
+  __m256i lo[kN], hi[kN];
+#pragma GCC unroll 4
+  for (int t = 0; t < kN; ++t) {
+    const int32_t s16 = *Field<kTok>(aj, kActSumLo, t);
+    __m256i l = Pairs<kTok>(v[0], aj, 0, t), h = Pairs<kTok>(v[4], aj, 4, t);
+    for (int q = 1; q < 4; ++q) {  // int16: 4 quads, <= 4 * 1778
+      l = _mm256_add_epi16(l, Pairs<kTok>(v[q], aj, q, t));
+      h = _mm256_add_epi16(h, Pairs<kTok>(v[4 + q], aj, 4 + q, t));
+    }
+    lo[t] = _mm256_add_epi32(_mm256_set1_epi32(-4 * s16), Widen(l));
+    hi[t] =
+        _mm256_add_epi32(_mm256_set1_epi32(-4 * (*Field<kTok>(aj, kActSum, t) - s16)), Widen(h));
+  }
+  constexpr int kS = 2 * kJ;  // the first sub-block's scale
+  Scale<kTok, kN>(acc, lo, _mm256_mul_ps(d, ByteF32<kS % 4, true>(scales[kS / 4])), aj);
+  Scale<kTok, kN>(acc, hi, _mm256_mul_ps(d, ByteF32<(kS + 1) % 4, true>(scales[kS / 4])), aj);
+}
+
+template <int kH, int kTok, int kN, int... kJ>
+inline void BlocksQ3(const uint8_t* rec, const int32_t* aj, __m256 d, const __m256i* scales,
+                     bool prefetch, __m256* acc, std::integer_sequence<int, kJ...>) {
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
+  (BlockQ3<kJ, kH, kTok, kN>(rec, aj + kJ * kBlock, d, scales, prefetch, acc), ...);
+}
+
+// q2_K, sub-block kS (16 weights; scale byte kS) of a record: 1 vector
+// unpacked to the 4 of its values (kernels.h: PackedQ2Byte), against quads
+// 4 h .. 4 h + 3 of activation block kS / 2 (h = kS % 2); then the
+// sub-block's min: acc -= (dmin * m) * (dx * sum of its 16 qx).
+template <int kS, int kH, int kTok, int kN>
+inline void SubQ2(const uint8_t* rec, const int32_t* aj, __m256 d, __m256 dmin, const __m256i* sc,
+                  const __m256i* mn, bool prefetch, __m256* acc) {
+  constexpr PackedKLayout kL = PackedK(DType::kQ2_K);
+  constexpr int kHalf = kS % 2;
+  PrefetchPart<DType::kQ2_K, 16>(rec, kS, prefetch);
+  const __m256i two = _mm256_set1_epi8(0x03);
+  const __m256i z = Load<kH>(rec, kL.qs, kS);
+  const __m256i v[4] = {_mm256_and_si256(z, two), _mm256_and_si256(_mm256_srli_epi16(z, 2), two),
+                        _mm256_and_si256(_mm256_srli_epi16(z, 4), two),
+                        _mm256_and_si256(_mm256_srli_epi16(z, 6), two)};
+  __m256i sum[kN];
+#pragma GCC unroll 4
+  for (int t = 0; t < kN; ++t) {
+    // int16: 4 quads, <= 4 * 762.
+    const __m256i s0 = _mm256_add_epi16(Pairs<kTok>(v[0], aj, 4 * kHalf, t),
+                                        Pairs<kTok>(v[1], aj, 4 * kHalf + 1, t));
+    const __m256i s1 = _mm256_add_epi16(Pairs<kTok>(v[2], aj, 4 * kHalf + 2, t),
+                                        Pairs<kTok>(v[3], aj, 4 * kHalf + 3, t));
+    sum[t] = Widen(_mm256_add_epi16(s0, s1));
+  }
+  Scale<kTok, kN>(acc, sum, _mm256_mul_ps(d, ByteF32<kS % 4, false>(sc[kS / 4])), aj);
+  const __m256 mins = _mm256_mul_ps(dmin, ByteF32<kS % 4, false>(mn[kS / 4]));
+  for (int t = 0; t < kN; ++t) {
+    const int32_t lo = *Field<kTok>(aj, kActSumLo, t);
+    const int32_t s16 = kHalf == 0 ? lo : *Field<kTok>(aj, kActSum, t) - lo;
+    const float xs = FieldFloat<kTok>(aj, kActScale, t) * static_cast<float>(s16);
+    acc[t] = _mm256_fnmadd_ps(mins, _mm256_set1_ps(xs), acc[t]);
+  }
+}
+
+template <int kH, int kTok, int kN, int... kS>
+inline void SubsQ2(const uint8_t* rec, const int32_t* aj, __m256 d, __m256 dmin, const __m256i* sc,
+                   const __m256i* mn, bool prefetch, __m256* acc,
+                   std::integer_sequence<int, kS...>) {
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
+  (SubQ2<kS, kH, kTok, kN>(rec, aj + kS / 2 * kBlock, d, dmin, sc, mn, prefetch, acc), ...);
+}
+
 template <int kH, int kTok, int kN>
-inline void SuperQ6(const uint8_t* rec, const int32_t* aj, bool prefetch, __m256* acc) {
-  constexpr PackedKLayout kL = PackedK(DType::kQ6_K);
+inline void SuperQ2(const uint8_t* rec, const int32_t* aj, bool prefetch, __m256* acc) {
+  constexpr PackedKLayout kL = PackedK(DType::kQ2_K);
+  const __m256 d = Halves<kH>(rec + kL.d), dmin = Halves<kH>(rec + kL.dmin);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  __m256i sc[4], mn[4];  // the scale bytes' low and high nibbles
+  for (int i = 0; i < 4; ++i) {
+    const __m256i b = Load<kH>(rec, kL.scales, i);
+    sc[i] = _mm256_and_si256(b, low4);
+    mn[i] = _mm256_and_si256(_mm256_srli_epi32(b, 4), low4);
+  }
+  SubsQ2<kH, kTok, kN>(rec, aj, d, dmin, sc, mn, prefetch, acc,
+                       std::make_integer_sequence<int, 16>{});
+}
+
+// One q6_K (kQ3: q3_K) record, half kH; aj: the activations of its first block.
+template <bool kQ3, int kH, int kTok, int kN>
+inline void SuperQ36(const uint8_t* rec, const int32_t* aj, bool prefetch, __m256* acc) {
+  constexpr PackedKLayout kL = PackedK(kQ3 ? DType::kQ3_K : DType::kQ6_K);
   const __m256 d = Halves<kH>(rec + kL.d);
   const __m256i scales[4] = {Load<kH>(rec, kL.scales, 0), Load<kH>(rec, kL.scales, 1),
                              Load<kH>(rec, kL.scales, 2), Load<kH>(rec, kL.scales, 3)};
-  SubsQ6<kH, kTok, kN>(rec, aj, d, scales, prefetch, acc, std::make_integer_sequence<int, 16>{});
+  if constexpr (kQ3)
+    BlocksQ3<kH, kTok, kN>(rec, aj, d, scales, prefetch, acc, std::make_integer_sequence<int, 8>{});
+  else
+    SubsQ6<kH, kTok, kN>(rec, aj, d, scales, prefetch, acc, std::make_integer_sequence<int, 16>{});
 }
 
 // Rows 8 kH .. 8 kH + 7 of a group (fewer from `valid` on: not written),
@@ -283,8 +396,10 @@ void Pass(const uint8_t* group, int64_t nsb, const uint8_t* acts, int t0, int va
     const uint8_t* rec = group + sb * kRecord;
     const int32_t* aj =
         reinterpret_cast<const int32_t*>(acts + sb * 8 * kTok * kPackedActBytes) + t0;
-    if constexpr (kT == DType::kQ6_K)
-      SuperQ6<kH, kTok, kN>(rec, aj, prefetch, acc);
+    if constexpr (kT == DType::kQ2_K)
+      SuperQ2<kH, kTok, kN>(rec, aj, prefetch, acc);
+    else if constexpr (kT == DType::kQ3_K || kT == DType::kQ6_K)
+      SuperQ36<kT == DType::kQ3_K, kH, kTok, kN>(rec, aj, prefetch, acc);
     else
       SuperK45<kT == DType::kQ5_K, kH, kTok, kN>(rec, aj, prefetch, acc);
   }
@@ -343,6 +458,10 @@ void TilesK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t
 void PackedMatmulK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
                    float* y, int64_t ldy) {
   switch (w.type) {
+    case DType::kQ2_K:
+      return TilesK<DType::kQ2_K>(w, acts, m, g0, g1, y, ldy);
+    case DType::kQ3_K:
+      return TilesK<DType::kQ3_K>(w, acts, m, g0, g1, y, ldy);
     case DType::kQ4_K:
       return TilesK<DType::kQ4_K>(w, acts, m, g0, g1, y, ldy);
     case DType::kQ5_K:

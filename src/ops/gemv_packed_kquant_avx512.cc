@@ -1,19 +1,23 @@
-// AVX-512 q4_K / q5_K / q6_K products over row-interleaved weights (PackWeight,
+// AVX-512 q2_K .. q6_K products over row-interleaved weights (PackWeight,
 // kernels.h: PackedK), one kernel for every number of tokens.
 //
 // As for q8_0 / q4_0 (gemv_packed_avx512.cc): a zmm holds 4 quants of each of
 // 16 rows, vpdpbusd with the token's 4 activation bytes broadcast advances the
 // 16 rows, and each int32 lane sums one sub-block of one row (q4_K / q5_K: 32
-// weights, q6_K: 16). The activation is quantized to q8_0 per block of 32
-// (matmul.cc PackActivations), so a q4_K / q5_K sub-block is one activation block and a
-// q6_K block of 32 holds two sub-blocks. Per sub-block and token the f32 work
-// runs once for 16 rows:
+// weights, q2_K / q3_K / q6_K: 16). The activation is quantized to q8_0 per
+// block of 32 (matmul.cc PackActivations), so a q4_K / q5_K sub-block is one
+// activation block and a q2_K / q3_K / q6_K block of 32 holds two sub-blocks.
+// Per sub-block and token the f32 work runs once for 16 rows:
 //   q4_K / q5_K: acc += (d * sc) * dx * isum - (dmin * m) * (dx * sum(qx))
+//   q2_K:        the same, sum(qx) over the sub-block's 16
 //   q6_K:        acc += (d * sc) * dx * (isum - 32 * sum(qx over the 16))
-// with the 6-bit (q6_K: int8) scales unpacked for 16 rows at once from the
-// record's scale zmm. q5_K's and q6_K's values were recombined at packing:
-// a q5_K sub-block is 5 zmm and 19 integer ops for its 8 zmm of values, a
-// q6_K one 3 zmm and 9 ops for 4 (kernels.h: PackedQ5Byte, PackedQ6Byte).
+//   q3_K:        acc += (d * sc) * dx * (isum - 4 * sum(qx over the 16))
+// with the 6-bit (q3_K / q6_K: int8) scales unpacked for 16 rows at once from
+// the record's scale zmm. q3_K's, q5_K's and q6_K's values were recombined
+// at packing: a q5_K sub-block is 5 zmm and 19 integer ops for its 8 zmm of
+// values, a q6_K one 3 zmm and 9 ops for 4, a q3_K block of 32 3 zmm and 17
+// ops for 8, a q2_K sub-block 1 zmm and 7 ops for 4 (kernels.h:
+// PackedQ2Byte .. PackedQ6Byte).
 // Every output is the same sequence of operations for every m and tile
 // (batched == alone, bit for bit).
 #include <immintrin.h>
@@ -225,13 +229,117 @@ inline void SubsQ6(const uint8_t* rec, const int32_t* aj, __m512 d, const __m512
   (SubQ6<kS, kTok>(rec, aj + kS / 2 * kBlock, d, scales, acc), ...);
 }
 
+// q3_K, block kJ (32 weights; activation block kJ; sub-blocks 2 kJ and
+// 2 kJ + 1) of a record: 3 zmm unpacked to the 8 zmm of its values (kernels.h:
+// PackedQ3Byte). Each sub-block's sums start at -4 x its 16 activations' sum:
+// q3_K's bias.
+template <int kJ, int kTok>
+inline void BlockQ3(const uint8_t* rec, const int32_t* aj, __m512 d, const __m512i* scales,
+                    __m512* acc) {
+  constexpr PackedKLayout kL = PackedK(DType::kQ3_K);
+  PrefetchPart<DType::kQ3_K, 8>(rec, kJ);
+  const __m512i three = _mm512_set1_epi8(0x07), two = _mm512_set1_epi8(0x03);
+  const __m512i z0 = Load(At(rec, kL.qs, 3 * kJ)), z1 = Load(At(rec, kL.qs, 3 * kJ + 1)),
+                z2 = Load(At(rec, kL.qs, 3 * kJ + 2));
+  // v6, v7: bits 0-1 from bits 6-7 of z0 / z1, bit 2 from bit 6 / 7 of z2.
+  const __m512i v[8] = {
+      _mm512_and_si512(z0, three),
+      _mm512_and_si512(_mm512_srli_epi16(z0, 3), three),
+      _mm512_and_si512(z1, three),
+      _mm512_and_si512(_mm512_srli_epi16(z1, 3), three),
+      _mm512_and_si512(z2, three),
+      _mm512_and_si512(_mm512_srli_epi16(z2, 3), three),
+      _mm512_and_si512(Select(two, _mm512_srli_epi16(z0, 6), _mm512_srli_epi16(z2, 4)), three),
+      _mm512_and_si512(Select(two, _mm512_srli_epi16(z1, 6), _mm512_srli_epi16(z2, 5)), three)};
+  __m512i lo[kTok], hi[kTok];
+  for (int t = 0; t < kTok; ++t) {
+    const int32_t s16 = *ActField<kTok>(aj, kActSumLo, t);
+    lo[t] = _mm512_set1_epi32(-4 * s16);
+    hi[t] = _mm512_set1_epi32(-4 * (*ActField<kTok>(aj, kActSum, t) - s16));
+  }
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q)
+#pragma GCC unroll 8
+    for (int t = 0; t < kTok; ++t) {
+      DotBroadcast(lo[t], v[q], ActField<kTok>(aj, q, t));
+      DotBroadcast(hi[t], v[4 + q], ActField<kTok>(aj, 4 + q, t));
+    }
+  constexpr int kS = 2 * kJ;  // the first sub-block's scale
+  Scale<kTok>(acc, lo, _mm512_mul_ps(d, ByteF32<kS % 4, true>(scales[kS / 4])), aj);
+  Scale<kTok>(acc, hi, _mm512_mul_ps(d, ByteF32<(kS + 1) % 4, true>(scales[kS / 4])), aj);
+}
+
+template <int kTok, int... kJ>
+inline void BlocksQ3(const uint8_t* rec, const int32_t* aj, __m512 d, const __m512i* scales,
+                     __m512* acc, std::integer_sequence<int, kJ...>) {
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
+  (BlockQ3<kJ, kTok>(rec, aj + kJ * kBlock, d, scales, acc), ...);
+}
+
+// q2_K, sub-block kS (16 weights; scale byte kS) of a record: 1 zmm unpacked
+// to the 4 zmm of its values (kernels.h: PackedQ2Byte), against quads 4 h ..
+// 4 h + 3 of activation block kS / 2 (h = kS % 2); then the sub-block's min:
+// acc -= (dmin * m) * (dx * sum of its 16 qx).
+template <int kS, int kTok>
+inline void SubQ2(const uint8_t* rec, const int32_t* aj, __m512 d, __m512 dmin, const __m512i* sc,
+                  const __m512i* mn, __m512* acc) {
+  constexpr PackedKLayout kL = PackedK(DType::kQ2_K);
+  constexpr int kH = kS % 2;
+  PrefetchPart<DType::kQ2_K, 16>(rec, kS);
+  const __m512i two = _mm512_set1_epi8(0x03);
+  const __m512i z = Load(At(rec, kL.qs, kS));
+  const __m512i v[4] = {_mm512_and_si512(z, two), _mm512_and_si512(_mm512_srli_epi16(z, 2), two),
+                        _mm512_and_si512(_mm512_srli_epi16(z, 4), two),
+                        _mm512_and_si512(_mm512_srli_epi16(z, 6), two)};
+  __m512i sum[kTok];
+  for (int t = 0; t < kTok; ++t) sum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q)
+#pragma GCC unroll 8
+    for (int t = 0; t < kTok; ++t) DotBroadcast(sum[t], v[q], ActField<kTok>(aj, 4 * kH + q, t));
+  Scale<kTok>(acc, sum, _mm512_mul_ps(d, ByteF32<kS % 4, false>(sc[kS / 4])), aj);
+  const __m512 mins = _mm512_mul_ps(dmin, ByteF32<kS % 4, false>(mn[kS / 4]));
+#pragma GCC unroll 8
+  for (int t = 0; t < kTok; ++t) {
+    const int32_t lo = *ActField<kTok>(aj, kActSumLo, t);
+    const int32_t s16 = kH == 0 ? lo : *ActField<kTok>(aj, kActSum, t) - lo;
+    const float xs = ActFloat<kTok>(aj, kActScale, t) * static_cast<float>(s16);
+    acc[t] = _mm512_fnmadd_ps(mins, _mm512_set1_ps(xs), acc[t]);
+  }
+}
+
+template <int kTok, int... kS>
+inline void SubsQ2(const uint8_t* rec, const int32_t* aj, __m512 d, __m512 dmin, const __m512i* sc,
+                   const __m512i* mn, __m512* acc, std::integer_sequence<int, kS...>) {
+  constexpr int kBlock = kTok * kPackedActBytes / 4;  // int32 per activation block
+  (SubQ2<kS, kTok>(rec, aj + kS / 2 * kBlock, d, dmin, sc, mn, acc), ...);
+}
+
 template <int kTok>
-inline void SuperQ6(const uint8_t* rec, const int32_t* aj, __m512* acc) {
-  constexpr PackedKLayout kL = PackedK(DType::kQ6_K);
+inline void SuperQ2(const uint8_t* rec, const int32_t* aj, __m512* acc) {
+  constexpr PackedKLayout kL = PackedK(DType::kQ2_K);
+  const __m512 d = Halves(rec + kL.d), dmin = Halves(rec + kL.dmin);
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512i sc[4], mn[4];  // the scale bytes' low and high nibbles
+  for (int i = 0; i < 4; ++i) {
+    const __m512i b = Load(At(rec, kL.scales, i));
+    sc[i] = _mm512_and_si512(b, low4);
+    mn[i] = _mm512_and_si512(_mm512_srli_epi32(b, 4), low4);
+  }
+  SubsQ2<kTok>(rec, aj, d, dmin, sc, mn, acc, std::make_integer_sequence<int, 16>{});
+}
+
+// One q6_K (kQ3: q3_K) record; aj: the activations of its first block of 32.
+template <bool kQ3, int kTok>
+inline void SuperQ36(const uint8_t* rec, const int32_t* aj, __m512* acc) {
+  constexpr PackedKLayout kL = PackedK(kQ3 ? DType::kQ3_K : DType::kQ6_K);
   const __m512 d = Halves(rec + kL.d);
   const __m512i scales[4] = {Load(At(rec, kL.scales, 0)), Load(At(rec, kL.scales, 1)),
                              Load(At(rec, kL.scales, 2)), Load(At(rec, kL.scales, 3))};
-  SubsQ6<kTok>(rec, aj, d, scales, acc, std::make_integer_sequence<int, 16>{});
+  if constexpr (kQ3)
+    BlocksQ3<kTok>(rec, aj, d, scales, acc, std::make_integer_sequence<int, 8>{});
+  else
+    SubsQ6<kTok>(rec, aj, d, scales, acc, std::make_integer_sequence<int, 16>{});
 }
 
 // Rows [16 g, 16 g + valid) of kTok tokens; `group`: the group's records.
@@ -244,8 +352,10 @@ void GroupK(const uint8_t* group, int64_t nsb, const uint8_t* acts, int valid, f
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* rec = group + sb * kRecord;
     const int32_t* aj = reinterpret_cast<const int32_t*>(acts + sb * 8 * kTok * kPackedActBytes);
-    if constexpr (kT == DType::kQ6_K)
-      SuperQ6<kTok>(rec, aj, acc);
+    if constexpr (kT == DType::kQ2_K)
+      SuperQ2<kTok>(rec, aj, acc);
+    else if constexpr (kT == DType::kQ3_K || kT == DType::kQ6_K)
+      SuperQ36<kT == DType::kQ3_K, kTok>(rec, aj, acc);
     else
       SuperK45<kT == DType::kQ5_K, kTok>(rec, aj, acc);
   }
@@ -270,6 +380,10 @@ void TilesK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t
 void PackedMatmulK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
                    float* y, int64_t ldy) {
   switch (w.type) {
+    case DType::kQ2_K:
+      return TilesK<DType::kQ2_K>(w, acts, m, g0, g1, y, ldy);
+    case DType::kQ3_K:
+      return TilesK<DType::kQ3_K>(w, acts, m, g0, g1, y, ldy);
     case DType::kQ4_K:
       return TilesK<DType::kQ4_K>(w, acts, m, g0, g1, y, ldy);
     case DType::kQ5_K:

@@ -56,18 +56,21 @@ inline constexpr int64_t GemvScratchBytes(int64_t k) {
 // (BENCHMARKS.md, "Fifty-second session"). An odd last block is padded to a
 // pair.
 //
-// Row-interleaved q4_K / q5_K / q6_K: per group of 16 rows, one record per
+// Row-interleaved q2_K .. q6_K: per group of 16 rows, one record per
 // super-block (256 weights), records end to end. A record holds each field of
 // the 16 rows' blocks side by side: f16 fields (d, dmin) as 16 halves, byte
-// fields as zmm of 4 bytes x 16 rows (bytes 4 i .. 4 i + 3 of every row in zmm
-// i), bytes unchanged, except the q5_K and q6_K quants: their 5- and 6-bit
-// values are recombined so that 5 zmm hold 8 zmm of values (q5_K) and 3 zmm
-// hold 4 (q6_K): PackedQ5Byte, PackedQ6Byte. Offsets:
-// PackedK below. Same size as the rows (q6_K: + 32 bytes per record, to keep
-// records 64-byte aligned).
+// fields as zmm of 4 bytes x 16 rows (bytes 4 i .. 4 i + 3 of every row in
+// zmm i), bytes unchanged, except the quants of q2_K, q3_K, q5_K and q6_K:
+// their 2-, 3-, 5- and 6-bit values are recombined so that 2 zmm hold 8 zmm
+// of values (q2_K), 3 zmm hold 8 (q3_K), 5 zmm hold 8 (q5_K) and 3 zmm hold 4
+// (q6_K): PackedQ2Byte .. PackedQ6Byte; and q3_K's 6-bit scales, stored as
+// 16 int8 (sc - 32) per row. Offsets: PackedK below. Same size as the rows
+// (q6_K: + 32 bytes per record, to keep records 64-byte aligned; q3_K: + 96,
+// the unpacked scales and the alignment).
 inline constexpr int kPackedRows = 16;
 inline constexpr bool IsPackedK(DType t) {
-  return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+  return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K;
 }
 // Rows per group: 16 for the K-quants, 32 for q8_0 / q4_0.
 inline constexpr int PackedRows(DType t) { return IsPackedK(t) ? kPackedRows : 2 * kPackedRows; }
@@ -84,9 +87,29 @@ inline constexpr PackedKLayout PackedK(DType t) {
   // q4_K: d, dmin, 12 scale bytes (3 zmm), qs 128 (32 zmm).
   // q5_K: d, dmin, scales (3 zmm), the 5-bit values (40 zmm).
   // q6_K: 16 int8 scales (4 zmm), the 6-bit values (48 zmm), d, padding.
+  // q3_K: 16 int8 scales sc - 32 (4 zmm), the 3-bit values (24 zmm), d, padding.
+  // q2_K: the 16 scale bytes sc | m << 4 (4 zmm), the 2-bit values (16 zmm), d, dmin.
   return t == DType::kQ4_K   ? PackedKLayout{0, 32, 64, 256, 2304}
          : t == DType::kQ5_K ? PackedKLayout{0, 32, 64, 256, 2816}
+         : t == DType::kQ3_K ? PackedKLayout{1792, -1, 0, 256, 1856}
+         : t == DType::kQ2_K ? PackedKLayout{1280, 1312, 0, 256, 1344}
                              : PackedKLayout{3328, -1, 0, 256, 3392};
+}
+// q2_K values in a record: sub-block s (16 weights from 16 s; scale byte s)
+// is zmm s from qs. Byte 4 r + b of it holds, for row r, v_c = q(16 s + 4 c +
+// b) in bits 2 c (c < 4): v_c is zmm of values c of the sub-block, quad 4 (s
+// % 2) + c of activation block s / 2. q: the 2-bit value, the weight being
+// d * sc * q - dmin * m.
+inline constexpr int PackedQ2Byte(int s, int r, int b) { return 64 * s + 4 * r + b; }
+// q3_K values in a record: block j (32 weights from 32 j; sub-blocks 2 j and
+// 2 j + 1) is 3 zmm from qs + 192 j. Byte 4 r + b of zmm i holds, for row r,
+// v_2i = q(32 j + 8 i + b) in bits 0-2 and v_2i+1 = q(32 j + 8 i + 4 + b) in
+// bits 3-5; bits 6-7 of zmm 0 and 1 hold bits 0-1 of v_6 and v_7, bits 6 and
+// 7 of zmm 2 their bit 2. v_i: the 3-bit values of weights 32 j + 4 i + b
+// (zmm of values i: quad i of activation block j). q: the unsigned 3-bit
+// value (2 bits of qs, 1 of hmask), the weight being d * (sc - 32) * (q - 4).
+inline constexpr int PackedQ3Byte(int j, int i, int r, int b) {
+  return 192 * j + 64 * i + 4 * r + b;
 }
 // q6_K values in a record: sub-block s (16 weights from 16 s, scale s) is 3
 // zmm from qs + 192 s. Byte 4 r + b of zmm i (i < 3) holds, for row r, the
@@ -129,18 +152,19 @@ inline constexpr int kPackedActBytes = 56;
 inline constexpr int kActSum = 8, kActScale = 9, kActSumLo = 10, kActXsum = 11;
 inline constexpr int kActBiasQ8 = 12, kActBiasQ4 = 13;
 
-// q2_K .. q6_K rows as stored (unpacked: q2_K and q3_K have no interleaved
-// layout) on AVX-512 and AVX2: the integer kernel GemvK (activations
-// quantized to 8 bits), kGemvKTile tokens a call with each weight super-block
-// unpacked once for them (q3_K / q6_K on AVX-512: 8), the rest token by token;
-// every (row, token) output takes the same operations for any m. Or the f32
-// panels on dequantized rows (x not rounded), which prompts need: the integer
-// kernel for every row ran pp512 at 0.65x (110M Q3_K_M, 2 threads;
-// BENCHMARKS.md "Seventy-third session"). Which one a row takes is the
-// caller's (MatmulScratch::SetSampledRows: sampled tokens the integer kernel,
-// prompt text the panels, in any batch); unmarked products take the integer
-// kernel up to kGemvKMaxTokens rows. The scalar ISA and the other block types
-// dequantize weight rows and run the f32 kernels (exact).
+// q2_K .. q6_K rows as stored, on AVX-512 and AVX2 (a product without a
+// packed copy: a model loaded with pack_matrices false, tests, ops_bench; a
+// model's packed copies take PackedMatmul for every m): the integer kernel
+// GemvK (activations quantized to 8 bits), kGemvKTile tokens a call with each
+// weight super-block unpacked once for them (q3_K / q6_K on AVX-512: 8), the
+// rest token by token; every (row, token) output takes the same operations
+// for any m. Or the f32 panels on dequantized rows (x not rounded), faster
+// for prompts than GemvK (which ran pp512 at 0.65x on a 110M Q3_K_M model,
+// 2 threads; BENCHMARKS.md "Seventy-third session"). Which one a row takes is
+// the caller's (MatmulScratch::SetSampledRows: sampled tokens the integer
+// kernel, prompt text the panels, in any batch); unmarked products take the
+// integer kernel up to kGemvKMaxTokens rows. The scalar ISA and the other
+// block types dequantize weight rows and run the f32 kernels (exact).
 inline constexpr int kGemvKMaxTokens = 16;
 inline constexpr int kGemvKTile = 4;
 // Elements per activation sum of GemvK's xsum: q2_K sums per 16, the others per 32.
@@ -185,7 +209,7 @@ ROTOR_OPS_KERNELS
 void GemvK(const Weight& w, const int8_t* qx, const float* dx, const float* xsum, int64_t t0,
            int64_t t1, int64_t r0, int64_t r1, float* y, int64_t ldy);
 // As avx512::PackedMatmul (the same results, bit for bit): q8_0 / q4_0, and
-// q4_K / q5_K / q6_K by PackedMatmulK (gemv_packed_kquant_avx2.cc).
+// q2_K .. q6_K by PackedMatmulK (gemv_packed_kquant_avx2.cc).
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
                   int64_t ldy);
 void PackedMatmulK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,

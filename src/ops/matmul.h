@@ -20,13 +20,13 @@ struct Weight {
   int64_t n;
   const void* data;
   size_t row_bytes;  // >= RowBytes(type, k)
-  // Optional: the same matrix in PackWeight's layout (q8_0, q4_0, q4_K, q5_K,
-  // q6_K). The AVX-512 kernels use it for every m, the AVX2 ones for q8_0 /
-  // q4_0; otherwise `data` is read, which stays valid.
+  // Optional: the same matrix in PackWeight's layout (q8_0, q4_0, q3_K,
+  // q4_K, q5_K, q6_K). The AVX-512 and AVX2 kernels use it for every m; the
+  // scalar ISA reads `data`, which stays valid.
   const uint8_t* packed = nullptr;
 };
 
-// Row-interleaved copies for the q8_0 / q4_0 / q4_K / q5_K / q6_K kernels
+// Row-interleaved copies for the q8_0 / q4_0 / q3_K .. q6_K kernels
 // of AVX-512 and AVX2 (which reads each 64-byte vector as two halves of 8
 // rows): groups of rows (16; q8_0 / q4_0 32, kernels.h) whose weights sit
 // side by side, 4 bytes of each row per 64-byte vector of 16 rows, so one
@@ -35,7 +35,8 @@ struct Weight {
 // (ops_bench, 2 threads: AVX-512 q8_0 / q4_0 1.1-1.3x the row-major kernels
 // for one token, 2.1-2.5x for 8; AVX2 1.1-1.8x and 1.7-3.5x; BENCHMARKS.md
 // "Packed weights", "Packed K-quants", "Batched decode on AVX2"). Same size
-// as the rows (+ an odd block's padding; q6_K + 32 bytes per super-block).
+// as the rows (+ an odd block's padding; per super-block q6_K + 32 bytes,
+// q3_K + 96).
 // Worth it when those kernels run: PackingHelps().
 bool PackingHelps(DType type);
 // Bytes PackWeight writes (64-byte aligned destination).
@@ -67,11 +68,12 @@ class MatmulScratch {
 
   // Which of the next products' rows are sampled tokens fed back (1) and which
   // are given text (0: prompts), for the weights whose kernel depends on it
-  // (q2_K .. q6_K rows as stored: sampled rows take the integer kernel,
-  // text rows the f32 panels, whatever else shares the call, so a sequence's
-  // outputs do not depend on its batch). Read by every product of exactly
-  // that many rows until changed; empty (the default), such weights choose
-  // by the number of rows (up to kGemvKMaxTokens the integer kernel).
+  // (q2_K .. q6_K rows as stored, without a packed copy: sampled rows take
+  // the integer kernel, text rows the f32 panels, whatever else shares the
+  // call, so a sequence's outputs do not depend on its batch). Read by every
+  // product of exactly that many rows until changed; empty (the default),
+  // such weights choose by the number of rows (up to kGemvKMaxTokens the
+  // integer kernel).
   void SetSampledRows(std::span<const uint8_t> rows) { sampled_.assign(rows.begin(), rows.end()); }
   std::span<const uint8_t> sampled_rows() const { return sampled_; }
 
@@ -125,7 +127,8 @@ class MatmulScratch {
 //   products, f32 accumulation of the scaled lane sums and of the sub-block
 //   min terms (q2_K/q4_K/q5_K: dmin * m_i * d_x * sum of qx over the
 //   sub-block): + (k / 4 + 64) u sum |w_j| (|x_j| + d_x(j)).
-// - q4_K, q5_K, q6_K with a packed copy on AVX-512 (every m): the same bound.
+// - q3_K, q4_K, q5_K, q6_K with a packed copy on AVX-512 or AVX2 (every m): the
+//   same bound.
 // - q4_1, q5_0, q5_1, iq4_nl (always), the K-quants' other rows, and every
 //   block type on the scalar ISA: weight rows dequantized exactly to f32
 //   (GGML's arithmetic), x not quantized, the f32 kernels: the f32 bound.

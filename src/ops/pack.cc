@@ -1,4 +1,4 @@
-// PackWeight: q8_0 / q4_0 / q4_K / q5_K / q6_K rows -> the row-interleaved
+// PackWeight: q8_0 / q4_0 / q2_K .. q6_K rows -> the row-interleaved
 // layout of the AVX-512 and AVX2 kernels (kernels.h:
 // kPackedRows, PackedBlockBytes, PackedK, PackedGroupBytes).
 #include <algorithm>
@@ -63,6 +63,49 @@ void PackQ5Quants(const uint8_t* blk, uint8_t* qs, int r) {
     }
 }
 
+// The 3-bit values and the 6-bit scales of one q3_K block (row r of its
+// group) into a record (kernels.h: PackedQ3Byte; scales as int8 sc - 32).
+void PackQ3(const uint8_t* blk, uint8_t* rec, int r) {
+  const internal::PackedKLayout lay = internal::PackedK(DType::kQ3_K);
+  const uint8_t* hmask = blk;    // [32]: bit 4 h + j of hmask[l]: bit 2 of element 128 h + 32 j + l
+  const uint8_t* qs = blk + 32;  // [64]: bits 2 j of qs[32 h + l]: bits 0-1 of the same element
+  const uint8_t* sc = blk + 96;  // [12]: scale s: 4 bits of sc[s % 8], 2 of sc[8 + s % 4]
+  for (int s = 0; s < 16; ++s) {
+    const int u = (sc[s % 8] >> (s < 8 ? 0 : 4) & 15) | (sc[8 + s % 4] >> (2 * (s / 4)) & 3) << 4;
+    rec[lay.scales + 64 * (s / 4) + 4 * r + s % 4] = static_cast<uint8_t>(u - 32);
+  }
+  uint8_t q[kQK_K];  // [256] unsigned values, GGML's element order
+  for (int e = 0; e < kQK_K; ++e) {
+    const int h = e / 128, j = e % 128 / 32, l = e % 32;
+    q[e] =
+        static_cast<uint8_t>((qs[32 * h + l] >> (2 * j) & 3) | (hmask[l] >> (4 * h + j) & 1) << 2);
+  }
+  uint8_t* out = rec + lay.qs;
+  for (int j = 0; j < kQK_K / 32; ++j)
+    for (int b = 0; b < 4; ++b) {
+      const uint8_t* v = q + 32 * j + b;  // v[4 i]: value i of the block's quad b
+      for (int i = 0; i < 3; ++i) {
+        const int top = i < 2 ? (v[24 + 4 * i] & 3) : (v[24] >> 2 | (v[28] >> 2) << 1);
+        out[internal::PackedQ3Byte(j, i, r, b)] =
+            static_cast<uint8_t>(v[8 * i] | v[8 * i + 4] << 3 | top << 6);
+      }
+    }
+}
+
+// The 2-bit values of one q2_K block (row r of its group) into a record's
+// quants (kernels.h: PackedQ2Byte).
+void PackQ2Quants(const uint8_t* blk, uint8_t* qs, int r) {
+  const uint8_t* src = blk + 16;  // [64]: bits 2 j of src[32 h + l]: element 128 h + 32 j + l
+  uint8_t q[kQK_K];               // [256] values, GGML's element order
+  for (int e = 0; e < kQK_K; ++e) q[e] = src[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32)) & 3;
+  for (int s = 0; s < kQK_K / 16; ++s)
+    for (int b = 0; b < 4; ++b) {
+      const uint8_t* v = q + 16 * s + b;  // v[4 c]: value c of the sub-block's quad b
+      qs[internal::PackedQ2Byte(s, r, b)] =
+          static_cast<uint8_t>(v[0] | v[4] << 2 | v[8] << 4 | v[12] << 6);
+    }
+}
+
 // K-quant rows [r0, r1) -> records (kernels.h: PackedK). Rows past n stay
 // zero: d = dmin = 0, every value 0.
 void PackK(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
@@ -73,6 +116,12 @@ void PackK(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
   if (w.type == DType::kQ6_K) {  // ql[128] qh[64] scales[16] d; quants by PackQ6Quants
     fields[nf++] = {192, 16, lay.scales, false};
     fields[nf++] = {208, 2, lay.d, true};
+  } else if (w.type == DType::kQ3_K) {  // hmask[32] qs[64] scales[12] d; the rest by PackQ3
+    fields[nf++] = {108, 2, lay.d, true};
+  } else if (w.type == DType::kQ2_K) {  // scales[16] qs[64] d dmin; quants by PackQ2Quants
+    fields[nf++] = {0, 16, lay.scales, false};
+    fields[nf++] = {80, 2, lay.d, true};
+    fields[nf++] = {82, 2, lay.dmin, true};
   } else {  // d dmin scales[12] (q5_K: qh[32]) qs[128]; q5_K quants by PackQ5Quants
     fields[nf++] = {0, 2, lay.d, true};
     fields[nf++] = {2, 2, lay.dmin, true};
@@ -89,6 +138,8 @@ void PackK(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
       for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t* src = row + sb * block;
         uint8_t* rec = group + sb * lay.bytes;
+        if (w.type == DType::kQ2_K) PackQ2Quants(src, rec + lay.qs, r);
+        if (w.type == DType::kQ3_K) PackQ3(src, rec, r);
         if (w.type == DType::kQ6_K) PackQ6Quants(src, rec + lay.qs, r);
         if (w.type == DType::kQ5_K) PackQ5Quants(src, rec + lay.qs, r);
         for (int f = 0; f < nf; ++f) {
@@ -145,7 +196,8 @@ void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
         }
         uint8_t* out = group + internal::PackedQuantsAt(w.type, j) + r * 4;
         for (int quad = 0; quad < qbytes / 4; ++quad)
-          for (int b = 0; b < 4; ++b) out[quad * internal::kPackedLine + b] = q[quad * 4 + b] ^ bias;
+          for (int b = 0; b < 4; ++b)
+            out[quad * internal::kPackedLine + b] = q[quad * 4 + b] ^ bias;
       }
     }
   }

@@ -79,7 +79,7 @@ inline __mmask16 RowsMask(int valid) {
   return valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
 }
 
-// q4_K / q5_K / q6_K groups [g0, g1) of w.packed for m tokens (PackedMatmul).
+// q3_K .. q6_K groups [g0, g1) of w.packed for m tokens (PackedMatmul).
 void PackedMatmulK(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1,
                    float* y, int64_t ldy);
 

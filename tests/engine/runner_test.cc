@@ -83,9 +83,8 @@ const Model& Stories() { return testing::LoadModelCached(testing::kStories); }
 // token) take the prompt's path, not a decode step's one-token folds, whose
 // rounding differs for block-type keys (a repeated request's text changed
 // with q4_0 K/V). With packed q8_0 weights, with f32 weights (every token
-// count's matmul adds in one order) and with q3_K rows (a prompt's tokens
-// always take the f32 panels) the logits are equal bit for bit, for every
-// K/V type and both RoPE modes.
+// count's matmul adds in one order) and with packed K-quants (Q3_K_M) the
+// logits are equal bit for bit, for every K/V type and both RoPE modes.
 TEST(Runner, APromptsLogitsDoNotDependOnItsCut) {
   for (const char* model : {"gqa-q8_0", "gqa", "gqa256-Q3_K_M"}) {
     const Model& m = testing::LoadModelCached(testing::ModelPath(model));

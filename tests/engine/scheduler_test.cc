@@ -287,14 +287,9 @@ TEST(ForwardDecode, BatchOfSequencesEqualsEachAlone) {
   EXPECT_FALSE(fwd.Decode(caches, std::vector<int32_t>{1, 2}, logits.data()).ok());
 }
 
-// q2_K / q3_K rows have no interleaved kernel: sampled tokens take the
-// integer kernel and prompt text the f32 panels, whatever shares the pass
-// (MatmulScratch::SetSampledRows). A decode step of three sequences, and one
-// sequence's decode token beside another's prompt chunk, give each sequence
-// the logits it gets alone, bit for bit (Q3_K_M: q3_K beside q4_K / q5_K).
-TEST(ForwardDecode, UnpackedKQuantsBatchEqualsAlone) {
-  const Model& m = testing::LoadModelCached(testing::ModelPath("gqa256-Q3_K_M"));
-  ASSERT_EQ(m.layer(0).wq.type, DType::kQ3_K);
+// A decode step of three sequences, and one sequence's decode token beside
+// another's prompt chunk, give each sequence the logits it gets alone.
+void ExpectKQuantStepsEqualAlone(const Model& m) {
   const int n_vocab = m.config().n_vocab;
   ThreadPool pool(2);
   Forward fwd(m, pool, 64, 256);
@@ -330,10 +325,27 @@ TEST(ForwardDecode, UnpackedKQuantsBatchEqualsAlone) {
   }
 }
 
-// With q8_0 / q4_0 weights on AVX2 and AVX-512, and K-quants on AVX-512 (row-interleaved, one kernel for every m) and
-// the batch's attention in one parallel region, a sequence's logits in a
-// decode step of several sequences are bit for bit what it gets alone, f16
-// and f32 caches of every kind side by side.
+// K-quant rows run from their row-interleaved copies (one integer kernel for
+// every token count) or, in a model loaded without them, as stored: there
+// sampled tokens take the integer kernel and prompt text the f32 panels,
+// whatever shares the pass (MatmulScratch::SetSampledRows). Either way each
+// sequence's logits in a batch equal its logits alone, bit for bit (Q3_K_M:
+// q3_K beside q4_K / q5_K / q6_K).
+TEST(ForwardDecode, KQuantsBatchEqualsAlone) {
+  for (const bool packed : {true, false}) {
+    SCOPED_TRACE(packed ? "packed" : "as stored");
+    auto m = Model::Load(testing::ModelPath("gqa256-Q3_K_M"), packed);
+    ASSERT_TRUE(m.ok()) << m.message();
+    ASSERT_EQ((*m)->layer(0).wq.type, DType::kQ3_K);
+    ASSERT_EQ((*m)->layer(0).wq.packed != nullptr, packed && ops::PackingHelps(DType::kQ3_K));
+    ExpectKQuantStepsEqualAlone(**m);
+  }
+}
+
+// With q8_0 / q4_0 and K-quant weights on AVX2 and AVX-512 (row-interleaved,
+// one kernel for every m) and the batch's attention in one parallel region,
+// a sequence's logits in a decode step of several sequences are bit for bit
+// what it gets alone, f16 and f32 caches of every kind side by side.
 class PackedDecode : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PackedDecode, BatchEqualsAloneBitForBit) {
@@ -425,7 +437,8 @@ TEST(PackedLoad, ThreadedPackingEqualsOnePass) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedDecode,
-                         ::testing::Values("gqa-q8_0", "gqa-q4_0", "gqa256-Q4_K_M", "gqa256-q5_K"));
+                         ::testing::Values("gqa-q8_0", "gqa-q4_0", "gqa256-Q4_K_M", "gqa256-q5_K",
+                                           "gqa256-Q3_K_M", "gqa256-Q2_K"));
 
 }  // namespace
 }  // namespace rotor

@@ -50,11 +50,12 @@ const std::string& ModelPath(const std::string& name) {
                          ("rotor_kv_" + name + "_" + std::to_string(::getpid()) + ".gguf"))
                             .string();
   ThreadPool pool(2);
-  if (name == "gqa256-Q4_K_M" || name == "gqa256-q5_K" || name == "gqa256-Q3_K_M") {
+  if (name == "gqa256-Q4_K_M" || name == "gqa256-q5_K" || name == "gqa256-Q3_K_M" ||
+      name == "gqa256-Q2_K") {
     // K-quant rows need k % 256 == 0: the GQA shape at width 256, written in
     // f32 and quantized as `rotor quantize` does (Q4_K_M: q4_K with q6_K for
     // attn_v, ffn_down and output; q5_K --pure: every matrix q5_K; Q3_K_M:
-    // q3_K rows, which have no interleaved kernel, beside q4_K / q5_K).
+    // q3_K rows beside q4_K / q5_K; Q2_K: q2_K rows beside q3_K and others).
     SynthSpec s;
     s.n_embd = 256, s.n_ff = 512, s.n_layer = 2, s.n_head = 4, s.n_head_kv = 2;
     s.n_vocab = 300, s.n_ctx = 512, s.seed = 5;

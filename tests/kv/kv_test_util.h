@@ -26,8 +26,8 @@ const std::string& GqaModelPath();
 //   "llama3-keys"    llama3 scaling from the keys alone (factors computed),
 //                    24 of 32 dims rotated
 // "gqa" is GqaModelPath(), "gqa-q8_0" / "gqa-q4_0" the same shape quantized,
-// "gqa256-Q4_K_M" / "gqa256-q5_K" / "gqa256-Q3_K_M" that shape at width 256 in
-// K-quants, "stories260K"
+// "gqa256-Q4_K_M" / "gqa256-q5_K" / "gqa256-Q3_K_M" / "gqa256-Q2_K" that shape
+// at width 256 in K-quants, "stories260K"
 // the bundled model; "qwen2", "qwen2-partial", "llama3", "llama3-keys" tiny
 // random models of those architectures.
 const std::string& ModelPath(const std::string& name);

@@ -216,6 +216,8 @@ TEST(MatmulPackedTest, EachTokenAloneEqualsInABatch) {
       ThreadPool pool(threads);
       for (const Case& c : {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 4096 + 32, 33},
                             Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 4096 + 32, 17},
+                            Case{DType::kQ2_K, 512, 23}, Case{DType::kQ2_K, 4096, 17},
+                            Case{DType::kQ3_K, 768, 37}, Case{DType::kQ3_K, 4096, 17},
                             Case{DType::kQ4_K, 512, 37}, Case{DType::kQ5_K, 768, 19},
                             Case{DType::kQ6_K, 512, 45}, Case{DType::kQ6_K, 4096, 17}}) {
         TestWeight w = MakeWeight(c.type, c.k, c.n, 3);
@@ -325,8 +327,8 @@ TEST(MatmulPackedTest, Avx2EqualsAvx512BitForBit) {
   ThreadPool pool(2);
   for (const Case& c :
        {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 2048, 33}, Case{DType::kQ4_0, 160, 45},
-        Case{DType::kQ4_0, 2048, 17}, Case{DType::kQ4_K, 512, 37}, Case{DType::kQ5_K, 768, 19},
-        Case{DType::kQ6_K, 2048, 45}}) {
+        Case{DType::kQ4_0, 2048, 17}, Case{DType::kQ2_K, 768, 21}, Case{DType::kQ3_K, 1024, 29},
+        Case{DType::kQ4_K, 512, 37}, Case{DType::kQ5_K, 768, 19}, Case{DType::kQ6_K, 2048, 45}}) {
     TestWeight w = MakeWeight(c.type, c.k, c.n, 5);
     w.Pack();
     for (int64_t m : {1, 2, 5, 8, 13, 16}) {
@@ -506,15 +508,16 @@ TEST(MatmulBlockTypesTest, EveryTypeIsaAndBatch) {
   EXPECT_TRUE(sweep.EveryValueRan());
 }
 
-// Row-interleaved q4_K / q5_K / q6_K (PackWeight): the AVX-512 kernel reads
-// the packed copy for every m (other ISAs the rows), within the same bound.
+// Row-interleaved q2_K .. q6_K (PackWeight): the AVX-512 and AVX2 kernels
+// read the packed copy for every m (the scalar ISA the rows), within the
+// same bound.
 // n covers partial groups of 16 rows; k up to 16 super-blocks.
 TEST(MatmulBlockTypesTest, PackedKQuantsEveryIsaAndBatch) {
   Sweep sweep(7);  // under the sanitizers: every thread count, ISA, case and m, fewer combinations
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     std::vector<Case> cases;
-    for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
       for (int64_t n : {1, 7, 16, 33}) cases.push_back({t, 256, n});
       cases.push_back({t, 768, 37});
       cases.push_back({t, 4096, 17});
@@ -591,6 +594,8 @@ TEST(MatmulGroupTest, EqualsSeparateMatmulsBitForBit) {
                       {{DType::kQ4_K, DType::kQ4_K, DType::kQ4_K}, 256},
                       {{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}, 256},
                       {{DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}, 512, true},
+                      {{DType::kQ3_K, DType::kQ3_K, DType::kQ6_K}, 256, true},
+                      {{DType::kQ2_K, DType::kQ3_K, DType::kQ2_K}, 512, true},
                       {{DType::kQ4_K, DType::kQ8_0, DType::kQ6_K}, 256, true}};
   const int64_t ns[3] = {37, 8, 13};
   for (int threads : {1, 2}) {
