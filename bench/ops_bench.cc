@@ -8,7 +8,7 @@
 // compute ceiling instead of DRAM's. Types (the `type` argument):
 // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q4_1, 6 q5_0, 7 q5_1, 8 iq4_nl,
 // 9 q2_K, 10 q3_K, 11 q4_K, 12 q5_K, 13 q6_K. BM_MatmulPacked: q8_0, q4_0,
-// q3_K, q4_K, q5_K, q6_K with the row-interleaved copy a model gets on
+// q2_K .. q6_K with the row-interleaved copy a model gets on
 // AVX-512 and AVX2.
 #include <benchmark/benchmark.h>
 
@@ -116,7 +116,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 void BM_Matmul(benchmark::State& state) { RunMatmul(state, false); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// q8_0 / q4_0 / q3_K .. q6_K with their row-interleaved copies (the
+// q8_0 / q4_0 / q2_K .. q6_K with their row-interleaved copies (the
 // AVX-512 and AVX2 path): compare with BM_Matmul of the same type, shape, m
 // and threads in the same run.
 void BM_MatmulPacked(benchmark::State& state) {
@@ -130,7 +130,7 @@ void MatmulPackedArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "shape", "m", "threads"});
   for (int64_t shape = 0; shape < 2; ++shape)
     for (int64_t m : {1, 3, 5, 8, 12, 16, 512})  // 3, 5, 12: tiles of fewer than 8 tokens
-      for (int64_t type : {3, 4, 10, 11, 12, 13})
+      for (int64_t type : {3, 4, 9, 10, 11, 12, 13})
         for (int64_t threads : {1, 2}) b->Args({type, shape, m, threads});
 }
 BENCHMARK(BM_MatmulPacked)->Apply(MatmulPackedArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
