@@ -180,7 +180,7 @@ ROTOR_VNNI void Paired(const uint8_t* w, int64_t p0, int64_t p1, const uint8_t* 
 // and one tile of 8 tokens' activations.
 struct Setup {
   std::vector<AlignedBuffer<uint8_t>> current, paired;  // each [kGroups x kGroupBytes]
-  AlignedBuffer<uint8_t> acts;                          // [kNb, 8 tokens, 14 fields]
+  AlignedBuffer<uint8_t> acts;                          // [kNb, 8 tokens, 16 fields]
   ROTOR_VNNI explicit Setup(bool cold) {
     std::mt19937 rng(1);
     const size_t bytes = kGroups * kGroupBytes;

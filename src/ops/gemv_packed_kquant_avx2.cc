@@ -340,12 +340,10 @@ inline void SubQ2(const uint8_t* rec, const int32_t* aj, __m256 d, __m256 dmin, 
   }
   Scale<kTok, kN>(acc, sum, _mm256_mul_ps(d, ByteF32<kS % 4, false>(sc[kS / 4])), aj);
   const __m256 mins = _mm256_mul_ps(dmin, ByteF32<kS % 4, false>(mn[kS / 4]));
-  for (int t = 0; t < kN; ++t) {
-    const int32_t lo = *Field<kTok>(aj, kActSumLo, t);
-    const int32_t s16 = kHalf == 0 ? lo : *Field<kTok>(aj, kActSum, t) - lo;
-    const float xs = FieldFloat<kTok>(aj, kActScale, t) * static_cast<float>(s16);
-    acc[t] = _mm256_fnmadd_ps(mins, _mm256_set1_ps(xs), acc[t]);
-  }
+  for (int t = 0; t < kN; ++t)
+    acc[t] = _mm256_fnmadd_ps(
+        mins, _mm256_set1_ps(FieldFloat<kTok>(aj, kHalf == 0 ? kActXsumLo : kActXsumHi, t)),
+        acc[t]);
 }
 
 template <int kH, int kTok, int kN, int... kS>

@@ -300,12 +300,9 @@ inline void SubQ2(const uint8_t* rec, const int32_t* aj, __m512 d, __m512 dmin, 
   Scale<kTok>(acc, sum, _mm512_mul_ps(d, ByteF32<kS % 4, false>(sc[kS / 4])), aj);
   const __m512 mins = _mm512_mul_ps(dmin, ByteF32<kS % 4, false>(mn[kS / 4]));
 #pragma GCC unroll 8
-  for (int t = 0; t < kTok; ++t) {
-    const int32_t lo = *ActField<kTok>(aj, kActSumLo, t);
-    const int32_t s16 = kH == 0 ? lo : *ActField<kTok>(aj, kActSum, t) - lo;
-    const float xs = ActFloat<kTok>(aj, kActScale, t) * static_cast<float>(s16);
-    acc[t] = _mm512_fnmadd_ps(mins, _mm512_set1_ps(xs), acc[t]);
-  }
+  for (int t = 0; t < kTok; ++t)
+    acc[t] = _mm512_fnmadd_ps(
+        mins, _mm512_set1_ps(ActFloat<kTok>(aj, kH == 0 ? kActXsumLo : kActXsumHi, t)), acc[t]);
 }
 
 template <int kTok, int... kS>

@@ -141,16 +141,18 @@ inline constexpr int64_t PackedQuantsAt(DType t, int64_t j) {
 }
 
 // Activations for the packed kernels, tiles of up to 8 tokens: tile i (tokens
-// [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 56
-// bytes of 14 fields [field][token], 4 bytes each: 8 int32 quads, then
+// [8 i, 8 i + T)) starts at 8 i * nb * kPackedActBytes; per block j, T * 64
+// bytes of 16 fields [field][token], 4 bytes each: 8 int32 quads, then
 // sum(q) (int32), the q8_0 scale dx (f32), the sum of the first 16 q (int32;
-// q6_K's sub-blocks of 16), dx * sum(q) (f32; the K-quant mins), and the
-// int32 biases -128 sum(q) and -8 sum(q) that start the AVX-512 q8_0 / q4_0
-// sums (a broadcast from memory is a load; from a register it is a shuffle).
+// the sub-blocks of 16 of q2_K, q3_K, q6_K), dx * sum(q) (f32; the q4_K /
+// q5_K mins), the int32 biases -128 sum(q) and -8 sum(q) that start the
+// AVX-512 q8_0 / q4_0 sums (a broadcast from memory is a load; from a
+// register it is a shuffle), and dx times the sums of the first and the last
+// 16 q (f32; q2_K's mins per sub-block of 16).
 inline constexpr int kPackedTileTokens = 8;
-inline constexpr int kPackedActBytes = 56;
+inline constexpr int kPackedActBytes = 64;
 inline constexpr int kActSum = 8, kActScale = 9, kActSumLo = 10, kActXsum = 11;
-inline constexpr int kActBiasQ8 = 12, kActBiasQ4 = 13;
+inline constexpr int kActBiasQ8 = 12, kActBiasQ4 = 13, kActXsumLo = 14, kActXsumHi = 15;
 
 // q2_K .. q6_K rows as stored, on AVX-512 and AVX2 (a product without a
 // packed copy: a model loaded with pack_matrices false, tests, ops_bench; a

@@ -143,7 +143,7 @@ void PackedProducts(ThreadPool& pool, std::span<const MatmulOut> outs, const flo
   // side by side, so threads holding tokens of one tile wrote the same cache
   // lines (split by blocks, batch 8 decode ran 14-44% faster: BENCHMARKS.md,
   // "Activation tiles split by blocks"). Ranges of 8 blocks hold whole
-  // lines of every tile (8 x T tokens x 56 bytes = 7 T lines). AVX-512
+  // lines of every tile (8 x T tokens x 64 bytes = 8 T lines). AVX-512
   // quantizes and lays out each block in one pass (batch 8 decode 1.035x
   // the two passes below: BENCHMARKS.md, "Forty-eighth session").
   auto pack = [&](int64_t j0, int64_t j1, int) {

@@ -147,13 +147,14 @@ constexpr int kFields = kPackedActBytes / 4;
 
 // The fields after the quads of T tokens' block at aj ([kFields][T] int32),
 // from their sums of q + 128 over quads [0, 4) and [4, 8) (lanes >= T unused):
-// sum(q), the scale d, the first 16 q's sum, d * sum(q), -128 and -8 sum(q).
+// sum(q), the scale d, the first 16 q's sum, d * sum(q), -128 and -8 sum(q),
+// d times the first and the last 16 q's sums.
 template <int T>
 inline void StoreFields(int32_t* aj, __m256i sum_lo128, __m256i sum_hi128, __m256 d) {
   constexpr __mmask8 kMask = static_cast<__mmask8>((1u << T) - 1);
   const __m256i off = _mm256_set1_epi32(16 * 128);
-  const __m256i lo = _mm256_sub_epi32(sum_lo128, off);
-  const __m256i sum = _mm256_add_epi32(lo, _mm256_sub_epi32(sum_hi128, off));
+  const __m256i lo = _mm256_sub_epi32(sum_lo128, off), hi = _mm256_sub_epi32(sum_hi128, off);
+  const __m256i sum = _mm256_add_epi32(lo, hi);
   _mm256_mask_storeu_epi32(aj + kActSum * T, kMask, sum);
   _mm256_mask_storeu_ps(aj + kActScale * T, kMask, d);
   _mm256_mask_storeu_epi32(aj + kActSumLo * T, kMask, lo);
@@ -162,6 +163,8 @@ inline void StoreFields(int32_t* aj, __m256i sum_lo128, __m256i sum_hi128, __m25
   _mm256_mask_storeu_epi32(aj + kActBiasQ8 * T, kMask, bias_q8);
   const __m256i bias_q4 = _mm256_mullo_epi32(sum, _mm256_set1_epi32(-8));
   _mm256_mask_storeu_epi32(aj + kActBiasQ4 * T, kMask, bias_q4);
+  _mm256_mask_storeu_ps(aj + kActXsumLo * T, kMask, _mm256_mul_ps(d, _mm256_cvtepi32_ps(lo)));
+  _mm256_mask_storeu_ps(aj + kActXsumHi * T, kMask, _mm256_mul_ps(d, _mm256_cvtepi32_ps(hi)));
 }
 
 // The sums of q + 128 over a block's first and last 16 quants.

@@ -185,7 +185,7 @@ void QuantizeQ8BlocksF32(const float* x, int64_t n, int block, int8_t* q, float*
 // Blocks [j0, j1) of token t of m, quantized (q [k], d [k / 32]), into the
 // packed kernels' activation tiles at acts (kernels.h: kPackedActBytes): per
 // block its 8 int32 quads, sum(q), d, the sum of its first 16 q, d * sum(q),
-// -128 sum(q) and -8 sum(q).
+// -128 sum(q), -8 sum(q), d times the sums of its first and last 16 q.
 void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int64_t k, int64_t j0,
                      int64_t j1, uint8_t* acts) {
   const int64_t nb = k / 32, tile = t / internal::kPackedTileTokens;
@@ -210,6 +210,9 @@ void PackActivations(const int8_t* q, const float* d, int64_t t, int64_t m, int6
     std::memcpy(&aj[internal::kActXsum * tokens + tt], &xsum, 4);
     aj[internal::kActBiasQ8 * tokens + tt] = -128 * (lo + hi);
     aj[internal::kActBiasQ4 * tokens + tt] = -8 * (lo + hi);
+    const float xsum_lo = d[j] * static_cast<float>(lo), xsum_hi = d[j] * static_cast<float>(hi);
+    std::memcpy(&aj[internal::kActXsumLo * tokens + tt], &xsum_lo, 4);
+    std::memcpy(&aj[internal::kActXsumHi * tokens + tt], &xsum_hi, 4);
   }
 }
 
