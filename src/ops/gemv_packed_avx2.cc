@@ -252,7 +252,7 @@ void Tiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t 
 
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
                   int64_t ldy) {
-  if (w.type == DType::kQ8_0) return Tiles<DType::kQ8_0>(w, acts, m, g0, g1, y, ldy);
+  if (PackedLayout(w.type) == DType::kQ8_0) return Tiles<DType::kQ8_0>(w, acts, m, g0, g1, y, ldy);
   if (w.type == DType::kQ4_0) return Tiles<DType::kQ4_0>(w, acts, m, g0, g1, y, ldy);
   if (IsPackedK(w.type)) return PackedMatmulK(w, acts, m, g0, g1, y, ldy);
   UnsupportedType(w.type);

@@ -1,4 +1,4 @@
-// PackWeight: q8_0 / q4_0 / q2_K .. q6_K rows -> the row-interleaved
+// PackWeight: q8_0 / q4_0 / q5_0 / iq4_nl / q2_K .. q6_K rows -> the row-interleaved
 // layout of the AVX-512 and AVX2 kernels (kernels.h:
 // kPackedRows, PackedBlockBytes, PackedK, PackedGroupBytes).
 #include <algorithm>
@@ -13,7 +13,31 @@ namespace rotor::ops {
 
 namespace {
 
-bool Packable(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || internal::IsPackedK(t); }
+bool Packable(DType t) {
+  return internal::PackedLayout(t) == DType::kQ8_0 || t == DType::kQ4_0 || internal::IsPackedK(t);
+}
+
+// A q8_0 / q5_0 / iq4_nl block as q8_0: its f16 scale (2 bytes) and 32 int8
+// values, the same weights (kernels.h: PackedLayout).
+void AsQ8Block(DType t, const uint8_t* blk, uint8_t* scale, int8_t* q) {
+  std::memcpy(scale, blk, 2);
+  if (t == DType::kQ8_0) {
+    std::memcpy(q, blk + 2, 32);
+  } else if (t == DType::kQ5_0) {
+    uint32_t qh;  // bit i: bit 4 of value i
+    std::memcpy(&qh, blk + 2, 4);
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t b = blk[6 + i];
+      q[i] = static_cast<int8_t>(((b & 15) | ((qh >> i) & 1) << 4) - 16);
+      q[i + 16] = static_cast<int8_t>(((b >> 4) | ((qh >> (i + 16)) & 1) << 4) - 16);
+    }
+  } else {  // iq4_nl: nibbles as q4_0's, values from the table
+    for (int i = 0; i < 16; ++i) {
+      q[i] = kIq4nlValues[blk[2 + i] & 15];
+      q[i + 16] = kIq4nlValues[blk[2 + i] >> 4];
+    }
+  }
+}
 
 // A field of a K-quant block: `len` bytes at `src` in the block, at `dst` in
 // the record; f16 fields go side by side (16 x 2 bytes), byte fields as
@@ -173,9 +197,11 @@ void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
   CHECK(Packable(w.type) && w.k % Traits(w.type).block_size == 0);
   CHECK(r0 % kRows == 0 && r0 <= r1 && r1 <= w.n && (r1 % kRows == 0 || r1 == w.n));
   if (internal::IsPackedK(w.type)) return PackK(w, dst, r0, r1);
-  const bool q8 = w.type == DType::kQ8_0;
-  // A block as stored: f16 scale, then 32 (q8_0) or 16 (q4_0) quant bytes.
-  const int qbytes = q8 ? 32 : 16, block = 2 + qbytes;
+  const bool q8 = internal::PackedLayout(w.type) == DType::kQ8_0;
+  // The quant bytes of a block in the layout: 32 int8 (q8_0's; q5_0 and
+  // iq4_nl converted by AsQ8Block) or 16 of q4_0's nibbles.
+  const int qbytes = q8 ? 32 : 16;
+  const int64_t block = static_cast<int64_t>(Traits(w.type).type_size);  // as stored
   const uint8_t bias = q8 ? 0x80 : 0x00;  // q4_0 nibbles are already unsigned
   const int64_t nb = w.k / 32, stride = internal::PackedGroupBytes(w.type, w.k);
   for (int64_t g = r0 / kRows; g * kRows < r1; ++g) {
@@ -188,7 +214,10 @@ void PackWeight(const Weight& w, uint8_t* dst, int64_t r0, int64_t r1) {
       for (int64_t j = 0; j < nb; ++j) {
         // Rows past n: scale 0 and zero quants (value 0 either way).
         uint8_t q[32];
-        if (src) {
+        if (src && q8) {
+          AsQ8Block(w.type, src + j * block, group + internal::PackedScalesAt(w.type, j) + r * 2,
+                    reinterpret_cast<int8_t*>(q));
+        } else if (src) {
           std::memcpy(group + internal::PackedScalesAt(w.type, j) + r * 2, src + j * block, 2);
           std::memcpy(q, src + j * block + 2, static_cast<size_t>(qbytes));
         } else {

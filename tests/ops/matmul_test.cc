@@ -216,6 +216,7 @@ TEST(MatmulPackedTest, EachTokenAloneEqualsInABatch) {
       ThreadPool pool(threads);
       for (const Case& c : {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 4096 + 32, 33},
                             Case{DType::kQ4_0, 160, 45}, Case{DType::kQ4_0, 4096 + 32, 17},
+                            Case{DType::kQ5_0, 160, 45}, Case{DType::kIQ4_NL, 896, 37},
                             Case{DType::kQ2_K, 512, 23}, Case{DType::kQ2_K, 4096, 17},
                             Case{DType::kQ3_K, 768, 37}, Case{DType::kQ3_K, 4096, 17},
                             Case{DType::kQ4_K, 512, 37}, Case{DType::kQ5_K, 768, 19},
@@ -327,7 +328,8 @@ TEST(MatmulPackedTest, Avx2EqualsAvx512BitForBit) {
   ThreadPool pool(2);
   for (const Case& c :
        {Case{DType::kQ8_0, 96, 37}, Case{DType::kQ8_0, 2048, 33}, Case{DType::kQ4_0, 160, 45},
-        Case{DType::kQ4_0, 2048, 17}, Case{DType::kQ2_K, 768, 21}, Case{DType::kQ3_K, 1024, 29},
+        Case{DType::kQ4_0, 2048, 17}, Case{DType::kQ5_0, 896, 21}, Case{DType::kIQ4_NL, 288, 33},
+        Case{DType::kQ2_K, 768, 21}, Case{DType::kQ3_K, 1024, 29},
         Case{DType::kQ4_K, 512, 37}, Case{DType::kQ5_K, 768, 19}, Case{DType::kQ6_K, 2048, 45}}) {
     TestWeight w = MakeWeight(c.type, c.k, c.n, 5);
     w.Pack();
@@ -508,9 +510,9 @@ TEST(MatmulBlockTypesTest, EveryTypeIsaAndBatch) {
   EXPECT_TRUE(sweep.EveryValueRan());
 }
 
-// Row-interleaved q2_K .. q6_K (PackWeight): the AVX-512 and AVX2 kernels
-// read the packed copy for every m (the scalar ISA the rows), within the
-// same bound.
+// Row-interleaved q2_K .. q6_K, and q5_0 / iq4_nl in q8_0's layout
+// (PackWeight): the AVX-512 and AVX2 kernels read the packed copy for every
+// m (the scalar ISA the rows), within the same bound.
 // n covers partial groups of 16 rows; k up to 16 super-blocks.
 TEST(MatmulBlockTypesTest, PackedKQuantsEveryIsaAndBatch) {
   Sweep sweep(7);  // under the sanitizers: every thread count, ISA, case and m, fewer combinations
@@ -522,6 +524,11 @@ TEST(MatmulBlockTypesTest, PackedKQuantsEveryIsaAndBatch) {
       cases.push_back({t, 768, 37});
       cases.push_back({t, 4096, 17});
       cases.push_back({t, 256, 4099});
+    }
+    for (DType t : {DType::kQ5_0, DType::kIQ4_NL}) {
+      for (int64_t n : {1, 33}) cases.push_back({t, 96, n});
+      cases.push_back({t, 896, 37});
+      cases.push_back({t, 32, 4099});
     }
     for (Isa isa : testing::Isas())
       for (const Case& c : cases)
@@ -596,6 +603,7 @@ TEST(MatmulGroupTest, EqualsSeparateMatmulsBitForBit) {
                       {{DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}, 512, true},
                       {{DType::kQ3_K, DType::kQ3_K, DType::kQ6_K}, 256, true},
                       {{DType::kQ2_K, DType::kQ3_K, DType::kQ2_K}, 512, true},
+                      {{DType::kQ5_0, DType::kQ8_0, DType::kIQ4_NL}, 96, true},
                       {{DType::kQ4_K, DType::kQ8_0, DType::kQ6_K}, 256, true}};
   const int64_t ns[3] = {37, 8, 13};
   for (int threads : {1, 2}) {
