@@ -288,7 +288,8 @@ void PackedTiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, in
 
 void PackedMatmul(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, int64_t g1, float* y,
                   int64_t ldy) {
-  if (PackedLayout(w.type) == DType::kQ8_0) return PackedTiles<DType::kQ8_0>(w, acts, m, g0, g1, y, ldy);
+  if (PackedLayout(w.type) == DType::kQ8_0)
+    return PackedTiles<DType::kQ8_0>(w, acts, m, g0, g1, y, ldy);
   if (w.type == DType::kQ4_0) return PackedTiles<DType::kQ4_0>(w, acts, m, g0, g1, y, ldy);
   if (IsPackedK(w.type)) return PackedMatmulK(w, acts, m, g0, g1, y, ldy);
   UnsupportedType(w.type);

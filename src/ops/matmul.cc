@@ -251,9 +251,7 @@ void Matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t m, float*
 
   const Isa isa = ActiveIsa();
   if (RunsPacked(w, isa)) {
-    CHECK_MSG(internal::PackedLayout(w.type) == DType::kQ8_0 || w.type == DType::kQ4_0 ||
-                  internal::IsPackedK(w.type),
-              "ops: Matmul: packed weights must be q8_0, q4_0, q5_0, iq4_nl or q2_K .. q6_K");
+    CHECK_MSG(PackingHelps(w.type), "ops: Matmul: packed weights of a type PackWeight rejects");
     const MatmulOut out{&w, y, ldy};
     return PackedProducts(pool, std::span<const MatmulOut>(&out, 1), x, m, scratch, isa);
   }
