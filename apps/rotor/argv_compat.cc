@@ -23,7 +23,8 @@ constexpr Alias kAliases[] = {
     {"sys", "--system-prompt"}, {"ub", "--ubatch-size"},
     {"np", "--parallel"},       {"ctk", "--cache-type-k"},
     {"ctv", "--cache-type-v"},  {"mli", "--multiline-input"},
-    {"cb", "--cont-batching"},
+    {"cb", "--cont-batching"},  {"oe", "--output-err"},
+    {"nr", "--no-repack"},
 };
 
 // llama.cpp options rotor has no equivalent of, and why; named in the error

@@ -10,11 +10,14 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -35,6 +38,7 @@ using bench::BenchColumns;
 using bench::BenchFormat;
 using bench::BenchModel;
 using bench::BenchResult;
+using bench::BenchRow;
 using bench::BenchWriter;
 using bench::ExpandBenchCases;
 using bench::LoadBenchModel;
@@ -52,7 +56,8 @@ namespace {
 // Progress on stderr: one line per case, rewritten in place on a terminal.
 class Progress {
  public:
-  Progress() : tty_(isatty(fileno(stderr)) != 0) {}
+  // lines (--progress): off a terminal too, each phase as a line of its own.
+  explicit Progress(bool lines) : tty_(isatty(fileno(stderr)) != 0), lines_(lines) {}
   void Start(const std::string& what) {
     what_ = what;
     if (tty_) {
@@ -62,8 +67,12 @@ class Progress {
     }
   }
   void Update(const char* phase, int rep, int reps) {
-    if (!tty_) return;
-    Show(rep > 0 ? fmt::format("{} {}/{}", phase, rep, reps) : std::string(phase));
+    const std::string state = rep > 0 ? fmt::format("{} {}/{}", phase, rep, reps) : phase;
+    if (tty_) {
+      Show(state);
+    } else if (lines_) {
+      fmt::print(stderr, "rotor: bench {}: {}\n", what_, state);
+    }
   }
   // Clears the live line so that stdout rows and stderr messages start clean.
   void Clear() {
@@ -75,6 +84,7 @@ class Progress {
     fmt::print(stderr, "\r\033[Krotor: bench {}: {}", what_, state);
   }
   bool tty_;
+  bool lines_;
   std::string what_;
 };
 
@@ -98,10 +108,16 @@ int RunBench(BenchArgs a) {
   if (a.threads.empty()) a.threads = {HardwareThreads()};
   Result<BenchFormat> format = ParseBenchFormat(a.output);
   if (!format.ok()) return Fail(format.status());
+  std::optional<BenchFormat> format_err;
+  if (!a.output_err.empty()) {
+    Result<BenchFormat> f = ParseBenchFormat(a.output_err);
+    if (!f.ok()) return Fail(f.status().WithContext("bench: -oe"));
+    format_err = *f;
+  }
 
   std::vector<BenchModel> models;
   for (const std::string& path : a.models) {
-    Result<BenchModel> m = LoadBenchModel(path);
+    Result<BenchModel> m = LoadBenchModel(path, !a.no_repack);
     if (!m.ok()) return Fail(m.status().WithContext("bench: -m"));
     models.push_back(std::move(*m));
   }
@@ -161,9 +177,20 @@ int RunBench(BenchArgs a) {
     return nullptr;
   };
 
-  std::unique_ptr<BenchWriter> writer = MakeBenchWriter(*format, ColumnsFor(a, *cases), stdout);
-  writer->Begin(rooflines);
-  Progress progress;
+  // The rows on stdout, and again on stderr with -oe (whose roofline lines,
+  // if any, the first writer has shown).
+  std::vector<std::unique_ptr<BenchWriter>> writers;
+  writers.push_back(MakeBenchWriter(*format, ColumnsFor(a, *cases), stdout));
+  writers.front()->Begin(rooflines);
+  if (format_err) {
+    writers.push_back(MakeBenchWriter(*format_err, ColumnsFor(a, *cases), stderr));
+    writers.back()->Begin({});
+  }
+  Progress progress(a.progress);
+  // llama-bench's --delay: the machine rests before each test.
+  auto rest = [&] {
+    if (a.delay > 0) std::this_thread::sleep_for(std::chrono::seconds(a.delay));
+  };
   const int n_cases = static_cast<int>(cases->size());
   auto name = [&](int i) {
     const BenchCase& c = (*cases)[i];
@@ -205,7 +232,8 @@ int RunBench(BenchArgs a) {
       if (roof->int8_gops > 0 && !passes.int8.empty()) adjacent.int8_gops = bench::Mean(passes.int8);
       roof = &adjacent;
     }
-    writer->Row(MakeBenchRow(models[c.model], c, r, roof));
+    const BenchRow row = MakeBenchRow(models[c.model], c, r, roof);
+    for (auto& w : writers) w->Row(row);
   };
   // Cases run model by model; a model is unmapped after its last case, so its
   // pages do not count in the next model's peak RSS.
@@ -213,7 +241,8 @@ int RunBench(BenchArgs a) {
     const int model = (*cases)[first].model;
     int end = first;
     while (end < n_cases && (*cases)[end].model == model) ++end;
-    models[model].model->PackMatrices();  // once, at the model's first case (LoadBenchModel)
+    // Once, at the model's first case (LoadBenchModel); -nr: never.
+    if (models[model].repack) models[model].model->PackMatrices();
     if (a.interleave) {
       // Every case of the model is started (its warm-up), then the rounds.
       struct Live {
@@ -269,6 +298,7 @@ int RunBench(BenchArgs a) {
             if (l->run && l->probe != nullptr && done.insert(l->probe).second)
               run_passes(l->probe, round_passes[l->probe]);
         };
+        rest();  // --interleave: before each round's timed steps
         progress.Start(fmt::format("round {}/{}: the tests' steps in turn", rep, a.repetitions));
         probe_passes();
         std::vector<Live*> pending;
@@ -299,6 +329,7 @@ int RunBench(BenchArgs a) {
         Result<RoofProbe*> probe = probe_of(c);
         if (!probe.ok()) return Fail(probe.status());
         Passes passes;  // before each repetition and after the last
+        rest();
         progress.Start(name(i));
         Result<BenchResult> r =
             RunBenchCase(models[model], c, a.repetitions, a.seed, [&](const char* phase, int rep) {
@@ -317,7 +348,7 @@ int RunBench(BenchArgs a) {
     models[model].model.reset();  // rows need only its numbers
     first = end;
   }
-  writer->End();
+  for (auto& w : writers) w->End();
   if (failed > 0) {
     fmt::print(stderr, "rotor: bench: {} of {} tests failed\n", failed, n_cases);
     return 1;
@@ -432,9 +463,45 @@ Runner RegisterBench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  sub->add_option("-o,--output", a->output, "output format: md|json|jsonl|csv")
-      ->check(CLI::IsMember({"md", "json", "jsonl", "csv"}).description(""))
+  sub->add_option("-o,--output", a->output, "output format: md|json|jsonl|csv|sql")
+      ->check(CLI::IsMember({"md", "json", "jsonl", "csv", "sql"}).description(""))
       ->capture_default_str();
+  sub->add_option("--output-err", a->output_err,
+                  "the rows again on stderr in this format: md|json|jsonl|csv|sql (llama-bench's "
+                  "-oe)")
+      ->check(CLI::IsMember({"md", "json", "jsonl", "csv", "sql"}).description(""));
+  sub->add_flag("--progress", a->progress,
+                "each test's phases (warm-up, fill, run k/r) on stderr as lines, also off a "
+                "terminal (on one, the live status line shows them anyway)");
+  sub->add_option("--delay", a->delay,
+                  "seconds of sleep before each test (with --interleave: before each round's "
+                  "timed steps), so that the machine cools between them")
+      ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
+  sub->add_flag_callback(
+      "--no-warmup", [a] { a->warmup = false; },
+      "time the repetitions without the untimed run of each test before them");
+  // llama-bench's -nr <0|1>: one value (a sweep of both is two runs: the
+  // copies are made once per model).
+  sub->add_option_function<std::string>(
+         "--no-repack",
+         [a](const std::string& v) {
+           if (v.empty() || v == "1" || v == "true") {
+             a->no_repack = true;
+           } else if (v == "0" || v == "false") {
+             a->no_repack = false;
+           } else {
+             throw CLI::ValidationError(fmt::format(
+                 "-nr '{}' is not 0 or 1 (rotor runs one setting per run: -nr 0 and -nr 1 are "
+                 "two runs)",
+                 v));
+           }
+         },
+         "run the matrices as stored, without the row-interleaved copies rotor makes of "
+         "q8_0, q4_0 and K-quant weights (llama-bench's -nr; JSON repack)")
+      ->expected(0, 1)
+      ->default_str("1")
+      ->type_name("0|1");
   sub->add_flag("--roofline", a->roofline,
                 "measure memory read bandwidth and the f32 and int8 arithmetic peaks; give each "
                 "test's % of the roof that binds it");

@@ -97,9 +97,10 @@ Result<BenchTest> ParseBenchTest(const std::string& spec) {
   return t;
 }
 
-Result<BenchModel> LoadBenchModel(const std::string& path) {
+Result<BenchModel> LoadBenchModel(const std::string& path, bool repack) {
   BenchModel m;
   m.path = path;
+  m.repack = repack;
   // Packed (row-interleaved) copies are made when the model's tests start, so
   // one model's copies never count in another's peak RSS.
   ASSIGN_OR_RETURN(m.model, Model::Load(path, /*pack_matrices=*/false));
@@ -118,7 +119,7 @@ Result<BenchModel> LoadBenchModel(const std::string& path) {
   // row-interleaved copies (q3_K .. q6_K) too.
   const std::optional<DType> main_type = ParseDType(model.type_name());
   m.int8_matmul = main_type && (*main_type == DType::kQ8_0 || *main_type == DType::kQ4_0 ||
-                                ops::PackingHelps(*main_type));
+                                (repack && ops::PackingHelps(*main_type)));
   // The file type as llama-bench labels it: general.file_type's name, or
   // the most common matrix type, "(guessed)", when the key is absent.
   const Result<int64_t> file_type = model.file().GetIntOr("general.file_type", -1);
@@ -148,9 +149,11 @@ Result<BenchFormat> ParseBenchFormat(const std::string& s) {
   static const std::map<std::string, BenchFormat> kFormats = {{"md", BenchFormat::kMarkdown},
                                                               {"json", BenchFormat::kJson},
                                                               {"jsonl", BenchFormat::kJsonl},
-                                                              {"csv", BenchFormat::kCsv}};
+                                                              {"csv", BenchFormat::kCsv},
+                                                              {"sql", BenchFormat::kSql}};
   auto it = kFormats.find(s);
-  if (it == kFormats.end()) return Errorf("bench: -o '{}' is not one of md, json, jsonl, csv", s);
+  if (it == kFormats.end())
+    return Errorf("bench: -o '{}' is not one of md, json, jsonl, csv, sql", s);
   return it->second;
 }
 
@@ -186,6 +189,7 @@ Result<std::vector<BenchCase>> ExpandBenchCases(const BenchArgs& a,
                 c.n_seq = n_seq;
                 c.shared_prefix = a.shared_prefix;
                 c.interleave = a.interleave;
+                c.warmup = a.warmup;
                 c.model = mi;
                 c.threads = threads;
                 c.kv = kv;

@@ -19,7 +19,7 @@
 
 namespace rotor::bench {
 
-enum class BenchFormat { kMarkdown, kJson, kJsonl, kCsv };
+enum class BenchFormat { kMarkdown, kJson, kJsonl, kCsv, kSql };
 
 // The flags as given (lists keep the user's order; duplicates are kept).
 struct BenchArgs {
@@ -45,6 +45,11 @@ struct BenchArgs {
   // is then the process's).
   bool interleave = false;
   std::string output = "md";
+  std::string output_err;  // llama-bench's -oe: the rows again on stderr in this format ("": none)
+  bool progress = false;   // llama-bench's --progress: each test's phases on stderr, a line each
+  int delay = 0;           // llama-bench's --delay: seconds of sleep before each test
+  bool no_repack = false;  // llama-bench's -nr: the weights as stored (no row-interleaved copies)
+  bool warmup = true;      // llama-bench's --no-warmup sets false
   bool roofline = false;
   int roofline_mib = 1024;
   int roofline_passes = 10;  // RooflineOptions::passes
@@ -77,9 +82,11 @@ struct BenchModel {
   int64_t layer_matmul_params = 0;   // elements of every block's projection matrices
   int64_t output_matmul_params = 0;  // elements of the output (logits) matrix
   bool int8_matmul = false;          // main weight type q8_0/q4_0 (or packed K-quant): int8 dot products
+  bool repack = true;                // its tests run on row-interleaved copies (PackMatrices)
 };
 
-Result<BenchModel> LoadBenchModel(const std::string& path);
+// repack false (llama-bench's -nr): the tests run on the weights as stored.
+Result<BenchModel> LoadBenchModel(const std::string& path, bool repack = true);
 
 struct BenchCase {
   int model = 0;  // index into the loaded models
@@ -93,6 +100,7 @@ struct BenchCase {
   int n_seq = 1;
   bool shared_prefix = false;  // BenchArgs::shared_prefix
   bool interleave = false;     // BenchArgs::interleave: its samples are paired by round
+  bool warmup = true;          // BenchArgs::warmup: one untimed run of the test first
   BenchTest test;
 };
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
 
 #include "base/cpu.h"
 #include "kv/kv_quant.h"
@@ -179,6 +180,78 @@ class CsvWriter : public BenchWriter {
   std::FILE* out_;
 };
 
+// llama-bench's -o sql: a CREATE TABLE for every field, then an INSERT per
+// row, for `sqlite3 results.db < out.sql`. Strings are quoted (' doubled),
+// numbers bare, booleans 1 / 0, missing values NULL; the sample lists are
+// strings as in CSV ("a;b;c").
+const char* SqlType(const std::string& field) {
+  static const std::set<std::string> kText = {
+      "cpu_info",  "cpu_isa",      "model_filename", "model_type",     "kv",
+      "rope_k",    "kv_positions", "type_k",         "type_v",         "test",
+      "test_time", "samples_ns",   "samples_ts",     "roofline_bound", "peak_rss_scope"};
+  static const std::set<std::string> kReal = {"avg_ts",
+                                              "stddev_ts",
+                                              "gbps",
+                                              "gflops",
+                                              "roofline_pct",
+                                              "roofline_read_gbps",
+                                              "roofline_read_best_gbps",
+                                              "roofline_fma_gflops",
+                                              "roofline_int8_gops",
+                                              "roofline_matmul_gflops"};
+  if (kText.count(field)) return "TEXT";
+  if (kReal.count(field)) return "REAL";
+  return "INTEGER";
+}
+
+std::string SqlValue(const Json& v) {
+  if (v.is_null()) return "NULL";
+  if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
+  if (v.is_number()) return v.dump();
+  std::string s;
+  if (v.is_string()) {
+    s = v.get<std::string>();
+  } else {  // the sample lists
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) s.push_back(';');
+      s.append(v[i].dump());
+    }
+  }
+  std::string quoted(1, '\'');
+  for (char ch : s) {
+    quoted.push_back(ch);
+    if (ch == '\'') quoted.push_back('\'');
+  }
+  quoted.push_back('\'');
+  return quoted;
+}
+
+class SqlWriter : public BenchWriter {
+ public:
+  explicit SqlWriter(std::FILE* out) : out_(out) {}
+  void Begin(const std::vector<Roofline>& rooflines) override {
+    PrintRooflinesToStderr(rooflines);
+    const std::vector<std::string>& names = BenchFieldNames();
+    fmt::print(out_, "CREATE TABLE IF NOT EXISTS test (\n");
+    for (size_t i = 0; i < names.size(); ++i)
+      fmt::print(out_, "  {} {}{}\n", names[i], SqlType(names[i]), i + 1 < names.size() ? "," : "");
+    fmt::print(out_, ");\n\n");
+    Flush(out_);
+  }
+  void Row(const BenchRow& row) override {
+    const Json j = BenchRowJson(row);
+    std::vector<std::string> values;
+    for (const std::string& name : BenchFieldNames()) values.push_back(SqlValue(j.at(name)));
+    fmt::print(out_, "INSERT INTO test ({}) VALUES ({});\n", fmt::join(BenchFieldNames(), ", "),
+               fmt::join(values, ", "));
+    Flush(out_);
+  }
+  void End() override {}
+
+ private:
+  std::FILE* out_;
+};
+
 }  // namespace
 
 BenchRow MakeBenchRow(const BenchModel& model, const BenchCase& c, const BenchResult& result,
@@ -226,7 +299,8 @@ const std::vector<std::string>& BenchFieldNames() {
       "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts",
       "gbps", "gflops", "roofline_pct", "roofline_bound",
       "roofline_read_gbps", "roofline_read_best_gbps", "roofline_fma_gflops", "roofline_int8_gops", "roofline_matmul_gflops",
-      "peak_rss_bytes", "peak_rss_scope", "shared_prefix", "kv_blocks", "kv_bytes", "prefix_hit_tokens", "interleave"};
+      "peak_rss_bytes", "peak_rss_scope", "shared_prefix", "kv_blocks", "kv_bytes",
+      "prefix_hit_tokens", "interleave", "repack"};
   // clang-format on
   return kNames;
 }
@@ -285,6 +359,8 @@ Json BenchRowJson(const BenchRow& row) {
   j["prefix_hit_tokens"] = r.prefix_hit_tokens;
   // Sample k of every test of the model ran in round k (--interleave).
   j["interleave"] = c.interleave;
+  // The matrices ran on row-interleaved copies (false: as stored, -nr).
+  j["repack"] = row.model->repack;
   return j;
 }
 
@@ -299,6 +375,8 @@ std::unique_ptr<BenchWriter> MakeBenchWriter(BenchFormat format, const BenchColu
       return std::make_unique<JsonWriter>(true, out);
     case BenchFormat::kCsv:
       return std::make_unique<CsvWriter>(out);
+    case BenchFormat::kSql:
+      return std::make_unique<SqlWriter>(out);
   }
   return nullptr;
 }

@@ -1,6 +1,7 @@
 // rotor bench: the results as a markdown table (llama-bench's columns plus
-// rotor's), a JSON array, JSON lines or CSV. Field names follow llama-bench
-// where the meaning is the same. Rows are written as the cases finish.
+// rotor's), a JSON array, JSON lines, CSV or SQL statements (llama-bench's
+// -o sql). Field names follow llama-bench where the meaning is the same. Rows
+// are written as the cases finish.
 #pragma once
 
 #include <cstdio>

@@ -212,10 +212,12 @@ Result<std::unique_ptr<BenchCaseRun>> BenchCaseRun::Start(const BenchModel& bm, 
   st->depth_tokens = RandomTokens(rng, c.test.n_depth, mc.n_vocab);
   st->test_tokens = RandomTokens(rng, c.test.n_prompt + c.test.n_gen, mc.n_vocab);
 
-  if (progress) progress("warm-up", 0);  // the test at depth 0
-  for (auto& cache : st->caches) cache->Clear();
-  for (bool done = false; !done;) {
-    ASSIGN_OR_RETURN(done, st->StepTest());
+  if (c.warmup) {
+    if (progress) progress("warm-up", 0);  // the test at depth 0
+    for (auto& cache : st->caches) cache->Clear();
+    for (bool done = false; !done;) {
+      ASSIGN_OR_RETURN(done, st->StepTest());
+    }
   }
   return std::unique_ptr<BenchCaseRun>(new BenchCaseRun(std::move(st)));
 }

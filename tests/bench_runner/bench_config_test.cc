@@ -52,6 +52,7 @@ TEST(BenchConfigTest, Formats) {
   EXPECT_EQ(*ParseBenchFormat("json"), BenchFormat::kJson);
   EXPECT_EQ(*ParseBenchFormat("jsonl"), BenchFormat::kJsonl);
   EXPECT_EQ(*ParseBenchFormat("csv"), BenchFormat::kCsv);
+  EXPECT_EQ(*ParseBenchFormat("sql"), BenchFormat::kSql);
   Result<BenchFormat> bad = ParseBenchFormat("xml");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.message(), HasSubstr("xml"));

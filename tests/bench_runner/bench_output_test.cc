@@ -110,6 +110,68 @@ TEST_F(BenchOutputTest, JsonLinesAndCsvHaveOneLinePerRow) {
   EXPECT_EQ(rows[1], rows[2]);
 }
 
+// Splits "a, 'b, c', NULL" at the commas outside quotes ('' inside a quote
+// is one quote).
+std::vector<std::string> SqlValues(const std::string& list) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const char ch = list[i];
+    if (ch == '\'') {
+      quoted = !quoted;
+    } else if (ch == ',' && !quoted) {
+      out.emplace_back();
+      if (i + 1 < list.size() && list[i + 1] == ' ') ++i;
+      continue;
+    }
+    out.back().push_back(ch);
+  }
+  return out;
+}
+
+// llama-bench's -o sql: a table of every field with its type, then one INSERT
+// per row with a value per field; a quote in a string is doubled.
+TEST_F(BenchOutputTest, SqlCreatesTheTableThenInsertsEachRow) {
+  model_.path = "/models/it's.gguf";
+  const std::string sql = Write(BenchFormat::kSql);
+  std::istringstream in(sql);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  const std::vector<std::string>& fields = BenchFieldNames();
+  ASSERT_EQ(lines.size(), fields.size() + 5);  // CREATE, the fields, ");", a blank, 2 INSERTs
+  EXPECT_EQ(lines[0], "CREATE TABLE IF NOT EXISTS test (");
+  for (size_t i = 0; i < fields.size(); ++i)
+    EXPECT_EQ(lines[1 + i].rfind("  " + fields[i] + " ", 0), 0u) << lines[1 + i];
+  EXPECT_THAT(sql, HasSubstr("  model_filename TEXT,\n"));
+  EXPECT_THAT(sql, HasSubstr("  n_gen INTEGER,\n"));
+  EXPECT_THAT(sql, HasSubstr("  avg_ts REAL,\n"));
+  EXPECT_EQ(lines[fields.size()], "  repack INTEGER");  // the last: no comma
+  EXPECT_EQ(lines[fields.size() + 1], ");");
+  EXPECT_EQ(lines[fields.size() + 2], "");
+  const std::string& insert = lines[fields.size() + 3];
+  EXPECT_EQ(insert, lines[fields.size() + 4]);
+  const std::string head = "INSERT INTO test (" + fields[0] + ", ";
+  ASSERT_EQ(insert.rfind(head, 0), 0u) << insert;
+  const size_t open = insert.find(") VALUES (");
+  ASSERT_NE(open, std::string::npos);
+  ASSERT_EQ(insert.substr(insert.size() - 2), ");");
+  const std::vector<std::string> values =
+      SqlValues(insert.substr(open + 10, insert.size() - open - 12));
+  ASSERT_EQ(values.size(), fields.size()) << insert;
+  auto value = [&](const std::string& field) {
+    for (size_t i = 0; i < fields.size(); ++i)
+      if (fields[i] == field) return values[i];
+    return std::string("(no such field)");
+  };
+  EXPECT_EQ(value("model_filename"), "'/models/it''s.gguf'");
+  EXPECT_EQ(value("n_gen"), "10");
+  EXPECT_EQ(value("avg_ts"), "10000.0");
+  EXPECT_EQ(value("samples_ns"), "'1000000;1000000'");
+  EXPECT_EQ(value("roofline_pct"), "NULL");  // no roofline measured
+  EXPECT_EQ(value("repack"), "1");
+  EXPECT_EQ(value("interleave"), "0");
+}
+
 TEST_F(BenchOutputTest, MarkdownTableNamesTheTest) {
   const std::string md = Write(BenchFormat::kMarkdown);
   EXPECT_THAT(md, HasSubstr("| model |"));

@@ -205,6 +205,51 @@ TEST(BenchCliTest, MarkdownTable) {
   EXPECT_THAT(r.err, HasSubstr("tg8"));
 }
 
+// llama-bench's -o sql: the table, then an INSERT per test.
+TEST(BenchCliTest, SqlTableAndInserts) {
+  CliResult r = RunRotor(SmallBench("sql"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], "CREATE TABLE IF NOT EXISTS test (");
+  std::vector<std::string> inserts;
+  for (const std::string& line : lines)
+    if (line.rfind("INSERT INTO test (", 0) == 0) inserts.push_back(line);
+  ASSERT_EQ(inserts.size(), 2u) << r.out;
+  EXPECT_THAT(inserts[0], HasSubstr("'pp16'"));
+  EXPECT_THAT(inserts[1], HasSubstr("'tg8'"));
+  EXPECT_EQ(inserts[0].substr(inserts[0].size() - 2), ");");
+}
+
+// llama-bench's -oe (the rows again on stderr), --progress (each phase a line
+// of stderr off a terminal), -nr (the weights as stored: JSON repack false),
+// --no-warmup and --delay.
+TEST(BenchCliTest, LlamaBenchRunHabits) {
+  CliResult r = RunRotor({"bench", "-m", BundledModel(), "-p", "16", "-n", "0", "-r", "2", "-t",
+                          "2", "-oe", "jsonl", "--progress", "-nr"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Lines(r.out).size(), 3u) << r.out;  // the markdown table: header, rule, pp16
+  for (const char* phase : {"pp16 (t=2, kv=full): warm-up", "pp16 (t=2, kv=full): run 1/2",
+                            "pp16 (t=2, kv=full): run 2/2"})
+    EXPECT_THAT(r.err, HasSubstr(phase));
+  std::vector<Json> rows;
+  for (const std::string& line : Lines(r.err))
+    if (line.front() == '{') rows.push_back(Json::parse(line));
+  ASSERT_EQ(rows.size(), 1u) << r.err;
+  EXPECT_EQ(rows[0]["test"], "pp16");
+  EXPECT_EQ(rows[0]["repack"], false);
+
+  CliResult quick =
+      RunRotor({"bench", "-m", BundledModel(), "-p", "8,16", "-n", "0", "-r", "1", "-t", "1", "-o",
+                "jsonl", "--no-warmup", "--progress", "--delay", "1", "-nr", "0"});
+  ASSERT_EQ(quick.exit_code, 0) << quick.err;
+  EXPECT_THAT(quick.err, HasSubstr("pp8 (t=1, kv=full): run 1/1"));
+  EXPECT_THAT(quick.err, ::testing::Not(HasSubstr("warm-up")));
+  const std::vector<std::string> lines = Lines(quick.out);
+  ASSERT_EQ(lines.size(), 2u) << quick.out;
+  for (const std::string& line : lines) EXPECT_EQ(Json::parse(line)["repack"], true);
+}
+
 TEST(BenchCliTest, SynthModelDepthAndExplicitTests) {
   TempDir dir;
   const std::string model = dir.File("s15m-2l-q8_0.gguf");
@@ -414,7 +459,11 @@ INSTANTIATE_TEST_SUITE_P(
                                  "more than -c 64"},
                       BenchError{"NoTests", {"-p", "0", "-n", "0"}, "no tests"},
                       BenchError{"BadTestSpec", {"--tests", "tg8@x"}, "tg8@x"},
-                      BenchError{"BadKvType", {"--kv-type", "q8"}, "q8"}),
+                      BenchError{"BadKvType", {"--kv-type", "q8"}, "q8"},
+                      BenchError{"UnknownErrFormat", {"-oe", "xml"}, "xml"},
+                      BenchError{"NoRepackNotABool", {"-nr", "2"}, "-nr '2' is not 0 or 1"},
+                      BenchError{"NoRepackSweep", {"-nr", "0,1"}, "two runs"},
+                      BenchError{"NegativeDelay", {"--delay", "-1"}, "--delay"}),
     [](const ::testing::TestParamInfo<BenchError>& info) { return info.param.name; });
 
 }  // namespace
