@@ -24,7 +24,7 @@ constexpr Alias kAliases[] = {
     {"np", "--parallel"},       {"ctk", "--cache-type-k"},
     {"ctv", "--cache-type-v"},  {"mli", "--multiline-input"},
     {"cb", "--cont-batching"},  {"oe", "--output-err"},
-    {"nr", "--no-repack"},
+    {"nr", "--no-repack"},      {"mmp", "--mmap"},
 };
 
 // llama.cpp options rotor has no equivalent of, and why; named in the error
@@ -94,6 +94,12 @@ constexpr Missing kMissing[] = {
     {"--api-key-file", kApiKey},
     {"-nocb", "rotor serve always batches continuously"},
     {"--no-cont-batching", "rotor serve always batches continuously"},
+    {"--numa", "rotor places no memory by NUMA node: run it under numactl"},
+    {"--prio", "rotor keeps the priority it starts with: run it under nice or chrt"},
+    {"--poll", "rotor's threads spin briefly for work, then sleep: there is no polling level"},
+    {"-C", "rotor pins no threads: run it under taskset"},
+    {"--cpu-mask", "rotor pins no threads: run it under taskset"},
+    {"--cpu-strict", "rotor pins no threads: run it under taskset"},
 };
 // The same, for one command only.
 struct MissingIn {

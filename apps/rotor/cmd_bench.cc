@@ -117,7 +117,7 @@ int RunBench(BenchArgs a) {
 
   std::vector<BenchModel> models;
   for (const std::string& path : a.models) {
-    Result<BenchModel> m = LoadBenchModel(path, !a.no_repack);
+    Result<BenchModel> m = LoadBenchModel(path, !a.no_repack, a.mmap);
     if (!m.ok()) return Fail(m.status().WithContext("bench: -m"));
     models.push_back(std::move(*m));
   }
@@ -502,6 +502,20 @@ Runner RegisterBench(CLI::App& app) {
       ->expected(0, 1)
       ->default_str("1")
       ->type_name("0|1");
+  sub->add_option_function<std::string>(
+         "--mmap",
+         [a](const std::string& v) {
+           if (v != "0" && v != "1")
+             throw CLI::ValidationError(fmt::format(
+                 "-mmp '{}' is not 0 or 1 (one setting per run: -mmp 0 and -mmp 1 are two runs)",
+                 v));
+           a->mmap = v == "1";
+         },
+         "1 (default): map the model files; 0: read them into memory (llama-bench's -mmp; JSON "
+         "use_mmap)")
+      ->type_name("0|1");
+  sub->add_flag_callback(
+      "--no-mmap", [a] { a->mmap = false; }, "read the model files into memory (-mmp 0)");
   sub->add_flag("--roofline", a->roofline,
                 "measure memory read bandwidth and the f32 and int8 arithmetic peaks; give each "
                 "test's % of the roof that binds it");

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "gguf/gguf.h"
 #include "model/quantize_rules.h"
 #include "ops/matmul.h"
 #include "tensor/dtype.h"
@@ -97,13 +98,15 @@ Result<BenchTest> ParseBenchTest(const std::string& spec) {
   return t;
 }
 
-Result<BenchModel> LoadBenchModel(const std::string& path, bool repack) {
+Result<BenchModel> LoadBenchModel(const std::string& path, bool repack, bool mmap) {
   BenchModel m;
   m.path = path;
   m.repack = repack;
+  m.mmap = mmap;
   // Packed (row-interleaved) copies are made when the model's tests start, so
   // one model's copies never count in another's peak RSS.
-  ASSIGN_OR_RETURN(m.model, Model::Load(path, /*pack_matrices=*/false));
+  ASSIGN_OR_RETURN(m.model,
+                   Model::Load(path, /*pack_matrices=*/false, GgufOpenOptions{.mmap = mmap}));
   const Model& model = *m.model;
   const ModelConfig& c = model.config();
   for (const GgufTensor& t : model.file().tensors())

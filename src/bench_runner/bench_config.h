@@ -50,6 +50,7 @@ struct BenchArgs {
   int delay = 0;           // llama-bench's --delay: seconds of sleep before each test
   bool no_repack = false;  // llama-bench's -nr: the weights as stored (no row-interleaved copies)
   bool warmup = true;      // llama-bench's --no-warmup sets false
+  bool mmap = true;        // llama-bench's -mmp 0: the models read into memory instead
   bool roofline = false;
   int roofline_mib = 1024;
   int roofline_passes = 10;  // RooflineOptions::passes
@@ -83,10 +84,12 @@ struct BenchModel {
   int64_t output_matmul_params = 0;  // elements of the output (logits) matrix
   bool int8_matmul = false;          // main weight type q8_0/q4_0 (or packed K-quant): int8 dot products
   bool repack = true;                // its tests run on row-interleaved copies (PackMatrices)
+  bool mmap = true;                  // the file is mapped (false: read into memory)
 };
 
-// repack false (llama-bench's -nr): the tests run on the weights as stored.
-Result<BenchModel> LoadBenchModel(const std::string& path, bool repack = true);
+// repack false (llama-bench's -nr): the tests run on the weights as stored;
+// mmap false (-mmp 0): the file is read into memory.
+Result<BenchModel> LoadBenchModel(const std::string& path, bool repack = true, bool mmap = true);
 
 struct BenchCase {
   int model = 0;  // index into the loaded models

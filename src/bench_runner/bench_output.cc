@@ -300,7 +300,7 @@ const std::vector<std::string>& BenchFieldNames() {
       "gbps", "gflops", "roofline_pct", "roofline_bound",
       "roofline_read_gbps", "roofline_read_best_gbps", "roofline_fma_gflops", "roofline_int8_gops", "roofline_matmul_gflops",
       "peak_rss_bytes", "peak_rss_scope", "shared_prefix", "kv_blocks", "kv_bytes",
-      "prefix_hit_tokens", "interleave", "repack"};
+      "prefix_hit_tokens", "interleave", "repack", "use_mmap"};
   // clang-format on
   return kNames;
 }
@@ -361,6 +361,7 @@ Json BenchRowJson(const BenchRow& row) {
   j["interleave"] = c.interleave;
   // The matrices ran on row-interleaved copies (false: as stored, -nr).
   j["repack"] = row.model->repack;
+  j["use_mmap"] = row.model->mmap;  // llama-bench's name
   return j;
 }
 

@@ -145,7 +145,8 @@ TEST_F(BenchOutputTest, SqlCreatesTheTableThenInsertsEachRow) {
   EXPECT_THAT(sql, HasSubstr("  model_filename TEXT,\n"));
   EXPECT_THAT(sql, HasSubstr("  n_gen INTEGER,\n"));
   EXPECT_THAT(sql, HasSubstr("  avg_ts REAL,\n"));
-  EXPECT_EQ(lines[fields.size()], "  repack INTEGER");  // the last: no comma
+  EXPECT_THAT(sql, HasSubstr("  repack INTEGER,\n"));
+  EXPECT_EQ(lines[fields.size()], "  use_mmap INTEGER");  // the last: no comma
   EXPECT_EQ(lines[fields.size() + 1], ");");
   EXPECT_EQ(lines[fields.size() + 2], "");
   const std::string& insert = lines[fields.size() + 3];
@@ -170,6 +171,7 @@ TEST_F(BenchOutputTest, SqlCreatesTheTableThenInsertsEachRow) {
   EXPECT_EQ(value("roofline_pct"), "NULL");  // no roofline measured
   EXPECT_EQ(value("repack"), "1");
   EXPECT_EQ(value("interleave"), "0");
+  EXPECT_EQ(value("use_mmap"), "1");
 }
 
 TEST_F(BenchOutputTest, MarkdownTableNamesTheTest) {

@@ -223,7 +223,7 @@ TEST(BenchCliTest, SqlTableAndInserts) {
 
 // llama-bench's -oe (the rows again on stderr), --progress (each phase a line
 // of stderr off a terminal), -nr (the weights as stored: JSON repack false),
-// --no-warmup and --delay.
+// --no-warmup, --delay and -mmp 0 (the file read into memory: JSON use_mmap).
 TEST(BenchCliTest, LlamaBenchRunHabits) {
   CliResult r = RunRotor({"bench", "-m", BundledModel(), "-p", "16", "-n", "0", "-r", "2", "-t",
                           "2", "-oe", "jsonl", "--progress", "-nr"});
@@ -239,15 +239,21 @@ TEST(BenchCliTest, LlamaBenchRunHabits) {
   EXPECT_EQ(rows[0]["test"], "pp16");
   EXPECT_EQ(rows[0]["repack"], false);
 
-  CliResult quick =
-      RunRotor({"bench", "-m", BundledModel(), "-p", "8,16", "-n", "0", "-r", "1", "-t", "1", "-o",
-                "jsonl", "--no-warmup", "--progress", "--delay", "1", "-nr", "0"});
+  CliResult quick = RunRotor({"bench",   "-m", BundledModel(), "-p",          "8,16",
+                              "-n",      "0",  "-r",           "1",           "-t",
+                              "1",       "-o", "jsonl",        "--no-warmup", "--progress",
+                              "--delay", "1",  "-nr",          "0",           "-mmp",
+                              "0"});
   ASSERT_EQ(quick.exit_code, 0) << quick.err;
   EXPECT_THAT(quick.err, HasSubstr("pp8 (t=1, kv=full): run 1/1"));
   EXPECT_THAT(quick.err, ::testing::Not(HasSubstr("warm-up")));
   const std::vector<std::string> lines = Lines(quick.out);
   ASSERT_EQ(lines.size(), 2u) << quick.out;
-  for (const std::string& line : lines) EXPECT_EQ(Json::parse(line)["repack"], true);
+  for (const std::string& line : lines) {
+    EXPECT_EQ(Json::parse(line)["repack"], true);
+    EXPECT_EQ(Json::parse(line)["use_mmap"], false);
+  }
+  EXPECT_EQ(Json::parse(Lines(r.err).back())["use_mmap"], true);
 }
 
 TEST(BenchCliTest, SynthModelDepthAndExplicitTests) {
@@ -463,7 +469,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BenchError{"UnknownErrFormat", {"-oe", "xml"}, "xml"},
                       BenchError{"NoRepackNotABool", {"-nr", "2"}, "-nr '2' is not 0 or 1"},
                       BenchError{"NoRepackSweep", {"-nr", "0,1"}, "two runs"},
-                      BenchError{"NegativeDelay", {"--delay", "-1"}, "--delay"}),
+                      BenchError{"NegativeDelay", {"--delay", "-1"}, "--delay"},
+                      BenchError{"MmapNotABool", {"-mmp", "2"}, "-mmp '2' is not 0 or 1"}),
     [](const ::testing::TestParamInfo<BenchError>& info) { return info.param.name; });
 
 }  // namespace
