@@ -498,7 +498,7 @@ Runner RegisterBench(CLI::App& app) {
            }
          },
          "run the matrices as stored, without the row-interleaved copies rotor makes of "
-         "q8_0, q4_0 and K-quant weights (llama-bench's -nr; JSON repack)")
+         "q8_0, q4_0, q5_0, iq4_nl and q2_K..q6_K weights (llama-bench's -nr; JSON repack)")
       ->expected(0, 1)
       ->default_str("1")
       ->type_name("0|1");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -172,6 +173,35 @@ TEST_F(BenchOutputTest, SqlCreatesTheTableThenInsertsEachRow) {
   EXPECT_EQ(value("repack"), "1");
   EXPECT_EQ(value("interleave"), "0");
   EXPECT_EQ(value("use_mmap"), "1");
+}
+
+// Each column's SQL type is its JSON value's: strings and the sample lists
+// TEXT, fractions REAL, counts and flags INTEGER (a row with a roofline, so
+// that no value is null).
+TEST_F(BenchOutputTest, SqlColumnTypesAreTheJsonValuesTypes) {
+  Roofline roof;
+  roof.read_gbps = 8, roof.read_best_gbps = 9, roof.fma_gflops = 100;
+  roof.int8_gops = 400, roof.matmul_gflops = 90;
+  model_.int8_matmul = true;
+  const nlohmann::ordered_json j = BenchRowJson(MakeBenchRow(model_, case_, result_, &roof));
+  std::istringstream in(Write(BenchFormat::kSql));
+  std::map<std::string, std::string> types;  // column -> SQL type
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("  ", 0) != 0) continue;
+    const size_t space = line.find(' ', 2);
+    std::string type = line.substr(space + 1);
+    if (type.back() == ',') type.pop_back();
+    types[line.substr(2, space - 2)] = type;
+  }
+  ASSERT_EQ(types.size(), BenchFieldNames().size());
+  for (const std::string& field : BenchFieldNames()) {
+    const nlohmann::ordered_json& v = j.at(field);
+    ASSERT_FALSE(v.is_null()) << field;
+    const char* want = v.is_string() || v.is_array() ? "TEXT"
+                       : v.is_number_float()         ? "REAL"
+                                                     : "INTEGER";
+    EXPECT_EQ(types[field], want) << field << " = " << v.dump();
+  }
 }
 
 TEST_F(BenchOutputTest, MarkdownTableNamesTheTest) {
