@@ -289,7 +289,9 @@ BenchRow MakeBenchRow(const BenchModel& model, const BenchCase& c, const BenchRe
 }
 
 const std::vector<std::string>& BenchFieldNames() {
-  // llama-bench's names where the meaning is the same, then rotor's own.
+  // llama-bench's names where the meaning is the same, then rotor's own
+  // (every key of BenchRowJson; new ones at the end, so that CSV columns keep
+  // their places).
   // clang-format off
   static const std::vector<std::string> kNames = {
       "cpu_info", "cpu_isa",
@@ -300,7 +302,8 @@ const std::vector<std::string>& BenchFieldNames() {
       "gbps", "gflops", "roofline_pct", "roofline_bound",
       "roofline_read_gbps", "roofline_read_best_gbps", "roofline_fma_gflops", "roofline_int8_gops", "roofline_matmul_gflops",
       "peak_rss_bytes", "peak_rss_scope", "shared_prefix", "kv_blocks", "kv_bytes",
-      "prefix_hit_tokens", "interleave", "repack", "use_mmap"};
+      "prefix_hit_tokens", "interleave", "repack", "use_mmap",
+      "kv_rotate", "kv_k_offset", "kv_bytes_per_token"};
   // clang-format on
   return kNames;
 }
