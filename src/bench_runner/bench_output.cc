@@ -137,26 +137,30 @@ class JsonWriter : public BenchWriter {
   int n_rows_ = 0;
 };
 
-std::string CsvCell(const Json& v) {
-  if (v.is_null()) return "";
+// A string, or a sample list as "a;b;c", between quotes (each inside doubled).
+std::string Quoted(const Json& v, char quote) {
   std::string s;
   if (v.is_string()) {
     s = v.get<std::string>();
-  } else if (v.is_array()) {
+  } else {
     for (size_t i = 0; i < v.size(); ++i) {
       if (i > 0) s.push_back(';');
       s.append(v[i].dump());
     }
-  } else {
-    return v.dump();
   }
-  std::string quoted(1, '"');
+  std::string quoted(1, quote);
   for (char ch : s) {
     quoted.push_back(ch);
-    if (ch == '"') quoted.push_back('"');
+    if (ch == quote) quoted.push_back(quote);
   }
-  quoted.push_back('"');
+  quoted.push_back(quote);
   return quoted;
+}
+
+std::string CsvCell(const Json& v) {
+  if (v.is_null()) return "";
+  if (v.is_string() || v.is_array()) return Quoted(v, '"');
+  return v.dump();
 }
 
 class CsvWriter : public BenchWriter {
@@ -207,23 +211,8 @@ const char* SqlType(const std::string& field) {
 std::string SqlValue(const Json& v) {
   if (v.is_null()) return "NULL";
   if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
-  if (v.is_number()) return v.dump();
-  std::string s;
-  if (v.is_string()) {
-    s = v.get<std::string>();
-  } else {  // the sample lists
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (i > 0) s.push_back(';');
-      s.append(v[i].dump());
-    }
-  }
-  std::string quoted(1, '\'');
-  for (char ch : s) {
-    quoted.push_back(ch);
-    if (ch == '\'') quoted.push_back('\'');
-  }
-  quoted.push_back('\'');
-  return quoted;
+  if (v.is_string() || v.is_array()) return Quoted(v, '\'');
+  return v.dump();
 }
 
 class SqlWriter : public BenchWriter {

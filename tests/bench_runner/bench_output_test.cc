@@ -110,12 +110,14 @@ TEST_F(BenchOutputTest, JsonLinesAndCsvHaveOneLinePerRow) {
     EXPECT_TRUE(nlohmann::json::parse(line).is_object()) << line;
   EXPECT_EQ(lines, 2);
 
+  model_.path = "/models/a\"b.gguf";  // CSV doubles the quote
   std::istringstream csv(Write(BenchFormat::kCsv));
   std::vector<std::string> rows;
   for (std::string line; std::getline(csv, line);) rows.push_back(line);
   ASSERT_EQ(rows.size(), 3u);  // header and two rows
   EXPECT_EQ(rows[0].rfind(BenchFieldNames()[0], 0), 0u) << rows[0];
   EXPECT_EQ(rows[1], rows[2]);
+  EXPECT_THAT(rows[1], HasSubstr(",\"/models/a\"\"b.gguf\","));
 }
 
 // Splits "a, 'b, c', NULL" at the commas outside quotes ('' inside a quote
