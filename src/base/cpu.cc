@@ -20,6 +20,7 @@ CpuFeatures Detect() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  f.intel = __builtin_cpu_is("intel");
 #endif
   return f;
 }

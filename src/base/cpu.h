@@ -11,6 +11,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false;
+  bool intel = false;  // the vendor: GenuineIntel (prefetch distances differ from AMD's)
 };
 
 const CpuFeatures& GetCpuFeatures();

@@ -133,11 +133,10 @@ template <DType kT, int kStride, int kN, bool kL2>
 
 // The prefetch pointer of block j (wj) in a pass over kTok tokens, after
 // fetching the two lines before it (the pair's 2 x 32 scales) on even blocks.
-template <DType kT, int kTok>
+template <DType kT, int kTok, bool kL2 = kPrefetchL2<kTok>>
 inline const char* PrefetchStart(const uint8_t* wj, int64_t j) {
   const char* pf = reinterpret_cast<const char*>(wj) + kAhead<kT, kTok>;
-  if (j % 2 == 0)
-    PrefetchAhead<kPrefetchL2<kTok>>(pf - 128), PrefetchAhead<kPrefetchL2<kTok>>(pf - 64);
+  if (j % 2 == 0) PrefetchAhead<kL2>(pf - 128), PrefetchAhead<kL2>(pf - 64);
   return pf;
 }
 
@@ -188,7 +187,7 @@ inline void StoreHalf(const __m512* acc, int valid, float* y, int64_t ldy) {
 // and the stores left as loops, GCC 12 kept the accumulators or the int32
 // sums in memory and stored them on every block (seen in objdump; prefill
 // ran 4-11% slower with it; a call per group cost prefill about 4%).
-template <DType kT, int kTok>
+template <DType kT, int kTok, bool kL2>
 [[gnu::always_inline]] inline void PackedGroup(const uint8_t* group, int64_t nb,
                                                const uint8_t* acts, int valid, float* y,
                                                int64_t ldy) {
@@ -198,24 +197,24 @@ template <DType kT, int kTok>
   for (int64_t j = 0; j < nb; ++j) {
     const int32_t* aj = reinterpret_cast<const int32_t*>(acts + j * kTok * kPackedActBytes);
     const uint8_t* wj = group + PackedQuantsAt(kT, j);
-    const char* pf = PrefetchStart<kT, kTok>(wj, j);
+    const char* pf = PrefetchStart<kT, kTok, kL2>(wj, j);
     __m512 dw[2];
     BlockScales<kT>(group, j, dw);
-    BlockTile<kT, kTok, kTok, kPrefetchL2<kTok>>(wj, aj, dw, acc0, acc1, pf);
+    BlockTile<kT, kTok, kTok, kL2>(wj, aj, dw, acc0, acc1, pf);
   }
   StoreHalf<kTok>(acc0, valid, y, ldy);
   StoreHalf<kTok>(acc1, valid - 16, y + 16, ldy);
 }
 
-// Rows [32 g0, 32 g1) of one tile of kTok tokens.
-template <DType kT, int kTok>
+// Rows [32 g0, 32 g1) of one tile of kTok tokens (kL2: PrefetchAhead's).
+template <DType kT, int kTok, bool kL2 = kPrefetchL2<kTok>>
 [[gnu::noinline]] void PackedGroups(const Weight& w, int64_t g0, int64_t g1, const uint8_t* acts,
                                     float* y, int64_t ldy) {
   constexpr int kRows = PackedRows(kT);
   const int64_t nb = w.k / 32, stride = PackedGroupBytes(kT, w.k);
   for (int64_t g = g0; g < g1; ++g) {
     const int valid = static_cast<int>(std::min<int64_t>(kRows, w.n - kRows * g));
-    PackedGroup<kT, kTok>(w.packed + g * stride, nb, acts, valid, y + kRows * g, ldy);
+    PackedGroup<kT, kTok, kL2>(w.packed + g * stride, nb, acts, valid, y + kRows * g, ldy);
   }
 }
 
@@ -279,6 +278,8 @@ void PackedTiles(const Weight& w, const uint8_t* acts, int64_t m, int64_t g0, in
     };
     return CallTile<kPackedTileTokens>(static_cast<int>(m - kPackedTileTokens), acts, y, pair);
   }
+  if (m == kPackedTileTokens && PrefetchL2InDecodeTile())
+    return PackedGroups<kT, kPackedTileTokens, true>(w, g0, g1, acts, y, ldy);
   ForEachTile(w.k / 32, m, acts, y, ldy, [&](auto tok, const uint8_t* a, float* yt) {
     PackedGroups<kT, decltype(tok)::value>(w, g0, g1, a, yt, ldy);
   });

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "base/cpu.h"
 #include "ops/kernels.h"
 #include "ops/packed_tiles.h"
 
@@ -54,6 +55,18 @@ inline void PrefetchAhead(const char* p) {
 // Whether a pass over kTokens tokens also prefetches into L2 (PrefetchAhead).
 template <int kTokens>
 inline constexpr bool kPrefetchL2 = kTokens < 8;
+// Whether the pass over the 8 tokens of a batch-8 decode step prefetches
+// into L2 too: on Intel CPUs, where the L1 prefetches' misses otherwise hold
+// the core's fill buffers (above): 1B q8_0 batch 8 1.02-1.09x in 9 of 10
+// alternations (median 1.07; batch 1 0.94-1.07x, the same code), 110M
+// 0.97-1.26x (median 1.08) on an Intel Xeon (family 6 model 207), where AMD's
+// Zen 5 ran 1.08x faster without it (above). Batches of 9-16 gained nothing
+// from it there (0.84-1.19x, median 0.98) and prefill's tiles of 8 keep
+// kPrefetchL2 (BENCHMARKS.md, "Seventy-sixth session").
+inline bool PrefetchL2InDecodeTile() {
+  static const bool intel = GetCpuFeatures().intel;
+  return intel;
+}
 
 // acc += u8 x s8 products of w and the 4 activation bytes at a, broadcast.
 // (GCC 12 does not fold _mm512_set1_epi32 into the instruction's {1to16}

@@ -1,7 +1,11 @@
 #include "base/cpu.h"
-#include "base/memory.h"
 
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "base/memory.h"
 
 namespace rotor {
 namespace {
@@ -47,6 +51,17 @@ TEST(Cpu, BuildSawTheIsaThisCpuRuns) {
   EXPECT_EQ(BestIsa() == Isa::kAvx512, ROTOR_CPU_RUNS_AVX512 == 1)
       << "CMakeLists.txt's reading of the CPU flags differs from IsaFor()'s";
 #endif
+}
+
+// The vendor (the packed kernels' prefetch choice, ops/packed_avx512.h)
+// as /proc/cpuinfo names it.
+TEST(Cpu, IntelIsTheVendorCpuinfoNames) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line) && line.rfind("vendor_id", 0) != 0) {
+  }
+  if (line.empty()) GTEST_SKIP() << "no vendor_id in /proc/cpuinfo";
+  EXPECT_EQ(GetCpuFeatures().intel, line.find("GenuineIntel") != std::string::npos) << line;
 }
 
 TEST(Memory, RssIsReported) {
