@@ -61,7 +61,7 @@ inline constexpr bool kPrefetchL2 = kTokens < 8;
 // alternations (median 1.07; batch 1 0.94-1.07x, the same code), 110M
 // 0.97-1.26x (median 1.08) on an Intel Xeon (family 6 model 207), where AMD's
 // Zen 5 ran 1.08x faster without it (above). Batches of 9-16 gained nothing
-// from it there (0.84-1.19x, median 0.98) and prefill's tiles of 8 keep
+// from it there (0.84-1.19x, median 1.00) and prefill's tiles of 8 keep
 // kPrefetchL2 (BENCHMARKS.md, "Seventy-sixth session").
 inline bool PrefetchL2InDecodeTile() {
   static const bool intel = GetCpuFeatures().intel;
