@@ -99,11 +99,17 @@ BenchColumns ColumnsFor(const BenchArgs& a, const std::vector<BenchCase>& cases)
     cols.n_seq |= c.n_seq != 1;
   }
   cols.n_ctx = std::any_of(a.n_ctx.begin(), a.n_ctx.end(), [](int c) { return c > 0; });
+  cols.repack = a.no_repack;
+  cols.mmap = !a.mmap;
   cols.roofline = a.roofline;
   return cols;
 }
 
 int RunBench(BenchArgs a) {
+  if (a.list_devices) {
+    fmt::print("{}", bench::DeviceList());
+    return 0;
+  }
   if (a.models.empty()) a.models = {DefaultModelPath()};
   if (a.threads.empty()) a.threads = {HardwareThreads()};
   Result<BenchFormat> format = ParseBenchFormat(a.output);
@@ -470,6 +476,9 @@ Runner RegisterBench(CLI::App& app) {
                   "the rows again on stderr in this format: md|json|jsonl|csv|sql (llama-bench's "
                   "-oe)")
       ->check(CLI::IsMember({"md", "json", "jsonl", "csv", "sql"}).description(""));
+  sub->add_flag("--list-devices", a->list_devices,
+                "print the device the tests run on (the CPU: its ISA, threads and memory) and "
+                "exit (llama-bench's)");
   sub->add_flag("--progress", a->progress,
                 "each test's phases (warm-up, fill, run k/r) on stderr as lines, also off a "
                 "terminal (on one, the live status line shows them anyway)");

@@ -51,6 +51,7 @@ struct BenchArgs {
   bool no_repack = false;  // llama-bench's -nr: the weights as stored (no row-interleaved copies)
   bool warmup = true;      // llama-bench's --no-warmup sets false
   bool mmap = true;        // llama-bench's -mmp 0: the models read into memory instead
+  bool list_devices = false;  // llama-bench's --list-devices: print the CPU, then exit
   bool roofline = false;
   int roofline_mib = 1024;
   int roofline_passes = 10;  // RooflineOptions::passes

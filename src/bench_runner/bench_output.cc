@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <set>
+#include <string_view>
 
 #include "base/cpu.h"
+#include "base/thread_pool.h"
 #include "kv/kv_quant.h"
 
 namespace rotor::bench {
@@ -49,6 +52,8 @@ class MarkdownWriter : public BenchWriter {
     add(cols_.prefill_step, "step", true);
     add(cols_.n_ctx, "n_ctx", true);
     add(cols_.n_seq, "n_seq", true);
+    add(cols_.repack, "repack", true);
+    add(cols_.mmap, "mmap", true);
     add(true, "test", true);
     add(true, "t/s", true);
     add(true, "GB/s", true);
@@ -83,6 +88,8 @@ class MarkdownWriter : public BenchWriter {
       cells.push_back(c.prefill_step > 0 ? fmt::format("{}", c.prefill_step) : "whole");
     if (cols_.n_ctx) cells.push_back(fmt::format("{}", c.n_ctx));
     if (cols_.n_seq) cells.push_back(fmt::format("{}", c.n_seq));
+    if (cols_.repack) cells.push_back(row.model->repack ? "1" : "0");
+    if (cols_.mmap) cells.push_back(row.model->mmap ? "1" : "0");
     cells.push_back(c.test.Name());
     cells.push_back(fmt::format("{:.2f} ± {:.2f}", row.stats.avg_ts, row.stats.stddev_ts));
     cells.push_back(fmt::format("{:.1f}", row.gbps));
@@ -385,6 +392,31 @@ std::string CpuModelName() {
     return b == std::string::npos ? "unknown" : line.substr(b);
   }
   return "unknown";
+}
+
+namespace {
+
+// A /proc/meminfo field ("MemTotal", "MemAvailable") in MiB; -1 if missing.
+int64_t MemInfoMib(std::string_view field) {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) != 0 || line.size() <= field.size() || line[field.size()] != ':')
+      continue;
+    const long long kib = std::atoll(line.c_str() + field.size() + 1);
+    return kib > 0 ? kib / 1024 : -1;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string DeviceList() {
+  std::string line = fmt::format("  CPU: {} ({}, {} threads", CpuModelName(), IsaName(ActiveIsa()),
+                                 HardwareThreads());
+  const int64_t total = MemInfoMib("MemTotal"), free = MemInfoMib("MemAvailable");
+  if (total > 0 && free >= 0) line += fmt::format(", {} MiB, {} MiB free", total, free);
+  return "Available devices:\n" + line + ")\n";
 }
 
 }  // namespace rotor::bench

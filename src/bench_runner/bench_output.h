@@ -49,6 +49,10 @@ struct BenchColumns {
   bool prefill_step = false;
   bool n_ctx = false;
   bool n_seq = false;
+  // -nr / -mmp 0 (one setting per run): each row's repack and use_mmap, 0 or
+  // 1, as llama-bench shows the parameters a run sets.
+  bool repack = false;
+  bool mmap = false;
   bool roofline = false;
 };
 
@@ -67,5 +71,11 @@ std::unique_ptr<BenchWriter> MakeBenchWriter(BenchFormat format, const BenchColu
 
 // "AMD EPYC 9B14" from /proc/cpuinfo; "unknown" elsewhere.
 std::string CpuModelName();
+
+// llama-bench's --list-devices for rotor's one device, the CPU: "Available
+// devices:" and a line "  CPU: <model name> (<kernels' ISA>, <n> threads,
+// <total> MiB, <available> MiB free)", the memory from /proc/meminfo (left
+// out where it cannot be read).
+std::string DeviceList();
 
 }  // namespace rotor::bench

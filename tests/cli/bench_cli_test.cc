@@ -228,7 +228,13 @@ TEST(BenchCliTest, LlamaBenchRunHabits) {
   CliResult r = RunRotor({"bench", "-m", BundledModel(), "-p", "16", "-n", "0", "-r", "2", "-t",
                           "2", "-oe", "jsonl", "--progress", "-nr"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(Lines(r.out).size(), 3u) << r.out;  // the markdown table: header, rule, pp16
+  // The markdown table: header, rule, pp16; -nr shows as llama-bench's
+  // "repack" column, 0 (no -mmp 0: no "mmap" column).
+  const std::vector<std::string> table = Lines(r.out);
+  ASSERT_EQ(table.size(), 3u) << r.out;
+  EXPECT_THAT(table[0], HasSubstr("| repack | test |"));
+  EXPECT_THAT(table[0], ::testing::Not(HasSubstr("mmap")));
+  EXPECT_THAT(table[2], HasSubstr("| 0 | pp16 |"));
   for (const char* phase : {"pp16 (t=2, kv=full): warm-up", "pp16 (t=2, kv=full): run 1/2",
                             "pp16 (t=2, kv=full): run 2/2"})
     EXPECT_THAT(r.err, HasSubstr(phase));
@@ -254,6 +260,29 @@ TEST(BenchCliTest, LlamaBenchRunHabits) {
     EXPECT_EQ(Json::parse(line)["use_mmap"], false);
   }
   EXPECT_EQ(Json::parse(Lines(r.err).back())["use_mmap"], true);
+
+  CliResult md = RunRotor({"bench", "-m", BundledModel(), "-p", "8", "-n", "0", "-r", "1", "-t",
+                           "1", "--no-warmup", "-mmp", "0"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  const std::vector<std::string> md_lines = Lines(md.out);
+  ASSERT_EQ(md_lines.size(), 3u) << md.out;
+  EXPECT_THAT(md_lines[0], HasSubstr("| mmap | test |"));
+  EXPECT_THAT(md_lines[0], ::testing::Not(HasSubstr("repack")));
+  EXPECT_THAT(md_lines[2], HasSubstr("| 0 | pp8 |"));
+}
+
+// llama-bench's --list-devices: the CPU, its kernels' ISA, threads and
+// memory; no model is read (a missing one is no error).
+TEST(BenchCliTest, ListDevicesNamesTheCpu) {
+  CliResult r = RunRotor({"bench", "--list-devices", "-m", "/nonexistent.gguf"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_EQ(lines[0], "Available devices:");
+  EXPECT_THAT(lines[1], ::testing::StartsWith("  CPU: "));
+  EXPECT_THAT(lines[1],
+              ::testing::MatchesRegex(
+                  ".*\\((scalar|avx2|avx512), [0-9]+ threads, [0-9]+ MiB, [0-9]+ MiB free\\)"));
 }
 
 TEST(BenchCliTest, SynthModelDepthAndExplicitTests) {
