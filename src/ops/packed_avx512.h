@@ -55,8 +55,8 @@ inline void PrefetchAhead(const char* p) {
 // Whether a pass over kTokens tokens also prefetches into L2 (PrefetchAhead).
 template <int kTokens>
 inline constexpr bool kPrefetchL2 = kTokens < 8;
-// Whether the pass over the 8 tokens of a batch-8 decode step prefetches
-// into L2 too: on Intel CPUs, where the L1 prefetches' misses otherwise hold
+// Whether a pass over exactly 8 tokens (a batch-8 decode step; also a
+// prompt or prompt chunk of 8) prefetches into L2 too: on Intel CPUs, where the L1 prefetches' misses otherwise hold
 // the core's fill buffers (above): 1B q8_0 batch 8 1.02-1.09x in 9 of 10
 // alternations (median 1.07; batch 1 0.94-1.07x, the same code), 110M
 // 0.97-1.26x (median 1.08) on an Intel Xeon (family 6 model 207), where AMD's
