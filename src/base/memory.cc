@@ -21,8 +21,9 @@ std::string HumanBytes(int64_t n) {
 }
 
 namespace {
-int64_t ReadStatusKb(const char* key) {
-  FILE* f = std::fopen("/proc/self/status", "r");
+// The "key: N kB" line of a /proc file (status, meminfo): N; 0 if missing.
+int64_t ReadProcKb(const char* path, const char* key) {
+  FILE* f = std::fopen(path, "r");
   if (!f) return 0;
   char line[256];
   int64_t kb = 0;
@@ -50,13 +51,15 @@ int AdvisePages(void* p, size_t bytes, bool outward, int advice) {
 #endif
 }  // namespace
 
-int64_t PeakRssBytes() { return ReadStatusKb("VmHWM") * 1024; }
-int64_t CurrentRssBytes() { return ReadStatusKb("VmRSS") * 1024; }
+int64_t PeakRssBytes() { return ReadProcKb("/proc/self/status", "VmHWM") * 1024; }
+int64_t CurrentRssBytes() { return ReadProcKb("/proc/self/status", "VmRSS") * 1024; }
 
 int64_t PhysicalMemoryBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
+
+int64_t AvailableMemoryBytes() { return ReadProcKb("/proc/meminfo", "MemAvailable") * 1024; }
 
 bool ResetPeakRss() {
   FILE* f = std::fopen("/proc/self/clear_refs", "w");

@@ -19,6 +19,9 @@ int64_t PeakRssBytes();
 int64_t CurrentRssBytes();
 // The machine's physical memory in bytes; 0 if unknown.
 int64_t PhysicalMemoryBytes();
+// The memory the kernel estimates is available to a new process (MemAvailable
+// in /proc/meminfo) in bytes; 0 if unknown.
+int64_t AvailableMemoryBytes();
 // Resets the kernel's peak RSS counter to the current RSS (writes /proc/self/clear_refs);
 // returns false where not permitted. Lets a benchmark measure the peak of one phase.
 bool ResetPeakRss();

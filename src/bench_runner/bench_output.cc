@@ -3,12 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <set>
-#include <string_view>
 
 #include "base/cpu.h"
+#include "base/memory.h"
 #include "base/thread_pool.h"
 #include "kv/kv_quant.h"
 
@@ -394,28 +393,11 @@ std::string CpuModelName() {
   return "unknown";
 }
 
-namespace {
-
-// A /proc/meminfo field ("MemTotal", "MemAvailable") in MiB; -1 if missing.
-int64_t MemInfoMib(std::string_view field) {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) != 0 || line.size() <= field.size() || line[field.size()] != ':')
-      continue;
-    const long long kib = std::atoll(line.c_str() + field.size() + 1);
-    return kib > 0 ? kib / 1024 : -1;
-  }
-  return -1;
-}
-
-}  // namespace
-
 std::string DeviceList() {
   std::string line = fmt::format("  CPU: {} ({}, {} threads", CpuModelName(), IsaName(ActiveIsa()),
                                  HardwareThreads());
-  const int64_t total = MemInfoMib("MemTotal"), free = MemInfoMib("MemAvailable");
-  if (total > 0 && free >= 0) line += fmt::format(", {} MiB, {} MiB free", total, free);
+  const int64_t total = PhysicalMemoryBytes(), free = AvailableMemoryBytes();
+  if (total > 0 && free > 0) line += fmt::format(", {} MiB, {} MiB free", total >> 20, free >> 20);
   return "Available devices:\n" + line + ")\n";
 }
 

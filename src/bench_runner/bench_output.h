@@ -74,8 +74,8 @@ std::string CpuModelName();
 
 // llama-bench's --list-devices for rotor's one device, the CPU: "Available
 // devices:" and a line "  CPU: <model name> (<kernels' ISA>, <n> threads,
-// <total> MiB, <available> MiB free)", the memory from /proc/meminfo (left
-// out where it cannot be read).
+// <total> MiB, <available> MiB free)" (PhysicalMemoryBytes,
+// AvailableMemoryBytes; the memory left out where either is unknown).
 std::string DeviceList();
 
 }  // namespace rotor::bench

@@ -75,6 +75,15 @@ TEST(Memory, RssIsReported) {
   EXPECT_EQ(buf.size(), 1000u);
 }
 
+// The machine's memory (rotor bench --list-devices): some of it available,
+// never more than there is.
+TEST(Memory, PhysicalAndAvailableMemory) {
+  const int64_t total = PhysicalMemoryBytes(), available = AvailableMemoryBytes();
+  EXPECT_GT(total, 0);
+  EXPECT_GT(available, 0);
+  EXPECT_LE(available, total);
+}
+
 // Advisory only: any range (unaligned, shorter than a page, empty) is
 // accepted, and the memory reads back what was written after the advice.
 TEST(Memory, AdviseHugePagesKeepsTheBuffer) {
