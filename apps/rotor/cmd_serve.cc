@@ -202,15 +202,20 @@ Runner RegisterServe(CLI::App& app) {
                   "threads that parse and tokenize requests, at most, started as needed (0 = 4); "
                   "connections themselves cost no thread")
       ->check(CLI::Range(0, 1 << 16));
-  o.defaults.n_predict = 256;
+  o.defaults.n_predict = -1;
+  o.defaults.stop_at_context = true;
   sub->add_option("-n,--n-predict", o.defaults.n_predict,
-                  "max_tokens of requests that give none (-1 = until end of text or a full "
-                  "context)")
+                  "max_tokens of requests that give none (-1, as llama-server: until end of "
+                  "text, or prompt and reply fill the context size -c, whatever the KV policy)")
       ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
   sub->add_option("--stop,-r,--reverse-prompt", o.defaults.stop,
                   "stop string of requests that give none (repeatable; llama-server's -r)");
   sub->add_flag("--ignore-eos", o.defaults.ignore_eos, "keep generating past end-of-sequence");
+  sub->add_flag_callback(
+      "--no-cors", [&o] { o.cors = false; },
+      "no CORS: browsers keep pages of other origins from reading the answers (by default any "
+      "origin may, as with llama-server)");
   AddPrefillStepOptions(sub, &o.prefill_step);
   sub->add_flag_callback("--no-bos", [&o] { o.defaults.add_bos = false; },
                          "do not add the BOS token");

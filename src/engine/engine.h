@@ -62,6 +62,12 @@ struct GenerateOptions {
   // those tokens; otherwise they are ordinary text (CLI --special).
   bool parse_special = false;
   int n_predict = 256;  // -1 = until end of generation or a full context
+  // With n_predict -1, also stop ("length") once the prompt and the reply
+  // fill the context size (Engine::n_ctx(), -c), as a cache of that size
+  // under the full policy would: the policies that evict never fill theirs,
+  // and would otherwise generate until end of text (the server's default
+  // budget; llama-server without context shift).
+  bool stop_at_context = false;
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;

@@ -160,8 +160,12 @@ void Scheduler::Begin(Seq& s) {
   const GenerateOptions& o = s.options;
   s.sampler = std::make_unique<Sampler>(o.sampling, engine_.model().config().n_vocab);
   for (int32_t t : s.result.prompt_tokens) s.sampler->Accept(t);
+  int n_predict = o.n_predict;
+  if (n_predict < 0 && o.stop_at_context)
+    n_predict = static_cast<int>(
+        std::max<int64_t>(0, engine_.n_ctx() - std::ssize(s.result.prompt_tokens)));
   s.step = std::make_unique<SampleStep>(engine_.tokenizer(), *s.sampler,
-                                        StopRules{.n_predict = o.n_predict,
+                                        StopRules{.n_predict = n_predict,
                                                   .ignore_eos = o.ignore_eos,
                                                   .stop = o.stop,
                                                   .trim_leading_space = o.trim_leading_space,

@@ -417,8 +417,11 @@ std::optional<ApiError> ParseRequest(std::string_view body, Endpoint endpoint,
 
   Fields f(j);
   f.Int("n_predict", -1, kMaxTokensLimit, &o.n_predict);  // llama-server's
-  f.Int("max_tokens", 0, kMaxTokensLimit, &o.n_predict);
-  if (endpoint == Endpoint::kChat) f.Int("max_completion_tokens", 0, kMaxTokensLimit, &o.n_predict);
+  // -1: no budget of its own (llama.cpp's web page sends it): the server's
+  // -1 rule, until end of text or a full context.
+  f.Int("max_tokens", -1, kMaxTokensLimit, &o.n_predict);
+  if (endpoint == Endpoint::kChat)
+    f.Int("max_completion_tokens", -1, kMaxTokensLimit, &o.n_predict);
   SamplingParams& s = o.sampling;
   f.Number("temperature", 0, 1e6, &s.temperature);
   f.Number("top_p", 0, 1, &s.top_p);

@@ -52,6 +52,10 @@ constexpr KnownField kFields[] = {
     {"reasoning_effort", kChat, true},
     {"web_search_options", kChat, true},
     {"suffix", kCmpl, true},
+    {"verbosity", kChat, true},
+    {"prompt_cache_key", kApi, true},
+    {"prompt_cache_retention", kApi, true},
+    {"safety_identifier", kApi, true},
     // Tool calls (tool_calls.h); the deprecated functions API is ignored.
     {"tools", kChat},
     {"tool_choice", kChat},
@@ -68,6 +72,35 @@ constexpr KnownField kFields[] = {
     {"grammar", kAll},
     {"json_schema", kAll},
     {"n_predict", kAll},
+    // llama-server fields rotor accepts and ignores: progress and timing
+    // extras it does not send, the slot (the prefix cache finds a request's
+    // blocks wherever they are), the sampler order (rotor's is fixed), and
+    // the split of a reasoning model's thinking from its answer (the reply
+    // keeps both in its content). The llama.cpp web page sends most of them.
+    {"return_progress", kApi, true},
+    {"timings_per_token", kApi, true},
+    {"id_slot", kApi, true},
+    {"samplers", kApi, true},
+    {"reasoning_format", kChat, true},
+    // llama-server samplers rotor does not have: accepted at the value that
+    // turns them off, and their parameters with them.
+    {"mirostat", kApi, false, "0", "mirostat"},
+    {"mirostat_tau", kApi, true},
+    {"mirostat_eta", kApi, true},
+    {"typical_p", kApi, false, "1", "locally typical sampling"},
+    {"typ_p", kApi, false, "1", "locally typical sampling"},
+    {"xtc_probability", kApi, false, "0", "XTC"},
+    {"xtc_threshold", kApi, true},
+    {"dry_multiplier", kApi, false, "0", "DRY"},
+    {"dry_base", kApi, true},
+    {"dry_allowed_length", kApi, true},
+    {"dry_penalty_last_n", kApi, true},
+    {"dry_sequence_breakers", kApi, true},
+    {"dynatemp_range", kApi, false, "0", "dynamic temperature"},
+    {"dynatemp_exponent", kApi, true},
+    {"top_n_sigma", kApi, false, "-1", "top-n-sigma"},
+    {"n_probs", kApi, false, "0", "n_probs (use logprobs and top_logprobs)"},
+    {"post_sampling_probs", kApi, false, "false", "post-sampling probabilities"},
     // rotor generate --prompts extras.
     {"id", kPromptsFileFields},
     {"temp", kPromptsFileFields},
@@ -117,10 +150,14 @@ std::optional<UnknownField> FindUnknownField(const nlohmann::json& object, Field
     // cannot capture those in a lambda.
     const std::string& key = item.key();
     if (cli::IsKvField(key)) continue;
-    const bool known = std::any_of(std::begin(kFields), std::end(kFields), [&](const KnownField& f) {
-      return f.name == key && (f.sets & set) != 0;
-    });
-    if (known) continue;
+    const auto field =
+        std::find_if(std::begin(kFields), std::end(kFields),
+                     [&](const KnownField& f) { return f.name == key && (f.sets & set) != 0; });
+    if (field != std::end(kFields)) {
+      if (field->only.empty() || item.value() == nlohmann::json::parse(field->only)) continue;
+      return UnknownField{key, fmt::format("field '{}': rotor has no {}; only {} (off) is accepted",
+                                           key, field->what, field->only)};
+    }
     std::vector<std::string_view> names;
     for (const KnownField& f : kFields)
       if ((f.sets & set) != 0) names.push_back(f.name);

@@ -29,6 +29,10 @@ struct KnownField {
   std::string_view name;
   uint8_t sets;          // FieldSet bits
   bool ignored = false;  // accepted and ignored (documented in the README)
+  // A sampler rotor does not have (llama-server's mirostat, XTC, ...):
+  // accepted only at this value, JSON text, which turns it off.
+  std::string_view only = {};
+  std::string_view what = {};  // the sampler's name, for the error
 };
 // Every known field except the KV extensions (kv_args.h IsKvField, known in
 // every set).
@@ -38,7 +42,8 @@ struct UnknownField {
   std::string name;
   std::string message;  // "unknown field 'max_tokenz' (did you mean 'max_tokens'?)"
 };
-// The first key of `object` that `set` does not know, if any.
+// The first key of `object` that `set` does not know, or that asks for a
+// sampler rotor does not have (KnownField::only), if any.
 std::optional<UnknownField> FindUnknownField(const nlohmann::json& object, FieldSet set);
 // The first key of `object` not among `known`, if any (no KV fields either).
 std::optional<UnknownField> FindUnknownField(const nlohmann::json& object,

@@ -32,11 +32,12 @@ constexpr std::chrono::seconds kLinger{2};
 constexpr std::chrono::milliseconds kTick{100};
 
 std::string Head(int status, const HttpHeaders* defaults, const HttpHeaders& headers,
-                 const std::string& content_type, bool keep_alive) {
+                 const std::string& content_type, bool keep_alive, const HttpHeaders& cors = {}) {
   std::string h = fmt::format("HTTP/1.1 {} {}\r\n", status, HttpReason(status));
   if (!content_type.empty()) h += "Content-Type: " + content_type + "\r\n";
   if (defaults)
     for (const auto& [k, v] : *defaults) h += k + ": " + v + "\r\n";
+  for (const auto& [k, v] : cors) h += k + ": " + v + "\r\n";
   for (const auto& [k, v] : headers) h += k + ": " + v + "\r\n";
   h += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
   return h;
@@ -78,7 +79,7 @@ class Waker {
 };
 
 HttpExchange::HttpExchange(HttpRequest request, bool keep_alive, const HttpHeaders* defaults,
-                           std::shared_ptr<Waker> waker, uint64_t conn_id)
+                           std::shared_ptr<Waker> waker, uint64_t conn_id, bool cors)
     : request_(std::move(request)),
       head_(request_.method == "HEAD"),
       keep_alive_(keep_alive),
@@ -87,6 +88,11 @@ HttpExchange::HttpExchange(HttpRequest request, bool keep_alive, const HttpHeade
       conn_id_(conn_id) {
   // HEAD is answered as GET is (RFC 9110 9.3.2), without the body.
   if (head_) request_.method = "GET";
+  // The parser keeps CR and LF out of field values: the origin is one line.
+  if (const std::string* origin = request_.Header("origin"); cors && origin)
+    cors_ = {{"Access-Control-Allow-Origin", *origin},
+             {"Access-Control-Allow-Credentials", "true"},
+             {"Vary", "Origin"}};
 }
 
 void HttpExchange::Append(std::string bytes, bool finished) {
@@ -100,7 +106,7 @@ void HttpExchange::Append(std::string bytes, bool finished) {
 }
 
 void HttpExchange::Respond(const HttpResponse& r) {
-  std::string out = Head(r.status, default_headers_, r.headers, r.content_type, keep_alive_);
+  std::string out = Head(r.status, default_headers_, r.headers, r.content_type, keep_alive_, cors_);
   out += fmt::format("Content-Length: {}\r\n\r\n", r.body.size());
   if (!head_) out += r.body;
   Append(std::move(out), true);
@@ -111,8 +117,8 @@ void HttpExchange::StartStream(int status, const std::string& content_type,
   // HTTP/1.0 has no chunked coding: the body ends when the connection does.
   // A HEAD request gets the head alone (no length, no chunks).
   const bool chunked = request_.minor_version >= 1 && !head_;
-  std::string out =
-      Head(status, default_headers_, headers, content_type, keep_alive_ && (chunked || head_));
+  std::string out = Head(status, default_headers_, headers, content_type,
+                         keep_alive_ && (chunked || head_), cors_);
   if (chunked) out += "Transfer-Encoding: chunked\r\n";
   out += "\r\n";
   {
@@ -491,8 +497,8 @@ void HttpServer::Dispatch(Conn& c) {
   const bool keep_alive = request.keep_alive && !stop_.load() &&
                           c.served + 1 < options_.keep_alive_requests;
   c.close_after = !keep_alive;
-  c.ex = std::make_shared<HttpExchange>(std::move(request), keep_alive,
-                                        &options_.default_headers, waker_, c.id);
+  c.ex = std::make_shared<HttpExchange>(std::move(request), keep_alive, &options_.default_headers,
+                                        waker_, c.id, options_.cors);
   c.ex_finished = false;
   handler_(c.ex);
   // The handler may have answered at once.

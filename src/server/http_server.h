@@ -42,6 +42,10 @@ struct HttpServerOptions {
   std::chrono::milliseconds keep_alive_timeout{5'000};
   int keep_alive_requests = 100;  // requests per connection
   HttpHeaders default_headers;    // on every response
+  // A request's Origin is allowed on its response (Access-Control-Allow-Origin
+  // reflecting it, with credentials), so pages of other origins can read the
+  // answers, as llama-server allows any.
+  bool cors = false;
 };
 
 struct HttpResponse {
@@ -57,7 +61,7 @@ class Waker;
 class HttpExchange {
  public:
   HttpExchange(HttpRequest request, bool keep_alive, const HttpHeaders* default_headers,
-               std::shared_ptr<Waker> waker, uint64_t conn_id);
+               std::shared_ptr<Waker> waker, uint64_t conn_id, bool cors = false);
   // The handler's: the loop does not touch it after handing it over. A HEAD
   // request's method reads "GET": the handlers answer it as GET, and the
   // exchange sends the head of their answer alone.
@@ -84,6 +88,7 @@ class HttpExchange {
   const bool head_;  // a HEAD request: routed as GET, answered without a body
   const bool keep_alive_;
   const HttpHeaders* default_headers_;
+  HttpHeaders cors_;  // Access-Control-Allow-Origin and the rest; empty without an Origin
   std::shared_ptr<Waker> waker_;
   const uint64_t conn_id_;
   std::function<void(bool)> on_done_;  // loop thread

@@ -153,6 +153,28 @@ std::string Metrics::Render(const Batcher::Stats* stats, const Info& info) const
   out += fmt::format(
       "vllm:cache_config_info{{block_size=\"{}\",model_name=\"{}\",num_gpu_blocks=\"{}\"}} 1\n",
       s.kv_block_cells, LabelValue(info.model_name), info.kv_capacity_blocks);
+
+  // llama-server's names (tools/server: its /metrics), for the dashboards
+  // and alerts written for it; the same figures as rotor's own above. Its
+  // throughput gauges are rotor's rates over the last 10 s. (Not given:
+  // the prompt and generation seconds and decode-call counters, which
+  // rotor's batched steps do not split per phase.)
+  Sample(&out, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+         static_cast<double>(s.prompt_tokens));
+  Sample(&out, "llamacpp:tokens_predicted_total", "counter",
+         "Number of generation tokens processed.", static_cast<double>(s.generated_tokens));
+  Sample(&out, "llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+         s.prompt_tps);
+  Sample(&out, "llamacpp:predicted_tokens_seconds", "gauge",
+         "Average generation throughput in tokens/s.", s.gen_tps);
+  Sample(&out, "llamacpp:kv_cache_usage_ratio", "gauge",
+         "KV-cache usage. 1 means 100 percent usage.", kv_usage);
+  Sample(&out, "llamacpp:kv_cache_tokens", "gauge", "KV-cache tokens.",
+         static_cast<double>(s.kv_cells));
+  Sample(&out, "llamacpp:requests_processing", "gauge", "Number of requests processing.",
+         static_cast<double>(s.running));
+  Sample(&out, "llamacpp:requests_deferred", "gauge", "Number of requests deferred.",
+         static_cast<double>(s.queued));
   return out;
 }
 

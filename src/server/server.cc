@@ -101,6 +101,7 @@ Result<std::unique_ptr<Server>> Server::Bind(const ServeOptions& options) {
   ho.body_timeout = ms(options.body_timeout_s);
   ho.keep_alive_timeout = ms(options.keep_alive_timeout_s);
   ho.keep_alive_requests = options.keep_alive_requests;
+  ho.cors = options.cors;
   Server* self = s.get();
   ASSIGN_OR_RETURN(
       s->http_,
@@ -227,6 +228,24 @@ void Server::OutOfMemory(HttpExchange& ex) {
   }
 }
 
+// OPTIONS on any path (200, no body): the methods the server answers, and
+// for a browser's CORS preflight (an Origin) what a page may send: the
+// methods, the headers it asked for (Authorization, Content-Type, ...), for
+// a day. The exchange adds the Origin's Access-Control-Allow-Origin
+// (http_server.h).
+void Server::Preflight(HttpExchange& ex) {
+  const HttpRequest& req = ex.request();
+  HttpHeaders headers = {{"Allow", "GET, HEAD, POST, OPTIONS"}};
+  if (options_.cors && req.Header("origin")) {
+    headers.emplace_back("Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    const std::string* asked = req.Header("access-control-request-headers");
+    headers.emplace_back("Access-Control-Allow-Headers", asked ? *asked : "*");
+    headers.emplace_back("Access-Control-Max-Age", "86400");
+  }
+  ex.Respond(HttpResponse{200, "", "", std::move(headers)});
+  metrics_.CountRequest(req.path, 200);
+}
+
 void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
   const HttpRequest& req = ex->request();
   const std::string& path = req.path;
@@ -239,6 +258,7 @@ void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
   auto not_allowed = [&](const char* allow) {
     Respond(*ex, ErrorForStatus(405, method, path), {{"Allow", allow}});
   };
+  if (method == "OPTIONS") return Preflight(*ex);
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
     if (method != "POST") return not_allowed("POST");
     auto call = std::make_shared<Call>();

@@ -68,6 +68,9 @@ struct ServeOptions {
   double body_timeout_s = 30;    // from the header's end to the body's end
   double keep_alive_timeout_s = 5;
   int keep_alive_requests = 100;
+  // Pages of any origin may call the API from a browser (CORS: preflights
+  // answered, a request's Origin allowed on its response), as llama-server.
+  bool cors = true;
   std::string slot_save_path;  // where slot files go; "" = no slot actions
   std::string replica_id;      // X-Rotor-Replica; "" = host:port
   std::string model_alias;     // the model's id in /v1/models and responses; "" = file stem
@@ -130,6 +133,7 @@ class Server {
   Server() = default;
   // Loop thread: routes a request, answering at once or handing it to workers_.
   void Dispatch(std::shared_ptr<HttpExchange> ex);
+  void Preflight(HttpExchange& ex);
   // Workers.
   void HandleGenerate(std::shared_ptr<Call> call);
   // Writes what the call's stream holds (the engine thread, as it pushes;

@@ -274,7 +274,7 @@ TEST(ServeApiTest, MessagesSayWhatIsWrongWithTheValue) {
   };
   const Case cases[] = {
       {R"({"prompt": "a", "max_tokens": 1e12})",
-       "'max_tokens' 1000000000000.0 is out of range [0, 1048576]"},
+       "'max_tokens' 1000000000000.0 is out of range [-1, 1048576]"},
       {R"({"prompt": "a", "max_tokens": 5.0})",
        "'max_tokens' must be an integer, not 5.0 (write it without a decimal point"},
       {R"({"prompt": "a", "max_tokens": 2.5})", "'max_tokens' must be an integer, not 2.5"},

@@ -127,6 +127,39 @@ TEST(ServeCliTest, AliasNamesTheModel) {
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(dir.path() / "stderr");
 }
 
+// llama-server's defaults: a request without max_tokens runs until end of
+// text or a full context (-c), and pages of any origin may call the server;
+// --no-cors turns the latter off.
+TEST(ServeCliTest, DefaultsAreLlamaServers) {
+  TempDir dir;
+  pid_t pid = -1;
+  const int port =
+      StartServe({"-c", "40", "--ignore-eos", "--kv", "sink", "--kv-size", "16"}, dir.path(), &pid);
+  ASSERT_GT(port, 0) << Slurp(dir.path() / "stderr");
+  httplib::Client cli("127.0.0.1", port);
+  auto res = cli.Post("/v1/completions", {{"Origin", "http://example.test"}},
+                      R"({"prompt": "Once"})", "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json r = json::parse(res->body);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["total_tokens"], 40) << res->body;
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), "http://example.test");
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid), 0) << Slurp(dir.path() / "stderr");
+
+  TempDir dir2;
+  const int port2 = StartServe({"--no-cors"}, dir2.path(), &pid);
+  ASSERT_GT(port2, 0) << Slurp(dir2.path() / "stderr");
+  httplib::Client cli2("127.0.0.1", port2);
+  auto pre = cli2.Options("/v1/completions", {{"Origin", "http://example.test"}});
+  ASSERT_TRUE(pre);
+  EXPECT_EQ(pre->status, 200);
+  EXPECT_FALSE(pre->has_header("Access-Control-Allow-Origin"));
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid), 0) << Slurp(dir2.path() / "stderr");
+}
+
 // SIGTERM with a stream in flight: /health turns 503 "draining", the stream
 // is answered to its end, the process exits 0.
 TEST(ServeCliTest, SigtermDrainsTheStreamInFlightThenExitsZero) {
@@ -239,7 +272,7 @@ out.chat_stream = text;
 out.chat_stream_finish = finish;
 out.models = (await client.models.list()).data.map((m) => m.id);
 try {
-  await client.completions.create({ ...base, prompt: 'x', max_tokens: -1 });
+  await client.completions.create({ ...base, prompt: 'x', max_tokens: -2 });
 } catch (e) {
   out.error_status = e.status;
   out.error_param = e.param ?? e.error?.param ?? null;

@@ -162,6 +162,34 @@ TEST(ServerReplica, MetricsHaveVllmNames) {
     EXPECT_NE(res->body.find(line), std::string::npos) << line;
 }
 
+// llama-server's metric names (its dashboards' and alerts'), agreeing with
+// rotor's own figures.
+TEST(ServerReplica, MetricsHaveLlamaServersNames) {
+  TestServer server(TestOptions(2, 4));
+  ASSERT_TRUE(server.ok()) << server.error();
+  PostJson(server, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 3}});
+  std::map<std::string, double> m;
+  ASSERT_TRUE(WaitFor([&] {
+    m = ScrapeMetrics(server.port());
+    return m["llamacpp:tokens_predicted_total"] > 0 && m["llamacpp:requests_processing"] == 0;
+  }));
+  EXPECT_EQ(m.at("llamacpp:prompt_tokens_total"), m.at("rotor_prompt_tokens_total"));
+  EXPECT_GT(m.at("llamacpp:prompt_tokens_total"), 0);
+  EXPECT_EQ(m.at("llamacpp:tokens_predicted_total"), m.at("rotor_generated_tokens_total"));
+  EXPECT_EQ(m.at("llamacpp:requests_deferred"), m.at("rotor_queue_length"));
+  EXPECT_EQ(m.at("llamacpp:kv_cache_tokens"), m.at("rotor_kv_cells_used"));
+  EXPECT_EQ(m.at("llamacpp:kv_cache_usage_ratio"),
+            m.at(R"(vllm:kv_cache_usage_perc{model_name="stories260K"})"));
+  EXPECT_GE(m.at("llamacpp:prompt_tokens_seconds"), 0);
+  EXPECT_GE(m.at("llamacpp:predicted_tokens_seconds"), 0);
+  auto res = server.Client()->Get("/metrics");
+  ASSERT_TRUE(res);
+  for (const char* line : {"# TYPE llamacpp:prompt_tokens_total counter",
+                           "# TYPE llamacpp:tokens_predicted_total counter",
+                           "# TYPE llamacpp:requests_processing gauge"})
+    EXPECT_NE(res->body.find(line), std::string::npos) << line;
+}
+
 // While a sequence runs, the usage fraction is its blocks over the budget's.
 TEST(ServerReplica, KvUsageIsAFractionOfTheBudget) {
   ServeOptions o = TestOptions(1, 4);
