@@ -198,7 +198,7 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--chat-template", o.chat_template,
                   "plain|llama2|llama3|chatml|mistral|phi3|gemma|zephyr (default: recognised "
                   "from the model's tokenizer.chat_template, else plain)");
-  sub->add_option("--http-threads", o.http_threads,
+  sub->add_option("--http-threads,--threads-http", o.http_threads,
                   "threads that parse and tokenize requests, at most, started as needed (0 = 4); "
                   "connections themselves cost no thread")
       ->check(CLI::Range(0, 1 << 16));
@@ -212,6 +212,9 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--stop,-r,--reverse-prompt", o.defaults.stop,
                   "stop string of requests that give none (repeatable; llama-server's -r)");
   sub->add_flag("--ignore-eos", o.defaults.ignore_eos, "keep generating past end-of-sequence");
+  sub->add_flag_callback(
+      "--no-webui", [&o] { o.web_page = false; },
+      "do not serve the chat page at / (llama-server's; the API is unchanged)");
   sub->add_flag_callback(
       "--no-cors", [&o] { o.cors = false; },
       "no CORS: browsers keep pages of other origins from reading the answers (by default any "
@@ -228,6 +231,10 @@ Runner RegisterServe(CLI::App& app) {
       ->description("llama-server's -cb: rotor serve always batches continuously");
   sub->add_flag("--jinja")->description(
       "llama-server's: the chat template comes from the GGUF (see --chat-template)");
+  sub->add_flag("--no-context-shift")
+      ->description(
+          "llama-server's: accepted; rotor never shifts the context (a reply that fills it ends "
+          "with \"length\"; the sink and window policies evict instead, by their rules)");
   sub->add_option("--replica-id", o.replica_id,
                   "this replica's name in the X-Rotor-Replica header of every response "
                   "(default: host:port)");

@@ -311,7 +311,7 @@ void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
     return;
   }
   if (DispatchExtra(ex)) return;
-  if (const StaticFile* file = FindStaticFile(path)) {
+  if (const StaticFile* file = options_.web_page ? FindStaticFile(path) : nullptr) {
     // The chat page (web/, embedded at build time; not counted in /metrics).
     if (method != "GET") return not_allowed("GET, HEAD");
     return ex->Respond(HttpResponse{200, std::string(file->content_type), std::string(file->body),

@@ -71,6 +71,7 @@ struct ServeOptions {
   // Pages of any origin may call the API from a browser (CORS: preflights
   // answered, a request's Origin allowed on its response), as llama-server.
   bool cors = true;
+  bool web_page = true;  // GET / serves the chat page (llama-server's --no-webui turns it off)
   std::string slot_save_path;  // where slot files go; "" = no slot actions
   std::string replica_id;      // X-Rotor-Replica; "" = host:port
   std::string model_alias;     // the model's id in /v1/models and responses; "" = file stem

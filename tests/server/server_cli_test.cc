@@ -129,7 +129,8 @@ TEST(ServeCliTest, AliasNamesTheModel) {
 
 // llama-server's defaults: a request without max_tokens runs until end of
 // text or a full context (-c), and pages of any origin may call the server;
-// --no-cors turns the latter off.
+// --no-cors turns the latter off, --no-webui the chat page; its
+// --threads-http and --no-context-shift are taken.
 TEST(ServeCliTest, DefaultsAreLlamaServers) {
   TempDir dir;
   pid_t pid = -1;
@@ -145,17 +146,27 @@ TEST(ServeCliTest, DefaultsAreLlamaServers) {
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(r["usage"]["total_tokens"], 40) << res->body;
   EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), "http://example.test");
+  auto page = cli.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
   kill(pid, SIGTERM);
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(dir.path() / "stderr");
 
   TempDir dir2;
-  const int port2 = StartServe({"--no-cors"}, dir2.path(), &pid);
+  const int port2 = StartServe(
+      {"--no-cors", "--no-webui", "--threads-http", "2", "--no-context-shift"}, dir2.path(), &pid);
   ASSERT_GT(port2, 0) << Slurp(dir2.path() / "stderr");
   httplib::Client cli2("127.0.0.1", port2);
   auto pre = cli2.Options("/v1/completions", {{"Origin", "http://example.test"}});
   ASSERT_TRUE(pre);
   EXPECT_EQ(pre->status, 200);
   EXPECT_FALSE(pre->has_header("Access-Control-Allow-Origin"));
+  auto no_page = cli2.Get("/");
+  ASSERT_TRUE(no_page);
+  EXPECT_EQ(no_page->status, 404);
+  auto models = cli2.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
   kill(pid, SIGTERM);
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(dir2.path() / "stderr");
 }
