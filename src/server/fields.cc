@@ -51,7 +51,7 @@ constexpr KnownField kFields[] = {
     {"prediction", kChat, true},
     {"reasoning_effort", kChat, true},
     {"web_search_options", kChat, true},
-    {"suffix", kCmpl, true},
+    {"suffix", kCmpl, false, "\"\"", "fill-in-the-middle (suffix)"},
     {"verbosity", kChat, true},
     {"prompt_cache_key", kApi, true},
     {"prompt_cache_retention", kApi, true},
@@ -154,8 +154,11 @@ std::optional<UnknownField> FindUnknownField(const nlohmann::json& object, Field
         std::find_if(std::begin(kFields), std::end(kFields),
                      [&](const KnownField& f) { return f.name == key && (f.sets & set) != 0; });
     if (field != std::end(kFields)) {
-      if (field->only.empty() || item.value() == nlohmann::json::parse(field->only)) continue;
-      return UnknownField{key, fmt::format("field '{}': rotor has no {}; only {} (off) is accepted",
+      if (field->only.empty() || item.value().is_null() ||
+          item.value() == nlohmann::json::parse(field->only))
+        continue;
+      return UnknownField{key, fmt::format("field '{}': rotor has no {}; only {} (off) or null "
+                                           "is accepted",
                                            key, field->what, field->only)};
     }
     std::vector<std::string_view> names;

@@ -247,6 +247,14 @@ void Server::Preflight(HttpExchange& ex) {
 }
 
 void Server::Dispatch(std::shared_ptr<HttpExchange> ex) {
+  // llama-server's other names of the same routes (a client whose base URL
+  // lacks /v1 works there).
+  static constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
+      {"/chat/completions", "/v1/chat/completions"},
+      {"/models", "/v1/models"},
+      {"/v1/health", "/health"}};
+  for (const auto& [alias, route] : kAliases)
+    if (ex->request().path == alias) ex->request().path = route;
   const HttpRequest& req = ex->request();
   const std::string& path = req.path;
   const std::string& method = req.method;

@@ -132,7 +132,8 @@ TEST_F(HabitsTest, SamplersRotorLacksAreRefusedUnlessOff) {
                                                  {"dynatemp_range", 0.5},
                                                  {"top_n_sigma", 1.0},
                                                  {"n_probs", 5},
-                                                 {"post_sampling_probs", true}}) {
+                                                 {"post_sampling_probs", true},
+                                                 {"suffix", "}\n"}}) {
     int status = 0;
     const json r = PostJson(server_, "/v1/completions",
                             {{"prompt", "Once"}, {"max_tokens", 1}, {field, value}}, &status);
@@ -140,6 +141,23 @@ TEST_F(HabitsTest, SamplersRotorLacksAreRefusedUnlessOff) {
     EXPECT_EQ(r["error"]["param"], field) << r.dump();
     EXPECT_THAT(r["error"]["message"].get<std::string>(), HasSubstr("only ")) << r.dump();
   }
+}
+
+// llama-server's route names without /v1 (a base URL without it).
+TEST_F(HabitsTest, RoutesWithoutV1) {
+  int status = 0;
+  const json chat =
+      PostJson(server_, "/chat/completions",
+               {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 200) << chat.dump();
+  EXPECT_EQ(chat["object"], "chat.completion");
+  auto models = server_.Client()->Get("/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  EXPECT_EQ(json::parse(models->body)["object"], "list");
+  auto health = server_.Client()->Get("/v1/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
 }
 
 // No max_tokens (or -1): until end of text, or until prompt and reply fill
