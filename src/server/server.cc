@@ -411,7 +411,10 @@ std::optional<ApiError> Server::Prepare(const ApiRequest& api, std::vector<SeqRe
                               param);
         prompts.push_back(p.tokens);
       } else {
-        prompts.push_back(tok.Encode(p.text, seq.options.add_bos));
+        // Control-token text ("<|im_start|>", "</s>") is those tokens, as
+        // llama-server reads a completion prompt: a client that renders its
+        // own chat template sends them as text. (Chat messages stay text.)
+        prompts.push_back(tok.Encode(p.text, seq.options.add_bos, /*parse_special=*/true));
       }
       if (api.echo) echoes->push_back(p.tokens.empty() ? p.text : tok.Decode(p.tokens));
     }

@@ -143,6 +143,20 @@ TEST_F(HabitsTest, SamplersRotorLacksAreRefusedUnlessOff) {
   }
 }
 
+// A completion prompt's control-token text is those tokens (llama-server's
+// parse_special): a client rendering its own chat template sends them so.
+TEST_F(HabitsTest, CompletionPromptsReadControlTokens) {
+  const Tokenizer& tok = server_.server().engine().tokenizer();
+  const std::string prompt = "Once</s><s> upon";
+  const std::vector<int32_t> parsed = tok.Encode(prompt, true, /*parse_special=*/true);
+  ASSERT_NE(parsed.size(), tok.Encode(prompt, true, /*parse_special=*/false).size());
+  int status = 0;
+  const json r = PostJson(server_, "/v1/completions",
+                          {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["usage"]["prompt_tokens"], static_cast<int64_t>(parsed.size()));
+}
+
 // llama-server's route names without /v1 (a base URL without it).
 TEST_F(HabitsTest, RoutesWithoutV1) {
   int status = 0;
