@@ -204,9 +204,11 @@ Runner RegisterServe(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 16));
   o.defaults.n_predict = -1;
   o.defaults.stop_at_context = true;
-  sub->add_option("-n,--n-predict", o.defaults.n_predict,
-                  "max_tokens of requests that give none (-1, as llama-server: until end of "
-                  "text, or prompt and reply fill the context size -c, whatever the KV policy)")
+  sub->add_option(
+         "-n,--n-predict", o.defaults.n_predict,
+         "max_tokens of requests that give none (-1, as llama-server: until end of "
+         "text, or prompt and reply fill the context size -c, whatever the KV policy; after a "
+         "prompt longer than -c, -c tokens)")
       ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
   sub->add_option("--stop,-r,--reverse-prompt", o.defaults.stop,

@@ -66,7 +66,9 @@ struct GenerateOptions {
   // fill the context size (Engine::n_ctx(), -c), as a cache of that size
   // under the full policy would: the policies that evict never fill theirs,
   // and would otherwise generate until end of text (the server's default
-  // budget; llama-server without context shift).
+  // budget; llama-server without context shift). A prompt that alone fills
+  // the context size (only the policies that evict take one) may be
+  // followed by that many tokens.
   bool stop_at_context = false;
   SamplingParams sampling;
   std::vector<std::string> stop;

@@ -161,9 +161,10 @@ void Scheduler::Begin(Seq& s) {
   s.sampler = std::make_unique<Sampler>(o.sampling, engine_.model().config().n_vocab);
   for (int32_t t : s.result.prompt_tokens) s.sampler->Accept(t);
   int n_predict = o.n_predict;
-  if (n_predict < 0 && o.stop_at_context)
-    n_predict = static_cast<int>(
-        std::max<int64_t>(0, engine_.n_ctx() - std::ssize(s.result.prompt_tokens)));
+  if (n_predict < 0 && o.stop_at_context) {
+    const int64_t n_ctx = engine_.n_ctx(), n_prompt = std::ssize(s.result.prompt_tokens);
+    n_predict = static_cast<int>(n_prompt < n_ctx ? n_ctx - n_prompt : n_ctx);
+  }
   s.step = std::make_unique<SampleStep>(engine_.tokenizer(), *s.sampler,
                                         StopRules{.n_predict = n_predict,
                                                   .ignore_eos = o.ignore_eos,

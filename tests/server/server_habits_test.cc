@@ -189,6 +189,17 @@ TEST_F(HabitsTest, NoBudgetStopsAtTheContextSize) {
     EXPECT_EQ(r["choices"][0]["finish_reason"], "length") << extra.dump();
     EXPECT_EQ(r["usage"]["total_tokens"], 48) << extra.dump() << " " << r["usage"].dump();
   }
+  // A prompt longer than the context size (a policy that evicts takes it):
+  // a reply of up to the context size.
+  std::string story;
+  for (int i = 0; i < 8; ++i) story += "Once upon a time there was a little girl named Lily. ";
+  int long_status = 0;
+  const json long_r = PostJson(
+      server_, "/v1/completions",
+      {{"prompt", story}, {"ignore_eos", true}, {"kv", "sink"}, {"kv_size", 24}}, &long_status);
+  ASSERT_EQ(long_status, 200) << long_r.dump();
+  EXPECT_GT(long_r["usage"]["prompt_tokens"], 48);
+  EXPECT_EQ(long_r["usage"]["completion_tokens"], 48) << long_r["usage"].dump();
   // A budget of its own still counts.
   int status = 0;
   const json r = PostJson(server_, "/v1/completions",
